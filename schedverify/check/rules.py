@@ -1,0 +1,202 @@
+"""One function per rule of SPEC.md section 3; each yields Violations from a compiled graph."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .. import diagnostics as dx
+from ..deps import MATCH
+from ..diagnostics import Location, Violation
+from ..graph import NCODES, Graph, explain_wait
+from ..model import B, COMM_KINDS, F, I, W, Action
+
+
+def loc(g: Graph, i: int) -> Location:
+    return Location(g.dev[i], g.pos[i], str(g.acts[i]))
+
+
+def missing(g: Graph, action: Action) -> Location:
+    p = g.schedule.placement
+    return Location(p.device(action.stage, action.microbatch), None, str(action))
+
+
+def well_formed(g: Graph) -> Iterator[Violation]:
+    S, M = g.schedule.stages, g.schedule.microbatches
+    for i, reason in g.malformed:
+        yield Violation(dx.MALFORMED_ACTION, reason, (loc(g, i),))
+    for i, a in g.out_of_range:
+        if a.stage >= S:
+            msg = f"stage {a.stage} is out of range: the schedule has {S} stages (0..{S - 1})"
+        else:
+            msg = f"microbatch {a.microbatch} is out of range: the schedule has {M} microbatches (0..{M - 1})"
+        yield Violation(dx.INDEX_OUT_OF_RANGE, msg, (loc(g, i),))
+
+
+def complete(g: Graph) -> Iterator[Violation]:
+    for first, again in g.duplicates:
+        yield Violation(
+            dx.DUPLICATE_ACTION,
+            f"{_leaf_named(g, again, first)} appears again; it first appears at device "
+            f"{g.dev[first]}, position {g.pos[first]}",
+            (loc(g, again), loc(g, first)),
+        )
+    for i in g.mixed:
+        a = g.acts[i]
+        yield Violation(
+            dx.MIXED_BACKWARD,
+            f"{a} mixes a full backward B with a split backward (I/W) of the same stage and "
+            "microbatch; use either B, or I and W",
+            (loc(g, i),),
+        )
+    S, M = g.schedule.stages, g.schedule.microbatches
+    c = g.counts
+    if c[0] == S * M and c[1] + c[2] == S * M and c[2] == c[3] and not g.mixed:
+        return  # every pair has its F, and exactly one of B or (I and W): see compile_graph
+    producer = g.producer
+    for s in range(S):
+        for mb in range(M):
+            base = (s * M + mb) * NCODES
+            has = [base + k in producer for k in range(4)]
+            if not has[0]:
+                yield Violation(dx.MISSING_ACTION, f"stage {s} never runs the forward of microbatch {mb}",
+                                (missing(g, Action(s, F, mb)),))
+            if has[1]:
+                continue
+            if not has[2] and not has[3]:
+                yield Violation(
+                    dx.MISSING_ACTION,
+                    f"stage {s} never runs the backward of microbatch {mb} (neither {s}B{mb} nor {s}I{mb} with {s}W{mb})",
+                    (missing(g, Action(s, B, mb)),))
+            elif not has[3]:
+                yield Violation(dx.MISSING_ACTION,
+                                f"{s}I{mb} has no weight-gradient pass {s}W{mb}",
+                                (missing(g, Action(s, W, mb)),))
+            elif not has[2]:
+                yield Violation(dx.MISSING_ACTION,
+                                f"{s}W{mb} has no input-gradient pass {s}I{mb} before it",
+                                (missing(g, Action(s, I, mb)),))
+
+
+def _leaf_named(g: Graph, i: int, first: int) -> str:
+    """The sub-action the two entries share (for overlaps), else the action itself."""
+    mine = set(g.acts[i].leaves())
+    for x in g.acts[first].leaves():
+        if x in mine:
+            return str(x)
+    return str(g.acts[i])
+
+
+def placed(g: Graph) -> Iterator[Violation]:
+    p = g.schedule.placement
+    for i, a, expected in g.wrong_device:
+        route = ""
+        if p.is_bidirectional:
+            route = f" on microbatch {a.microbatch}'s route {p.microbatch_route[a.microbatch]}"
+        spec = p.specs[p.microbatch_route[a.microbatch] if p.is_bidirectional else 0] if p.specs else None
+        how = f" (placement {spec!r})" if isinstance(spec, str) else ""
+        yield Violation(
+            dx.WRONG_DEVICE,
+            f"stage {a.stage} runs on device {expected}{route}{how}, but {a} sits on device {g.dev[i]}",
+            (loc(g, i),),
+        )
+
+
+def ordered(g: Graph) -> Iterator[Violation]:
+    for i, j in g.inversions:
+        yield Violation(
+            dx.RUNS_BEFORE_DEPENDENCY,
+            f"{g.acts[i]} {explain_wait(g, i, j)}, which comes later on the same device "
+            f"(position {g.pos[j]}), so device {g.dev[i]} waits for itself",
+            (loc(g, i), loc(g, j)),
+        )
+    reduce_after = {}
+    for i in g.reduce_grads:
+        d, s = g.dev[i], g.acts[i].stage
+        key = (d, s)
+        if key not in reduce_after:
+            reduce_after[key] = max(
+                (k for k in range(g.starts[d], g.starts[d + 1])
+                 if any(x.stage == s and x.kind in (B, I, W) for x in g.acts[k].leaves())),
+                default=-1,
+            )
+        last = reduce_after[key]
+        if last > i:
+            yield Violation(
+                dx.REDUCE_GRAD_TOO_EARLY,
+                f"{g.acts[i]} reduces stage {s}'s gradients before its backward {g.acts[last]} "
+                f"(position {g.pos[last]}) has run; REDUCE_GRAD must follow every backward of its stage",
+                (loc(g, i), loc(g, last)),
+            )
+
+
+def deadlocks(g: Graph, cycles) -> Iterator[Violation]:
+    for cycle in cycles:
+        if not cycle:
+            yield Violation(dx.DEADLOCK, "more deadlock cycles exist; fix the ones above and check again")
+            continue
+        steps = []
+        locations = []
+        rendezvous = False
+        for head, awaited in cycle:
+            k = awaited if awaited >= 0 else ~awaited
+            rendezvous |= awaited < 0
+            d, e = g.dev[head], g.dev[k]
+            head_e = next(h for h, _ in cycle if g.dev[h] == e)
+            behind = "" if head_e == k else f", behind {g.acts[head_e]} (position {g.pos[head_e]}) where device {e} is stuck"
+            steps.append(
+                f"device {d} is stuck at {g.acts[head]} (position {g.pos[head]}): it "
+                f"{explain_wait(g, head, awaited)}, which is at position {g.pos[k]} on device {e}{behind}"
+            )
+            locations.append(loc(g, head))
+        devs = " -> ".join(str(g.dev[h]) for h, _ in cycle) + f" -> {g.dev[cycle[0][0]]}"
+        code = dx.RENDEZVOUS_DEADLOCK if rendezvous else dx.DEADLOCK
+        what = ("sends wait for receives that are never posted (valid under eager semantics, "
+                "hangs under rendezvous)") if rendezvous else "each waits for another"
+        yield Violation(code, f"deadlock: devices {devs}: {what}", tuple(locations), tuple(steps))
+
+
+def communication(g: Graph) -> Iterator[Violation]:
+    if not g.explicit_comm:
+        return
+    S = g.schedule.stages
+    for i, a in enumerate(g.acts):
+        if a.kind not in COMM_KINDS or type(a.stage) is not int or a.microbatch is None:
+            continue
+        peer_kind, off = MATCH[a.kind]
+        ps = a.stage + off
+        if 0 <= ps < S and 0 <= a.microbatch < g.schedule.microbatches and g.find(ps, a.microbatch, peer_kind) is not None:
+            continue
+        if not (0 <= a.stage < S and 0 <= a.microbatch < g.schedule.microbatches):
+            continue  # reported as out of range
+        peer = Action(ps, peer_kind, a.microbatch)
+        sending = a.kind.startswith("SEND")
+        if 0 <= ps < S:
+            why = f" on device {g.schedule.placement.device(ps, a.microbatch)}"
+        else:
+            why = (f": stage {a.stage} has no {'next' if off > 0 else 'previous'} stage to "
+                   f"{'send to' if sending else 'receive from'}")
+        code = dx.UNMATCHED_SEND if sending else dx.UNMATCHED_RECV
+        yield Violation(code, f"{a} has no matching {peer}{why}", (loc(g, i),))
+    for i, j, recv in g.missing_recv:
+        yield Violation(
+            dx.MISSING_RECV,
+            f"{g.acts[i]} needs what {g.acts[j]} produces on device {g.dev[j]}, but device {g.dev[i]} "
+            f"has no {recv} to receive it (the schedule lists its communication explicitly)",
+            (loc(g, i), missing(g, recv)),
+        )
+
+
+def memory(g: Graph, mem, limit: float) -> Iterator[Violation]:
+    for d, over in enumerate(mem.over_limit):
+        if over is None:
+            continue
+        i, value = over
+        peak = mem.peak_memory[d]
+        yield Violation(
+            dx.MEMORY_LIMIT,
+            f"memory on device {d} reaches {value:g} at {g.acts[i]}, over the limit {limit:g} "
+            f"(peak {peak:g}, {mem.peak_inflight[d]} microbatches in flight at most)",
+            (loc(g, i),),
+        )
+
+

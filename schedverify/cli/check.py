@@ -1,0 +1,73 @@
+"""``schedverify check FILE [FILE ...]``: is each schedule valid, and what does it cost."""
+
+from __future__ import annotations
+
+import json
+
+from ..diagnostics import CODES, Verdict
+from ..errors import SchedverifyError
+from . import EXIT_INVALID, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE
+from .common import add_cost_options, add_input_options, check_costs_fit, load_input, positive_int
+
+#: Worst first: what a run over several files exits with.
+_SEVERITY = (EXIT_USAGE, EXIT_INVALID, EXIT_UNKNOWN, EXIT_OK)
+_EXIT = {Verdict.VALID: EXIT_OK, Verdict.INVALID: EXIT_INVALID, Verdict.UNKNOWN: EXIT_UNKNOWN}
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "check", help="check schedules and compute their cost",
+        description="Check each schedule (schedverify/1 .json or PyTorch .csv) against every rule "
+                    "of SPEC.md section 3 and compute its makespan, bubbles and memory. Exit code: "
+                    "0 all valid, 1 some invalid, 2 usage or input error, 3 unknown.",
+    )
+    p.add_argument("files", nargs="*", metavar="FILE", help="schedule files ('-' reads standard input)")
+    add_cost_options(p)
+    add_input_options(p)
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text for people; json prints one object per file, one per line")
+    p.add_argument("--grid", action="store_true", help="also print the device x step grid, "
+                   "marking the actions involved in violations")
+    p.add_argument("--max-violations", type=positive_int, default=1000, metavar="N",
+                   help="report at most N violations per file (default 1000)")
+    p.add_argument("--list-codes", action="store_true", help="list every violation code and exit")
+    p.set_defaults(handler=run)
+
+
+def run(args, out, err) -> int:
+    if args.list_codes:
+        for c in CODES.values():
+            print(f"{c.code} {c.slug} [{c.rule}]: {c.description}", file=out)
+        return EXIT_OK
+    if not args.files:
+        print("schedverify check: error: give at least one schedule file (or --list-codes)", file=err)
+        return EXIT_USAGE
+    codes = [check_one(path, args, out, err) for path in args.files]
+    return next(c for c in _SEVERITY if c in codes)
+
+
+def check_one(path: str, args, out, err) -> int:
+    from ..check import check
+
+    source = "<stdin>" if path == "-" else path
+    try:
+        schedule = load_input(path, args)
+        check_costs_fit(args.costs, schedule, source)
+        report = check(schedule, costs=args.costs, memory_limit=args.memory_limit,
+                       comm_semantics=args.comm_semantics, max_violations=args.max_violations)
+    except SchedverifyError as e:
+        if args.format == "json":
+            print(json.dumps({"file": source, "verdict": "error", "error": str(e),
+                              "violations": [], "metrics": None}), file=out)
+        print(f"schedverify check: error: {e}", file=err)
+        return EXIT_USAGE
+    if args.format == "json":
+        doc = {"file": source, **report.to_json(),
+               "schedule": {"name": schedule.name, "devices": schedule.devices, "stages": schedule.stages,
+                            "microbatches": schedule.microbatches, "actions": schedule.num_actions}}
+        print(json.dumps(doc), file=out)
+    else:
+        from ..render.text import report_text
+
+        print(report_text(source, schedule, report, show_grid=args.grid), file=out)
+    return _EXIT[report.verdict]

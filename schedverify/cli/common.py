@@ -1,0 +1,101 @@
+"""Options shared by several sub-commands, parsed into model objects with exact messages."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from ..errors import UsageError
+from ..model import COSTED_KINDS, Schedule
+
+COST_KEYS = COSTED_KINDS + ("comm",)
+
+
+def parse_costs(text: str) -> dict:
+    """``F=1,B=2,I=1,W=1,comm=0``; a per-stage value is ``F=1:1:2:2`` (one per stage)."""
+    out: dict = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq:
+            raise UsageError(f"--costs: expected KEY=VALUE, got {item!r} (for example F=1,B=2,I=1,W=1,comm=0)")
+        if key not in COST_KEYS:
+            raise UsageError(f"--costs: unknown cost {key!r} in {item!r}; known: {', '.join(COST_KEYS)}")
+        parts = value.split(":")
+        nums = tuple(_non_negative(f"--costs {key}", p) for p in parts)
+        if key == "comm" and len(nums) > 1:
+            raise UsageError(f"--costs: comm is one latency, not per stage: {item!r}")
+        out[key] = nums[0] if len(nums) == 1 else nums
+    return out
+
+
+def _non_negative(where: str, text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise UsageError(f"{where}: expected a number, got {text!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise UsageError(f"{where}: expected a finite number >= 0, got {text!r}")
+    return int(v) if v.is_integer() else v
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        return _non_negative("value", text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("value: ", "")) from None
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def check_costs_fit(costs: dict | None, schedule: Schedule, source: str) -> None:
+    """A per-stage --costs list must have one value per stage of this schedule."""
+    for key, value in (costs or {}).items():
+        if isinstance(value, tuple) and len(value) != schedule.stages:
+            raise UsageError(f"--costs {key}: {len(value)} per-stage values given, but {source} "
+                             f"has {schedule.stages} stages")
+
+
+def add_cost_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--costs", type=_costs_arg, metavar="F=1,B=2,I=1,W=1,comm=0",
+                   help="costs per action type (overrides the file's); a per-stage value is "
+                        "written a:b:c; comm is the latency of every cross-device dependency")
+    p.add_argument("--memory-limit", type=non_negative_float, metavar="L",
+                   help="peak memory allowed on every device, in activation units (SPEC.md 5)")
+    p.add_argument("--comm-semantics", choices=("eager", "rendezvous"),
+                   help="how explicit SEND/RECV pairs complete (default: the file's, else eager)")
+
+
+def _costs_arg(text: str) -> dict:
+    try:
+        return parse_costs(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("--costs: ", "")) from None
+
+
+def add_input_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("for PyTorch CSV input (what the CSV cannot say)")
+    g.add_argument("--devices", type=positive_int, help="number of devices (default: rows)")
+    g.add_argument("--stages", type=positive_int, help="number of stages (default: inferred)")
+    g.add_argument("--microbatches", type=positive_int, help="number of microbatches (default: inferred)")
+    g.add_argument("--placement", choices=("loop", "v"), help="stage placement (default: inferred)")
+
+
+def input_options(args) -> dict:
+    return {k: getattr(args, k) for k in ("devices", "stages", "microbatches", "placement")
+            if getattr(args, k, None) is not None}
+
+
+def load_input(path: str, args):
+    """Load a schedule file, applying the CSV options when given."""
+    from ..io import load
+
+    return load(path, **input_options(args))

@@ -1,0 +1,173 @@
+"""The timeline: start and end of every action, makespan, bubbles, critical path (SPEC.md 4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SchedverifyError
+from ..graph import Graph, SweepResult, compile_graph, durations_for, sweep
+from ..model import Costs, MemoryModel, Schedule, resolve_costs, resolve_memory
+from .memory import MemoryResult, memory_sweep
+
+
+class DeadlockError(SchedverifyError):
+    """A timeline was asked of a schedule that deadlocks; ``check`` shows the cycle."""
+
+
+def _num(x: float) -> float | int:
+    return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
+@dataclass(frozen=True)
+class DeviceMetrics:
+    device: int
+    busy: float
+    idle: float
+    peak_inflight: int
+    peak_memory: float
+    static_memory: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "busy": _num(self.busy), "idle": _num(self.idle),
+                "peak_inflight": self.peak_inflight, "peak_memory": _num(self.peak_memory),
+                "static_memory": _num(self.static_memory)}
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What a schedule costs.  ``bubble_fraction`` = 1 - sum(busy) / (D*T): the share of device
+    time spent idle.  ``bubble_ratio`` = (T - T_ideal) / T_ideal with T_ideal the busiest
+    device's busy time: Narayanan et al.'s "(p-1)/m" quantity.  Timing fields are None when
+    the schedule deadlocks (memory peaks depend only on the order and are always there)."""
+
+    makespan: float | None
+    bubble_fraction: float | None
+    bubble_ratio: float | None
+    devices: tuple[DeviceMetrics, ...]
+    critical_path: tuple[str, ...] = ()
+    costs: Costs | None = field(default=None, compare=False)
+
+    @property
+    def peak_inflight(self) -> int:
+        return max((d.peak_inflight for d in self.devices), default=0)
+
+    @property
+    def peak_memory(self) -> float:
+        return max((d.peak_memory for d in self.devices), default=0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "makespan": None if self.makespan is None else _num(self.makespan),
+            "bubble_fraction": self.bubble_fraction,
+            "bubble_ratio": self.bubble_ratio,
+            "peak_inflight": self.peak_inflight,
+            "peak_memory": _num(self.peak_memory),
+            "critical_path": list(self.critical_path),
+            "devices": [d.to_json() for d in self.devices],
+        }
+
+
+class Timeline:
+    """The as-soon-as-possible execution of a schedule under given costs."""
+
+    def __init__(self, graph: Graph, costs: Costs, memory: MemoryModel, durations: list[float],
+                 result: SweepResult):
+        self.graph = graph
+        self.costs = costs
+        self.memory_model = memory
+        self.durations = durations
+        self.start = result.start
+        self.end = result.end
+        self.completed = result.completed
+        self._memory: MemoryResult | None = None
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.graph.schedule
+
+    @property
+    def makespan(self) -> float:
+        return max(self.end, default=0)
+
+    def busy(self) -> list[float]:
+        st, dur = self.graph.starts, self.durations
+        return [sum(dur[st[d]:st[d + 1]]) for d in range(len(st) - 1)]
+
+    def memory(self) -> MemoryResult:
+        if self._memory is None:
+            self._memory = memory_sweep(self.graph, self.memory_model, self.start, self.end)
+        return self._memory
+
+    def entries(self, device: int):
+        """(action, start, end) of each action on ``device``, in order."""
+        g = self.graph
+        for i in range(g.starts[device], g.starts[device + 1]):
+            yield g.acts[i], self.start[i], self.end[i]
+
+    def critical_path(self) -> list[int]:
+        """Action indices from the first to the last-ending action, each starting exactly
+        when its predecessor on the path (on its device, or a dependency plus latency) ends."""
+        g = self.graph
+        if not g.acts:
+            return []
+        start, end, comm = self.start, self.end, self.costs.comm
+        i = max(range(len(end)), key=end.__getitem__)
+        path = [i]
+        tol = 1e-9 * max(1.0, self.makespan)
+        while True:
+            st = start[i]
+            nxt = None
+            for j in g.waits[i]:
+                k, lat = (j, comm) if j >= 0 else (~j, 0)
+                if abs(end[k] + lat - st) <= tol:
+                    nxt = k
+                    break
+            if nxt is None and i > g.starts[g.dev[i]] and abs(end[i - 1] - st) <= tol:
+                nxt = i - 1
+            if nxt is None:
+                break
+            path.append(nxt)
+            i = nxt
+        path.reverse()
+        return path
+
+    def metrics(self, memory: MemoryResult | None = None) -> Metrics:
+        mem = memory or memory_sweep(self.graph, self.memory_model)
+        busy = self.busy()
+        T = self.makespan
+        D = len(busy)
+        total = sum(busy)
+        ideal = max(busy, default=0)
+        frac = (1 - total / (D * T)) if T > 0 else 0.0
+        ratio = ((T - ideal) / ideal) if ideal > 0 else 0.0
+        devices = tuple(
+            DeviceMetrics(d, busy[d], T - busy[d], mem.peak_inflight[d], mem.peak_memory[d], mem.static[d])
+            for d in range(D)
+        )
+        path = tuple(str(self.graph.acts[i]) for i in self.critical_path())
+        return Metrics(T, frac, ratio, devices, path, self.costs)
+
+
+def run_timeline(graph: Graph, costs: Costs, memory: MemoryModel) -> tuple[Timeline, SweepResult]:
+    durations = durations_for(graph, costs)
+    result = sweep(graph, durations, costs.comm)
+    return Timeline(graph, costs, memory, durations, result), result
+
+
+def timeline(schedule: Schedule, *, costs=None, memory=None, comm_semantics: str | None = None) -> Timeline:
+    """The timeline of ``schedule``.  Raises :class:`DeadlockError` when it cannot run."""
+    sem = comm_semantics or schedule.comm_semantics or "eager"
+    g = compile_graph(schedule, comm_semantics=sem)
+    tl, result = run_timeline(g, resolve_costs(schedule, costs), resolve_memory(schedule, memory))
+    if not result.completed:
+        raise DeadlockError(f"{schedule.name or 'the schedule'} deadlocks; run check to see the cycle")
+    return tl
+
+
+def order_only_metrics(graph: Graph, memory: MemoryModel) -> Metrics:
+    """Metrics of a schedule that cannot run: no timing, but memory peaks (order-only)."""
+    mem = memory_sweep(graph, memory)
+    devices = tuple(DeviceMetrics(d, 0, 0, mem.peak_inflight[d], mem.peak_memory[d], mem.static[d])
+                    for d in range(graph.schedule.devices))
+    return Metrics(None, None, None, devices)

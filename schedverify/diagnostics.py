@@ -1,0 +1,185 @@
+"""Findings as data: violation codes, violations, verdicts and reports.
+
+Every code is registered once here with a stable number and slug (as mypy does in
+``errorcodes.py``); ``docs`` and ``schedverify check --list-codes`` are generated from this
+table.  No heavy imports.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    slug: str
+    rule: str
+    description: str
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.slug}"
+
+
+CODES: dict[str, Code] = {}
+
+
+def _register(code: str, slug: str, rule: str, description: str) -> Code:
+    c = Code(code, slug, rule, description)
+    if code in CODES or any(x.slug == slug for x in CODES.values()):
+        raise AssertionError(f"duplicate violation code {code} {slug}")
+    CODES[code] = c
+    return c
+
+
+MALFORMED_ACTION = _register(
+    "SV101", "malformed-action", "3.1 well-formed",
+    "An action has an unknown type, a negative index, a missing or extra microbatch index, "
+    "or an OVERLAP_F_B whose sub-actions are not one forward and one backward.")
+INDEX_OUT_OF_RANGE = _register(
+    "SV102", "index-out-of-range", "3.1 well-formed",
+    "A stage index is not below the number of stages, or a microbatch index not below the "
+    "number of microbatches.")
+MISSING_ACTION = _register(
+    "SV201", "missing-action", "3.2 complete",
+    "A (stage, microbatch) pair lacks its forward, its backward, or one half of a split "
+    "backward (I without W, or W without I).")
+DUPLICATE_ACTION = _register(
+    "SV202", "duplicate-action", "3.2 complete",
+    "The same action appears more than once (on one device or on several).")
+MIXED_BACKWARD = _register(
+    "SV203", "mixed-backward", "3.2 complete",
+    "A (stage, microbatch) pair has both a full backward B and a split backward I/W.")
+WRONG_DEVICE = _register(
+    "SV301", "wrong-device", "3.3 placed",
+    "An action sits on a device other than the one its stage's placement (and its "
+    "microbatch's route) names.")
+RUNS_BEFORE_DEPENDENCY = _register(
+    "SV401", "runs-before-dependency", "3.4 ordered",
+    "An action comes before, on the same device, an action it depends on, so the device "
+    "waits for itself forever (for example 3B1 before 3F1).")
+DEADLOCK = _register(
+    "SV402", "deadlock", "3.4 ordered",
+    "Device order and data dependencies form a cycle across devices; the witness is the "
+    "cycle, each wait explained.")
+RENDEZVOUS_DEADLOCK = _register(
+    "SV403", "rendezvous-deadlock", "3.5 communication",
+    "A cycle that exists only because sends wait for their receives to be posted: the "
+    "schedule hangs under rendezvous semantics (NCCL point-to-point) but not under eager.")
+REDUCE_GRAD_TOO_EARLY = _register(
+    "SV404", "reduce-grad-too-early", "2 actions",
+    "A REDUCE_GRAD does not follow every backward action of its stage on its device.")
+UNMATCHED_SEND = _register(
+    "SV501", "unmatched-send", "3.5 communication",
+    "A SEND has no matching RECV (same stage pair, microbatch and direction).")
+UNMATCHED_RECV = _register(
+    "SV502", "unmatched-recv", "3.5 communication",
+    "A RECV has no matching SEND.")
+MISSING_RECV = _register(
+    "SV503", "missing-recv", "3.5 communication",
+    "With explicit communication, an action whose input comes from another device has no "
+    "RECV for it on its own device.")
+MEMORY_LIMIT = _register(
+    "SV601", "memory-limit-exceeded", "3.6 memory",
+    "Peak memory on a device exceeds the limit.")
+
+
+class Verdict(str, enum.Enum):
+    VALID = "valid"
+    INVALID = "invalid"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Location:
+    """An action's place: ``device`` and its ``position`` in that device's list (nulls count)."""
+
+    device: int
+    position: int | None  # None: the action is missing, ``device`` is where it belongs
+    action: str
+
+    def __str__(self) -> str:
+        if self.position is None:
+            return f"device {self.device}: {self.action} (missing)"
+        return f"device {self.device}, position {self.position}: {self.action}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "position": self.position, "action": self.action}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule.  ``locations`` are the offending actions (the first is the primary
+    one); ``witness`` holds extra evidence, such as a deadlock cycle's steps."""
+
+    code: Code
+    message: str
+    locations: tuple[Location, ...] = ()
+    witness: tuple[str, ...] = ()
+
+    @property
+    def device(self) -> int | None:
+        return self.locations[0].device if self.locations else None
+
+    @property
+    def position(self) -> int | None:
+        return self.locations[0].position if self.locations else None
+
+    def __str__(self) -> str:
+        where = f"{self.locations[0]}: " if self.locations else ""
+        return f"{self.code}: {where}{self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "code": self.code.code,
+            "slug": self.code.slug,
+            "message": self.message,
+            "device": self.device,
+            "position": self.position,
+            "actions": [loc.to_json() for loc in self.locations],
+        }
+        if self.witness:
+            out["witness"] = list(self.witness)
+        return out
+
+
+@dataclass
+class Report:
+    """What a check found: the verdict, every violation (up to ``cap``) and the metrics.
+
+    ``metrics`` is a :class:`schedverify.cost.Metrics` or None when the timeline could not be
+    computed (a deadlock has no makespan).
+    """
+
+    verdict: Verdict
+    violations: list[Violation] = field(default_factory=list)
+    metrics: Any = None
+    truncated: int = 0
+    engine: str = "graph"
+    reason: str | None = None
+    timeline: Any = None
+
+    @property
+    def is_valid(self) -> bool:
+        return self.verdict is Verdict.VALID
+
+    def __iter__(self) -> Iterator[Violation]:
+        return iter(self.violations)
+
+    def codes(self) -> list[str]:
+        return sorted({v.code.code for v in self.violations})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "engine": self.engine,
+            "reason": self.reason,
+            "violations": [v.to_json() for v in self.violations],
+            "violations_not_shown": self.truncated,
+            "metrics": self.metrics.to_json() if self.metrics is not None else None,
+        }

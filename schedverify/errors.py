@@ -1,0 +1,34 @@
+"""Exceptions: raised when schedverify cannot do what was asked.
+
+A schedule that is *invalid* is not an exception: the checker returns a Report of
+Violations.  These are for unreadable input and bad arguments.
+"""
+
+from __future__ import annotations
+
+
+class SchedverifyError(Exception):
+    """Base class of every error schedverify raises on purpose (CLI exit code 2)."""
+
+
+class InputError(SchedverifyError, ValueError):
+    """A file or text could not be read as a schedule.
+
+    ``source`` names the file (or ``<string>``) and ``where`` the field or cell, so the
+    message reads ``sched.json: order[2][7]: unknown action type 'X' in '3X1'``.
+    """
+
+    def __init__(self, message: str, *, source: str | None = None, where: str | None = None):
+        self.source = source
+        self.where = where
+        self.detail = message
+        prefix = ": ".join(p for p in (source, where) if p)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class UsageError(SchedverifyError, ValueError):
+    """An argument or option has a value schedverify cannot use."""
+
+
+class UnsupportedSize(UsageError):
+    """A generator or formula was asked for sizes outside its domain; the message says the rule."""

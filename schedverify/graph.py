@@ -1,0 +1,404 @@
+"""The compiled dependency graph and the as-soon-as-possible sweep.
+
+``compile_graph`` flattens a schedule into arrays indexed by action (device, position,
+cross-device dependencies) in one pass, reading the rules from :mod:`schedverify.deps`.
+It records raw facts (duplicates, misplaced actions, same-device inversions, ...) as
+indices; :mod:`schedverify.check` turns them into Violations.
+
+``sweep`` runs every device's list in order, each action as soon as its device is free and
+its dependencies have ended (SPEC.md section 4).  It is both the timeline and the deadlock
+detector: when no device can move, the devices' waits form a cycle, which is the witness.
+Everything is linear in the number of actions; only cross-device dependencies are stored,
+since a same-device dependency that comes earlier is implied by device order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import deps as rules
+from .model import (
+    B,
+    BOOKKEEPING_KINDS,
+    F,
+    I,
+    OVERLAP_F_B,
+    RECV_B,
+    RECV_F,
+    REDUCE_GRAD,
+    SEND_B,
+    SEND_F,
+    W,
+    Action,
+    Schedule,
+)
+
+#: Integer codes of the kinds that produce something another action can need.
+KIND_CODE = {F: 0, B: 1, I: 2, W: 3, SEND_F: 4, RECV_F: 5, SEND_B: 6, RECV_B: 7}
+NCODES = 8
+
+
+def _compiled_needs():
+    """deps.NEEDS as integer codes: kind -> ((offset, producer codes, recv code | -1, need))."""
+    out = {}
+    for kind, needs in rules.NEEDS.items():
+        out[kind] = tuple(
+            (n.offset, tuple(KIND_CODE[k] for k in n.kinds),
+             KIND_CODE[n.recv] if n.recv else -1, n)
+            for n in needs
+        )
+    return out
+
+
+_NEEDS = _compiled_needs()
+_MATCH = {KIND_CODE[k]: (KIND_CODE[v[0]], v[1]) for k, v in rules.MATCH.items()}
+
+
+@dataclass
+class Graph:
+    """A schedule flattened for the engines.  ``i`` indexes actions in device order."""
+
+    schedule: Schedule
+    explicit_comm: bool
+    rendezvous: bool
+    acts: list[Action] = field(default_factory=list)
+    dev: list[int] = field(default_factory=list)
+    pos: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)  # device d's actions are starts[d]:starts[d+1]
+    #: cross-device waits of each action: j >= 0 a data edge (plus comm), ~j a rendezvous edge
+    waits: list[tuple[int, ...]] = field(default_factory=list)
+    producer: dict[int, int] = field(default_factory=dict)  # key(stage, mb, kind) -> i
+    # raw facts for the checker
+    malformed: list[tuple[int, str]] = field(default_factory=list)
+    out_of_range: list[tuple[int, Action]] = field(default_factory=list)
+    duplicates: list[tuple[int, int]] = field(default_factory=list)  # (first i, repeat i)
+    wrong_device: list[tuple[int, Action, int]] = field(default_factory=list)  # (i, leaf, expected)
+    inversions: list[tuple[int, int]] = field(default_factory=list)  # i needs j, later on its device
+    missing_recv: list[tuple[int, int, Action]] = field(default_factory=list)  # (i, producer j, recv)
+    reduce_grads: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=lambda: [0] * NCODES)
+    mixed: list[int] = field(default_factory=list)  # i of an I/B that meets its pair's B/I
+
+    def key(self, stage: int, microbatch: int, kind: str) -> int:
+        return (stage * self.schedule.microbatches + microbatch) * NCODES + KIND_CODE[kind]
+
+    def find(self, stage: int, microbatch: int, kind: str) -> int | None:
+        return self.producer.get(self.key(stage, microbatch, kind))
+
+    @property
+    def n(self) -> int:
+        return len(self.acts)
+
+    def where(self, i: int) -> tuple[int, int, str]:
+        return self.dev[i], self.pos[i], str(self.acts[i])
+
+
+def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager") -> Graph:
+    S, M = schedule.stages, schedule.microbatches
+    explicit = schedule.has_explicit_comm
+    g = Graph(schedule, explicit, explicit and comm_semantics == "rendezvous")
+    _index(g, S, M)
+    _link(g, S, M)
+    return g
+
+
+def _index(g: Graph, S: int, M: int) -> None:
+    routes = g.schedule.placement.routes
+    route0 = routes[0]
+    mroute = g.schedule.placement.microbatch_route
+    acts, dev, pos = g.acts, g.dev, g.pos
+    producer, counts = g.producer, g.counts
+    code_of = KIND_CODE.get
+    starts = g.starts
+
+    def leaf(i: int, a: Action, d: int) -> None:
+        code = code_of(a.kind)
+        s, mb = a.stage, a.microbatch
+        if code is None or type(s) is not int or type(mb) is not int or s < 0 or mb < 0:
+            g.malformed.append((i, _malformed_reason(a)))
+            return
+        if s >= S or mb >= M:
+            g.out_of_range.append((i, a))
+            return
+        key = (s * M + mb) * NCODES + code
+        if key in producer:
+            g.duplicates.append((producer[key], i))
+            return
+        producer[key] = i
+        counts[code] += 1
+        if code == 1:  # a full backward meets a split one (I or W) of the same pair
+            if key + 1 in producer or key + 2 in producer:
+                g.mixed.append(i)
+        elif (code == 2 or code == 3) and key - code + 1 in producer:
+            g.mixed.append(i)
+        expected = (routes[mroute[mb]] if mroute is not None else route0)[s]
+        if expected != d:
+            g.wrong_device.append((i, a, expected))
+
+    for d, row in enumerate(g.schedule.order):
+        starts.append(len(acts))
+        for p, a in enumerate(row):
+            if a is None:
+                continue
+            i = len(acts)
+            acts.append(a)
+            dev.append(d)
+            pos.append(p)
+            sub = a.sub
+            if sub is None:
+                if a.kind in BOOKKEEPING_KINDS:
+                    if type(a.stage) is not int or a.stage < 0 or a.microbatch is not None:
+                        g.malformed.append((i, _malformed_reason(a)))
+                    elif a.stage >= S:
+                        g.out_of_range.append((i, a))
+                    elif a.kind == REDUCE_GRAD:
+                        g.reduce_grads.append(i)
+                    continue
+                leaf(i, a, d)
+            elif (a.kind != OVERLAP_F_B or len(sub) != 2 or sub[0].kind != F
+                  or sub[1].kind not in (B, I) or any(x.sub is not None for x in sub)):
+                g.malformed.append((i, _malformed_reason(a)))
+            else:
+                leaf(i, sub[0], d)
+                leaf(i, sub[1], d)
+    starts.append(len(acts))
+
+
+def _malformed_reason(a: Action) -> str:
+    from .model import ALL_KINDS
+
+    if a.sub is not None or a.kind == OVERLAP_F_B:
+        if a.kind != OVERLAP_F_B:
+            return f"only OVERLAP_F_B has sub-actions, not {a.kind!r}"
+        subs = a.sub or ()
+        kinds = [x.kind for x in subs]
+        if len(subs) != 2 or kinds[0] != F or kinds[1] not in (B, I):
+            return (f"OVERLAP_F_B must hold one forward then one backward (F;B or F;I), "
+                    f"got {';'.join(map(str, subs)) or 'nothing'}")
+        return "sub-actions cannot themselves overlap"
+    if a.kind not in ALL_KINDS:
+        return f"unknown action type {a.kind!r}"
+    if type(a.stage) is not int or a.stage < 0:
+        return f"stage index must be a whole number >= 0, got {a.stage!r}"
+    if a.kind in BOOKKEEPING_KINDS:
+        return f"{a.kind} takes no microbatch index, got {a.microbatch!r}"
+    return f"microbatch index must be a whole number >= 0, got {a.microbatch!r}"
+
+
+def _link(g: Graph, S: int, M: int) -> None:
+    """Resolve each action's needs to action indices; keep only the cross-device ones."""
+    acts, dev, producer = g.acts, g.dev, g.producer
+    explicit, rendezvous = g.explicit_comm, g.rendezvous
+    needs_of = _NEEDS.get
+    inversions, missing_recv = g.inversions, g.missing_recv
+    empty: tuple[int, ...] = ()
+    waits = [empty] * len(acts)
+    for i, a in enumerate(acts):
+        d = dev[i]
+        found: list[int] | None = None
+        for x in (a.sub if a.sub is not None else (a,)):
+            needs = needs_of(x.kind)
+            if not needs:
+                continue
+            s, mb = x.stage, x.microbatch
+            if type(s) is not int or type(mb) is not int or not (0 <= s < S and 0 <= mb < M):
+                continue
+            for offset, codes, recv, _need in needs:
+                ps = s + offset
+                if ps < 0 or ps >= S:
+                    continue
+                base = (ps * M + mb) * NCODES
+                j = producer.get(base + codes[0])
+                if j is None and len(codes) > 1:
+                    j = producer.get(base + codes[1])
+                if j is None or j == i:
+                    continue  # missing: the completeness rule reports it
+                if explicit and recv >= 0 and dev[j] != d:
+                    r = producer.get((s * M + mb) * NCODES + recv)
+                    if r is None:
+                        missing_recv.append((i, j, Action(s, _RECV_KIND[recv], mb)))
+                    else:
+                        j = r
+                if dev[j] == d:
+                    if j > i:
+                        inversions.append((i, j))
+                    continue
+                if found is None:
+                    found = [j]
+                else:
+                    found.append(j)
+            if rendezvous and x.kind in (SEND_F, SEND_B):
+                peer_code, off = _MATCH[KIND_CODE[x.kind]]
+                if 0 <= s + off < S:
+                    r = producer.get(((s + off) * M + mb) * NCODES + peer_code)
+                    if r is not None and dev[r] != d and r > g.starts[dev[r]]:
+                        if found is None:
+                            found = [~(r - 1)]
+                        else:
+                            found.append(~(r - 1))
+        if found is not None:
+            waits[i] = tuple(found)
+    g.waits = waits
+
+
+_RECV_KIND = {KIND_CODE[RECV_F]: RECV_F, KIND_CODE[RECV_B]: RECV_B}
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+@dataclass
+class Stall:
+    """Where a sweep stopped: each blocked device's head action and what it waits for."""
+
+    blocked: dict[int, tuple[int, int]]  # device -> (head i, awaited j as stored in waits)
+
+
+@dataclass
+class SweepResult:
+    start: list[float]
+    end: list[float]
+    cycles: list[list[tuple[int, int]]]  # each cycle: [(head i, awaited j)], in wait order
+
+    @property
+    def completed(self) -> bool:
+        return not self.cycles
+
+
+def sweep(g: Graph, durations: list[float], comm: float = 0, *, max_cycles: int = 10) -> SweepResult:
+    """Run the schedule as soon as possible.  On a stall, record the wait cycle, break it at
+    one edge and go on, so that every independent deadlock is found (up to ``max_cycles``)."""
+    n = len(g.acts)
+    starts, waits, dev = g.starts, g.waits, g.dev
+    D = len(starts) - 1
+    start = [0.0] * n
+    end = [0.0] * n
+    done = bytearray(n)
+    ptr = starts[:-1]
+    clock = [0] * D
+    waiting: dict[int, list[int]] = {}
+    ignored: set[tuple[int, int]] = set()
+    cycles: list[list[tuple[int, int]]] = []
+    blocked: dict[int, tuple[int, int]] = {}
+    stack = list(range(D - 1, -1, -1))
+    while True:
+        while stack:
+            d = stack.pop()
+            i = ptr[d]
+            stop = starts[d + 1]
+            now = clock[d]
+            while i < stop:
+                st = now
+                ws = waits[i]
+                if ws:
+                    stalled = False
+                    for j in ws:
+                        if j >= 0:
+                            if not done[j]:
+                                if ignored and (i, j) in ignored:
+                                    continue
+                                waiting.setdefault(j, []).append(d)
+                                blocked[d] = (i, j)
+                                stalled = True
+                                break
+                            e = end[j] + comm
+                        else:
+                            k = ~j
+                            if not done[k]:
+                                if ignored and (i, j) in ignored:
+                                    continue
+                                waiting.setdefault(k, []).append(d)
+                                blocked[d] = (i, j)
+                                stalled = True
+                                break
+                            e = end[k]
+                        if e > st:
+                            st = e
+                    if stalled:
+                        break
+                start[i] = st
+                now = st + durations[i]
+                end[i] = now
+                done[i] = 1
+                woken = waiting.pop(i, None)
+                if woken is not None:
+                    stack.extend(woken)
+                i += 1
+            ptr[d] = i
+            clock[d] = now
+            if i == stop:
+                blocked.pop(d, None)
+        if not blocked:
+            break
+        if len(cycles) >= max_cycles:
+            cycles.append([])  # marks "more than max_cycles"
+            break
+        cycle = _find_cycle(blocked, dev)
+        cycles.append(cycle)
+        head, awaited = cycle[0]
+        ignored.add((head, awaited))
+        waiter_list = waiting.get(awaited if awaited >= 0 else ~awaited)
+        if waiter_list is not None and dev[head] in waiter_list:
+            waiter_list.remove(dev[head])
+        del blocked[dev[head]]
+        stack.append(dev[head])
+    return SweepResult(start, end, cycles)
+
+
+def _find_cycle(blocked: dict[int, tuple[int, int]], dev: list[int]) -> list[tuple[int, int]]:
+    """Follow "device d waits for an action on device e" until a device repeats."""
+    d = min(blocked)
+    seen: dict[int, int] = {}
+    path: list[int] = []
+    while d not in seen:
+        seen[d] = len(path)
+        path.append(d)
+        _, j = blocked[d]
+        d = dev[j if j >= 0 else ~j]
+        if d not in blocked:  # cannot happen: an unfinished device is blocked
+            raise AssertionError("wait chain leads to a device that is not blocked")
+    return [blocked[x] for x in path[seen[d]:]]
+
+
+def explain_wait(g: Graph, i: int, j: int) -> str:
+    """Why action ``i`` waits for ``j`` (as stored in ``waits``), in words."""
+    if j < 0:
+        return rules.RENDEZVOUS_WHY.format(dep=_posted_after(g, ~j))
+    target = g.acts[j]
+    S = g.schedule.stages
+    for x in g.acts[i].leaves():
+        for need, ps in rules.needs(x, S):
+            for y in target.leaves():
+                if y.stage == ps and y.microbatch == x.microbatch and y.kind in need.kinds:
+                    return need.why.format(dep=str(target))
+            if need.recv and target.kind == need.recv and target.stage == x.stage \
+                    and target.microbatch == x.microbatch:
+                return f"needs the input that {target} receives"
+    return f"waits for {target}"
+
+
+def _posted_after(g: Graph, k: int) -> str:
+    """The RECV that follows action ``k`` on its device (a rendezvous SEND waits for it)."""
+    nxt = g.acts[k + 1] if k + 1 < g.starts[g.dev[k] + 1] else None
+    return f"{nxt} (after {g.acts[k]})" if nxt is not None else str(g.acts[k])
+
+
+def durations_for(g: Graph, costs) -> list[float]:
+    """Each action's duration under ``costs`` (a :class:`schedverify.model.Costs`)."""
+    cache: dict[tuple[str, int | None], float] = {}
+    out = []
+    append = out.append
+    for a in g.acts:
+        if a.sub is not None:
+            append(costs.of(a))
+            continue
+        k = (a.kind, a.stage)
+        v = cache.get(k)
+        if v is None:
+            try:
+                v = costs.of(a)
+            except (IndexError, TypeError):
+                v = 0  # out-of-range stage on a per-stage cost: reported as a violation
+            cache[k] = v
+        append(v)
+    return out

@@ -1,0 +1,82 @@
+"""PyTorch's action grammar: ``2F5``, ``0SEND_B1``, ``1REDUCE_GRAD``, ``(0F3;0B1)OVERLAP_F_B``.
+
+Stricter than PyTorch's ``_Action.from_str`` (which accepts ``0F1junk``): the whole cell
+must parse.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..model import (
+    ALL_KINDS,
+    BOOKKEEPING_KINDS,
+    OVERLAP_F_B,
+    Action,
+)
+
+_KINDS = {k: k for k in ALL_KINDS}  # interns the kind strings the regex hands back
+_SIMPLE = re.compile(
+    r"(\d+)(F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)(\d*)"
+)
+_ANY = re.compile(r"(-?\d*)([A-Za-z_]*)(.*)")
+
+
+class ActionSyntaxError(ValueError):
+    """An action string does not parse; the message says why, naming the text."""
+
+
+def parse_action(text: str) -> Action:
+    """Parse one action string.  Raises :class:`ActionSyntaxError` with a precise reason."""
+    m = _SIMPLE.fullmatch(text)
+    if m is not None:
+        stage, kind, mb = m.groups()
+        kind = _KINDS[kind]
+        if kind in BOOKKEEPING_KINDS:
+            if mb:
+                raise ActionSyntaxError(f"{kind} takes no microbatch index: {text!r}")
+            return Action(int(stage), kind, None)
+        if not mb:
+            raise ActionSyntaxError(
+                f"{kind} needs a microbatch index, as in '{stage}{kind}0': {text!r}"
+            )
+        return Action(int(stage), kind, int(mb))
+    return _parse_slow(text)
+
+
+def _parse_slow(text: str) -> Action:
+    if not isinstance(text, str):
+        raise ActionSyntaxError(f"expected an action string, got {text!r} ({type(text).__name__})")
+    stripped = text.strip()
+    if stripped != text:
+        return parse_action(stripped)
+    if text.startswith("("):
+        close = text.find(")")
+        kind = text[close + 1 :] if close > 0 else ""
+        if close < 0 or kind != OVERLAP_F_B:
+            raise ActionSyntaxError(
+                f"expected '(<forward>;<backward>)OVERLAP_F_B', got {text!r}"
+            )
+        parts = [p for p in text[1:close].split(";")]
+        if len(parts) != 2:
+            raise ActionSyntaxError(
+                f"OVERLAP_F_B takes exactly two sub-actions, got {len(parts)} in {text!r}"
+            )
+        sub = tuple(parse_action(p.strip()) for p in parts)
+        return Action(None, OVERLAP_F_B, None, sub)
+    if not text:
+        raise ActionSyntaxError("empty action (use null for an idle slot)")
+    stage, kind, rest = _ANY.fullmatch(text).groups()  # always matches
+    if not stage or stage.startswith("-"):
+        raise ActionSyntaxError(
+            f"an action starts with its stage index, as in '0F1': {text!r}"
+        )
+    if kind not in _KINDS or kind == OVERLAP_F_B:
+        known = ", ".join(sorted(ALL_KINDS - {OVERLAP_F_B}))
+        raise ActionSyntaxError(f"unknown action type {kind!r} in {text!r} (known: {known})")
+    raise ActionSyntaxError(f"unexpected {rest!r} after {stage}{kind} in {text!r}")
+
+
+def format_action(action: Action | None) -> str:
+    """The action's string; '' for an idle slot (PyTorch's CSV convention)."""
+    return "" if action is None else str(action)

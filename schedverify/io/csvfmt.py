@@ -1,0 +1,132 @@
+"""PyTorch's schedule CSV, as ``_dump_csv`` writes it (compute-only or compute+comms).
+
+One row per rank, one action per cell, an empty cell is an idle slot.  Rows may differ in
+length (PyTorch writes each rank's list as it is).  The CSV holds only the order, so sizes
+and placement are inferred, and any of them can be given instead.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+
+from ..errors import InputError
+from ..model import Placement, PlacementSpec, Schedule, stage_devices
+from .actions import ActionSyntaxError, parse_action
+from .jsonfmt import MAX_REPORTED
+
+
+def loads(
+    text: str,
+    source: str = "<string>",
+    *,
+    devices: int | None = None,
+    stages: int | None = None,
+    microbatches: int | None = None,
+    placement: PlacementSpec | None = None,
+) -> Schedule:
+    if "\x00" in text:
+        raise InputError("not a text file (it contains NUL bytes)", source=source)
+    if not text.strip():
+        raise InputError("the file is empty", source=source)
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline=""), strict=True))
+    except csv.Error as e:
+        raise InputError(f"not valid CSV: {e}", source=source) from None
+    order, errors = [], []
+    for d, row in enumerate(rows):
+        out = []
+        for p, cell in enumerate(row):
+            cell = cell.strip()
+            if not cell:
+                out.append(None)
+                continue
+            try:
+                out.append(parse_action(cell))
+            except ActionSyntaxError as e:
+                errors.append(f"row {d + 1}, column {p + 1}: {e}")
+                out.append(None)
+        order.append(tuple(out))
+    if errors:
+        if len(errors) == 1:
+            where, _, msg = errors[0].partition(": ")
+            raise InputError(msg, source=source, where=where)
+        more = len(errors) - MAX_REPORTED
+        lines = errors[:MAX_REPORTED] + ([f"... and {more} more"] if more > 0 else [])
+        raise InputError(f"{len(errors)} cells do not parse:\n  " + "\n  ".join(lines), source=source)
+    if devices is None:
+        devices = len(order)
+    elif devices < len(order):
+        raise InputError(f"the file has {len(order)} rows (one per device) but devices is {devices}",
+                         source=source)
+    order += [()] * (devices - len(order))
+    leaves = [x for row in order for a in row if a is not None for x in a.leaves()]
+    if stages is None:
+        stages = max(devices, 1 + max((a.stage for a in leaves), default=0))
+    if microbatches is None:
+        microbatches = 1 + max((a.microbatch for a in leaves if a.microbatch is not None), default=0)
+    if placement is not None:
+        try:
+            pl = Placement.of(placement, devices, stages)
+        except ValueError as e:
+            raise InputError(str(e), source=source, where="placement") from None
+    else:
+        pl = infer_placement(order, devices, stages, microbatches)
+    return Schedule(devices, stages, microbatches, tuple(order), pl, metadata={"source_format": "pytorch-csv"})
+
+
+def infer_placement(order, devices: int, stages: int, microbatches: int) -> Placement:
+    """Guess the placement from where the actions sit.
+
+    Each microbatch's stages -> devices map is read off its actions.  When all agree, the
+    placement is that map (named ``loop`` or ``v`` when it is one of those); when the
+    microbatches fall into two consistent groups (DualPipe, Chimera), those are the routes.
+    Otherwise every stage goes to the device most of its actions use, and the checker
+    reports the actions elsewhere.
+    """
+    seen: list[dict[int, int]] = [dict() for _ in range(microbatches)]
+    votes: list[Counter] = [Counter() for _ in range(stages)]
+    for d, row in enumerate(order):
+        for a in row:
+            if a is None:
+                continue
+            for x in a.leaves():
+                if x.stage is None or not 0 <= x.stage < stages:
+                    continue
+                votes[x.stage][d] += 1
+                if x.microbatch is not None and 0 <= x.microbatch < microbatches:
+                    seen[x.microbatch].setdefault(x.stage, d)
+    majority = tuple(v.most_common(1)[0][0] if v else s % devices for s, v in enumerate(votes))
+
+    groups: list[dict[int, int]] = []
+    route_of = []
+    for mapping in seen:
+        for k, g in enumerate(groups):
+            if all(g.get(s, d) == d for s, d in mapping.items()):
+                g.update(mapping)
+                route_of.append(k)
+                break
+        else:
+            groups.append(dict(mapping))
+            route_of.append(len(groups) - 1)
+    if len(groups) == 2:
+        routes = [tuple(g.get(s, majority[s]) for s in range(stages)) for g in groups]
+        return Placement.bidirectional([_name(r, devices, stages) for r in routes], route_of, devices, stages)
+    return Placement.of(_name(majority, devices, stages), devices, stages)
+
+
+def _name(mapping: tuple[int, ...], devices: int, stages: int) -> PlacementSpec:
+    for spec in ("loop", "v"):
+        if stage_devices(spec, devices, stages) == mapping:
+            return spec
+    return list(mapping)
+
+
+def dumps(schedule: Schedule) -> str:
+    """PyTorch's CSV: one row per device, '' for idle slots."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for row in schedule.order:
+        writer.writerow(["" if a is None else str(a) for a in row])
+    return buf.getvalue()

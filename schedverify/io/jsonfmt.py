@@ -1,0 +1,309 @@
+"""The schedverify/1 JSON format (SPEC.md section 6).
+
+Reading validates every field by hand so that each message names the field, the value and
+where it is (``order[2][7]``); the shipped ``schema.json`` says the same thing for other
+tools, and a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from ..errors import InputError
+from ..model import (
+    COMM_SEMANTICS,
+    COSTED_KINDS,
+    Costs,
+    MemoryModel,
+    Placement,
+    Schedule,
+)
+from .actions import ActionSyntaxError, parse_action
+
+FORMAT = "schedverify/1"
+MAX_SIZE = 10_000_000
+MAX_REPORTED = 20
+
+FIELDS = (
+    "format", "name", "devices", "stages", "microbatches", "placement", "routes",
+    "microbatch_route", "order", "costs", "memory", "comm_semantics", "metadata",
+)
+MEMORY_FIELDS = ("activation", "w", "static", "limit")
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({_type_name(value)})"
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null",
+            int: "integer", float: "number"}.get(type(value), type(value).__name__)
+
+
+class _Reader:
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, where: str, message: str) -> InputError:
+        return InputError(message, source=self.source, where=where)
+
+    def size(self, doc: dict, key: str, minimum: int = 1) -> int | None:
+        if key not in doc:
+            return None
+        v = doc[key]
+        if type(v) is not int:
+            raise self.fail(key, f"expected a whole number, got {_describe(v)}")
+        if v < minimum:
+            raise self.fail(key, f"must be at least {minimum}, got {v}")
+        if v > MAX_SIZE:
+            raise self.fail(key, f"{v} is absurdly large (at most {MAX_SIZE})")
+        return v
+
+    def number(self, where: str, v: Any, *, minimum: float = 0.0, maximum: float | None = None):
+        if type(v) not in (int, float) or not math.isfinite(v):
+            raise self.fail(where, f"expected a finite number, got {_describe(v)}")
+        if v < minimum:
+            raise self.fail(where, f"must be at least {minimum:g}, got {v}")
+        if maximum is not None and v > maximum:
+            raise self.fail(where, f"must be at most {maximum:g}, got {v}")
+        return v
+
+    def per_stage(self, where: str, v: Any, stages: int):
+        if isinstance(v, list):
+            if len(v) != stages:
+                raise self.fail(where, f"a per-stage list needs {stages} values (one per stage), got {len(v)}")
+            return tuple(self.number(f"{where}[{i}]", x) for i, x in enumerate(v))
+        return self.number(where, v)
+
+    def placement_spec(self, where: str, v: Any, devices: int, stages: int):
+        if isinstance(v, str):
+            if v not in ("loop", "v"):
+                raise self.fail(where, f"expected 'loop', 'v' or a list of devices, got {v!r}")
+            return v
+        if not isinstance(v, list):
+            raise self.fail(where, f"expected 'loop', 'v' or a list of devices, got {_describe(v)}")
+        if len(v) != stages:
+            raise self.fail(where, f"a placement list needs one device per stage ({stages}), got {len(v)}")
+        for s, d in enumerate(v):
+            if type(d) is not int or not 0 <= d < devices:
+                raise self.fail(f"{where}[{s}]", f"stage {s}'s device must be in 0..{devices - 1}, got {_describe(d)}")
+        return v
+
+    def object(self, where: str, v: Any, allowed: tuple[str, ...]) -> dict:
+        if not isinstance(v, dict):
+            raise self.fail(where, f"expected an object, got {_describe(v)}")
+        for key in v:
+            if key not in allowed:
+                raise self.fail(where, _unknown_field(key, allowed))
+        return v
+
+
+def _unknown_field(key: str, allowed: tuple[str, ...]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known fields: {', '.join(allowed)}"
+    return f"unknown field {key!r}{hint}"
+
+
+def loads(text: str | bytes, source: str = "<string>") -> Schedule:
+    """Read a schedverify/1 document.  Raises :class:`InputError` naming what is wrong."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"not UTF-8 text (byte {e.start})", source=source) from None
+    if not text.strip():
+        raise InputError("the file is empty", source=source)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"invalid JSON: {e.msg}", source=source,
+                         where=f"line {e.lineno}, column {e.colno}") from None
+    except RecursionError:
+        raise InputError("invalid JSON: nested too deeply", source=source) from None
+    return from_document(doc, source)
+
+
+def from_document(doc: Any, source: str = "<document>") -> Schedule:
+    r = _Reader(source)
+    if not isinstance(doc, dict):
+        raise InputError(f"expected a JSON object at the top level, got {_type_name(doc)}", source=source)
+    r.object("top level", doc, FIELDS)
+    fmt = doc.get("format")
+    if fmt != FORMAT:
+        raise r.fail("format", f"expected {FORMAT!r}, got {_describe(fmt) if 'format' in doc else 'nothing'}")
+    name = doc.get("name", "")
+    if not isinstance(name, str):
+        raise r.fail("name", f"expected a string, got {_describe(name)}")
+
+    order_doc = doc.get("order")
+    if not isinstance(order_doc, list):
+        raise r.fail("order", f"expected a list with one list of actions per device, got "
+                     f"{_describe(order_doc) if 'order' in doc else 'nothing'}")
+    devices = r.size(doc, "devices")
+    if devices is None:
+        devices = len(order_doc)
+        if devices == 0:
+            raise r.fail("order", "has no devices")
+    elif len(order_doc) != devices:
+        raise r.fail("order", f"has {len(order_doc)} device lists but devices is {devices}")
+    order = _read_order(r, order_doc)
+
+    stages = r.size(doc, "stages")
+    microbatches = r.size(doc, "microbatches")
+    if stages is None or microbatches is None:
+        leaves = [x for row in order for a in row if a is not None for x in a.leaves()]
+        if stages is None:
+            stages = max(devices, 1 + max((a.stage for a in leaves), default=0))
+        if microbatches is None:
+            microbatches = 1 + max((a.microbatch for a in leaves if a.microbatch is not None), default=0)
+    placement = _read_placement(r, doc, devices, stages, microbatches)
+
+    costs = None
+    if "costs" in doc and doc["costs"] is not None:
+        c = r.object("costs", doc["costs"], COSTED_KINDS + ("comm",))
+        values = {k: (r.number("costs.comm", v) if k == "comm" else r.per_stage(f"costs.{k}", v, stages))
+                  for k, v in c.items()}
+        costs = Costs(**values)
+    memory = None
+    if "memory" in doc and doc["memory"] is not None:
+        m = r.object("memory", doc["memory"], MEMORY_FIELDS)
+        values = {}
+        if "activation" in m:
+            values["activation"] = r.per_stage("memory.activation", m["activation"], stages)
+        if "static" in m:
+            values["static"] = r.per_stage("memory.static", m["static"], stages)
+        if "w" in m:
+            values["w"] = r.number("memory.w", m["w"], maximum=1.0)
+        if m.get("limit") is not None:
+            values["limit"] = r.number("memory.limit", m["limit"])
+        memory = MemoryModel(**values)
+    sem = doc.get("comm_semantics")
+    if sem is not None and sem not in COMM_SEMANTICS:
+        raise r.fail("comm_semantics", f"expected 'eager' or 'rendezvous', got {_describe(sem)}")
+    metadata = doc.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise r.fail("metadata", f"expected an object, got {_describe(metadata)}")
+    return Schedule(devices, stages, microbatches, order, placement, name, costs, memory, sem, metadata)
+
+
+def _read_order(r: _Reader, order_doc: list) -> tuple:
+    rows = []
+    errors = []
+    for d, row in enumerate(order_doc):
+        if not isinstance(row, list):
+            raise r.fail(f"order[{d}]", f"expected the list of device {d}'s actions, got {_describe(row)}")
+        out = []
+        append = out.append
+        for p, cell in enumerate(row):
+            if cell is None:
+                append(None)
+                continue
+            try:
+                append(parse_action(cell) if isinstance(cell, str) else _not_a_string(cell))
+            except ActionSyntaxError as e:
+                errors.append(f"order[{d}][{p}]: {e}")
+                append(None)
+        rows.append(tuple(out))
+    if errors:
+        more = len(errors) - MAX_REPORTED
+        lines = errors[:MAX_REPORTED] + ([f"... and {more} more"] if more > 0 else [])
+        if len(errors) == 1:
+            where, _, msg = errors[0].partition(": ")
+            raise r.fail(where, msg)
+        raise InputError(f"{len(errors)} actions do not parse:\n  " + "\n  ".join(lines), source=r.source)
+    return tuple(rows)
+
+
+def _not_a_string(cell: Any):
+    raise ActionSyntaxError(f"expected an action string or null, got {_describe(cell)}")
+
+
+def _read_placement(r: _Reader, doc: dict, devices: int, stages: int, microbatches: int) -> Placement:
+    if "routes" in doc:
+        if "placement" in doc:
+            raise r.fail("placement", "give either placement or routes (with microbatch_route), not both")
+        routes = doc["routes"]
+        if not isinstance(routes, list) or not routes:
+            raise r.fail("routes", f"expected a non-empty list of placements, got {_describe(routes)}")
+        specs = [r.placement_spec(f"routes[{k}]", p, devices, stages) for k, p in enumerate(routes)]
+        mr = doc.get("microbatch_route")
+        if not isinstance(mr, list) or len(mr) != microbatches:
+            raise r.fail("microbatch_route", f"expected a list with one route index per microbatch "
+                         f"({microbatches}), got {_describe(mr) if 'microbatch_route' in doc else 'nothing'}")
+        for i, k in enumerate(mr):
+            if type(k) is not int or not 0 <= k < len(routes):
+                raise r.fail(f"microbatch_route[{i}]", f"expected a route index in 0..{len(routes) - 1}, got {_describe(k)}")
+        return Placement.bidirectional(specs, mr, devices, stages)
+    if "microbatch_route" in doc:
+        raise r.fail("microbatch_route", "only meaningful together with routes")
+    spec = r.placement_spec("placement", doc.get("placement", "loop"), devices, stages)
+    return Placement.of(spec, devices, stages)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _num(v):
+    if isinstance(v, tuple):
+        return [_num(x) for x in v]
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def _spec_json(spec):
+    return spec if isinstance(spec, str) else list(spec)
+
+
+def to_document(schedule: Schedule) -> dict:
+    """The schedverify/1 document of ``schedule`` (what :func:`dumps` writes)."""
+    doc: dict[str, Any] = {"format": FORMAT}
+    if schedule.name:
+        doc["name"] = schedule.name
+    doc["devices"] = schedule.devices
+    doc["stages"] = schedule.stages
+    doc["microbatches"] = schedule.microbatches
+    p = schedule.placement
+    specs = p.specs or p.routes
+    if p.is_bidirectional:
+        doc["routes"] = [_spec_json(s) for s in specs]
+        doc["microbatch_route"] = list(p.microbatch_route)
+    else:
+        doc["placement"] = _spec_json(specs[0])
+    doc["order"] = [[None if a is None else str(a) for a in row] for row in schedule.order]
+    if schedule.costs is not None:
+        defaults = Costs()
+        doc["costs"] = {
+            k: _num(getattr(schedule.costs, k))
+            for k in COSTED_KINDS + ("comm",)
+            if getattr(schedule.costs, k) is not None
+            and (k in ("F", "B", "I", "W", "comm") or getattr(schedule.costs, k) != getattr(defaults, k))
+        }
+    if schedule.memory is not None:
+        m = schedule.memory
+        doc["memory"] = {"activation": _num(m.activation), "w": m.w, "static": _num(m.static), "limit": m.limit}
+    if schedule.comm_semantics is not None:
+        doc["comm_semantics"] = schedule.comm_semantics
+    if schedule.metadata:
+        doc["metadata"] = schedule.metadata
+    return doc
+
+
+def dumps(schedule: Schedule) -> str:
+    """schedverify/1 JSON text: indented, one device's order per line, so diffs stay readable."""
+    parts = []
+    for key, value in to_document(schedule).items():
+        if key == "order":
+            rows = ",\n".join("    " + json.dumps(row) for row in value)
+            text = f"[\n{rows}\n  ]"
+        else:
+            text = json.dumps(value, indent=2).replace("\n", "\n  ")
+        parts.append(f"  {json.dumps(key)}: {text}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"

@@ -1,0 +1,300 @@
+"""The data model: actions, placements, costs, memory and schedules (SPEC.md sections 1, 2, 4-6).
+
+Everything here is immutable and free of heavy dependencies.  ``Action`` is a NamedTuple
+rather than a dataclass because a realistic schedule holds millions of them and a tuple is
+several times cheaper to build and to hash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple, Sequence, Union
+
+# Action kinds (PyTorch's ``_ComputationType`` values).  Plain interned strings, so that
+# comparisons in the hot loops are pointer comparisons and JSON needs no conversion.
+F = "F"
+B = "B"
+I = "I"  # noqa: E741  (the name is PyTorch's)
+W = "W"
+OVERLAP_F_B = "OVERLAP_F_B"
+SEND_F = "SEND_F"
+RECV_F = "RECV_F"
+SEND_B = "SEND_B"
+RECV_B = "RECV_B"
+UNSHARD = "UNSHARD"
+RESHARD = "RESHARD"
+REDUCE_GRAD = "REDUCE_GRAD"
+
+#: Kinds that compute on a (stage, microbatch) pair.
+COMPUTE_KINDS = frozenset({F, B, I, W})
+#: Point-to-point communication kinds.
+COMM_KINDS = frozenset({SEND_F, RECV_F, SEND_B, RECV_B})
+#: PyTorch's bookkeeping kinds: they carry a stage and no microbatch.
+BOOKKEEPING_KINDS = frozenset({UNSHARD, RESHARD, REDUCE_GRAD})
+ALL_KINDS = COMPUTE_KINDS | COMM_KINDS | BOOKKEEPING_KINDS | {OVERLAP_F_B}
+#: Kinds whose cost can be set in :class:`Costs`.
+COSTED_KINDS = (F, B, I, W, OVERLAP_F_B, SEND_F, RECV_F, SEND_B, RECV_B)
+
+
+class Action(NamedTuple):
+    """One entry of a device's order, in PyTorch's grammar (``2F5``, ``0SEND_B1``, ...).
+
+    ``microbatch`` is None for bookkeeping actions.  An ``OVERLAP_F_B`` action has
+    ``stage``/``microbatch`` None and its two sub-actions (one ``F`` and one ``B`` or ``I``)
+    in ``sub``.
+    """
+
+    stage: int | None
+    kind: str
+    microbatch: int | None = None
+    sub: tuple[Action, ...] | None = None
+
+    def __str__(self) -> str:
+        if self.sub is not None:
+            return "(" + ";".join(map(str, self.sub)) + ")" + self.kind
+        if self.microbatch is None:
+            return f"{self.stage}{self.kind}"
+        return f"{self.stage}{self.kind}{self.microbatch}"
+
+    def leaves(self) -> tuple[Action, ...]:
+        """The compute actions this entry stands for (itself, or an overlap's sub-actions)."""
+        return self.sub if self.sub is not None else (self,)
+
+
+def overlap(forward: Action, backward: Action) -> Action:
+    """An ``OVERLAP_F_B`` action running ``forward`` and ``backward`` together (DualPipe)."""
+    return Action(None, OVERLAP_F_B, None, (forward, backward))
+
+
+# --------------------------------------------------------------------------- placement
+
+PlacementSpec = Union[str, Sequence[int]]
+
+
+def stage_devices(spec: PlacementSpec, devices: int, stages: int) -> tuple[int, ...]:
+    """Resolve a placement spec (``"loop"``, ``"v"`` or an explicit list) to stage -> device.
+
+    ``"v"`` generalises ZB-V's shape to any number of chunks: chunk ``c`` of device ``d``
+    holds stage ``c*D + d`` when ``c`` is even and ``c*D + D-1-d`` when it is odd, so the
+    forward pass walks down the devices and back up again.
+    """
+    if isinstance(spec, str):
+        if spec == "loop":
+            return tuple(s % devices for s in range(stages))
+        if spec == "v":
+            out = []
+            for s in range(stages):
+                chunk, r = divmod(s, devices)
+                out.append(r if chunk % 2 == 0 else devices - 1 - r)
+            return tuple(out)
+        raise ValueError(f"unknown placement {spec!r}; expected 'loop', 'v' or a list")
+    return tuple(spec)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which device runs each stage, for each route (SPEC.md section 1).
+
+    Unidirectional schedules have one route.  Bidirectional ones (DualPipe, Chimera) have
+    two, and ``microbatch_route[i]`` says which route microbatch ``i`` follows.  ``specs``
+    keeps what the user wrote (``"loop"``, ``"v"`` or lists) so files round-trip unchanged.
+    """
+
+    routes: tuple[tuple[int, ...], ...]
+    microbatch_route: tuple[int, ...] | None = None
+    specs: tuple[PlacementSpec, ...] = ()
+
+    @classmethod
+    def of(
+        cls, spec: PlacementSpec, devices: int, stages: int
+    ) -> Placement:
+        return cls((stage_devices(spec, devices, stages),), None, (_freeze_spec(spec),))
+
+    @classmethod
+    def bidirectional(
+        cls,
+        specs: Sequence[PlacementSpec],
+        microbatch_route: Sequence[int],
+        devices: int,
+        stages: int,
+    ) -> Placement:
+        return cls(
+            tuple(stage_devices(s, devices, stages) for s in specs),
+            tuple(microbatch_route),
+            tuple(_freeze_spec(s) for s in specs),
+        )
+
+    @property
+    def is_bidirectional(self) -> bool:
+        return self.microbatch_route is not None
+
+    def device(self, stage: int, microbatch: int | None = None) -> int:
+        """The device of ``stage`` on ``microbatch``'s route (route 0 when not given)."""
+        route = 0
+        if self.microbatch_route is not None and microbatch is not None:
+            route = self.microbatch_route[microbatch]
+        return self.routes[route][stage]
+
+    def devices_of_stage(self, stage: int) -> frozenset[int]:
+        """Every device that holds a copy of ``stage`` (two for bidirectional schedules)."""
+        return frozenset(r[stage] for r in self.routes)
+
+
+def _freeze_spec(spec: PlacementSpec) -> PlacementSpec:
+    return spec if isinstance(spec, str) else tuple(spec)
+
+
+# --------------------------------------------------------------------------- costs, memory
+
+PerStage = Union[float, tuple[float, ...]]
+
+
+def per_stage(value: PerStage, stage: int) -> float:
+    return value[stage] if isinstance(value, tuple) else value
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Durations per action kind (optionally per stage) and the cross-device latency.
+
+    ``OVERLAP_F_B`` None means "the sum of the two sub-actions" (no overlap gain).
+    Communication actions take no compute time unless ``SEND_F`` ... say otherwise; ``comm``
+    is added on every data dependency that crosses devices.
+    """
+
+    F: PerStage = 1
+    B: PerStage = 2
+    I: PerStage = 1  # noqa: E741
+    W: PerStage = 1
+    OVERLAP_F_B: PerStage | None = None
+    SEND_F: PerStage = 0
+    RECV_F: PerStage = 0
+    SEND_B: PerStage = 0
+    RECV_B: PerStage = 0
+    comm: float = 0
+
+    def of(self, action: Action) -> float:
+        """The duration of ``action`` under these costs."""
+        kind = action.kind
+        if kind == OVERLAP_F_B:
+            if self.OVERLAP_F_B is None or action.sub is None:
+                return sum(self.of(a) for a in action.leaves())
+            return per_stage(self.OVERLAP_F_B, action.sub[0].stage)
+        if kind in BOOKKEEPING_KINDS:
+            return 0
+        return per_stage(getattr(self, kind), action.stage)
+
+    def with_values(self, **values: PerStage) -> Costs:
+        return replace(self, **values)
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """Activation memory (SPEC.md section 5).
+
+    ``F`` allocates ``activation`` (per stage) at its start; ``B`` frees it at its end; ``I``
+    frees ``(1-w)`` of it and ``W`` the remaining ``w``.  ``static`` is added, per stage, on
+    every device that holds the stage.  ``limit`` None means "no limit".
+    """
+
+    activation: PerStage = 1
+    w: float = 0.5
+    static: PerStage = 0
+    limit: float | None = None
+
+
+COMM_SEMANTICS = ("eager", "rendezvous")
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A pipeline schedule: one ordered list of actions per device (None is an idle slot).
+
+    ``costs``, ``memory`` and ``comm_semantics`` are what the file said (None when absent);
+    the checker and timeline fill in defaults and command-line overrides.
+    """
+
+    devices: int
+    stages: int
+    microbatches: int
+    order: tuple[tuple[Action | None, ...], ...]
+    placement: Placement
+    name: str = ""
+    costs: Costs | None = None
+    memory: MemoryModel | None = None
+    comm_semantics: str | None = None
+    metadata: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def build(
+        cls,
+        order: Sequence[Sequence[Action | str | None]],
+        *,
+        stages: int | None = None,
+        microbatches: int | None = None,
+        placement: PlacementSpec | Placement = "loop",
+        name: str = "",
+        costs: Costs | None = None,
+        memory: MemoryModel | None = None,
+        comm_semantics: str | None = None,
+    ) -> Schedule:
+        """Convenience constructor: parses action strings and infers missing sizes."""
+        from .io.actions import parse_action
+
+        rows = tuple(
+            tuple(a if a is None or isinstance(a, Action) else parse_action(a) for a in row)
+            for row in order
+        )
+        devices = len(rows)
+        leaves = [x for row in rows for a in row if a is not None for x in a.leaves()]
+        if stages is None:
+            stages = 1 + max((a.stage for a in leaves if a.stage is not None), default=devices - 1)
+        if microbatches is None:
+            microbatches = 1 + max(
+                (a.microbatch for a in leaves if a.microbatch is not None), default=-1
+            )
+        if not isinstance(placement, Placement):
+            placement = Placement.of(placement, devices, stages)
+        return cls(
+            devices, stages, microbatches, rows, placement, name, costs, memory, comm_semantics
+        )
+
+    @property
+    def num_actions(self) -> int:
+        return sum(1 for row in self.order for a in row if a is not None)
+
+    @property
+    def has_explicit_comm(self) -> bool:
+        return any(a is not None and a.kind in COMM_KINDS for row in self.order for a in row)
+
+    def with_(self, **changes) -> Schedule:
+        return replace(self, **changes)
+
+
+def resolve_costs(schedule: Schedule, override=None) -> Costs:
+    """The costs in force: the file's (or the defaults), with ``override`` on top.
+
+    ``override`` is a :class:`Costs` (used as is) or a mapping of the fields to change, as
+    ``--costs F=1,B=3`` gives.
+    """
+    base = schedule.costs if schedule.costs is not None else Costs()
+    if override is None:
+        return base
+    if isinstance(override, Costs):
+        return override
+    return replace(base, **dict(override))
+
+
+def resolve_memory(schedule: Schedule, override=None, limit: float | None = None) -> MemoryModel:
+    """The memory model in force: the file's (or the defaults), ``override``, then ``limit``."""
+    base = schedule.memory if schedule.memory is not None else MemoryModel()
+    if isinstance(override, MemoryModel):
+        base = override
+    elif override:
+        base = replace(base, **dict(override))
+    if limit is not None:
+        base = replace(base, limit=limit)
+    return base
