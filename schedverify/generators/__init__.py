@@ -1,16 +1,71 @@
 """Generators for the well-known schedule families: pure functions, sizes first.
 
-``FAMILIES`` maps each CLI name to its generator; each generator's docstring cites its
-paper and states its domain.
+Each generator is ``f(devices, microbatches, *, <options>) -> Schedule``; its docstring cites
+the paper and states the domain, and sizes outside the domain raise
+:class:`~schedverify.errors.UnsupportedSize` with a message that states the rule.
+
+``FAMILIES`` maps each CLI name to a :class:`Family`: the generator plus what
+``schedverify generate --list`` prints (a one-line summary and the domain) and the family's
+options.  To add a family, import its generator below and add one ``Family(...)`` line to
+the tuple at the bottom.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..model import Schedule
 from .classic import gpipe, one_f_one_b
 
-FAMILIES = {
-    "gpipe": gpipe,
-    "1f1b": one_f_one_b,
-}
 
-__all__ = ["FAMILIES", "gpipe", "one_f_one_b"]
+@dataclass(frozen=True)
+class Option:
+    """A keyword option of a generator, exposed on the command line as ``--name-with-dashes``.
+
+    ``name`` is the generator's keyword argument (``group_size``); ``type`` parses the
+    command-line text (``int``, ``float``, ``str``); ``default`` is documentation only, the
+    generator's own default applies when the option is not given.
+    """
+
+    name: str
+    type: Callable[[str], Any] = int
+    default: Any = None
+    help: str = ""
+    choices: tuple | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Family:
+    """One schedule family: CLI name, generator, one-line summary and domain (for ``--list``).
+
+    ``chunks`` says whether the generator takes ``chunks=V`` (stages per device); families
+    with a fixed shape (ZB-V's two chunks) leave it False and set their stage count
+    themselves.  ``options`` lists the other keyword options.
+    """
+
+    name: str
+    generate: Callable[..., Schedule]
+    summary: str
+    domain: str
+    options: tuple[Option, ...] = ()
+    chunks: bool = False
+
+    def __call__(self, devices: int, microbatches: int, **options: Any) -> Schedule:
+        return self.generate(devices, microbatches, **options)
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("gpipe", gpipe,
+           "GPipe (Huang et al. 2019): all forwards, then all backwards",
+           "D >= 1, M >= 1"),
+    Family("1f1b", one_f_one_b,
+           "1F1B / PipeDream-Flush (Narayanan et al. 2021): D-d-1 warm-up forwards, then one F one B",
+           "D >= 1, M >= 1"),
+)}
+
+__all__ = ["FAMILIES", "Family", "Option", "gpipe", "one_f_one_b"]
