@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 from ..model import Schedule
 from .classic import gpipe, one_f_one_b
+from .interleaved import interleaved_1f1b, looped_bfs
+from .zero_bubble import zb_h1, zb_h2
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,24 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("1f1b", one_f_one_b,
            "1F1B / PipeDream-Flush (Narayanan et al. 2021): D-d-1 warm-up forwards, then one F one B",
            "D >= 1, M >= 1"),
+    Family("interleaved-1f1b", interleaved_1f1b,
+           "Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): depth-first over chunks in microbatch groups",
+           "V >= 2, D <= group size <= M, M % group size is 0 or >= D (Megatron's rules)",
+           options=(Option("group_size", int, "D", "microbatches per group (Megatron's "
+                           "microbatch_group_size_per_vp_stage)"),),
+           chunks=True),
+    Family("looped-bfs", looped_bfs,
+           "Looped breadth-first (Lamy-Poirier 2023): each chunk's forwards for all microbatches, then backwards",
+           "D >= 1, M >= 1, V >= 1", chunks=True),
+    Family("zb-h1", zb_h1,
+           "ZB-H1 (Qi et al. 2024): 1F1B with split backward, W delayed d steps on device d; 1F1B's peak",
+           "D >= 1, M >= 1"),
+    Family("zb-h2", zb_h2,
+           "ZB-H2 (Qi et al. 2024): 2(D-1-d) warm-up forwards, W delayed 2d steps; 2D-1 in flight",
+           "D >= 1, M >= 1"),
 )}
 
-__all__ = ["FAMILIES", "Family", "Option", "gpipe", "one_f_one_b"]
+__all__ = [
+    "FAMILIES", "Family", "Option", "gpipe", "interleaved_1f1b", "looped_bfs", "one_f_one_b", "zb_h1",
+    "zb_h2",
+]

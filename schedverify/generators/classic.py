@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..model import B, F, Action, Schedule
-from ._build import assemble, positive
+from ._build import assemble, phases, positive
 
 
 def gpipe(devices: int, microbatches: int) -> Schedule:
@@ -32,12 +32,7 @@ def one_f_one_b(devices: int, microbatches: int) -> Schedule:
     positive("1f1b", devices=devices, microbatches=microbatches)
     order = []
     for d in range(devices):
-        warmup = min(devices - d - 1, microbatches)
-        row = [Action(d, F, i) for i in range(warmup)]
-        for k in range(microbatches - warmup):
-            row.append(Action(d, F, warmup + k))
-            row.append(Action(d, B, k))
-        row += [Action(d, B, i) for i in range(microbatches - warmup, microbatches)]
-        order.append(row)
+        work = [(d, i) for i in range(microbatches)]
+        order.append(phases(work, work, devices - d - 1))
     return assemble("1f1b", order, stages=devices, microbatches=microbatches,
                     metadata={"family": "1f1b"})
