@@ -1,0 +1,217 @@
+"""Derivations as sympy expressions: the public face of :mod:`schedverify.formulas`.
+
+``formula(family, metric, device=None)`` returns a :class:`Formula`: a sympy expression in
+``p, m, v, d, t_F, t_B, t_I, t_W, c`` and its domain of validity (the conditions it was
+derived under and the range of sizes over which it was confirmed exactly).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import sympy
+
+from ..errors import UsageError
+from . import fit
+from .derive import DEVICE_METRICS, EXTRAS, METRICS, Derivation, Piece, derive
+from .sizes import family as _family
+from .tropical import COST_SYMBOLS
+
+p, m, v, d = sympy.symbols("p m v d")
+t_F, t_B, t_I, t_W, c = sympy.symbols("t_F t_B t_I t_W c")
+COSTS = (t_F, t_B, t_I, t_W, c)
+SYMBOLS = {s.name: s for s in (p, m, v, d, t_F, t_B, t_I, t_W, c)}
+_LOCALS = dict(SYMBOLS)
+_FEATURES = tuple(sympy.sympify(text, locals=_LOCALS) for text, _ in EXTRAS)
+_BASIS = (p, m, v, d) + _FEATURES
+
+
+def parse(text: str):
+    """Parse an expression in the formula symbols (what ``Formula.to_json()['expression']`` is)."""
+    return sympy.sympify(text, locals=_LOCALS)
+
+
+def _poly(poly) -> sympy.Expr:
+    return fit.to_sympy(poly, _BASIS)
+
+
+def _cond(text: str):
+    lhs, rhs = text.split(">=", 1)
+    return sympy.Ge(parse(lhs), parse(rhs))
+
+
+def _scalar(pieces: list[Piece]) -> sympy.Expr:
+    if len(pieces) == 1:
+        return _poly(pieces[0].value)
+    hi, lo = pieces
+    a, b = _poly(hi.value), _poly(lo.value)
+    # a split at m >= T with the m-limited side below is often exactly a Min (or a Max):
+    # say so when it is an identity on both sides of the split (checked by sympy, not guessed)
+    return sympy.Piecewise((a, _cond(hi.cond)), (b, True))
+
+
+def _linear(comps) -> sympy.Expr:
+    return sum((_scalar(pc) * s for pc, s in zip(comps, COSTS)), sympy.Integer(0))
+
+
+def _tropical(pieces: list[Piece]) -> sympy.Expr:
+    def one(terms):
+        forms = [sum((_poly(comp) * s for comp, s in zip(t, COSTS)), sympy.Integer(0))
+                 for t in terms]
+        forms = [sympy.factor_terms(sympy.collect(sympy.expand(f), COSTS)) for f in forms]
+        return sympy.Max(*forms) if len(forms) > 1 else forms[0]
+
+    if len(pieces) == 1:
+        return one(pieces[0].value)
+    hi, lo = pieces
+    return sympy.Piecewise((one(hi.value), _cond(hi.cond)), (one(lo.value), True))
+
+
+def _tidy(e):
+    """Collect by cost symbol with factored coefficients; cancel common factors of a ratio."""
+    if e.has(sympy.Piecewise) or e.has(sympy.Max):
+        return e
+
+    def lin(x):
+        return sympy.collect(sympy.expand(x), COSTS, func=sympy.factor)
+
+    num, den = sympy.fraction(sympy.together(e))
+    if den == 1:
+        return lin(num)
+    return lin(num) / lin(den)
+
+
+@dataclass(frozen=True)
+class Formula:
+    family: str
+    metric: str
+    device: str | None
+    expression: Any  # sympy expression
+    conditions: tuple[str, ...]
+    confirmed: dict
+    notes: tuple[str, ...] = field(default=())
+    generator_domain: str = ""
+
+    def text(self) -> str:
+        return sympy.sstr(self.expression)
+
+    def latex(self) -> str:
+        return sympy.latex(self.expression)
+
+    def to_json(self) -> dict:
+        return {
+            "family": self.family, "metric": self.metric, "device": self.device,
+            "expression": sympy.sstr(self.expression), "latex": self.latex(),
+            "domain": {"conditions": list(self.conditions), "confirmed": self.confirmed,
+                       "generator_domain": self.generator_domain},
+            "notes": list(self.notes),
+        }
+
+    def evaluate(self, sizes: dict, costs: dict | None = None) -> Fraction:
+        """The exact value at ``sizes`` (p, m, v, d) and ``costs`` (t_F, ..., c)."""
+        subs = {SYMBOLS[k]: sympy.Rational(str(x)) for k, x in {**sizes, **(costs or {})}.items()
+                if k in SYMBOLS}
+        val = sympy.sympify(self.expression).xreplace(subs)
+        val = sympy.nsimplify(val) if not val.is_Rational else val
+        if not val.is_Rational:
+            raise UsageError(f"{self.family} {self.metric}: value at {sizes} {costs} is not a "
+                             f"number: {val} (give every size and cost symbol)")
+        return Fraction(int(val.p), int(val.q))
+
+
+def formula(family: str, metric: str, device: int | str | None = None) -> Formula:
+    """The derived closed form of ``metric`` for ``family`` (per device when ``device`` is
+    given: ``"d"`` for the general form, or a number)."""
+    _family(family)
+    if metric not in METRICS and metric != "busy":
+        raise UsageError(f"unknown metric {metric!r}; known: {', '.join(METRICS + ('busy',))}")
+    if device is not None and metric not in DEVICE_METRICS:
+        raise UsageError(f"metric {metric!r} is not per device; --device applies to "
+                         f"{', '.join(DEVICE_METRICS)}")
+    if metric == "busy" and device is None:
+        device = "d"
+    der: Derivation = derive(family)
+    T = _tropical(der.makespan)
+    busy_d = _linear(der.busy[0].value)
+    busiest = _tropical(der.busiest)
+    total = _linear(der.total_busy[0].value)
+    per_device = device is not None
+    if metric == "makespan":
+        expr = T
+    elif metric == "busy":
+        expr = busy_d
+    elif metric == "bubble_time":
+        expr = T - (busy_d if per_device else busiest)
+    elif metric == "bubble_ratio":
+        expr = (T - busiest) / busiest
+    elif metric == "bubble_fraction":
+        expr = 1 - total / (p * T)
+    elif metric == "peak_inflight":
+        expr = _scalar(der.peak_inflight_d if per_device else der.peak_inflight)
+    else:
+        expr = _scalar(der.peak_memory_d if per_device else der.peak_memory)
+    if per_device and device != "d":
+        try:
+            dv = int(device)
+        except (TypeError, ValueError):
+            raise UsageError(f"--device: expected a device index or 'd', got {device!r}") from None
+        expr = expr.subs(d, dv)
+    expr = _tidy(expr)
+    rng = der.confirm_range
+    conds = ["p >= 2", "m >= 1"]
+    if der.chunks:
+        conds.append(f"{rng['v'][0]} <= v <= {rng['v'][1]}")
+    else:
+        conds.append(f"v == {rng['v'][0]}" if len(rng["v"]) == 1 else f"v in {rng['v']}")
+    if per_device:
+        conds.append("0 <= d <= p - 1")
+    timing = metric in ("makespan", "bubble_time", "bubble_ratio", "bubble_fraction", "busy")
+    notes = []
+    if timing:
+        conds += ["t_F > 0", "t_B > 0", "t_I > 0", "t_W > 0"]
+        conds.append("c == 0" if der.c_zero else "c >= 0")
+        notes.append("uniform costs per action kind; an OVERLAP_F_B action costs its two parts' sum")
+        if der.c_zero:
+            notes.append("with c > 0 the makespan is not of a form the deriver fits: " + der.c_reason)
+    if metric == "peak_memory":
+        notes.append("memory model: activation 1 per stage, w = 1/2, no static memory")
+    if der.skipped:
+        notes.append(f"{len(der.skipped)} sizes in the ranges are not accepted by the generator "
+                     "and were skipped")
+    confirmed = {"p": rng["p"], "m": rng["m"], "v": rng["v"], "sizes": der.confirmed}
+    return Formula(family, metric, None if device is None else str(device), expr, tuple(conds),
+                   confirmed, tuple(notes), getattr(_family(family), "domain", ""))
+
+
+def smallest_m(family: str, p_value: int, below: float, *, metric: str = "bubble_fraction",
+               costs: dict | None = None, v_value: int | None = None, m_max: int = 4096) -> int | None:
+    """The smallest m (the family accepts) whose ``metric`` is below ``below`` at p devices.
+
+    Answers "how many microbatches for a bubble fraction under 5%?" from the derived form.
+    """
+    from ..errors import UnsupportedSize
+    from .sizes import build
+
+    f = formula(family, metric)
+    base = {"t_F": 1, "t_B": 2, "t_I": 1, "t_W": 1, "c": 0, **(costs or {})}
+    limit = Fraction(str(below))
+    for mv in range(1, m_max + 1):
+        try:
+            build(family, p_value, mv, v_value if _has_v(family) else None)
+        except UnsupportedSize:
+            continue
+        sizes = {"p": p_value, "m": mv, "v": v_value if v_value is not None else f.confirmed["v"][0]}
+        if f.evaluate(sizes, base) < limit:
+            return mv
+    return None
+
+
+def _has_v(name: str) -> bool:
+    from .sizes import has_chunks
+
+    return has_chunks(name)
+
+
+__all__ = ["COST_SYMBOLS", "Formula", "METRICS", "SYMBOLS", "formula", "parse", "smallest_m"]

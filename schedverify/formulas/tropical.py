@@ -1,0 +1,166 @@
+"""The timeline with symbolic costs, exactly, at one concrete size (no sympy here).
+
+With uniform costs per action kind, every start and end time of the as-soon-as-possible
+execution (SPEC.md section 4) is a *max over dependency paths of sums of costs*: a tropical
+polynomial in the cost symbols ``t_F, t_B, t_I, t_W, c``.  A term is the vector of how many
+times each symbol occurs on one path; a time is the set of its terms, and since every cost
+is >= 0 a term that is componentwise <= another can never be the maximum, so it is dropped.
+What remains is exact for every non-negative cost vector: ``time(x) = max(term . x)``.
+
+The sweep reads the compiled graph of :mod:`schedverify.graph` (the dependency rules of
+:mod:`schedverify.deps`, never restated here) and visits actions in a topological order
+taken from a unit-cost numeric sweep (with positive durations, a dependency always starts
+strictly earlier than its dependant).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterable, Sequence
+
+from ..errors import UsageError
+from ..graph import compile_graph, sweep
+from ..model import B, F, I, OVERLAP_F_B, W, Action, MemoryModel, Schedule
+from ..cost.memory import memory_sweep
+
+#: The cost symbols, in the order of a term's components.
+COST_SYMBOLS = ("t_F", "t_B", "t_I", "t_W", "c")
+_KIND_INDEX = {F: 0, B: 1, I: 2, W: 3}
+NDIM = len(COST_SYMBOLS)
+ZERO = (0,) * NDIM
+COMM = tuple(1 if k == "c" else 0 for k in COST_SYMBOLS)
+
+Term = tuple  # tuple[int, ...] of length NDIM
+Tropical = frozenset  # frozenset[Term]: max over the terms, each a linear form in the costs
+
+
+def add(a: Term, b: Term) -> Term:
+    return tuple(x + y for x, y in zip(a, b))
+
+
+def dominates(a: Term, b: Term) -> bool:
+    """a >= b componentwise: b can never exceed a when every cost is >= 0."""
+    return all(x >= y for x, y in zip(a, b))
+
+
+def prune(terms: Iterable[Term]) -> Tropical:
+    """Drop every term that another term dominates (keeps one copy of equal terms)."""
+    ts = sorted(set(terms), key=lambda t: (-sum(t), t))
+    kept: list[Term] = []
+    for t in ts:
+        if not any(dominates(k, t) for k in kept):
+            kept.append(t)
+    return frozenset(kept)
+
+
+def shift(p: Tropical, t: Term) -> Tropical:
+    return frozenset(add(x, t) for x in p)
+
+
+def evaluate(p: Iterable[Term], costs: Sequence) -> Fraction:
+    """max(term . costs) for a cost vector in COST_SYMBOLS order."""
+    return max(sum(Fraction(k) * Fraction(x) for k, x in zip(t, costs)) for t in p)
+
+
+def duration(action: Action) -> Term:
+    """The term of one action's duration: its compute leaves (an overlap costs their sum, as
+    :class:`~schedverify.model.Costs` does by default); communication and bookkeeping cost 0."""
+    v = [0] * NDIM
+    kinds = [x.kind for x in action.leaves()] if action.kind == OVERLAP_F_B else [action.kind]
+    for k in kinds:
+        if k in _KIND_INDEX:
+            v[_KIND_INDEX[k]] += 1
+    return tuple(v)
+
+
+@dataclass(frozen=True)
+class SizeMetrics:
+    """Everything the formulas and the prover need about one generated schedule.
+
+    ``makespan`` is a tropical polynomial; ``busy[d]`` the (linear) busy time of device
+    ``d`` as a term; ``peak_inflight`` and ``peak_memory`` (default memory model:
+    activation 1 per stage, ``w`` = 1/2, no static memory) and ``warmup`` (forwards before
+    the first backward) per device depend on the order only.
+    """
+
+    devices: int
+    stages: int
+    microbatches: int
+    makespan: Tropical
+    busy: tuple[Term, ...]
+    peak_inflight: tuple[int, ...]
+    peak_memory: tuple[Fraction, ...]
+    warmup: tuple[int, ...]
+
+    @property
+    def v(self) -> int:
+        return self.stages // self.devices
+
+    @property
+    def busiest(self) -> Tropical:
+        """max_d busy_d, as a tropical polynomial."""
+        return prune(self.busy)
+
+    @property
+    def total_busy(self) -> Term:
+        out = ZERO
+        for b in self.busy:
+            out = add(out, b)
+        return out
+
+
+def symbolic_timeline(schedule: Schedule) -> tuple[list[Tropical], list[Term]]:
+    """End time (tropical polynomial) and duration term of every action of the compiled graph."""
+    g = compile_graph(schedule)
+    n = len(g.acts)
+    res = sweep(g, [1.0] * n, 0.0, max_cycles=1)
+    if not res.completed:
+        raise UsageError(f"{schedule.name or 'the schedule'} deadlocks; its timeline has no makespan "
+                         "(run `schedverify check` to see the cycle)")
+    dur = [duration(a) for a in g.acts]
+    order = sorted(range(n), key=lambda i: (res.start[i], g.dev[i], i))
+    end: list[Tropical | None] = [None] * n
+    zero = frozenset([ZERO])
+    starts = g.starts
+    for i in order:
+        parts: list[Term] = []
+        d = g.dev[i]
+        if i > starts[d]:
+            parts.extend(end[i - 1])
+        for j in g.waits[i]:
+            if j >= 0:
+                parts.extend(add(t, COMM) for t in end[j])
+            else:
+                parts.extend(end[~j])
+        begin = prune(parts) if parts else zero
+        end[i] = shift(begin, dur[i])
+    return end, dur  # type: ignore[return-value]
+
+
+def size_metrics(schedule: Schedule) -> SizeMetrics:
+    end, dur = symbolic_timeline(schedule)
+    g = compile_graph(schedule)
+    D = schedule.devices
+    lasts = [end[g.starts[d + 1] - 1] for d in range(D) if g.starts[d + 1] > g.starts[d]]
+    makespan = prune(t for p in lasts for t in p) if lasts else frozenset([ZERO])
+    busy = []
+    for d in range(D):
+        b = ZERO
+        for i in range(g.starts[d], g.starts[d + 1]):
+            b = add(b, dur[i])
+        busy.append(b)
+    mem = memory_sweep(g, MemoryModel())
+    warm = []
+    for d in range(D):
+        count = 0
+        for i in range(g.starts[d], g.starts[d + 1]):
+            leaves = g.acts[i].leaves()
+            if any(x.kind in (B, I) for x in leaves):
+                break
+            count += sum(1 for x in leaves if x.kind == F)
+        warm.append(count)
+    return SizeMetrics(D, schedule.stages, schedule.microbatches, makespan, tuple(busy),
+                       tuple(mem.peak_inflight),
+                       tuple(Fraction(x).limit_denominator(10**6) for x in mem.peak_memory),
+                       tuple(warm))
