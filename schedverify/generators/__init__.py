@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..model import Schedule
+from .bidirectional import chimera, dualpipe, dualpipe_v
 from .classic import gpipe, one_f_one_b
 from .interleaved import interleaved_1f1b, looped_bfs
+from .vshape import v_half, v_min, zb_v
 from .zero_bubble import zb_h1, zb_h2
 
 
@@ -83,9 +85,27 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("zb-h2", zb_h2,
            "ZB-H2 (Qi et al. 2024): 2(D-1-d) warm-up forwards, W delayed 2d steps; 2D-1 in flight",
            "D >= 1, M >= 1"),
+    Family("zb-v", zb_v,
+           "ZB-V (Qi et al. 2024): V placement, 2 chunks per device, split backward; zero bubble for M >= 2D-1",
+           "D >= 1, M >= 1"),
+    Family("v-half", v_half,
+           "V-Half (Qi et al. 2024, Controllable Memory): V building block, about 1/2 of 1F1B's activations",
+           "D >= 1, M >= 1"),
+    Family("v-min", v_min,
+           "V-Min (Qi et al. 2024, Controllable Memory): V building block, about 1/3 of 1F1B's activations",
+           "D >= 1, M >= 1"),
+    Family("dualpipe", dualpipe,
+           "DualPipe (DeepSeek-V3 2024): two mirrored routes, overlapped F&B, peak D+1 stage activations",
+           "D even, M even, M >= 2D"),
+    Family("dualpipe-v", dualpipe_v,
+           "DualPipeV (DualPipe repo, PyTorch): DualPipe folded on the V placement, peak 2D+1 chunks",
+           "D >= 1, M >= 2D"),
+    Family("chimera", chimera,
+           "Chimera (Li & Hoefler 2021): down and up pipelines, D/2 microbatches each per unit",
+           "D even, M a multiple of D"),
 )}
 
 __all__ = [
     "FAMILIES", "Family", "Option", "gpipe", "interleaved_1f1b", "looped_bfs", "one_f_one_b", "zb_h1",
-    "zb_h2",
+    "zb_h2", "chimera", "dualpipe", "dualpipe_v", "v_half", "v_min", "zb_v",
 ]
