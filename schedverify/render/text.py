@@ -1,7 +1,9 @@
-"""Text renderings: the device x step grid, the report, the per-device table."""
+"""Text renderings: the device x step grid, the report, the per-device table, and the timed
+device x time timeline that ``schedverify show`` prints."""
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from ..diagnostics import Report
@@ -64,7 +66,8 @@ def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: b
            f"{s.microbatches} microbatches, {s.num_actions} actions"
     n = len(report.violations) + report.truncated
     verdict = report.verdict.value.upper()
-    head = f"{source}: {verdict}" + (f", {n} violation{'s' * (n != 1)}" if n else "") + f"  ({what})"
+    least = "" if report.truncated_exact else "at least "
+    head = f"{source}: {verdict}" + (f", {least}{n} violation{'s' * (n != 1)}" if n else "") + f"  ({what})"
     lines = [head]
     for v in report.violations:
         lines.append(f"  {v.code.code} {v.code.slug}: {v.locations[0] if v.locations else ''}"
@@ -74,7 +77,7 @@ def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: b
         for step in v.witness:
             lines.append(f"      {step}")
     if report.truncated:
-        lines.append(f"  ... and {report.truncated} more violations (raise --max-violations to see them)")
+        lines.append(f"  ... and {least}{report.truncated} more violations (raise --max-violations to see them)")
     if report.reason:
         lines.append(f"  reason: {report.reason}")
     m = report.metrics
@@ -98,4 +101,283 @@ def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: b
                  if loc.position is not None}
         lines.append("")
         lines.append(grid(schedule, marks))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- timed timeline
+
+#: How each drawing class looks in the terminal: (letter, fill character, legend text).
+TEXT_STYLE = {
+    "F": ("F", "-", "forward"),
+    "B": ("B", "=", "backward (full)"),
+    "I": ("I", "~", "input-grad backward"),
+    "W": ("W", "+", "weight-grad backward"),
+    "OVERLAP_F_B": ("X", "#", "overlapped F+B"),
+    "SEND": ("s", ":", "send"),
+    "RECV": ("r", ":", "recv"),
+    "BOOKKEEPING": ("*", "*", "unshard/reshard/reduce-grad"),
+}
+IDLE = "."
+MARK = "!"
+
+
+def _labels(action, style_key: str, multi_stage: bool) -> list[str]:
+    """Candidate labels for an action, longest first; the renderer takes the first that fits."""
+    letter = TEXT_STYLE[style_key][0]
+    out = []
+    if action.sub is not None:
+        f, b = action.sub[0], action.sub[1]
+        if multi_stage:
+            out.append(f"{f.stage}F{f.microbatch}{b.stage}{b.kind}{b.microbatch}")
+        out.append(f"F{f.microbatch}{b.kind}{b.microbatch}")
+    elif action.microbatch is None:
+        out.append(str(action))
+    else:
+        if multi_stage:
+            out.append(f"{action.stage}{letter}{action.microbatch}")
+        out.append(f"{letter}{action.microbatch}")
+    out.append(letter)
+    return out
+
+
+def _nice_step(span: float, cols: int, min_gap: int = 8) -> float:
+    """A round time step (1, 2, 5 x 10^k) whose ticks are at least ``min_gap`` columns apart."""
+    if span <= 0 or cols <= 0:
+        return 1.0
+    raw = span * min_gap / cols
+    k = 10.0 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if m * k >= raw:
+            return m * k
+    return 10 * k
+
+
+def column_scale(span: float, cols: int) -> float:
+    """The smallest round time per column (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^k) that fits
+    ``span`` in ``cols`` columns: round scales keep equal actions equally wide."""
+    if span <= 0:
+        return 1.0
+    raw = span / max(1, cols)
+    k = 10.0 ** math.floor(math.log10(raw))
+    for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if m * k >= raw * (1 - 1e-12):
+            return m * k
+    return 10 * k
+
+
+def _ruler(span: float, cols: int) -> str:
+    step = _nice_step(span, cols)
+    line = [" "] * (cols + 8)
+    t = 0.0
+    n = 0
+    while t <= span + 1e-9:
+        c = int(round(t / span * cols)) if span > 0 else 0
+        text = fmt(float(t))
+        if all(ch == " " for ch in line[max(0, c - 1): c + len(text) + 1]):
+            line[c: c + len(text)] = text
+        n += 1
+        t = n * step
+    return "".join(line).rstrip()
+
+
+def timeline_rows(view, cols: int, span: float | None = None) -> list[str]:
+    """One string of ``cols`` characters per device, ``cols`` columns standing for ``span``
+    time (default the makespan).
+
+    Each column shows the action that fills most of it, labelled at the start of its run
+    (``F3``, ``B0``...) and padded with its kind's fill character (when every action is
+    two columns wide or more; otherwise each column shows its action's letter); a column less than half
+    busy is idle (``.``); a column shared by several actions, none filling it, shows the
+    main one's letter in lower case (when they are of different kinds); actions a violation names carry ``!``.  An instant
+    action (zero cost, such as a free SEND) shows only in an otherwise idle column.
+    """
+    s = view.schedule
+    span = view.span if span is None else span
+    multi_stage = s.stages > s.devices
+    start, end, acts = view.start, view.end, view.graph.acts
+    from .view import kind_key
+
+    scale = span / cols if span > 0 else 1.0
+    eps = 1e-9 * scale
+    # Labels only when every timed action spans two columns or more: otherwise some would be
+    # labelled and their neighbours not, which reads as a pattern that is not there.
+    shortest = min((end[i] - start[i] for i in range(len(acts)) if end[i] - start[i] > eps),
+                   default=scale)
+    labelled = shortest >= 2 * scale - eps
+    rows = []
+    for d in range(s.devices):
+        busy = [0.0] * cols
+        best = [0.0] * cols
+        owner = [-1] * cols
+        kinds: list[set | None] = [None] * cols
+        instant = [-1] * cols
+        for i in view.device_range(d):
+            t0, t1 = start[i], end[i]
+            c0 = min(cols - 1, max(0, int(math.floor(t0 / scale + 1e-9))))
+            if t1 - t0 <= eps:
+                if instant[c0] < 0:
+                    instant[c0] = i
+                continue
+            c1 = min(cols, max(c0 + 1, int(math.ceil(t1 / scale - 1e-9))))
+            for c in range(c0, c1):
+                cover = min(t1, (c + 1) * scale) - max(t0, c * scale)
+                if cover <= eps:
+                    continue
+                busy[c] += cover
+                if kinds[c] is None:
+                    kinds[c] = {acts[i].kind}
+                else:
+                    kinds[c].add(acts[i].kind)
+                if cover > best[c] + eps:
+                    best[c], owner[c] = cover, i
+        cells = [IDLE] * cols
+        c = 0
+        while c < cols:
+            i = owner[c]
+            if i < 0 or busy[c] < 0.5 * scale - eps:
+                j = instant[c]
+                if j >= 0:
+                    cells[c] = (MARK if j in view.marked else TEXT_STYLE[kind_key(acts[j])][0])
+                c += 1
+                continue
+            e = c
+            while e < cols and owner[e] == i and busy[e] >= 0.5 * scale - eps:
+                e += 1
+            width = e - c
+            a = acts[i]
+            key = kind_key(a)
+            letter, fill = TEXT_STYLE[key][0], TEXT_STYLE[key][1]
+            marked = i in view.marked
+            if all(len(kinds[k]) > 1 and best[k] < scale - eps for k in range(c, e)):
+                run = (letter.lower() if letter.isalpha() else letter) * width
+                if marked:
+                    run = run[:-1] + MARK
+            elif not labelled:
+                run = letter * width
+                if marked:
+                    run = run[:-1] + MARK
+            else:
+                label = ""
+                for cand in _labels(a, key, multi_stage):
+                    cand = cand + MARK if marked else cand
+                    if len(cand) <= width:
+                        label = cand
+                        break
+                if not label:
+                    label = MARK if marked else letter
+                run = (label + (MARK if marked else fill) * width)[:width]
+            cells[c:e] = run
+            c = e
+        rows.append("".join(cells))
+    return rows
+
+
+def _legend(view) -> str:
+    from .view import kind_key
+
+    present = {kind_key(a) for a in view.graph.acts}
+    parts = [f"{TEXT_STYLE[k][0]}{TEXT_STYLE[k][1] * 2} {TEXT_STYLE[k][2]}"
+             for k in TEXT_STYLE if k in present]
+    parts.append(f"{IDLE * 3} idle (bubble)")
+    parts.append("lower case: a column shared by short actions of several kinds")
+    if view.marked:
+        parts.append(f"{MARK} involved in a violation")
+    return "legend: " + ", ".join(parts) + "; labels are TYPE+microbatch" + \
+        (" (stage first when a device holds several stages)" if view.schedule.stages > view.schedule.devices else "")
+
+
+def headline(source: str, view) -> str:
+    """``FILE: VERDICT, n violations  (name: D devices, S stages, M microbatches, N actions)``."""
+    s, report = view.schedule, view.report
+    what = f"{s.name + ': ' if s.name else ''}{s.devices} devices, {s.stages} stages, " \
+           f"{s.microbatches} microbatches, {s.num_actions} actions"
+    n = len(report.violations) + report.truncated
+    verdict = report.verdict.value.upper()
+    return f"{source}: {verdict}" + (f", {n} violation{'s' * (n != 1)}" if n else "") + f"  ({what})"
+
+
+def _violation_lines(report, limit: int = 20) -> list[str]:
+    lines = []
+    for v in report.violations[:limit]:
+        where = f"{v.locations[0]}: " if v.locations else ""
+        lines.append(f"  {v.code.code} {v.code.slug}: {where}{v.message}")
+        for step in v.witness:
+            lines.append(f"      {step}")
+    more = len(report.violations) - limit + report.truncated
+    if more > 0:
+        lines.append(f"  ... and {more} more violations (schedverify check lists them all)")
+    return lines
+
+
+def timeline_text(source: str, view, width: int = 100, *, max_path: int = 12) -> str:
+    """The device x time picture of a :class:`~schedverify.render.view.View` in ``width``
+    columns: headline, metrics, a time ruler, one row per device with its busy share and
+    peak memory, the legend, violations and the critical path.  An untimed view (a
+    deadlock) falls back to the order grid with the offending actions marked."""
+    s, report = view.schedule, view.report
+    lines = [headline(source, view)]
+    if not view.timed:
+        lines.append(f"  no timing: {view.untimed_reason}; showing the order instead "
+                     "(one column per position, not a timeline)")
+        lines += _violation_lines(report)
+        lines.append("")
+        lines.append(_fitted_grid(view, width))
+        return "\n".join(lines)
+    m = report.metrics
+    c = m.costs
+    tl = view.timeline
+    mem = tl.memory()
+    busy = tl.busy()
+    span = view.span
+    label_w = len(f"dev {s.devices - 1}")
+    suffixes = [f" {busy[d] / span:4.0%} busy, mem {fmt(mem.peak_memory[d])}" if span > 0
+                else f"    - busy, mem {fmt(mem.peak_memory[d])}" for d in range(s.devices)]
+    suffix_w = max(len(x) for x in suffixes)
+    avail = max(10, width - label_w - 3 - suffix_w - 1)
+    scale = column_scale(span, avail)
+    cols = max(1, min(avail, math.ceil(span / scale - 1e-9)))
+    span_drawn = cols * scale
+    costs = f" (costs F={fmt(c.F)} B={fmt(c.B)} I={fmt(c.I)} W={fmt(c.W)} comm={fmt(c.comm)})" if c else ""
+    lines.append(f"  makespan {fmt(m.makespan)}{costs}")
+    lines.append(f"  bubble fraction {m.bubble_fraction:.2%} (1 - sum(busy) / (D * T)), "
+                 f"bubble ratio {m.bubble_ratio:.4g} ((T - T_ideal) / T_ideal)")
+    peak_dev = max(range(s.devices), key=lambda d: mem.peak_memory[d]) if s.devices else 0
+    limit = view.timeline.memory_model.limit
+    lines.append(f"  peak memory {fmt(m.peak_memory)} (device {peak_dev}), "
+                 f"peak in flight {m.peak_inflight}"
+                 + (f", limit {fmt(limit)}" if limit is not None else "")
+                 + (f"; 1 column = {fmt(scale)} time units" if span > 0 else ""))
+    lines.append("")
+    lines.append(" " * (label_w + 2) + _ruler(span_drawn, cols))
+    for d, row in enumerate(timeline_rows(view, cols, span_drawn)):
+        lines.append(f"{f'dev {d}'.rjust(label_w)} |{row}|{suffixes[d]}")
+    lines.append("")
+    lines.append(_legend(view) + "; right: busy share and peak memory per device")
+    if view.missing:
+        lines.append("not drawn (missing): " + ", ".join(view.missing[:20])
+                     + (" ..." if len(view.missing) > 20 else ""))
+    lines += _violation_lines(report)
+    if m.critical_path:
+        path = list(m.critical_path)
+        shown = path if len(path) <= max_path else path[: max_path // 2] + ["..."] + path[-max_path // 2:]
+        lines.append(f"critical path ({len(path)} actions): " + " -> ".join(shown))
+    return "\n".join(lines)
+
+
+def _fitted_grid(view, width: int) -> str:
+    """The order grid with the violations' actions marked, cut to ``width`` columns."""
+    s = view.schedule
+    marks = [(view.graph.dev[i], view.graph.pos[i]) for i in view.marked]
+    cell = max([1] + [len(str(a)) for r in s.order for a in r if a is not None]) + 1 + bool(marks)
+    steps = max(1, (width - len(f"dev {s.devices - 1} | ")) // cell)
+    return grid(s, marks, max_steps=steps)
+
+
+def grid_text(source: str, view, width: int = 100) -> str:
+    """``show --grid``: the headline, the order grid (one column per position, no timing)
+    with the actions a violation names marked, and the violations."""
+    lines = [headline(source, view), "  the order, one column per position (no timing; "
+             "drop --grid for the timeline)", ""]
+    lines.append(_fitted_grid(view, width))
+    lines += _violation_lines(view.report)
     return "\n".join(lines)

@@ -1,0 +1,114 @@
+"""``schedverify show FILE``: see a schedule.
+
+In the terminal, the device x time timeline at the simulated start times (``--grid``: the
+compact order grid); ``-o timeline.svg`` (or ``.png``, ``.pdf``) draws a Gantt chart with
+memory over time (needs ``schedverify[plot]``); ``--trace trace.json`` writes Chrome/Perfetto
+trace events.  An invalid schedule is drawn with its violations marked, never refused.
+Exit code: 0 valid, 1 invalid (the picture is still drawn), 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+
+from ..errors import UsageError
+from . import EXIT_INVALID, EXIT_OK
+from .common import add_cost_options, add_input_options, check_costs_fit, load_input
+
+
+def _width(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of columns, got {text!r}") from None
+    if v < 40:
+        raise argparse.ArgumentTypeError(f"must be at least 40 columns, got {v}")
+    return v
+
+
+def _dpi(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 20 <= v <= 1200:
+        raise argparse.ArgumentTypeError(f"must be between 20 and 1200, got {v}")
+    return v
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "show", help="draw a schedule: terminal timeline, SVG/PNG Gantt chart, Perfetto trace",
+        description="Draw a schedule (schedverify/1 .json or PyTorch .csv) from its simulated "
+                    "timeline: in the terminal by default, as an image with -o, as Chrome/Perfetto "
+                    "trace events with --trace. Violations are marked on the picture. Exit code: "
+                    "0 valid, 1 invalid, 2 usage or input error.",
+    )
+    p.add_argument("file", metavar="FILE", help="schedule file ('-' reads standard input)")
+    add_cost_options(p)
+    add_input_options(p)
+    p.add_argument("--grid", action="store_true",
+                   help="print the compact device x step grid (order only, no timing) instead")
+    p.add_argument("--width", type=_width, metavar="COLUMNS",
+                   help="terminal width to fit (default: the terminal's)")
+    p.add_argument("-o", "--output", metavar="IMAGE",
+                   help="draw a Gantt chart with memory over time to IMAGE (.svg, .png or .pdf; "
+                        'needs matplotlib: pip install "schedverify[plot]")')
+    p.add_argument("--dpi", type=_dpi, default=150, help="resolution of a .png image (default 150)")
+    p.add_argument("--trace", metavar="TRACE.json",
+                   help="write Chrome/Perfetto trace-event JSON (open in ui.perfetto.dev or chrome://tracing)")
+    p.set_defaults(handler=run)
+
+
+def run(args, out, err) -> int:
+    from ..render.view import build_view
+
+    source = "<stdin>" if args.file == "-" else args.file
+    schedule = load_input(args.file, args)
+    check_costs_fit(args.costs, schedule, source)
+    if args.output:
+        from ..render.image import _matplotlib, image_format
+
+        image_format(args.output)  # a bad name fails before any work
+        _matplotlib()
+    view = build_view(schedule, costs=args.costs, memory_limit=args.memory_limit,
+                      comm_semantics=args.comm_semantics)
+    code = EXIT_OK if view.report.is_valid else EXIT_INVALID
+    wrote = []
+    if args.output:
+        from ..render.image import render_image
+
+        try:
+            render_image(view, args.output, dpi=args.dpi)
+        except OSError as e:
+            raise UsageError(f"-o {args.output}: cannot write the image: {e.strerror or e}") from None
+        wrote.append(f"wrote {args.output}")
+    if args.trace:
+        from ..render.trace import write_trace
+
+        try:
+            write_trace(view, args.trace)
+        except OSError as e:
+            raise UsageError(f"--trace {args.trace}: cannot write the trace: {e.strerror or e}") from None
+        wrote.append(f"wrote {args.trace} (open it in ui.perfetto.dev or chrome://tracing)")
+    if wrote:
+        from ..render.text import headline
+
+        print(headline(source, view), file=out)
+        if not view.timed:
+            print(f"  no timing: {view.untimed_reason}; drawn by position in each device's order",
+                  file=out)
+        for line in wrote:
+            print(f"  {line}", file=out)
+        return code
+    width = args.width or shutil.get_terminal_size((100, 24)).columns
+    if args.grid:
+        from ..render.text import grid_text
+
+        print(grid_text(source, view, width), file=out)
+    else:
+        from ..render.text import timeline_text
+
+        print(timeline_text(source, view, width), file=out)
+    return code

@@ -1,0 +1,298 @@
+"""Gantt chart of a schedule's timeline (SVG, PNG or PDF) with memory over time.
+
+The only module that imports matplotlib, and only inside :func:`render_image` (it is the
+optional extra ``schedverify[plot]``).  It draws on a bare ``matplotlib.figure.Figure``,
+never through pyplot, so it needs no display and leaves the caller's backend alone.
+
+Top panel: one lane per device, one bar per action at its simulated start, coloured by
+kind (F, B, I, W, overlapped F+B, communication, bookkeeping) and shaded by microbatch
+(later microbatches lighter), labelled when the label fits, idle time hatched as bubbles,
+the critical path outlined in black and joined by a line, and actions that a violation
+names outlined in red.  Bottom panel: memory per device over time (SPEC.md section 5) and
+the limit.  A schedule that deadlocks has no timing: it is drawn by position in each
+device's order, the cycle as red arrows, and the title says so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UsageError
+from .view import View, kind_key, microbatch_of
+
+#: Kind -> (colour, legend text).  Colour-blind-safe hues (Okabe-Ito / seaborn muted).
+COLOURS = {
+    "F": ("#4c72b0", "F forward"),
+    "B": ("#55a868", "B backward"),
+    "I": ("#dd8452", "I input-grad"),
+    "W": ("#8172b3", "W weight-grad"),
+    "OVERLAP_F_B": ("#c44e9b", "F+B overlapped"),
+    "SEND": ("#7f7f7f", "SEND"),
+    "RECV": ("#b0b0b0", "RECV"),
+    "BOOKKEEPING": ("#ccb974", "unshard/reshard/reduce"),
+}
+VIOLATION = "#d62728"
+CRITICAL = "#111111"
+FORMATS = ("svg", "png", "pdf")
+INSTALL_HINT = 'drawing images needs matplotlib, which is not installed: pip install "schedverify[plot]"'
+
+WIDTH_IN = 12.0
+DEFAULT_DPI = 150
+
+
+def _matplotlib():
+    try:
+        import matplotlib
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise UsageError(INSTALL_HINT) from None
+    return matplotlib, Figure
+
+
+def image_format(path) -> str:
+    suffix = Path(str(path)).suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise UsageError(f"-o {path}: cannot tell the image format from {('.' + suffix) if suffix else 'no extension'}; "
+                         f"use a name ending in {', '.join('.' + f for f in FORMATS)}")
+    return suffix
+
+
+def figure_size(view: View) -> tuple[float, float]:
+    """(width, height) in inches: a fixed width, a lane per device, and the memory panel."""
+    gantt = 0.9 + 0.34 * max(1, view.schedule.devices)
+    memory = 2.3 if view.timed else 0.0
+    return WIDTH_IN, round(_top(view) + 0.45 + gantt + memory + _notes_height(view), 2)
+
+
+def _top(view: View) -> float:
+    """Inches above the Gantt panel: the title (two lines when untimed) and the legend."""
+    return 0.7 + 0.2 * _title(view).count("\n")
+
+
+def _notes_height(view: View) -> float:
+    n = len(_notes(view))
+    return 0.16 * n + 0.1 if n else 0.0
+
+
+def pixel_size(view: View, dpi: float = DEFAULT_DPI) -> tuple[int, int]:
+    """The size of the PNG that :func:`render_image` writes at ``dpi``."""
+    w, h = figure_size(view)
+    return int(round(w * dpi)), int(round(h * dpi))
+
+
+def _shade(hex_colour: str, microbatch: int | None, microbatches: int) -> tuple[float, float, float]:
+    """Mix the kind's colour with white: microbatch 0 full colour, the last one 55% strength."""
+    r, g, b = (int(hex_colour[k:k + 2], 16) / 255 for k in (1, 3, 5))
+    if microbatch is None or microbatches <= 1:
+        t = 0.0
+    else:
+        t = 0.45 * min(1.0, microbatch / (microbatches - 1))
+    return (r + (1 - r) * t, g + (1 - g) * t, b + (1 - b) * t)
+
+
+def _label(action, multi_stage: bool) -> str:
+    if action.sub is not None:
+        f, b = action.sub
+        return f"{f.microbatch}|{b.microbatch}"
+    if action.microbatch is None:
+        return str(action)
+    if multi_stage:
+        return f"{action.stage}{action.kind[0] if len(action.kind) == 1 else ''}{action.microbatch}"
+    return f"{action.kind if len(action.kind) == 1 else ''}{action.microbatch}"
+
+
+def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | None = None) -> Path:
+    """Draw ``view`` to ``path`` (format from its extension: .svg, .png or .pdf)."""
+    fmt = image_format(path)
+    matplotlib, Figure = _matplotlib()
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    s, g = view.schedule, view.graph
+    D = s.devices
+    start, end = view.start, view.end
+    span = view.span or 1.0
+    multi_stage = s.stages > s.devices
+    w_in, h_in = figure_size(view)
+    with matplotlib.rc_context({"svg.hashsalt": "schedverify", "svg.fonttype": "none",
+                                "font.size": 9, "axes.titlesize": 10}):
+        fig = Figure(figsize=(w_in, h_in), dpi=dpi)
+        gantt_h = 0.9 + 0.34 * max(1, D)
+        if view.timed:
+            gs = fig.add_gridspec(2, 1, height_ratios=[gantt_h, 2.3],
+                                  hspace=0.55 / ((gantt_h + 2.3) / 2))
+            ax = fig.add_subplot(gs[0])
+            axm = fig.add_subplot(gs[1], sharex=ax)
+        else:
+            ax = fig.add_subplot(1, 1, 1)
+            axm = None
+        fig.subplots_adjust(left=0.07, right=0.985, top=1 - _top(view) / h_in,
+                            bottom=(0.45 + _notes_height(view)) / h_in)
+
+        # ------------------------------------------------------------ bars
+        height = 0.78
+        ys, lefts, widths, colours, edges, lws = [], [], [], [], [], []
+        for i, a in enumerate(g.acts):
+            key = kind_key(a)
+            ys.append(g.dev[i])
+            lefts.append(start[i])
+            widths.append(end[i] - start[i])
+            colours.append(_shade(COLOURS[key][0], microbatch_of(a), s.microbatches))
+            if i in view.marked:
+                edges.append(VIOLATION)
+                lws.append(2.0)
+            else:
+                edges.append("white")
+                lws.append(0.5)
+        # bubbles first, under everything
+        for d in range(D):
+            gaps = view.idle(d)
+            if gaps:
+                ax.barh([d] * len(gaps), [b - a for a, b in gaps], left=[a for a, _ in gaps],
+                        height=height, color="#f4f4f4", edgecolor="#c8c8c8", hatch="////",
+                        linewidth=0, zorder=1)
+        ax.barh(ys, widths, left=lefts, height=height, color=colours, edgecolor=edges,
+                linewidth=lws, zorder=2)
+        # instant actions (zero cost, e.g. free SEND/RECV): a thin tick so they stay visible
+        for i, a in enumerate(g.acts):
+            if end[i] - start[i] <= 0:
+                ax.plot([start[i], start[i]], [g.dev[i] - height / 2, g.dev[i] + height / 2],
+                        color=VIOLATION if i in view.marked else COLOURS[kind_key(a)][0],
+                        linewidth=1.2, zorder=3)
+
+        # ------------------------------------------------------------ critical path
+        if view.critical:
+            crit = view.critical
+            ax.barh([g.dev[i] for i in crit], [end[i] - start[i] for i in crit],
+                    left=[start[i] for i in crit], height=height, fill=False,
+                    edgecolor=CRITICAL, linewidth=1.4, zorder=4)
+            from matplotlib.collections import LineCollection
+
+            hops = [((end[a], g.dev[a]), (start[b], g.dev[b]))
+                    for a, b in zip(crit, crit[1:]) if g.dev[a] != g.dev[b]]
+            if hops:
+                ax.add_collection(LineCollection(hops, colors=CRITICAL, linewidths=1.1, zorder=5))
+
+        # ------------------------------------------------------------ deadlock cycles
+        for cycle in view.cycles:
+            for head, awaited in cycle:
+                k = awaited if awaited >= 0 else ~awaited
+                ax.annotate("", xy=((start[head] + end[head]) / 2, g.dev[head]),
+                            xytext=((start[k] + end[k]) / 2, g.dev[k]),
+                            arrowprops=dict(arrowstyle="-|>", color=VIOLATION, lw=1.6,
+                                            connectionstyle="arc3,rad=0.15"), zorder=6)
+
+        # ------------------------------------------------------------ labels that fit
+        ax.set_xlim(0, span)
+        ax.set_ylim(D - 0.5, -0.5)
+        fig_w_px = w_in * dpi
+        ax_w_px = fig_w_px * (0.985 - 0.07)
+        px_per_unit = ax_w_px / span
+        fontsize = 7 if D <= 8 else 6
+        char_px = fontsize * 0.62 * dpi / 72
+        lane_px = (gantt_h * dpi) / max(1, D) * 0.6
+        if lane_px >= fontsize * dpi / 72:
+            for i, a in enumerate(g.acts):
+                text = _label(a, multi_stage)
+                if i in view.marked:
+                    text += "!"
+                if (end[i] - start[i]) * px_per_unit >= len(text) * char_px + 3:
+                    ax.text((start[i] + end[i]) / 2, g.dev[i], text, ha="center", va="center",
+                            fontsize=fontsize, color="white", zorder=7, clip_on=True)
+        ax.set_yticks(range(D))
+        ax.set_yticklabels([f"dev {d}" for d in range(D)])
+        ax.tick_params(axis="y", length=0)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        if view.timed:
+            ax.set_xlabel("")
+            ax.tick_params(axis="x", labelbottom=False)
+        else:
+            ax.set_xlabel("position in the device's order (no timing: the schedule deadlocks)")
+
+        # ------------------------------------------------------------ memory panel
+        if axm is not None:
+            mem = view.timeline.memory()
+            cmap = matplotlib.colormaps["viridis" if D > 10 else "tab10"]
+            for d, series in enumerate(mem.series or []):
+                colour = cmap(d / max(1, D - 1)) if D > 10 else cmap(d % 10)
+                xs = [t for t, _ in series] + [span]
+                ys_m = [m for _, m in series] + [series[-1][1]]
+                axm.plot(xs, ys_m, drawstyle="steps-post", color=colour, linewidth=1.1,
+                         label=f"dev {d}")
+            limit = view.timeline.memory_model.limit
+            if limit is not None:
+                axm.axhline(limit, color=VIOLATION, linestyle="--", linewidth=1.2,
+                            label=f"limit {limit:g}")
+            axm.set_ylabel("memory")
+            axm.set_xlabel("time (cost units)")
+            axm.set_ylim(bottom=0)
+            for side in ("top", "right"):
+                axm.spines[side].set_visible(False)
+            handles_m, labels_m = axm.get_legend_handles_labels()
+            if D > 8:  # name the ends of the colour scale only
+                keep = [0, D // 2, D - 1] + ([D] if limit is not None else [])
+                handles_m = [handles_m[k] for k in keep]
+                labels_m = [labels_m[k] for k in keep]
+            axm.legend(handles_m, labels_m, loc="lower right", bbox_to_anchor=(1.0, 1.0),
+                       ncol=len(handles_m), fontsize=7, frameon=False, borderaxespad=0.1,
+                       handlelength=1.4, columnspacing=1.0)
+            axm.set_title("memory per device (activations + static, SPEC.md section 5)",
+                          loc="left", fontsize=8)
+
+        # ------------------------------------------------------------ legend and title
+        present = [k for k in COLOURS if any(kind_key(a) == k for a in g.acts)]
+        handles = [Patch(facecolor=COLOURS[k][0], edgecolor="white", label=COLOURS[k][1])
+                   for k in present]
+        if view.timed:
+            handles.append(Patch(facecolor="#f4f4f4", edgecolor="#c8c8c8", hatch="////",
+                                 label="idle (bubble)"))
+        if view.critical:
+            handles.append(Patch(facecolor="none", edgecolor=CRITICAL, linewidth=1.4,
+                                 label="critical path"))
+        if view.marked:
+            handles.append(Patch(facecolor="none", edgecolor=VIOLATION, linewidth=2,
+                                 label="violation"))
+        if view.cycles:
+            handles.append(Line2D([], [], color=VIOLATION, marker=">", label="deadlock wait"))
+        ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(handles),
+                  fontsize=7.5, frameon=False, borderaxespad=0.3, handlelength=1.6,
+                  columnspacing=1.2)
+        fig.suptitle(title or _title(view), x=0.07, ha="left", y=1 - 0.12 / h_in, fontsize=10)
+        notes = _notes(view)
+        if notes:
+            fig.text(0.07, 0.12 / h_in, "\n".join(notes), fontsize=7.5, color=VIOLATION,
+                     va="bottom", ha="left")
+        out = Path(path)
+        meta = {"Date": None} if fmt == "svg" else ({"Software": None} if fmt == "png" else {})
+        fig.savefig(out, format=fmt, dpi=dpi, metadata=meta)
+    return out
+
+
+def _title(view: View) -> str:
+    s, report = view.schedule, view.report
+    head = f"{s.name or 'schedule'}: {s.devices} devices, {s.stages} stages, {s.microbatches} microbatches"
+    m = report.metrics
+    if view.timed and m is not None and m.makespan is not None:
+        c = m.costs
+        costs = f"F={c.F:g} B={c.B:g} I={c.I:g} W={c.W:g} comm={c.comm:g}" if c and all(
+            isinstance(x, (int, float)) for x in (c.F, c.B, c.I, c.W)) else "per-stage costs"
+        head += (f"  |  makespan {m.makespan:g} ({costs}), bubble fraction {m.bubble_fraction:.1%}, "
+                 f"peak memory {m.peak_memory:g}")
+    if not report.is_valid:
+        n = len(report.violations) + report.truncated
+        head += f"\nINVALID: {n} violation{'s' * (n != 1)} ({', '.join(report.codes())})"
+    if not view.timed:
+        head += f"\nno timing: {view.untimed_reason}; drawn by position in each device's order"
+    return head
+
+
+def _notes(view: View, limit: int = 4) -> list[str]:
+    out = []
+    for v in view.report.violations[:limit]:
+        text = str(v)
+        out.append(text if len(text) <= 170 else text[:167] + "...")
+    more = len(view.report.violations) - limit + view.report.truncated
+    if more > 0:
+        out.append(f"... and {more} more (schedverify check lists them all)")
+    return out
