@@ -163,6 +163,8 @@ class Report:
     engine: str = "graph"
     reason: str | None = None
     timeline: Any = None
+    #: False when counting stopped early: there are at least ``truncated`` more violations
+    truncated_exact: bool = True
 
     @property
     def is_valid(self) -> bool:
@@ -181,5 +183,6 @@ class Report:
             "reason": self.reason,
             "violations": [v.to_json() for v in self.violations],
             "violations_not_shown": self.truncated,
+            "violations_not_shown_exact": self.truncated_exact,
             "metrics": self.metrics.to_json() if self.metrics is not None else None,
         }

@@ -19,6 +19,8 @@ from ..model import COMM_SEMANTICS, Schedule, resolve_costs, resolve_memory
 from . import rules
 
 DEFAULT_MAX_VIOLATIONS = 1000
+#: Violations beyond the kept ones are counted up to this many (``Report.truncated_exact``).
+MAX_COUNTED = 100_000
 
 
 class _Run:
@@ -75,9 +77,12 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
     run = _Run(schedule, costs, memory, memory_limit, comm_semantics)
     found = run.violations()
     kept = list(islice(found, max_violations))
-    truncated = sum(1 for _ in found)
+    # Count the rest, but only so far: a file that declares millions of microbatches and
+    # lists a few actions has billions of missing ones, and counting them would never end.
+    truncated = sum(1 for _ in islice(found, MAX_COUNTED + 1))
     verdict = Verdict.INVALID if kept else Verdict.VALID
-    report = Report(verdict, kept, run.metrics(), truncated)
+    report = Report(verdict, kept, run.metrics(), min(truncated, MAX_COUNTED),
+                    truncated_exact=truncated <= MAX_COUNTED)
     report.timeline = run.timeline if run.sweep.completed else None
     return report
 

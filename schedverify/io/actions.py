@@ -7,6 +7,8 @@ must parse.
 from __future__ import annotations
 
 import re
+from itertools import repeat
+from operator import itemgetter
 
 from ..model import (
     ALL_KINDS,
@@ -19,7 +21,12 @@ _KINDS = {k: k for k in ALL_KINDS}  # interns the kind strings the regex hands b
 _SIMPLE = re.compile(
     r"(\d+)(F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)(\d*)"
 )
-_ANY = re.compile(r"(-?\d*)([A-Za-z_]*)(.*)")
+_ANY = re.compile(r"(-?\d*)([A-Za-z_]*)(\d*)(.*)")
+
+
+_ROW = re.compile(r"(\d+)(F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B)(\d+)")
+_new = tuple.__new__
+_g0, _g1, _g2 = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 class ActionSyntaxError(ValueError):
@@ -66,7 +73,7 @@ def _parse_slow(text: str) -> Action:
         return Action(None, OVERLAP_F_B, None, sub)
     if not text:
         raise ActionSyntaxError("empty action (use null for an idle slot)")
-    stage, kind, rest = _ANY.fullmatch(text).groups()  # always matches
+    stage, kind, mb, rest = _ANY.fullmatch(text).groups()  # always matches
     if not stage or stage.startswith("-"):
         raise ActionSyntaxError(
             f"an action starts with its stage index, as in '0F1': {text!r}"
@@ -74,7 +81,24 @@ def _parse_slow(text: str) -> Action:
     if kind not in _KINDS or kind == OVERLAP_F_B:
         known = ", ".join(sorted(ALL_KINDS - {OVERLAP_F_B}))
         raise ActionSyntaxError(f"unknown action type {kind!r} in {text!r} (known: {known})")
-    raise ActionSyntaxError(f"unexpected {rest!r} after {stage}{kind} in {text!r}")
+    raise ActionSyntaxError(f"unexpected {rest!r} after {stage}{kind}{mb} in {text!r}")
+
+
+def parse_row(cells: list) -> list[Action] | None:
+    """Parse a row of plain actions (``3F1``, ``0SEND_B2``: no bookkeeping, no overlap, no
+    idle slot) in bulk: one regex pass over the joined row and C-level maps, several times
+    faster than a cell at a time.  Returns None when any cell needs :func:`parse_action`."""
+    try:
+        joined = ",".join(cells)
+    except TypeError:  # a None or a non-string
+        return None
+    found = _ROW.findall(joined)
+    if len(found) != len(cells) or ",".join(map("".join, found)) != joined:
+        return None
+    stages = map(int, map(_g0, found))
+    kinds = map(_KINDS.__getitem__, map(_g1, found))
+    mbs = map(int, map(_g2, found))
+    return list(map(_new, repeat(Action), zip(stages, kinds, mbs, repeat(None))))
 
 
 def format_action(action: Action | None) -> str:

@@ -14,7 +14,7 @@ from collections import Counter
 from ..errors import InputError
 from ..model import Placement, PlacementSpec, Schedule, stage_devices
 from .actions import ActionSyntaxError, parse_action
-from .jsonfmt import MAX_REPORTED
+from .jsonfmt import MAX_REPORTED, MAX_SIZE, refuse_huge_index
 
 
 def loads(
@@ -55,6 +55,10 @@ def loads(
         more = len(errors) - MAX_REPORTED
         lines = errors[:MAX_REPORTED] + ([f"... and {more} more"] if more > 0 else [])
         raise InputError(f"{len(errors)} cells do not parse:\n  " + "\n  ".join(lines), source=source)
+    for key, value in (("devices", devices), ("stages", stages), ("microbatches", microbatches)):
+        if value is not None and not (type(value) is int and 1 <= value <= MAX_SIZE):
+            raise InputError(f"must be a whole number in 1..{MAX_SIZE}, got {value!r}", source=source,
+                             where=key)
     if devices is None:
         devices = len(order)
     elif devices < len(order):
@@ -66,6 +70,9 @@ def loads(
         stages = max(devices, 1 + max((a.stage for a in leaves), default=0))
     if microbatches is None:
         microbatches = 1 + max((a.microbatch for a in leaves if a.microbatch is not None), default=0)
+    if max(stages, microbatches, devices) > MAX_SIZE:
+        refuse_huge_index(order, source, lambda d, p: f"row {d + 1}, column {p + 1}")
+        raise InputError(f"{len(order)} rows is absurdly many devices (at most {MAX_SIZE})", source=source)
     if placement is not None:
         try:
             pl = Placement.of(placement, devices, stages)
@@ -85,7 +92,9 @@ def infer_placement(order, devices: int, stages: int, microbatches: int) -> Plac
     Otherwise every stage goes to the device most of its actions use, and the checker
     reports the actions elsewhere.
     """
-    seen: list[dict[int, int]] = [dict() for _ in range(microbatches)]
+    # Only microbatches that have actions get a map (a dict, not a list of M dicts: M can be
+    # large while the file is small); the others follow route 0.
+    seen: dict[int, dict[int, int]] = {}
     votes: list[Counter] = [Counter() for _ in range(stages)]
     for d, row in enumerate(order):
         for a in row:
@@ -96,22 +105,24 @@ def infer_placement(order, devices: int, stages: int, microbatches: int) -> Plac
                     continue
                 votes[x.stage][d] += 1
                 if x.microbatch is not None and 0 <= x.microbatch < microbatches:
-                    seen[x.microbatch].setdefault(x.stage, d)
+                    seen.setdefault(x.microbatch, {}).setdefault(x.stage, d)
     majority = tuple(v.most_common(1)[0][0] if v else s % devices for s, v in enumerate(votes))
 
     groups: list[dict[int, int]] = []
-    route_of = []
-    for mapping in seen:
+    route_of: dict[int, int] = {}
+    for mb in sorted(seen):
+        mapping = seen[mb]
         for k, g in enumerate(groups):
             if all(g.get(s, d) == d for s, d in mapping.items()):
                 g.update(mapping)
-                route_of.append(k)
+                route_of[mb] = k
                 break
         else:
             groups.append(dict(mapping))
-            route_of.append(len(groups) - 1)
+            route_of[mb] = len(groups) - 1
     if len(groups) == 2:
         routes = [tuple(g.get(s, majority[s]) for s in range(stages)) for g in groups]
+        route_of = [route_of.get(mb, 0) for mb in range(microbatches)]
         return Placement.bidirectional([_name(r, devices, stages) for r in routes], route_of, devices, stages)
     return Placement.of(_name(majority, devices, stages), devices, stages)
 

@@ -20,7 +20,7 @@ from ..model import (
     Placement,
     Schedule,
 )
-from .actions import ActionSyntaxError, parse_action
+from .actions import ActionSyntaxError, parse_action, parse_row
 
 FORMAT = "schedverify/1"
 MAX_SIZE = 10_000_000
@@ -163,6 +163,8 @@ def from_document(doc: Any, source: str = "<document>") -> Schedule:
             stages = max(devices, 1 + max((a.stage for a in leaves), default=0))
         if microbatches is None:
             microbatches = 1 + max((a.microbatch for a in leaves if a.microbatch is not None), default=0)
+        if max(stages, microbatches) > MAX_SIZE:
+            refuse_huge_index(order, r.source, lambda d, p: f"order[{d}][{p}]")
     placement = _read_placement(r, doc, devices, stages, microbatches)
 
     costs = None
@@ -199,6 +201,10 @@ def _read_order(r: _Reader, order_doc: list) -> tuple:
     for d, row in enumerate(order_doc):
         if not isinstance(row, list):
             raise r.fail(f"order[{d}]", f"expected the list of device {d}'s actions, got {_describe(row)}")
+        fast = parse_row(row)
+        if fast is not None:
+            rows.append(tuple(fast))
+            continue
         out = []
         append = out.append
         for p, cell in enumerate(row):
@@ -219,6 +225,18 @@ def _read_order(r: _Reader, order_doc: list) -> tuple:
             raise r.fail(where, msg)
         raise InputError(f"{len(errors)} actions do not parse:\n  " + "\n  ".join(lines), source=r.source)
     return tuple(rows)
+
+
+def refuse_huge_index(order, source: str, where) -> None:
+    """Sizes inferred from the largest index must stay sane: raise naming the first action
+    whose stage or microbatch index is absurdly large (``where(d, p)`` names its place)."""
+    for d, row in enumerate(order):
+        for p, a in enumerate(row):
+            for x in (() if a is None else a.leaves()):
+                for what, v in (("stage", x.stage), ("microbatch", x.microbatch)):
+                    if v is not None and v >= MAX_SIZE:
+                        raise InputError(f"{what} index {v} in {a} is absurdly large (at most "
+                                         f"{MAX_SIZE - 1})", source=source, where=where(d, p))
 
 
 def _not_a_string(cell: Any):
