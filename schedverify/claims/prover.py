@@ -1,0 +1,370 @@
+"""The claim prover: PROVED, REFUTED or UNKNOWN, exactly, over a stated finite range of sizes.
+
+At every size of the domain (smallest first), each metric the claim names is taken from the
+family's generated schedule *exactly*, with the costs as symbols (:mod:`schedverify.formulas.
+tropical`: a makespan is a max of linear forms in the costs, valid for every cost >= 0).
+The claim at that size is then a statement about real costs only, decided without sampling:
+
+1. equalities among the assumptions (``c == 0``) are substituted;
+2. if what is left is a number, or a rational function of the costs with no max/min, sympy
+   decides it (``lhs - rhs`` cancels to a constant, or to zero for an identity);
+3. otherwise Z3 looks for costs that satisfy the assumptions (costs > 0, ``c >= 0``) and
+   violate the claim: ``unsat`` proves this size, a model refutes the claim.
+
+The first size where the claim fails is the counterexample, with costs (small integers when
+some exist), both sides' values and commands that reproduce it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from itertools import product
+
+import sympy
+from sympy.core.function import AppliedUndef
+
+from ..errors import UnsupportedSize, UsageError
+from ..formulas.sizes import family as family_of
+from ..formulas.sizes import has_chunks, metrics_at
+from ..formulas.tropical import COST_SYMBOLS as TERM_ORDER
+from ..formulas.tropical import SizeMetrics
+from .statement import ALL, COST_SYMBOLS, Claim, Parsed, parse_assumptions, parse_claim, parse_domain
+
+PROVED, REFUTED, UNKNOWN = "PROVED", "REFUTED", "UNKNOWN"
+DEFAULT_DOMAIN = {"p": (2, 8), "m": (1, 16)}
+DEFAULT_CHUNKS = (2, 3)
+_COST = {n: sympy.Symbol(n) for n in COST_SYMBOLS}
+_SIZE = {n: sympy.Symbol(n) for n in ("p", "m", "v", "d")}
+_OPS = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
+_NICE = {"t_F": (1, 2, 3), "t_B": (2, 1, 3), "t_I": (1, 2), "t_W": (1, 2), "c": (0, 1)}
+
+
+@dataclass
+class Result:
+    claim: Claim
+    verdict: str
+    domain: dict
+    checked: int = 0
+    skipped: list = field(default_factory=list)
+    excluded: int = 0
+    counterexample: dict | None = None
+    reason: str = ""
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        c = self.claim
+        return {
+            "id": c.id, "claim": c.text, "family": c.family, "source": c.source,
+            "assume": c.assume, "verdict": self.verdict, "domain": self.domain,
+            "sizes_checked": self.checked, "skipped_sizes": [list(s) for s in self.skipped],
+            "excluded_by_assumptions": self.excluded, "counterexample": self.counterexample,
+            "reason": self.reason, "recorded": c.recorded, "note": c.note,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _lin(term) -> sympy.Expr:
+    return sum((int(k) * _COST[n] for k, n in zip(term, TERM_ORDER) if k), sympy.Integer(0))
+
+
+def _max(terms) -> sympy.Expr:
+    forms = [_lin(t) for t in terms]
+    return sympy.Max(*forms) if len(forms) > 1 else forms[0]
+
+
+def metric_value(sm: SizeMetrics, metric: str, device) -> sympy.Expr:
+    """The exact value of ``metric`` at one size (``device`` an int, or None = whole pipeline)."""
+    if device is not None and not 0 <= device < sm.devices:
+        raise UsageError(f"device index {device} is out of range 0..{sm.devices - 1}")
+    T = _max(sm.makespan)
+    if metric == "makespan":
+        return T
+    if metric == "busy":
+        return _lin(sm.busy[device]) if device is not None else _max(sm.busiest)
+    if metric == "bubble_time":
+        return T - (_lin(sm.busy[device]) if device is not None else _max(sm.busiest))
+    if metric == "bubble_ratio":
+        ideal = _lin(sm.busy[device]) if device is not None else _max(sm.busiest)
+        return (T - ideal) / ideal
+    if metric == "bubble_fraction":
+        if device is not None:
+            return (T - _lin(sm.busy[device])) / T
+        return 1 - _lin(sm.total_busy) / (sm.devices * T)
+    table = {"peak_inflight": sm.peak_inflight, "peak_memory": sm.peak_memory,
+             "fwd_before_bwd": sm.warmup}[metric]
+    val = table[device] if device is not None else max(table)
+    return sympy.Rational(Fraction(val).numerator, Fraction(val).denominator)
+
+
+# --------------------------------------------------------------------------- sympy -> tree
+
+
+def _tree(e):
+    if e.is_Rational:
+        return ("num", Fraction(int(e.p), int(e.q)))
+    if e.is_Symbol:
+        return ("sym", e.name)
+    if e.is_Add:
+        return ("add",) + tuple(_tree(a) for a in e.args)
+    if e.is_Mul:
+        return ("mul",) + tuple(_tree(a) for a in e.args)
+    if e.is_Pow and e.exp.is_Integer:
+        return ("pow", _tree(e.base), int(e.exp))
+    if isinstance(e, sympy.Max):
+        return ("max",) + tuple(_tree(a) for a in e.args)
+    if isinstance(e, sympy.Min):
+        return ("min",) + tuple(_tree(a) for a in e.args)
+    raise _Unsupported(f"cannot hand {sympy.sstr(e)!r} to the solver")
+
+
+class _Unsupported(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- the prover
+
+
+@dataclass
+class _Prepared:
+    parsed: Parsed
+    assumptions: list[Parsed]
+    families: dict  # function name -> family
+    domain: dict
+    uses_d: bool
+    uses_v: bool
+
+
+def _prepare(claim: Claim) -> _Prepared:
+    parsed = parse_claim(claim.text)
+    family_of(claim.family)
+    fams = {}
+    for name, ref in parsed.refs.items():
+        fams[name] = ref.family or claim.family
+        family_of(fams[name])
+    assumptions = parse_assumptions(claim.assume)
+    dom = dict(DEFAULT_DOMAIN)
+    dom.update(parse_domain(claim.domain))
+    chunky = any(has_chunks(f) for f in set(fams.values()) | {claim.family})
+    if chunky and "v" not in dom:
+        dom["v"] = (DEFAULT_CHUNKS[0], DEFAULT_CHUNKS[1])
+    syms = parsed.symbols | {s for a in assumptions for s in a.symbols}
+    return _Prepared(parsed, assumptions, fams, dom, "d" in syms, "v" in dom)
+
+
+def _domain_json(prep: _Prepared) -> dict:
+    out = {k: list(v) for k, v in prep.domain.items()}
+    if prep.uses_d and "d" not in out:
+        out["d"] = "0..p-1"
+    return out
+
+
+def prove(claim: Claim, *, timeout_s: float = 20.0) -> Result:
+    """Judge ``claim`` over its domain (see the module docstring)."""
+    t0 = time.perf_counter()
+    prep = _prepare(claim)
+    res = Result(claim, PROVED, _domain_json(prep))
+    unknown: list[str] = []
+    dom = prep.domain
+    vs = range(dom["v"][0], dom["v"][1] + 1) if prep.uses_v else (None,)
+    for p in range(dom["p"][0], dom["p"][1] + 1):
+        for v in vs:
+            for m in range(dom["m"][0], dom["m"][1] + 1):
+                try:
+                    own = _at(claim.family, p, m, v)
+                    sms = {name: _at(fam, p, m, v) for name, fam in prep.families.items()}
+                except UnsupportedSize:
+                    res.skipped.append((p, m) if v is None else (p, m, v))
+                    continue
+                vv = own.v
+                dr = [None]
+                if prep.uses_d:
+                    lo, hi = dom.get("d", (0, p - 1))
+                    dr = list(range(max(0, lo), min(p - 1, hi) + 1))
+                for dv in dr:
+                    sizes = {"p": p, "m": m, "v": vv}
+                    if dv is not None:
+                        sizes["d"] = dv
+                    verdict = _judge(prep, sms, sizes, timeout_s)
+                    if verdict is None:
+                        res.excluded += 1
+                        continue
+                    res.checked += 1
+                    kind, info = verdict
+                    if kind == "holds":
+                        continue
+                    if kind == "unknown":
+                        unknown.append(f"{_sizes_text(sizes)}: {info}")
+                        continue
+                    res.verdict = REFUTED
+                    res.counterexample = _counterexample(claim, prep, sizes, info)
+                    res.seconds = time.perf_counter() - t0
+                    return res
+    if unknown:
+        res.verdict = UNKNOWN
+        res.reason = f"undecided at {len(unknown)} size(s), e.g. " + "; ".join(unknown[:3])
+    elif res.checked == 0:
+        res.verdict = UNKNOWN
+        res.reason = "no size in the domain is both supported by the family and allowed by the assumptions"
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _at(fam: str, p: int, m: int, v: int | None) -> SizeMetrics:
+    """The family's metrics at (p, m, v); a family without chunks must build v chunks."""
+    if has_chunks(fam):
+        return metrics_at(fam, p, m, v if v is not None else 1)
+    sm = metrics_at(fam, p, m, None)
+    if v is not None and sm.v != v:
+        raise UnsupportedSize(f"{fam} has {sm.v} chunk(s) per device, not {v}")
+    return sm
+
+
+def _sizes_text(sizes: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def _instantiate(expr, prep: _Prepared, sms: dict, sizes: dict):
+    subs = {_SIZE[k]: sympy.Integer(v) for k, v in sizes.items()}
+    reps = {}
+    for app in expr.atoms(AppliedUndef):
+        name = app.func.__name__
+        ref = prep.parsed.refs[name]
+        arg = app.args[0] if app.args else ALL
+        if arg == ALL:
+            device = None
+        else:
+            a = sympy.sympify(arg).xreplace(subs)
+            if not a.is_Integer:
+                raise UsageError(f"device index {sympy.sstr(arg)} of {ref.metric} is not a whole "
+                                 f"number at {_sizes_text(sizes)}")
+            device = int(a)
+        reps[app] = metric_value(sms[name], ref.metric, device)
+    return expr.xreplace(reps).xreplace(subs)
+
+
+def _judge(prep: _Prepared, sms: dict, sizes: dict, timeout_s: float):
+    """None: excluded by the assumptions; ("holds", None); ("fails", costs | None);
+    ("unknown", reason)."""
+    lhs = _instantiate(prep.parsed.lhs, prep, sms, sizes)
+    rhs = _instantiate(prep.parsed.rhs, prep, sms, sizes)
+    subs = {_SIZE[k]: sympy.Integer(v) for k, v in sizes.items()}
+    cost_rels, eqs = [], {}
+    for a in prep.assumptions:
+        l, r = a.lhs.xreplace(subs), a.rhs.xreplace(subs)
+        if not (l - r).free_symbols:
+            if not bool(_OPS[a.op](l, r)):
+                return None
+            continue
+        if a.op == "==" and l.is_Symbol and l.name in _COST and l not in eqs:
+            eqs[l] = r
+        else:
+            cost_rels.append((a.op, l, r))
+    if eqs:
+        for _ in range(3):
+            eqs = {k: sympy.sympify(x).xreplace(eqs) for k, x in eqs.items()}
+        lhs, rhs = lhs.xreplace(eqs), rhs.xreplace(eqs)
+        cost_rels = [(op, l.xreplace(eqs), r.xreplace(eqs)) for op, l, r in cost_rels]
+    diff = lhs - rhs
+    if not diff.has(sympy.Max, sympy.Min):
+        diff = sympy.cancel(sympy.together(diff))
+        if not diff.free_symbols:
+            holds = bool(_OPS[prep.parsed.op](diff, 0))
+            return ("holds", None) if holds else ("fails", {"eqs": eqs, "costs": None})
+        if prep.parsed.op == "==" and diff == 0:
+            return "holds", None
+    names = {s.name for s in (lhs.free_symbols | rhs.free_symbols)} | {s.name for _, l, r in cost_rels
+                                                   for s in (l - r).free_symbols}
+    names |= {s.name for s in eqs}
+    from ..smt.costproofs import find_counterexample
+
+    try:
+        goal = (prep.parsed.op, _tree(lhs), _tree(rhs))
+        assumptions = [(op, _tree(l), _tree(r)) for op, l, r in cost_rels]
+        assumptions += [("==", ("sym", k.name), _tree(sympy.sympify(x))) for k, x in eqs.items()]
+    except _Unsupported as e:
+        return "unknown", str(e)
+    relaxed = {l.name for op, l, r in cost_rels if op == ">=" and l.is_Symbol and r == 0}
+    positive = [n for n in names if n != "c" and n not in relaxed]
+    nonneg = [n for n in names if n == "c" or n in relaxed]
+    status, info = find_counterexample(goal, assumptions, positive=positive, nonnegative=nonneg,
+                                       timeout_s=timeout_s)
+    if status == "unsat":
+        return "holds", None
+    if status == "unknown":
+        return "unknown", f"Z3: {info} (time limit {timeout_s:g} s)"
+    return "fails", {"eqs": eqs, "costs": info, "rels": cost_rels, "lhs": lhs, "rhs": rhs,
+                     "names": sorted(names)}
+
+
+def _num(q) -> str:
+    q = sympy.nsimplify(q) if not isinstance(q, Fraction) else q
+    f = Fraction(int(sympy.numer(q)), int(sympy.denom(q))) if not isinstance(q, Fraction) else q
+    return str(f.numerator) if f.denominator == 1 else f"{f.numerator}/{f.denominator}"
+
+
+def _nice_costs(info: dict, op: str):
+    """Small whole-number costs that satisfy the assumptions and violate the claim, if any."""
+    names = [n for n in info["names"] if n not in {k.name for k in info["eqs"]}]
+    grids = [_NICE.get(n, (1, 2)) for n in names]
+    for combo in product(*grids):
+        val = {_COST[n]: sympy.Integer(x) for n, x in zip(names, combo)}
+        ok = all(bool(_OPS[o](l.xreplace(val), r.xreplace(val))) for o, l, r in info["rels"])
+        if ok and not bool(_OPS[op](info["lhs"].xreplace(val), info["rhs"].xreplace(val))):
+            return {n: Fraction(x) for n, x in zip(names, combo)}
+    return None
+
+
+def _counterexample(claim: Claim, prep: _Prepared, sizes: dict, info: dict) -> dict:
+    costs: dict[str, Fraction] = {}
+    if info.get("costs") is not None:
+        nice = _nice_costs(info, prep.parsed.op)
+        costs = nice if nice is not None else {k: v for k, v in info["costs"].items()
+                                               if k in _COST}
+    for k, x in info["eqs"].items():
+        val = sympy.sympify(x).xreplace({_COST[n]: sympy.Rational(q.numerator, q.denominator)
+                                         for n, q in costs.items()})
+        if val.is_Rational:
+            costs[k.name] = Fraction(int(val.p), int(val.q))
+    sms = {name: _at(fam, sizes["p"], sizes["m"], sizes["v"] if prep.uses_v else None)
+           for name, fam in prep.families.items()}
+    val = {_COST[n]: sympy.Rational(q.numerator, q.denominator) for n, q in costs.items()}
+    lhs = _instantiate(prep.parsed.lhs, prep, sms, sizes).xreplace(val)
+    rhs = _instantiate(prep.parsed.rhs, prep, sms, sizes).xreplace(val)
+    dom = ",".join(f"{k}={x}..{x}" for k, x in sizes.items()
+                   if k != "v" or prep.uses_v)
+    assume = ", ".join(filter(None, [claim.assume] + [f"{k} == {_num(q)}" for k, q in costs.items()]))
+    cmd = ["schedverify", "prove", "--family", claim.family, claim.text, "--domain", dom]
+    if assume:
+        cmd += ["--assume", assume]
+    out = {
+        "sizes": dict(sizes), "costs": {k: _num(q) for k, q in costs.items()},
+        "lhs": _show(lhs), "rhs": _show(rhs),
+        "command": " ".join(shlex.quote(x) for x in cmd),
+    }
+    out["check_command"] = _check_command(claim.family, sizes, costs, prep.uses_v)
+    return out
+
+
+def _show(e) -> str:
+    e = sympy.nsimplify(e) if e.is_number else e
+    return sympy.sstr(e)
+
+
+def _check_command(fam: str, sizes: dict, costs: dict, uses_v: bool) -> str:
+    cost_map = {"t_F": "F", "t_B": "B", "t_I": "I", "t_W": "W", "c": "comm"}
+    parts = []
+    for k, q in costs.items():
+        if k in cost_map:
+            f = float(q)
+            if Fraction(f) != q:
+                return ""
+            parts.append(f"{cost_map[k]}={f:g}")
+    cmd = f"schedverify generate {shlex.quote(fam)} -D {sizes['p']} -M {sizes['m']}"
+    if uses_v and has_chunks(fam):
+        cmd += f" -V {sizes['v']}"
+    if parts:
+        cmd += " --costs " + ",".join(parts)
+    return cmd + " | schedverify check -"

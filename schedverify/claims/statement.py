@@ -1,0 +1,221 @@
+"""Claims: what they say, parsed (SPEC.md section 7).
+
+A claim relates metrics and expressions in the size symbols ``p, m, v, d`` and the cost
+symbols ``t_F, t_B, t_I, t_W, c`` with one of ``==, !=, <=, >=, <, >``::
+
+    peak_inflight(0) == Min(p, m)
+    bubble_fraction == (p - 1)/(m + p - 1)
+    1 - peak_inflight@1f1b(0)/peak_inflight@gpipe(0) == 1/4
+
+A metric without parentheses is the whole pipeline's (peaks: the largest over devices); with
+a device index it is that device's.  ``metric@family`` reads another family's metric, so a
+claim can compare schedules.  ``d`` in a claim ranges over every device ``0..p-1``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import sympy
+from sympy.parsing.sympy_parser import (
+    convert_xor,
+    implicit_multiplication_application,
+    parse_expr,
+    standard_transformations,
+)
+
+from ..errors import UsageError
+
+#: Metric -> what it means; each takes a device index or ALL (the whole pipeline).
+METRICS = {
+    "makespan": "end of the last action (SPEC.md 4)",
+    "bubble_time": "makespan minus the busiest device's busy time; per device: makespan - busy(d)",
+    "bubble_fraction": "1 - sum(busy) / (p * makespan); per device: idle(d) / makespan",
+    "bubble_ratio": "(makespan - T_ideal) / T_ideal with T_ideal the busiest device's busy time",
+    "peak_inflight": "most microbatches in flight (largest over devices, or on device d)",
+    "peak_memory": "peak activation memory (activation 1 per stage, w = 1/2)",
+    "busy": "sum of the device's action costs (the busiest device's without an index)",
+    "fwd_before_bwd": "forwards a device runs before its first backward (largest without an index)",
+}
+SIZE_SYMBOLS = ("p", "m", "v", "d")
+COST_SYMBOLS = ("t_F", "t_B", "t_I", "t_W", "c")
+RELATIONS = ("==", "!=", "<=", ">=", "<", ">")
+
+ALL = sympy.Symbol("ALL")
+_SYMS = {n: sympy.Symbol(n) for n in SIZE_SYMBOLS + COST_SYMBOLS}
+
+
+@dataclass(frozen=True)
+class MetricRef:
+    """One metric application in a parsed claim: a sympy Function name <-> what it reads."""
+
+    metric: str
+    family: str | None  # None: the claim's family
+
+
+@dataclass
+class Parsed:
+    op: str
+    lhs: object
+    rhs: object
+    refs: dict = field(default_factory=dict)  # sympy Function name -> MetricRef
+
+    @property
+    def symbols(self) -> set[str]:
+        return {s.name for s in (self.lhs - self.rhs).free_symbols} - {"ALL"}
+
+
+def _split_relation(text: str, where: str) -> tuple[str, str, str]:
+    depth = 0
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif depth == 0:
+            for op in RELATIONS:
+                if text.startswith(op, i):
+                    if op in ("<", ">") and text.startswith("=", i + 1):
+                        continue
+                    rest = text[i + len(op):]
+                    if any(r in _strip_parens(rest) for r in RELATIONS):
+                        raise UsageError(f"{where}: one relation per claim, got {text!r}")
+                    return text[:i], op, rest
+        i += 1
+    raise UsageError(f"{where}: no relation (one of {' '.join(RELATIONS)}) in {text!r}")
+
+
+def _strip_parens(text: str) -> str:
+    out, depth = [], 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+_REF = re.compile(r"\b(" + "|".join(METRICS) + r")\b(?:@([A-Za-z0-9][A-Za-z0-9_-]*))?(\s*\()?")
+
+
+def _functions(text: str, refs: dict) -> str:
+    """Rewrite ``metric[@family][(arg)]`` to sympy functions ``M<k>(arg | ALL)``."""
+    def sub(mo):
+        metric, fam, paren = mo.group(1), mo.group(2), mo.group(3)
+        key = MetricRef(metric, fam)
+        name = next((n for n, r in refs.items() if r == key), None)
+        if name is None:
+            name = f"M{len(refs)}_{metric}"
+            refs[name] = key
+        return f"{name}(" if paren else f"{name}(ALL)"
+
+    return _REF.sub(sub, text)
+
+
+def parse_expression(text: str, where: str, refs: dict | None = None):
+    refs = {} if refs is None else refs
+    rewritten = _functions(text.replace("%", " % "), refs)
+    local = dict(_SYMS)
+    local.update({"ALL": ALL, "Min": sympy.Min, "Max": sympy.Max, "min": sympy.Min,
+                  "max": sympy.Max, "floor": sympy.floor, "ceiling": sympy.ceiling,
+                  "ceil": sympy.ceiling, "Mod": sympy.Mod})
+    for name in refs:
+        local[name] = sympy.Function(name)
+    try:
+        expr = parse_expr(rewritten, local_dict=local, evaluate=True,
+                          transformations=standard_transformations + (convert_xor,))
+    except Exception as e:  # sympy raises many types for bad text
+        raise UsageError(f"{where}: cannot parse {text.strip()!r}: {e}") from None
+    unknown = {s.name for s in expr.free_symbols} - set(_SYMS) - {"ALL"}
+    if unknown:
+        raise UsageError(f"{where}: unknown name(s) {', '.join(sorted(unknown))} in {text.strip()!r}; "
+                         f"sizes are {', '.join(SIZE_SYMBOLS)}, costs {', '.join(COST_SYMBOLS)}, "
+                         f"metrics {', '.join(METRICS)}")
+    return expr
+
+
+def parse_claim(text: str, where: str = "claim") -> Parsed:
+    lhs, op, rhs = _split_relation(text.strip(), where)
+    refs: dict = {}
+    return Parsed(op, parse_expression(lhs, where, refs), parse_expression(rhs, where, refs), refs)
+
+
+def parse_assumptions(text: str | list | None, where: str = "--assume") -> list[Parsed]:
+    """``"t_W <= t_F, c == 0"`` (or a list of such strings): relations without metrics."""
+    if not text:
+        return []
+    items = text if isinstance(text, list) else _split_top(text)
+    out = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        pa = parse_claim(item, where)
+        if pa.refs:
+            raise UsageError(f"{where}: assumptions are about sizes and costs, not metrics: {item!r}")
+        out.append(pa)
+    return out
+
+
+def _split_top(text: str) -> list[str]:
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return out
+
+
+_RANGE = re.compile(r"^\s*([pmvd])\s*=\s*(-?\d+)\s*(?:\.\.\s*(-?\d+))?\s*$")
+
+
+def parse_domain(text: str | dict | None, where: str = "--domain") -> dict[str, tuple[int, int]]:
+    """``"p=2..8,m=1..32,v=2..2"`` (or a mapping) -> {"p": (2, 8), ...}."""
+    if not text:
+        return {}
+    if isinstance(text, dict):
+        items = [f"{k}={v}" for k, v in text.items()]
+    else:
+        items = [t for t in text.split(",") if t.strip()]
+    out = {}
+    for item in items:
+        mo = _RANGE.match(item)
+        if not mo:
+            raise UsageError(f"{where}: expected NAME=LOW..HIGH with NAME one of p, m, v, d, got "
+                             f"{item.strip()!r}")
+        name, lo = mo.group(1), int(mo.group(2))
+        hi = int(mo.group(3)) if mo.group(3) is not None else lo
+        if hi < lo:
+            raise UsageError(f"{where}: empty range {item.strip()!r} ({hi} < {lo})")
+        if name in ("p", "m", "v") and lo < 1:
+            raise UsageError(f"{where}: {name} must be >= 1, got {item.strip()!r}")
+        if name in out:
+            raise UsageError(f"{where}: {name} given twice")
+        out[name] = (lo, hi)
+    return out
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim about a family, with its assumptions, domain and where it comes from."""
+
+    text: str
+    family: str
+    assume: str = ""
+    domain: str = ""
+    source: str = ""
+    id: str = ""
+    note: str = ""
+    recorded: str | None = None  # the verdict the catalogue records, if any
