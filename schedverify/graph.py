@@ -15,6 +15,9 @@ since a same-device dependency that comes earlier is implied by device order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections import deque
+from itertools import chain, compress, repeat
+from operator import add, and_, eq, gt, itemgetter, lt, mul, ne
 
 from . import deps as rules
 from .model import (
@@ -31,6 +34,7 @@ from .model import (
     W,
     Action,
     Schedule,
+    per_stage,
 )
 
 #: Integer codes of the kinds that produce something another action can need.
@@ -65,8 +69,12 @@ class Graph:
     dev: list[int] = field(default_factory=list)
     pos: list[int] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)  # device d's actions are starts[d]:starts[d+1]
-    #: cross-device waits of each action: j >= 0 a data edge (plus comm), ~j a rendezvous edge
-    waits: list[tuple[int, ...]] = field(default_factory=list)
+    #: wait[i]: the first action on another device that action i needs, or n (none).  A
+    #: need on the same device that comes earlier is implied by device order and not kept.
+    wait: list[int] = field(default_factory=list)
+    #: further waits of the few actions that have more: i -> ((j, rendezvous?), ...).  A
+    #: rendezvous wait (a SEND until its RECV is posted: until j ends on the peer) has no latency.
+    more_waits: dict[int, tuple[tuple[int, bool], ...]] = field(default_factory=dict)
     producer: dict[int, int] = field(default_factory=dict)  # key(stage, mb, kind) -> i
     # raw facts for the checker
     malformed: list[tuple[int, str]] = field(default_factory=list)
@@ -77,7 +85,23 @@ class Graph:
     missing_recv: list[tuple[int, int, Action]] = field(default_factory=list)  # (i, producer j, recv)
     reduce_grads: list[int] = field(default_factory=list)
     counts: list[int] = field(default_factory=lambda: [0] * NCODES)
+    code: list[int] = field(default_factory=list)  # kind code of each plain action, else -1
+    stage: list[int] = field(default_factory=list)  # stage of each plain action, else -1
     mixed: list[int] = field(default_factory=list)  # i of an I/B that meets its pair's B/I
+
+    _waits: list | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def waits(self) -> list[tuple[int, ...]]:
+        """Per action, all its cross-device waits: ``j`` a data edge, ``~j`` a rendezvous
+        edge (wait until ``j`` has ended on the peer device).  Built once, on first use."""
+        if self._waits is None:
+            n, more = len(self.acts), self.more_waits
+            out = [() if j == n else (j,) for j in self.wait]
+            for i, extra in more.items():
+                out[i] += tuple(~j if sync else j for j, sync in extra)
+            self._waits = out
+        return self._waits
 
     def key(self, stage: int, microbatch: int, kind: str) -> int:
         return (stage * self.schedule.microbatches + microbatch) * NCODES + KIND_CODE[kind]
@@ -93,13 +117,130 @@ class Graph:
         return self.dev[i], self.pos[i], str(self.acts[i])
 
 
-def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager") -> Graph:
+def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bool = True) -> Graph:
+    """Compile ``schedule``.  Well-formed, complete-looking compute-only schedules take a
+    vectorised path (:func:`_compile_fast`); anything else, or ``fast=False``, the general
+    per-action one.  Both build the same Graph (a property test holds them to it)."""
     S, M = schedule.stages, schedule.microbatches
     explicit = schedule.has_explicit_comm
     g = Graph(schedule, explicit, explicit and comm_semantics == "rendezvous")
+    if fast and not explicit and _compile_fast(g, S, M):
+        return g
+    g = Graph(schedule, explicit, explicit and comm_semantics == "rendezvous")
     _index(g, S, M)
     _link(g, S, M)
+    g.code = [KIND_CODE.get(a.kind, -1) if a.sub is None and a.microbatch is not None
+              and type(a.stage) is int and 0 <= a.stage < S else -1 for a in g.acts]
+    g.stage = [a.stage if c >= 0 else -1 for a, c in zip(g.acts, g.code)]
     return g
+
+
+def _compile_fast(g: Graph, S: int, M: int) -> bool:
+    """The common case in bulk: only F/B/I/W actions, every index in range, no duplicate,
+    every action on its placed device, no pair mixing B with I/W.  Works column by column
+    with C-level builtins (map, zip, dict, list.count) instead of a Python loop per action.
+    Returns False, having changed nothing that matters, when the schedule is not such a case.
+    """
+    sched = g.schedule
+    acts = list(filter(None, chain.from_iterable(sched.order)))  # an Action is never falsy
+    n = len(acts)
+    if any(map(_SUB, acts)):
+        return False
+    codes = list(map(_FAST_CODE.get, map(_KIND, acts)))
+    if None in codes:
+        return False
+    stg = list(map(_STAGE, acts))
+    mbs = list(map(_MB, acts))
+    if n and (not set(map(type, stg)) <= _INT or not set(map(type, mbs)) <= _INT
+              or min(stg) < 0 or max(stg) >= S or min(mbs) < 0 or max(mbs) >= M):
+        return False
+    dev: list[int] = []
+    pos: list[int] = []
+    starts: list[int] = []
+    for d, row in enumerate(sched.order):
+        starts.append(len(dev))
+        if None in row:
+            p = [k for k, a in enumerate(row) if a is not None]
+            pos.extend(p)
+            dev.extend(repeat(d, len(p)))
+        else:
+            pos.extend(range(len(row)))
+            dev.extend(repeat(d, len(row)))
+    starts.append(n)
+    pl = sched.placement
+    if pl.microbatch_route is None:
+        expected = list(map(pl.routes[0].__getitem__, stg))
+    else:
+        routes, mr = pl.routes, pl.microbatch_route
+        expected = [routes[mr[m]][s] for s, m in zip(stg, mbs)]
+    if expected != dev:
+        return False
+    counts = [codes.count(c) for c in range(4)]
+    if counts[1] and (counts[2] or counts[3]):
+        return False  # a pair might mix B with I/W: the general path says which
+    keys = list(map(add, map(add, map(mul, stg, repeat(NCODES * M)), map(mul, mbs, repeat(NCODES))), codes))
+    producer = dict(zip(keys, range(n)))
+    if len(producer) != n:
+        return False  # duplicates
+    # Each need slot, as a key delta per kind code.  Out-of-range producer stages give keys
+    # that no action has, so the lookup itself says "no such need".  Without mixing, "the
+    # first backward" is B everywhere or I everywhere, so the alternative kind is known.
+    first_backward = 1 if counts[1] else 2
+    missing = n  # "no producer": an index one past the end, which the sweep treats as done
+    devx = dev + [-1]
+    wait = [missing] * n
+    inversions: list = []
+    for offset, codediff, alt in _FAST_SLOTS:
+        delta = [_NO_KEY if o is None else o * NCODES * M + cd + (first_backward - 1 if a else 0)
+                 for o, cd, a in zip(offset, codediff, alt)]
+        if all(delta[c] == _NO_KEY for c in set(codes)):
+            continue
+        js = list(map(producer.get, map(add, keys, map(delta.__getitem__, codes)), repeat(missing)))
+        devj = list(map(devx.__getitem__, js))
+        inversions += compress(zip(range(n), js), map(and_, map(eq, devj, dev), map(gt, js, range(n))))
+        # Placement is right here, so an action has at most one need on another device.
+        cross = list(map(and_, map(ne, devj, dev), map(ne, js, repeat(missing))))
+        deque(map(wait.__setitem__, compress(range(n), cross), compress(js, cross)), maxlen=0)
+    inversions.sort(key=_FIRST)
+    g.acts, g.dev, g.pos, g.starts = acts, dev, pos, starts
+    g.wait, g.producer, g.counts = wait, producer, counts + [0] * (NCODES - 4)
+    g.inversions = inversions
+    g.code = codes
+    g.stage = stg
+    return True
+
+
+_SUB = itemgetter(3)
+_KIND = itemgetter(1)
+_STAGE = itemgetter(0)
+_MB = itemgetter(2)
+_FIRST = itemgetter(0)
+_INT = {int}
+_FAST_CODE = {F: 0, B: 1, I: 2, W: 3}
+_NO_KEY = -(1 << 62)  # added to any key, gives a key no action has
+
+
+def _fast_slots():
+    """deps.NEEDS for F/B/I/W as per-slot tables indexed by kind code: the producer's stage
+    offset (None: no such need), the code difference from this kind to the producer's first
+    kind (B for "B or I"), and whether the need accepts an alternative kind."""
+    width = max(len(rules.NEEDS[k]) for k in _FAST_CODE)
+    slots = []
+    for k in range(width):
+        offset, codediff, alt = [None] * 4, [0] * 4, [0] * 4
+        for kind, c in _FAST_CODE.items():
+            needs = rules.NEEDS[kind]
+            if k < len(needs):
+                first = KIND_CODE[needs[k].kinds[0]]
+                offset[c] = needs[k].offset
+                codediff[c] = first - c
+                if len(needs[k].kinds) > 1:
+                    alt[c] = 1
+        slots.append((offset, codediff, alt))
+    return slots
+
+
+_FAST_SLOTS = _fast_slots()
 
 
 def _index(g: Graph, S: int, M: int) -> None:
@@ -186,16 +327,17 @@ def _malformed_reason(a: Action) -> str:
 
 
 def _link(g: Graph, S: int, M: int) -> None:
-    """Resolve each action's needs to action indices; keep only the cross-device ones."""
+    """Resolve each action's needs to action indices, one action at a time."""
     acts, dev, producer = g.acts, g.dev, g.producer
     explicit, rendezvous = g.explicit_comm, g.rendezvous
     needs_of = _NEEDS.get
     inversions, missing_recv = g.inversions, g.missing_recv
-    empty: tuple[int, ...] = ()
-    waits = [empty] * len(acts)
+    n = len(acts)
+    wait = [n] * n
+    more_waits = g.more_waits
     for i, a in enumerate(acts):
         d = dev[i]
-        found: list[int] | None = None
+        found: list[tuple[int, bool]] = []
         for x in (a.sub if a.sub is not None else (a,)):
             needs = needs_of(x.kind)
             if not needs:
@@ -223,22 +365,19 @@ def _link(g: Graph, S: int, M: int) -> None:
                     if j > i:
                         inversions.append((i, j))
                     continue
-                if found is None:
-                    found = [j]
-                else:
-                    found.append(j)
+                found.append((j, False))
             if rendezvous and x.kind in (SEND_F, SEND_B):
                 peer_code, off = _MATCH[KIND_CODE[x.kind]]
                 if 0 <= s + off < S:
                     r = producer.get(((s + off) * M + mb) * NCODES + peer_code)
                     if r is not None and dev[r] != d and r > g.starts[dev[r]]:
-                        if found is None:
-                            found = [~(r - 1)]
-                        else:
-                            found.append(~(r - 1))
-        if found is not None:
-            waits[i] = tuple(found)
-    g.waits = waits
+                        found.append((r - 1, True))
+        if found:
+            if not found[0][1]:
+                wait[i] = found.pop(0)[0]
+            if found:
+                more_waits[i] = tuple(found)
+    g.wait = wait
 
 
 _RECV_KIND = {KIND_CODE[RECV_F]: RECV_F, KIND_CODE[RECV_B]: RECV_B}
@@ -267,13 +406,20 @@ class SweepResult:
 
 def sweep(g: Graph, durations: list[float], comm: float = 0, *, max_cycles: int = 10) -> SweepResult:
     """Run the schedule as soon as possible.  On a stall, record the wait cycle, break it at
-    one edge and go on, so that every independent deadlock is found (up to ``max_cycles``)."""
+    one edge and go on, so that every independent deadlock is found (up to ``max_cycles``).
+
+    A wait is reported as ``(i, j)``: action ``i`` needs ``j`` (a data edge, plus ``comm``
+    when it crosses devices), or ``(i, ~j)``: a rendezvous SEND waits until its RECV is
+    posted, that is until ``j`` has ended on the receiver's device (no latency).
+    """
     n = len(g.acts)
-    starts, waits, dev = g.starts, g.waits, g.dev
+    starts, dev = g.starts, g.dev
+    wait, more = g.wait, g.more_waits
     D = len(starts) - 1
     start = [0.0] * n
-    end = [0.0] * n
-    done = bytearray(n)
+    end = [0.0] * n + [float("-inf")]  # end[n]: the "no producer" sentinel, always done
+    done = bytearray(n + 1)
+    done[n] = 1
     ptr = starts[:-1]
     clock = [0] * D
     waiting: dict[int, list[int]] = {}
@@ -281,6 +427,15 @@ def sweep(g: Graph, durations: list[float], comm: float = 0, *, max_cycles: int 
     cycles: list[list[tuple[int, int]]] = []
     blocked: dict[int, tuple[int, int]] = {}
     stack = list(range(D - 1, -1, -1))
+
+    def block(i: int, j: int, edge: int, d: int) -> bool:
+        """Register that device d waits at i for j; False if that wait was broken."""
+        if ignored and (i, edge) in ignored:
+            return False
+        waiting.setdefault(j, []).append(d)
+        blocked[d] = (i, edge)
+        return True
+
     while True:
         while stack:
             d = stack.pop()
@@ -288,41 +443,36 @@ def sweep(g: Graph, durations: list[float], comm: float = 0, *, max_cycles: int 
             stop = starts[d + 1]
             now = clock[d]
             while i < stop:
-                st = now
-                ws = waits[i]
-                if ws:
-                    stalled = False
-                    for j in ws:
-                        if j >= 0:
-                            if not done[j]:
-                                if ignored and (i, j) in ignored:
-                                    continue
-                                waiting.setdefault(j, []).append(d)
-                                blocked[d] = (i, j)
-                                stalled = True
+                j = wait[i]
+                if done[j]:
+                    st = end[j] + comm
+                    if st < now:
+                        st = now
+                elif block(i, j, j, d):
+                    break
+                else:
+                    st = now
+                if more and i in more:
+                    stuck = False
+                    for j, sync in more[i]:
+                        if not done[j]:
+                            if block(i, j, ~j if sync else j, d):
+                                stuck = True
                                 break
-                            e = end[j] + comm
-                        else:
-                            k = ~j
-                            if not done[k]:
-                                if ignored and (i, j) in ignored:
-                                    continue
-                                waiting.setdefault(k, []).append(d)
-                                blocked[d] = (i, j)
-                                stalled = True
-                                break
-                            e = end[k]
+                            continue
+                        e = end[j] if sync else end[j] + comm
                         if e > st:
                             st = e
-                    if stalled:
+                    if stuck:
                         break
                 start[i] = st
                 now = st + durations[i]
                 end[i] = now
                 done[i] = 1
-                woken = waiting.pop(i, None)
-                if woken is not None:
-                    stack.extend(woken)
+                if waiting:
+                    woken = waiting.pop(i, None)
+                    if woken is not None:
+                        stack.extend(woken)
                 i += 1
             ptr[d] = i
             clock[d] = now
@@ -342,6 +492,7 @@ def sweep(g: Graph, durations: list[float], comm: float = 0, *, max_cycles: int 
             waiter_list.remove(dev[head])
         del blocked[dev[head]]
         stack.append(dev[head])
+    del end[n]
     return SweepResult(start, end, cycles)
 
 
@@ -385,20 +536,18 @@ def _posted_after(g: Graph, k: int) -> str:
 
 def durations_for(g: Graph, costs) -> list[float]:
     """Each action's duration under ``costs`` (a :class:`schedverify.model.Costs`)."""
-    cache: dict[tuple[str, int | None], float] = {}
-    out = []
-    append = out.append
-    for a in g.acts:
-        if a.sub is not None:
-            append(costs.of(a))
-            continue
-        k = (a.kind, a.stage)
-        v = cache.get(k)
-        if v is None:
-            try:
-                v = costs.of(a)
-            except (IndexError, TypeError):
-                v = 0  # out-of-range stage on a per-stage cost: reported as a violation
-            cache[k] = v
-        append(v)
+    kinds = [k for k, _ in sorted(KIND_CODE.items(), key=lambda kv: kv[1])]
+    values = [getattr(costs, k) for k in kinds]
+    if not any(isinstance(v, tuple) for v in values):
+        table = values + [0]  # index -1: patched below
+        out = list(map(table.__getitem__, g.code))
+    else:
+        S = g.schedule.stages
+        table = [[per_stage(v, s) for s in range(S)] for v in values]
+        out = [table[c][s] if c >= 0 else 0 for c, s in zip(g.code, g.stage)]
+    for i in compress(range(len(out)), map(lt, g.code, repeat(0))):
+        try:
+            out[i] = costs.of(g.acts[i])
+        except (IndexError, TypeError):
+            out[i] = 0  # an out-of-range stage on a per-stage cost: reported as a violation
     return out

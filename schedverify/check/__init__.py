@@ -38,6 +38,15 @@ class _Run:
         self.graph = compile_graph(schedule, comm_semantics=sem)
         self.timeline, self.sweep = run_timeline(self.graph, self.costs, self.memory_model)
         self.memory = memory_sweep(self.graph, self.memory_model)
+        # SV403 means "hangs only because sends wait for their receives".  When a rendezvous
+        # run stalls, run eager too: if that stalls as well, the data deadlock (SV402, which
+        # hangs under both semantics) is what to report and fix first.
+        self.deadlock_graph, self.cycles = self.graph, self.sweep.cycles
+        if self.graph.rendezvous and not self.sweep.completed:
+            eager = compile_graph(schedule, comm_semantics="eager")
+            _, eager_sweep = run_timeline(eager, self.costs, self.memory_model)
+            if not eager_sweep.completed:
+                self.deadlock_graph, self.cycles = eager, eager_sweep.cycles
 
     def violations(self) -> Iterator[Violation]:
         g = self.graph
@@ -46,7 +55,7 @@ class _Run:
         yield from rules.placed(g)
         yield from rules.ordered(g)
         yield from rules.communication(g)
-        yield from rules.deadlocks(g, self.sweep.cycles)
+        yield from rules.deadlocks(self.deadlock_graph, self.cycles)
         if self.memory_model.limit is not None:
             yield from rules.memory(g, self.memory, self.memory_model.limit)
 

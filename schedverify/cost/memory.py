@@ -1,15 +1,22 @@
 """Activation memory and in-flight microbatches per device (SPEC.md section 5).
 
 Memory on a device changes only through that device's own actions, which run one at a
-time, so peaks follow from the order alone: an ``F`` allocates at its start (the moment a
-peak is measured), ``B``/``I``/``W`` free at their end.
+time, so peaks follow from the order alone.  Each action allocates at its start (a forward:
+``a_s``) and frees at its end (``B``: ``a_s``; ``I``: ``(1-w) a_s``; ``W``: ``w a_s``; an
+overlapped F&B does both).  So the memory while action ``i`` runs is
+``before(i) + alloc(i)``, and after it ``before(i) + alloc(i) - free(i)``: a running sum,
+computed with ``itertools.accumulate`` rather than a Python loop.  The in-flight count is
+the same sum with ``F`` counting 1 and the pair's last backward (``B``, or ``W`` when
+split) counting -1.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate, compress, repeat
+from operator import add, gt, lt, sub
 
-from ..graph import Graph
+from ..graph import KIND_CODE, Graph
 from ..model import B, F, I, W, MemoryModel, per_stage
 
 
@@ -24,8 +31,7 @@ class MemoryResult:
 
 
 def static_memory(g: Graph, model: MemoryModel) -> list[float]:
-    D = g.schedule.devices
-    out = [0.0] * D
+    out = [0.0] * g.schedule.devices
     if model.static:
         for s in range(g.schedule.stages):
             for d in g.schedule.placement.devices_of_stage(s):
@@ -33,59 +39,70 @@ def static_memory(g: Graph, model: MemoryModel) -> list[float]:
     return out
 
 
+def _effects(model: MemoryModel, kind: str, activation: float) -> tuple[float, float, int, int]:
+    """(allocated at start, freed at end, in-flight +1 at start, in-flight -1 at end)."""
+    if kind == F:
+        return activation, 0, 1, 0
+    if kind == B:
+        return 0, activation, 0, 1
+    if kind == I:
+        return 0, (1 - model.w) * activation, 0, 0
+    if kind == W:
+        return 0, model.w * activation, 0, 1
+    return 0, 0, 0, 0
+
+
+def per_action_effects(g: Graph, model: MemoryModel) -> list[list]:
+    """Four columns over the actions: alloc, free, in-flight start, in-flight end."""
+    S = g.schedule.stages
+    kinds = [k for k, _ in sorted(KIND_CODE.items(), key=lambda kv: kv[1])]
+    if isinstance(model.activation, tuple):
+        table = [[_effects(model, k, model.activation[s]) for s in range(S)] for k in kinds]
+        rows = [table[c][s] if c >= 0 else (0, 0, 0, 0) for c, s in zip(g.code, g.stage)]
+        cols = [list(col) for col in zip(*rows)] if rows else [[], [], [], []]
+    else:
+        table = [_effects(model, k, model.activation) for k in kinds] + [(0, 0, 0, 0)]
+        # one lookup table per column; code -1 (index -1) is the zero row, patched below
+        cols = [list(map([t[k] for t in table].__getitem__, g.code)) for k in range(4)]
+    for i in compress(range(len(g.code)), map(lt, g.code, repeat(0))):
+        total = [0, 0, 0, 0]
+        for x in g.acts[i].leaves():
+            if x.kind in (F, B, I, W) and type(x.stage) is int and 0 <= x.stage < S:
+                for k, v in enumerate(_effects(model, x.kind, per_stage(model.activation, x.stage))):
+                    total[k] += v
+        for k in range(4):
+            cols[k][i] = total[k]
+    return cols
+
+
 def memory_sweep(g: Graph, model: MemoryModel, start=None, end=None) -> MemoryResult:
     """Peaks per device; with ``start``/``end`` (a timeline) also the memory-over-time steps."""
-    S = g.schedule.stages
-    act = [per_stage(model.activation, s) for s in range(S)]
-    w = model.w
-    limit = model.limit
+    alloc, free, n_in, n_out = per_action_effects(g, model)
     static = static_memory(g, model)
+    limit = model.limit
     peaks_n, peaks_m, peak_at, over = [], [], [], []
     series = [] if start is not None else None
-    acts, starts = g.acts, g.starts
-    eps = 1e-9
-    for d in range(len(starts) - 1):
-        cur = static[d]
-        n = peak_n = 0
-        peak = cur
-        at = None
-        first_over = None
-        steps = [(0.0, cur)] if series is not None else None
-        for i in range(starts[d], starts[d + 1]):
-            a = acts[i]
-            for x in (a.sub if a.sub is not None else (a,)):
-                k = x.kind
-                s = x.stage
-                if k == F and type(s) is int and 0 <= s < S:
-                    cur += act[s]
-                    n += 1
-            if cur > peak:
-                peak, at = cur, i
-            if n > peak_n:
-                peak_n = n
-            if limit is not None and first_over is None and cur > limit + eps:
-                first_over = (i, cur)
-            if steps is not None:
-                steps.append((start[i], cur))
-            for x in (a.sub if a.sub is not None else (a,)):
-                k = x.kind
-                s = x.stage
-                if type(s) is not int or not 0 <= s < S:
-                    continue
-                if k == B:
-                    cur -= act[s]
-                    n -= 1
-                elif k == I:
-                    cur -= (1 - w) * act[s]
-                elif k == W:
-                    cur -= w * act[s]
-                    n -= 1
-            if steps is not None:
-                steps.append((end[i], cur))
-        peaks_n.append(peak_n)
-        peaks_m.append(peak)
-        peak_at.append(at)
-        over.append(first_over)
+    for d in range(g.schedule.devices):
+        lo, hi = g.starts[d], g.starts[d + 1]
+        a, f = alloc[lo:hi], free[lo:hi]
+        before = list(accumulate(map(sub, a, f), initial=static[d]))  # memory before each action
+        during = list(map(add, before, a))
+        peak = max(during, default=static[d])
+        peak_m = max(peak, static[d])
+        peaks_m.append(peak_m)
+        peak_at.append(lo + during.index(peak) if during and peak > static[d] else None)
+        n_before = accumulate(map(sub, n_in[lo:hi], n_out[lo:hi]), initial=0)
+        peaks_n.append(max(map(add, n_before, n_in[lo:hi]), default=0))
+        first = None
+        if limit is not None:
+            k = next(compress(range(len(during)), map(gt, during, repeat(limit + 1e-9))), None)
+            if k is not None:
+                first = (lo + k, during[k])
+        over.append(first)
         if series is not None:
+            steps = [(0.0, static[d])]
+            for k in range(hi - lo):
+                steps.append((start[lo + k], during[k]))
+                steps.append((end[lo + k], before[k + 1]))
             series.append(steps)
     return MemoryResult(static, peaks_n, peaks_m, peak_at, over, series)

@@ -118,9 +118,9 @@ class Timeline:
         while True:
             st = start[i]
             nxt = None
-            for j in g.waits[i]:
-                k, lat = (j, comm) if j >= 0 else (~j, 0)
-                if abs(end[k] + lat - st) <= tol:
+            # a dependency on another device first: it shows how the pipeline flows
+            for k, sync in ((g.wait[i], False),) + g.more_waits.get(i, ()):
+                if k < len(end) and abs(end[k] + (0 if sync else comm) - st) <= tol:
                     nxt = k
                     break
             if nxt is None and i > g.starts[g.dev[i]] and abs(end[i - 1] - st) <= tol:

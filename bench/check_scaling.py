@@ -1,0 +1,122 @@
+"""How fast is `schedverify check`?  Prints actions per second and peak memory.
+
+For each size it writes a 1F1B schedule (8 devices, full backward) to a JSON file, then, in a
+fresh subprocess, reads it and runs the full check plus timeline (what `schedverify check`
+does), reporting wall time and the process's peak resident memory.  When PyTorch is
+installed, PyTorch's own dry-run simulator ``_simulate_comms_compute`` runs on the same
+schedule (lowered with PyTorch's own send/recv pass) in the same run, for comparison per
+action; it is skipped above --torch-max actions because it is quadratic.
+
+    python bench/check_scaling.py                # 10k, 100k, 1M actions
+    python bench/check_scaling.py --sizes 10000 --torch-max 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+_CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+import schedverify
+t1 = time.perf_counter()
+s = schedverify.load(sys.argv[1])
+t2 = time.perf_counter()
+r = schedverify.check(s)
+t3 = time.perf_counter()
+assert r.is_valid, r.violations[:3]
+print(json.dumps({"import": t1 - t0, "load": t2 - t1, "check": t3 - t2, "total": t3 - t1,
+                  "makespan": r.metrics.makespan, "actions": s.num_actions,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+_TORCH_CHILD = r"""
+import json, sys, time
+from schedverify import load
+from torch.distributed.pipelining.schedules import _Action, _add_send_recv, _simulate_comms_compute
+s = load(sys.argv[1])
+order = {d: [_Action.from_str(str(a)) for a in row] for d, row in enumerate(s.order)}
+comms = _add_send_recv(order, lambda st: st % s.devices, s.stages)
+n = sum(len(v) for v in comms.values())
+t0 = time.perf_counter()
+_simulate_comms_compute(comms, lambda st: st % s.devices, s.stages)
+t1 = time.perf_counter()
+print(json.dumps({"seconds": t1 - t0, "actions_with_comms": n}))
+"""
+
+
+def write_schedule(path: str, actions: int, devices: int) -> None:
+    sys.path.insert(0, ROOT)
+    from schedverify import dump
+    from schedverify.generators import one_f_one_b
+
+    microbatches = max(1, actions // (2 * devices))
+    dump(one_f_one_b(devices, microbatches), path)
+
+
+def run_child(code: str, path: str, timeout: float) -> dict | None:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
+                             env=env, timeout=timeout, check=True)
+    except subprocess.TimeoutExpired:
+        return None
+    except subprocess.CalledProcessError as e:
+        raise SystemExit(f"benchmark child failed:\n{e.stderr}") from None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--devices", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per size; the best is reported")
+    ap.add_argument("--torch-max", type=int, default=100_000,
+                    help="largest size PyTorch's simulator is timed on (it is quadratic)")
+    ap.add_argument("--torch-timeout", type=float, default=300)
+    args = ap.parse_args()
+    try:
+        import torch  # noqa: F401
+
+        have_torch = True
+    except ImportError:
+        have_torch = False
+
+    print(f"schedverify check: 1F1B, {args.devices} devices, full check + timeline, best of {args.repeat}")
+    print("| actions | file MB | load s | check s | total s | actions/s | peak RSS MB |"
+          + (" torch sim s | torch actions/s | speed-up per action |" if have_torch else ""))
+    print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if have_torch else ""))
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in args.sizes:
+            path = os.path.join(tmp, f"s{size}.json")
+            write_schedule(path, size, args.devices)
+            mb = os.path.getsize(path) / 1e6
+            runs = [run_child(_CHILD, path, 600) for _ in range(args.repeat)]
+            best = min(runs, key=lambda r: r["total"])
+            rate = best["actions"] / best["total"]
+            row = (f"| {best['actions']:,} | {mb:.1f} | {best['load']:.2f} | {best['check']:.2f} | "
+                   f"{best['total']:.2f} | {rate:,.0f} | {max(r['rss_mb'] for r in runs):.0f} |")
+            if have_torch:
+                if best["actions"] <= args.torch_max:
+                    t = run_child(_TORCH_CHILD, path, args.torch_timeout)
+                    if t is None:
+                        row += f" > {args.torch_timeout:.0f} (timed out) | - | - |"
+                    else:
+                        trate = t["actions_with_comms"] / t["seconds"]
+                        row += f" {t['seconds']:.2f} | {trate:,.0f} | {rate / trate:,.1f}x |"
+                else:
+                    row += " skipped | - | - |"
+            print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
