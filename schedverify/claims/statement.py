@@ -131,7 +131,10 @@ def parse_expression(text: str, where: str, refs: dict | None = None):
                           transformations=standard_transformations + (convert_xor,))
     except Exception as e:  # sympy raises many types for bad text
         raise UsageError(f"{where}: cannot parse {text.strip()!r}: {e}") from None
+    from sympy.core.function import AppliedUndef
+
     unknown = {s.name for s in expr.free_symbols} - set(_SYMS) - {"ALL"}
+    unknown |= {f.func.__name__ + "()" for f in expr.atoms(AppliedUndef)} - {n + "()" for n in refs}
     if unknown:
         raise UsageError(f"{where}: unknown name(s) {', '.join(sorted(unknown))} in {text.strip()!r}; "
                          f"sizes are {', '.join(SIZE_SYMBOLS)}, costs {', '.join(COST_SYMBOLS)}, "

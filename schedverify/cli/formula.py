@@ -1,0 +1,128 @@
+"""``schedverify formula FAMILY --metric METRIC``: the closed form derived from the schedules.
+
+    schedverify formula 1f1b --metric makespan --format latex
+    schedverify formula 1f1b --metric peak_inflight --device d
+    schedverify formula 1f1b --metric bubble_fraction --at p=4,m=8 --costs t_F=1,t_B=2
+    schedverify formula 1f1b --smallest-m-below 0.05 --at p=8
+"""
+
+from __future__ import annotations
+
+import json
+
+from . import EXIT_INVALID, EXIT_OK
+
+METRIC_NAMES = ("makespan", "bubble_time", "bubble_fraction", "bubble_ratio", "peak_inflight",
+                "peak_memory", "busy")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "formula", help="closed-form cost of a schedule family, derived from its schedules",
+        description="Print the closed form of a metric for a family: derived from the generated "
+                    "schedules with symbolic costs, generalised over sizes and confirmed exactly "
+                    "over a range (stated in the domain). Symbols: p devices, m microbatches, "
+                    "v chunks per device, d device, t_F t_B t_I t_W costs, c latency.",
+    )
+    p.add_argument("family", metavar="FAMILY")
+    p.add_argument("--metric", choices=METRIC_NAMES, default="makespan")
+    p.add_argument("--device", metavar="d", help="per-device form: 'd' (general) or an index")
+    p.add_argument("--format", choices=("text", "latex", "json"), default="text")
+    p.add_argument("--at", metavar="p=4,m=8[,v=2,d=0]",
+                   help="also evaluate the formula at these sizes, next to the schedule's own value")
+    p.add_argument("--costs", metavar="t_F=1,t_B=2,...",
+                   help="costs for --at (default t_F=1, t_B=2, t_I=1, t_W=1, c=0)")
+    p.add_argument("--smallest-m-below", type=float, metavar="X",
+                   help="the smallest m whose --metric (default bubble_fraction) is below X at --at's p")
+    p.set_defaults(handler=run)
+
+
+def _assignments(text: str | None, where: str, allowed: tuple[str, ...]) -> dict:
+    from fractions import Fraction
+
+    from ..errors import UsageError
+
+    out: dict = {}
+    for item in filter(None, (t.strip() for t in (text or "").split(","))):
+        k, eq, val = item.partition("=")
+        k = k.strip()
+        if not eq or k not in allowed:
+            raise UsageError(f"{where}: expected NAME=VALUE with NAME one of {', '.join(allowed)}, "
+                             f"got {item!r}")
+        try:
+            out[k] = Fraction(val.strip())
+        except (ValueError, ZeroDivisionError):
+            raise UsageError(f"{where}: {k}: expected a number, got {val.strip()!r}") from None
+        if out[k] < 0:
+            raise UsageError(f"{where}: {k} must be >= 0, got {val.strip()!r}")
+    return out
+
+
+def run(args, out, err) -> int:
+    from ..errors import UsageError
+    from ..formulas import formula, smallest_m
+
+    sizes = _assignments(args.at, "--at", ("p", "m", "v", "d"))
+    costs = {"t_F": 1, "t_B": 2, "t_I": 1, "t_W": 1, "c": 0}
+    costs.update(_assignments(args.costs, "--costs", ("t_F", "t_B", "t_I", "t_W", "c")))
+    if args.smallest_m_below is not None:
+        if "p" not in sizes:
+            raise UsageError("--smallest-m-below needs the devices: --at p=N")
+        metric = args.metric if args.metric != "makespan" else "bubble_fraction"
+        mv = smallest_m(args.family, int(sizes["p"]), args.smallest_m_below, metric=metric,
+                        costs=costs, v_value=int(sizes["v"]) if "v" in sizes else None)
+        if args.format == "json":
+            print(json.dumps({"family": args.family, "metric": metric, "p": int(sizes["p"]),
+                              "below": args.smallest_m_below, "smallest_m": mv}), file=out)
+        else:
+            print(f"{args.family}: smallest m with {metric} < {args.smallest_m_below:g} at "
+                  f"p={int(sizes['p'])}: {mv if mv is not None else 'none up to 4096'}", file=out)
+        return EXIT_OK if mv is not None else EXIT_INVALID
+    f = formula(args.family, args.metric, args.device)
+    doc = f.to_json()
+    if "p" in sizes and "m" in sizes:
+        doc["at"] = _evaluate(f, args.family, args.metric, args.device, sizes, costs)
+    if args.format == "json":
+        print(json.dumps(doc, ensure_ascii=False), file=out)
+        return EXIT_OK
+    expr = f.latex() if args.format == "latex" else f.text()
+    who = f"{args.metric}" + (f"({args.device})" if args.device is not None else "")
+    print(f"{args.family} {who} = {expr}", file=out)
+    if args.format == "text":
+        print("  domain: " + ", ".join(f.conditions), file=out)
+        rng = f.confirmed
+        print(f"  confirmed exactly against the schedules at {rng['sizes']} sizes: "
+              f"p={rng['p'][0]}..{rng['p'][1]}, m={rng['m'][0]}..{rng['m'][1]}, v={rng['v']}",
+              file=out)
+        for note in f.notes:
+            print(f"  note: {note}", file=out)
+        if "at" in doc:
+            a = doc["at"]
+            print(f"  at {a['sizes']} with {a['costs']}: formula {a['formula']}, "
+                  f"schedule {a['schedule']}", file=out)
+    return EXIT_OK
+
+
+def _evaluate(f, family: str, metric: str, device, sizes: dict, costs: dict) -> dict:
+    """The formula's value and the schedule's own (exact symbolic timeline) at one point."""
+    import sympy
+
+    from ..claims.prover import metric_value
+    from ..errors import UsageError
+    from ..formulas.sizes import has_chunks, metrics_at
+
+    p, m = int(sizes["p"]), int(sizes["m"])
+    v = int(sizes["v"]) if "v" in sizes else None
+    sm = metrics_at(family, p, m, v if has_chunks(family) else None)
+    full = {"p": p, "m": m, "v": sm.v}
+    dev = None
+    if device is not None:
+        dev = int(sizes["d"]) if device == "d" and "d" in sizes else (None if device == "d" else int(device))
+        if dev is None:
+            raise UsageError("--device d with --at needs d=INDEX in --at")
+        full["d"] = dev
+    val = f.evaluate(full, costs)
+    own = metric_value(sm, metric, dev).xreplace({sympy.Symbol(k): sympy.Rational(str(x))
+                                                  for k, x in costs.items()})
+    return {"sizes": full, "costs": {k: str(x) for k, x in costs.items()},
+            "formula": str(val), "schedule": sympy.sstr(own)}

@@ -1,0 +1,125 @@
+"""``schedverify prove``: judge a claim about a schedule family, or a whole catalogue.
+
+    schedverify prove --family 1f1b "peak_inflight(0) == Min(p, m)" --domain "p=2..8,m=1..32"
+    schedverify prove proofs/
+
+Exit code for one claim: 0 PROVED, 1 REFUTED, 3 UNKNOWN, 2 usage error.  For a catalogue:
+0 when every claim gets the verdict its file records, 1 when one differs (3 when the only
+differences are UNKNOWN verdicts).
+"""
+
+from __future__ import annotations
+
+import json
+
+from . import EXIT_INVALID, EXIT_OK, EXIT_UNKNOWN
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "prove", help="prove or refute a claim about a schedule family (or run a catalogue)",
+        description="Judge a claim exactly over a finite range of sizes and every cost the "
+                    "assumptions allow (SPEC.md section 7): PROVED (exit 0), REFUTED with the "
+                    "smallest counterexample (exit 1) or UNKNOWN with the reason (exit 3). Without "
+                    "--family, the arguments are claim files or directories (proofs/).",
+    )
+    p.add_argument("args", nargs="+", metavar="CLAIM|PATH",
+                   help="with --family: the claim, e.g. 'bubble_ratio == (p-1)/m'; "
+                        "without: catalogue files or directories")
+    p.add_argument("--family", metavar="FAMILY", help="the schedule family the claim is about")
+    p.add_argument("--assume", default="", metavar="RELATIONS",
+                   help="comma-separated assumptions on costs or sizes, e.g. 't_W <= t_F, c == 0' "
+                        "(costs are > 0 and c >= 0 unless said otherwise)")
+    p.add_argument("--domain", default="", metavar="RANGES",
+                   help="sizes to check, e.g. 'p=2..8,m=1..32,v=2..2' (default p=2..8, m=1..16, "
+                        "v=2..3 for families with chunks; d ranges over 0..p-1)")
+    p.add_argument("--timeout", type=float, default=20.0, metavar="SECONDS",
+                   help="Z3 time limit per size (default 20)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(handler=run)
+
+
+def run(args, out, err) -> int:
+    from ..claims import Claim, prove
+    from ..errors import UsageError
+
+    if args.family:
+        if len(args.args) != 1:
+            raise UsageError(f"with --family give exactly one claim (quote it), got {len(args.args)} "
+                             f"arguments: {args.args!r}")
+        claim = Claim(args.args[0], args.family, args.assume, args.domain, source="command line")
+        res = prove(claim, timeout_s=args.timeout)
+        if args.format == "json":
+            print(json.dumps(res.to_json(), ensure_ascii=False), file=out)
+        else:
+            print(_result_text(res), file=out)
+        return {"PROVED": EXIT_OK, "REFUTED": EXIT_INVALID}.get(res.verdict, EXIT_UNKNOWN)
+    if args.assume or args.domain:
+        raise UsageError("--assume and --domain apply to one claim (with --family); a catalogue's "
+                         "claims carry their own")
+    from ..claims.catalogue import load
+
+    claims = load(args.args)
+    results = [prove(c, timeout_s=args.timeout) for c in claims]
+    if args.format == "json":
+        print(json.dumps([r.to_json() for r in results], ensure_ascii=False, indent=1), file=out)
+    else:
+        print(table(results), file=out)
+    changed = [r for r in results if r.claim.recorded and r.claim.recorded != r.verdict]
+    if not changed:
+        return EXIT_OK
+    return EXIT_UNKNOWN if all(r.verdict == "UNKNOWN" for r in changed) else EXIT_INVALID
+
+
+def _result_text(res) -> str:
+    c = res.claim
+    dom = ", ".join(f"{k}={v[0]}..{v[1]}" if isinstance(v, list) else f"{k}={v}"
+                    for k, v in res.domain.items())
+    lines = [f"{res.verdict}: {c.text}  [{c.family}]",
+             f"  domain: {dom}" + (f"; assuming {c.assume}" if c.assume else "")
+             + "; costs t_* > 0, c >= 0 unless assumed otherwise"]
+    if res.verdict == "PROVED":
+        lines.append(f"  exactly, at all {res.checked} sizes in the domain, for every cost allowed")
+    if res.counterexample:
+        ce = res.counterexample
+        sizes = ", ".join(f"{k}={v}" for k, v in ce["sizes"].items())
+        costs = ", ".join(f"{k}={v}" for k, v in ce["costs"].items()) or "any costs"
+        lines.append(f"  counterexample: {sizes}; {costs}")
+        lines.append(f"  left side = {ce['lhs']}, right side = {ce['rhs']}")
+        lines.append(f"  reproduce: {ce['command']}")
+        if ce.get("check_command"):
+            lines.append(f"  see it:    {ce['check_command']}")
+    if res.reason:
+        lines.append(f"  reason: {res.reason}")
+    if res.skipped:
+        shown = ", ".join("(" + ",".join(map(str, s)) + ")" for s in res.skipped[:8])
+        more = f" and {len(res.skipped) - 8} more" if len(res.skipped) > 8 else ""
+        lines.append(f"  skipped (the family does not support them): {shown}{more}")
+    if res.excluded:
+        lines.append(f"  {res.excluded} size(s) excluded by the assumptions")
+    lines.append(f"  {res.seconds:.2f} s")
+    return "\n".join(lines)
+
+
+def why(res) -> str:
+    if res.counterexample:
+        ce = res.counterexample
+        sizes = ",".join(f"{k}={v}" for k, v in ce["sizes"].items() if k != "v" or "v" in res.domain)
+        costs = ",".join(f"{k}={v}" for k, v in ce["costs"].items())
+        return f"at {sizes}{' ' + costs if costs else ''}: {ce['lhs']} vs {ce['rhs']}"
+    return res.reason
+
+
+def table(results) -> str:
+    rows = [("id", "family", "verdict", "recorded", "sizes", "why (counterexample)")]
+    for r in results:
+        rec = r.claim.recorded or "-"
+        mark = "" if rec in ("-", r.verdict) else " CHANGED"
+        rows.append((r.claim.id, r.claim.family, r.verdict, rec + mark, str(r.checked), why(r)))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    out = ["  ".join(x.ljust(w) for x, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
+    n = {v: sum(1 for r in results if r.verdict == v) for v in ("PROVED", "REFUTED", "UNKNOWN")}
+    total = sum(r.seconds for r in results)
+    out.append(f"{len(results)} claims: {n['PROVED']} proved, {n['REFUTED']} refuted, "
+               f"{n['UNKNOWN']} unknown ({total:.1f} s)")
+    return "\n".join(out)
