@@ -180,8 +180,8 @@ class Costs:
             if self.OVERLAP_F_B is None or action.sub is None:
                 return sum(self.of(a) for a in action.leaves())
             return per_stage(self.OVERLAP_F_B, action.sub[0].stage)
-        if kind in BOOKKEEPING_KINDS:
-            return 0
+        if kind not in COSTED_KINDS:
+            return 0  # bookkeeping, or a malformed action (the checker reports it)
         return per_stage(getattr(self, kind), action.stage)
 
     def with_values(self, **values: PerStage) -> Costs:

@@ -141,11 +141,13 @@ def deadlocks(g: Graph, cycles) -> Iterator[Violation]:
             k = awaited if awaited >= 0 else ~awaited
             rendezvous |= awaited < 0
             d, e = g.dev[head], g.dev[k]
+            # a rendezvous wait is for the RECV right after k on its device: name its place
+            shown = k if awaited >= 0 else k + 1
             head_e = next(h for h, _ in cycle if g.dev[h] == e)
-            behind = "" if head_e == k else f", behind {g.acts[head_e]} (position {g.pos[head_e]}) where device {e} is stuck"
+            behind = "" if head_e == shown else f", behind {g.acts[head_e]} (position {g.pos[head_e]}) where device {e} is stuck"
             steps.append(
                 f"device {d} is stuck at {g.acts[head]} (position {g.pos[head]}): it "
-                f"{explain_wait(g, head, awaited)}, which is at position {g.pos[k]} on device {e}{behind}"
+                f"{explain_wait(g, head, awaited)}, which is at position {g.pos[shown]} on device {e}{behind}"
             )
             locations.append(loc(g, head))
         devs = " -> ".join(str(g.dev[h]) for h, _ in cycle) + f" -> {g.dev[cycle[0][0]]}"

@@ -1,0 +1,465 @@
+"""Every rule of SPEC.md section 3 on crafted schedules: each violation code, its device and
+position, the actions involved, and a message a person can act on."""
+
+from __future__ import annotations
+
+import pytest
+
+import schedverify as sv
+from schedverify import CODES, Action, Schedule, overlap
+from schedverify.check import MAX_COUNTED
+
+# A valid 2-device, 2-microbatch 1F1B, the base most cases perturb.
+ONE_F_ONE_B = [["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", "1F1", "1B1"]]
+
+# Explicit communication, valid under both semantics: device 1 posts microbatch 1's
+# receive before it sends microbatch 0's gradient.
+EXPLICIT = [
+    ["0F0", "0SEND_F0", "0F1", "0SEND_F1", "0RECV_B0", "0B0", "0RECV_B1", "0B1"],
+    ["1RECV_F0", "1F0", "1B0", "1RECV_F1", "1SEND_B0", "1F1", "1B1", "1SEND_B1"],
+]
+# Device 0 sends microbatch 1's activation before it receives microbatch 0's gradient;
+# device 1 sends that gradient before it posts the receive of microbatch 1's activation.
+# Eager: the sends return at once, fine.  Rendezvous: each send waits for a receive that
+# sits behind the other device's send: a hang.
+RENDEZVOUS_HANG = [
+    ["0F0", "0SEND_F0", "0F1", "0SEND_F1", "0RECV_B0", "0B0", "0RECV_B1", "0B1"],
+    ["1RECV_F0", "1F0", "1B0", "1SEND_B0", "1RECV_F1", "1F1", "1B1", "1SEND_B1"],
+]
+
+
+def build(order, **kw) -> Schedule:
+    kw.setdefault("stages", len(order))
+    return Schedule.build(order, **kw)
+
+
+def only(report, code: str):
+    found = [v for v in report.violations if v.code.code == code]
+    assert found, f"expected {code}, got {[str(v) for v in report.violations]}"
+    return found
+
+
+def locs(v) -> list[tuple[int, int | None, str]]:
+    return [(x.device, x.position, x.action) for x in v.locations]
+
+
+def test_base_schedules_are_valid():
+    assert sv.check(build(ONE_F_ONE_B)).is_valid
+    for sem in ("eager", "rendezvous"):
+        report = sv.check(build(EXPLICIT), comm_semantics=sem)
+        assert report.is_valid, [str(v) for v in report.violations]
+
+
+# ------------------------------------------------------------------ one test per code
+
+def test_sv101_malformed_action():
+    # The reader refuses unknown types; the API can still be handed one.
+    order = [["0F0", "0F1", Action(0, "X", 1), "0B0", "0B1"], ["1F0", "1B0", "1F1", "1B1"]]
+    report = sv.check(build(order))
+    (v,) = only(report, "SV101")
+    assert v.code.slug == "malformed-action"
+    assert (v.device, v.position) == (0, 2)
+    assert locs(v) == [(0, 2, "0X1")]
+    assert v.message == "unknown action type 'X'"
+
+
+def test_sv101_overlap_must_be_forward_then_backward():
+    order = [["0F0", overlap(Action(0, "B", 0), Action(0, "F", 1)), "0B1"], ["1F0", "1B0", "1F1", "1B1"]]
+    (v,) = only(sv.check(build(order)), "SV101")
+    assert locs(v) == [(0, 1, "(0B0;0F1)OVERLAP_F_B")]
+    assert "one forward then one backward" in v.message and "0B0;0F1" in v.message
+
+
+def test_sv102_index_out_of_range():
+    order = [["0F0", "0F1", "0B0", "0B1", "0F2"], ["1F0", "1B0", "1F1", "1B1", None, "7F0"]]
+    report = sv.check(build(order, stages=2, microbatches=2))
+    vs = only(report, "SV102")
+    assert [locs(v) for v in vs] == [[(0, 4, "0F2")], [(1, 5, "7F0")]]
+    assert vs[0].message == "microbatch 2 is out of range: the schedule has 2 microbatches (0..1)"
+    assert vs[1].message == "stage 7 is out of range: the schedule has 2 stages (0..1)"
+
+
+def test_sv201_missing_action_names_where_it_belongs():
+    order = [["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", "1F1"]]
+    (v,) = only(sv.check(build(order, microbatches=2)), "SV201")
+    assert v.code.slug == "missing-action"
+    assert locs(v) == [(1, None, "1B1")]  # device 1 is where it belongs; it has no position
+    assert "stage 1 never runs the backward of microbatch 1" in v.message
+    assert "1B1" in v.message and "1I1 with 1W1" in v.message
+
+
+def test_sv201_split_backward_needs_both_halves():
+    order = [["0F0", "0I0", "0W0"], ["1F0", "1I0"]]
+    report = sv.check(build(order))
+    (v,) = only(report, "SV201")
+    assert locs(v) == [(1, None, "1W0")]
+    assert v.message == "1I0 has no weight-gradient pass 1W0"
+    order = [["0F0", "0I0", "0W0"], ["1F0", "1B0", "1W0"]]
+    vs = [v for v in sv.check(build(order)).violations if v.code.code in ("SV201", "SV203")]
+    assert vs, "a W next to a full B is reported"
+
+
+def test_sv201_missing_forward():
+    order = [["0F1", "0B1"], ["1F0", "1F1", "1B0", "1B1"]]
+    vs = only(sv.check(build(order, microbatches=2)), "SV201")
+    missing = {locs(v)[0] for v in vs}
+    assert (0, None, "0F0") in missing and (0, None, "0B0") in missing
+    assert any(v.message == "stage 0 never runs the forward of microbatch 0" for v in vs)
+
+
+def test_sv202_duplicate_action_same_and_other_device():
+    order = [["0F0", "0F1", "0B0", "0F1", "0B1"], ["1F0", "1B0", "1F1", "1B1", "1B0"]]
+    vs = only(sv.check(build(order)), "SV202")
+    assert [locs(v) for v in vs] == [
+        [(0, 3, "0F1"), (0, 1, "0F1")],
+        [(1, 4, "1B0"), (1, 1, "1B0")],
+    ]
+    assert vs[0].message == "0F1 appears again; it first appears at device 0, position 1"
+    # across devices: the copy also sits on the wrong device
+    order = [["0F0", "0F1", "0B0", "0B1", "1F1"], ["1F0", "1B0", "1F1", "1B1"]]
+    report = sv.check(build(order))
+    (v,) = only(report, "SV202")
+    assert locs(v) == [(1, 2, "1F1"), (0, 4, "1F1")]
+
+
+def test_sv202_duplicate_inside_an_overlap_names_the_shared_half():
+    order = [["0F0", "0F1", overlap(Action(0, "F", 1), Action(0, "B", 0)), "0B1"], ["1F0", "1B0", "1F1", "1B1"]]
+    vs = only(sv.check(build(order)), "SV202")
+    assert any(v.message.startswith("0F1 appears again") for v in vs)
+
+
+def test_sv203_mixed_backward():
+    order = [["0F0", "0B0", "0I0", "0W0"], ["1F0", "1B0"]]
+    vs = only(sv.check(build(order)), "SV203")
+    assert [locs(v) for v in vs] == [[(0, 2, "0I0")], [(0, 3, "0W0")]]
+    assert vs[0].code.slug == "mixed-backward"
+    assert vs[0].message == ("0I0 mixes a full backward B with a split backward (I/W) of the same "
+                             "stage and microbatch; use either B, or I and W")
+
+
+def test_sv301_wrong_device():
+    order = [["0F0", "0F1", "0B0", "0B1", "1F0"], ["1B0", "1F1", "1B1"]]
+    report = sv.check(build(order))
+    (v,) = only(report, "SV301")
+    assert locs(v) == [(0, 4, "1F0")]
+    assert v.message == "stage 1 runs on device 1 (placement 'loop'), but 1F0 sits on device 0"
+
+
+def test_sv301_v_placement_and_explicit_list():
+    # v placement, 2 devices, 4 stages: device 0 holds stages 0 and 3
+    order = [["0F0", "1F0", "2F0", "3F0"], []]
+    report = sv.check(build(order, stages=4, microbatches=1, placement="v"))
+    wrong = {locs(v)[0][2]: v.message for v in only(report, "SV301")}
+    assert set(wrong) == {"1F0", "2F0"}
+    assert wrong["2F0"] == "stage 2 runs on device 1 (placement 'v'), but 2F0 sits on device 0"
+    report = sv.check(build([["1F0", "1B0"], ["0F0", "0B0"]], placement=[1, 0]))
+    assert report.is_valid, [str(v) for v in report.violations]
+
+
+def test_sv401_runs_before_dependency_on_the_same_device():
+    order = [["0F0", "0B1", "0F1", "0B0"], ["1F0", "1B0", "1F1", "1B1"]]
+    report = sv.check(build(order))
+    (v,) = only(report, "SV401")
+    assert v.code.slug == "runs-before-dependency"
+    assert locs(v) == [(0, 1, "0B1"), (0, 2, "0F1")]
+    assert v.message == ("0B1 needs its own forward 0F1, which comes later on the same device "
+                         "(position 2), so device 0 waits for itself")
+
+
+def test_sv401_weight_gradient_before_input_gradient():
+    order = [["0F0", "0W0", "0I0"], ["1F0", "1I0", "1W0"]]
+    (v,) = only(sv.check(build(order)), "SV401")
+    assert locs(v) == [(0, 1, "0W0"), (0, 2, "0I0")]
+    assert "needs the input-gradient pass 0I0" in v.message
+
+
+def test_sv402_deadlock_witness_is_the_cycle_with_each_wait_explained():
+    # Device 0 runs microbatch 0 through; device 1 starts with microbatch 1.
+    order = [["0F0", "0B0", "0F1", "0B1"], ["1F1", "1B1", "1F0", "1B0"]]
+    report = sv.check(build(order))
+    (v,) = only(report, "SV402")
+    assert v.code.slug == "deadlock"
+    assert locs(v) == [(0, 1, "0B0"), (1, 0, "1F1")]
+    assert v.message == "deadlock: devices 0 -> 1 -> 0: each waits for another"
+    assert v.witness == (
+        "device 0 is stuck at 0B0 (position 1): it needs the gradient that 1B0 produces, which is "
+        "at position 3 on device 1, behind 1F1 (position 0) where device 1 is stuck",
+        "device 1 is stuck at 1F1 (position 0): it needs the activation that 0F1 produces, which "
+        "is at position 2 on device 0, behind 0B0 (position 1) where device 0 is stuck",
+    )
+    assert report.metrics.makespan is None  # a deadlock has no makespan
+    with pytest.raises(sv.DeadlockError):
+        sv.timeline(build(order))
+
+
+def test_sv402_three_device_cycle():
+    # 0 waits on 2 (via 1's backward chain), 2 waits on 1, 1 waits on 0
+    order = [["0F0", "0B0", "0F1", "0B1"], ["1F0", "1F1", "1B1", "1B0"], ["2F1", "2B1", "2F0", "2B0"]]
+    report = sv.check(build(order))
+    vs = only(report, "SV402")
+    devices_in_cycle = {x.device for v in vs for x in v.locations}
+    assert len(devices_in_cycle) >= 2
+    for v in vs:
+        assert len(v.witness) == len(v.locations)
+        for step, x in zip(v.witness, v.locations):
+            assert step.startswith(f"device {x.device} is stuck at {x.action} (position {x.position}): it ")
+
+
+def test_two_independent_deadlocks_are_both_reported():
+    # devices 0-1 deadlock among themselves, and devices 2-3 (a second pipeline stage pair)
+    order = [
+        ["0F0", "0B0", "0F1", "0B1"], ["1F1", "1B1", "1F0", "1B0"],
+        ["2F0", "2B0", "2F1", "2B1"], ["3F1", "3B1", "3F0", "3B0"],
+    ]
+    report = sv.check(build(order))
+    assert len(only(report, "SV402")) >= 2
+
+
+def test_sv403_rendezvous_only_deadlock():
+    s = build(RENDEZVOUS_HANG)
+    eager = sv.check(s, comm_semantics="eager")
+    assert eager.is_valid, [str(v) for v in eager.violations]
+    report = sv.check(s, comm_semantics="rendezvous")
+    (v,) = report.violations
+    assert v.code.code == "SV403" and v.code.slug == "rendezvous-deadlock"
+    assert locs(v) == [(0, 3, "0SEND_F1"), (1, 3, "1SEND_B0")]
+    assert "valid under eager semantics, hangs under rendezvous" in v.message
+    assert len(v.witness) == 2
+    assert v.witness == (
+        "device 0 is stuck at 0SEND_F1 (position 3): it waits, under rendezvous semantics, until "
+        "1RECV_F1 (after 1SEND_B0) is posted, which is at position 4 on device 1, behind 1SEND_B0 "
+        "(position 3) where device 1 is stuck",
+        "device 1 is stuck at 1SEND_B0 (position 3): it waits, under rendezvous semantics, until "
+        "0RECV_B0 (after 0SEND_F1) is posted, which is at position 4 on device 0, behind 0SEND_F1 "
+        "(position 3) where device 0 is stuck",
+    )
+    # the file can choose the semantics too
+    assert sv.check(s.with_(comm_semantics="rendezvous")).codes() == ["SV403"]
+
+
+def test_rendezvous_fixed_by_posting_the_receive_first():
+    # EXPLICIT is RENDEZVOUS_HANG with device 1's receive of microbatch 1 moved before its send
+    assert EXPLICIT[0] == RENDEZVOUS_HANG[0] and sorted(EXPLICIT[1]) == sorted(RENDEZVOUS_HANG[1])
+    assert sv.check(build(EXPLICIT), comm_semantics="rendezvous").is_valid
+
+
+def test_explicit_comm_deadlock_under_both_semantics():
+    # device 1 waits to receive microbatch 1 first, but device 0 sends microbatch 0 first and
+    # only sends microbatch 1 after microbatch 0's gradient comes back: a data deadlock.
+    order = [
+        ["0F0", "0SEND_F0", "0RECV_B0", "0B0", "0F1", "0SEND_F1", "0RECV_B1", "0B1"],
+        ["1RECV_F1", "1F1", "1B1", "1SEND_B1", "1RECV_F0", "1F0", "1B0", "1SEND_B0"],
+    ]
+    reports = [sv.check(build(order), comm_semantics=sem) for sem in ("eager", "rendezvous")]
+    # Regression: under rendezvous this was reported as SV403 "valid under eager semantics",
+    # which it is not; a deadlock under both semantics is SV402 under both.
+    for report in reports:
+        (v,) = report.violations
+        assert v.code.code == "SV402"
+        assert locs(v) == [(0, 2, "0RECV_B0"), (1, 0, "1RECV_F1")]
+        assert v.witness[1] == ("device 1 is stuck at 1RECV_F1 (position 0): it receives what 0SEND_F1 "
+                                "sends, which is at position 5 on device 0, behind 0RECV_B0 (position 2) "
+                                "where device 0 is stuck")
+    assert reports[0].violations == reports[1].violations
+
+
+def test_sv404_reduce_grad_too_early():
+    order = [["0F0", "0F1", "0B0", "0REDUCE_GRAD", "0B1"], ["1F0", "1B0", "1F1", "1B1", "1REDUCE_GRAD"]]
+    report = sv.check(build(order))
+    (v,) = report.violations
+    assert v.code.code == "SV404" and v.code.slug == "reduce-grad-too-early"
+    assert locs(v) == [(0, 3, "0REDUCE_GRAD"), (0, 4, "0B1")]
+    assert v.message == ("0REDUCE_GRAD reduces stage 0's gradients before its backward 0B1 "
+                         "(position 4) has run; REDUCE_GRAD must follow every backward of its stage")
+
+
+def test_reduce_grad_after_weight_gradients_is_fine_and_waits_for_w():
+    ok = [["0F0", "0I0", "0W0", "0REDUCE_GRAD"], ["1F0", "1I0", "1W0", "1REDUCE_GRAD"]]
+    assert sv.check(build(ok)).is_valid
+    early = [["0F0", "0I0", "0REDUCE_GRAD", "0W0"], ["1F0", "1I0", "1W0", "1REDUCE_GRAD"]]
+    (v,) = sv.check(build(early)).violations
+    assert v.code.code == "SV404" and locs(v)[1] == (0, 3, "0W0")
+
+
+def test_sv501_unmatched_send():
+    order = [list(r) for r in EXPLICIT]
+    order[1].remove("1RECV_F1")  # device 1 never receives microbatch 1's activation
+    report = sv.check(build(order))
+    (v,) = only(report, "SV501")
+    assert v.code.slug == "unmatched-send"
+    assert locs(v) == [(0, 3, "0SEND_F1")]
+    assert v.message == "0SEND_F1 has no matching 1RECV_F1 on device 1"
+    # and 1F1 then lacks its receive
+    (m,) = only(report, "SV503")
+    assert locs(m)[0] == (1, 4, "1F1")
+
+
+def test_sv501_send_past_the_last_stage():
+    order = [list(r) for r in EXPLICIT]
+    order[1].append("1SEND_F1")
+    (v,) = only(sv.check(build(order)), "SV501")
+    assert v.message == "1SEND_F1 has no matching 2RECV_F1: stage 1 has no next stage to send to"
+
+
+def test_sv502_unmatched_recv():
+    order = [list(r) for r in EXPLICIT]
+    order[0].remove("0SEND_F1")
+    report = sv.check(build(order))
+    (v,) = only(report, "SV502")
+    assert v.code.slug == "unmatched-recv"
+    assert locs(v) == [(1, 3, "1RECV_F1")]
+    assert v.message == "1RECV_F1 has no matching 0SEND_F1 on device 0"
+
+
+def test_sv503_missing_recv():
+    order = [list(r) for r in EXPLICIT]
+    order[0].remove("0RECV_B1")
+    order[1].remove("1SEND_B1")
+    (v,) = sv.check(build(order)).violations
+    assert v.code.code == "SV503" and v.code.slug == "missing-recv"
+    assert locs(v) == [(0, 6, "0B1"), (0, None, "0RECV_B1")]
+    assert v.message == ("0B1 needs what 1B1 produces on device 1, but device 0 has no 0RECV_B1 to "
+                         "receive it (the schedule lists its communication explicitly)")
+
+
+def test_send_before_its_producer_is_reported():
+    order = [list(r) for r in EXPLICIT]
+    order[0] = ["0SEND_F0", "0F0", "0F1", "0SEND_F1", "0RECV_B0", "0B0", "0RECV_B1", "0B1"]
+    (v,) = only(sv.check(build(order)), "SV401")
+    assert locs(v) == [(0, 0, "0SEND_F0"), (0, 1, "0F0")]
+    assert "sends what 0F0 produces" in v.message
+
+
+def test_sv601_memory_limit():
+    gpipe = [["0F0", "0F1", "0F2", "0B0", "0B1", "0B2"], ["1F0", "1F1", "1F2", "1B0", "1B1", "1B2"]]
+    s = build(gpipe)
+    assert sv.check(s, memory_limit=3).is_valid
+    report = sv.check(s, memory_limit=2)
+    vs = only(report, "SV601")
+    assert [locs(v) for v in vs] == [[(0, 2, "0F2")], [(1, 2, "1F2")]]
+    assert vs[0].code.slug == "memory-limit-exceeded"
+    assert vs[0].message == ("memory on device 0 reaches 3 at 0F2, over the limit 2 "
+                             "(peak 3, 3 microbatches in flight at most)")
+    # the file's limit counts too, and the command line's overrides it
+    s2 = s.with_(memory=sv.MemoryModel(limit=2))
+    assert sv.check(s2).codes() == ["SV601"]
+    assert sv.check(s2, memory_limit=10).is_valid
+
+
+def test_memory_limit_with_static_memory_and_split_backward():
+    order = [["0F0", "0F1", "0I0", "0I1", "0W0", "0W1"], ["1F0", "1I0", "1F1", "1I1", "1W0", "1W1"]]
+    mem = sv.MemoryModel(activation=2, w=0.5, static=1)
+    report = sv.check(build(order), memory=mem)
+    # device 0: 1 + 2 + 2 = 5.  device 1: 1 + 2, 1I0 frees (1 - w) * 2 = 1, 1F1 adds 2: 4
+    assert [d.peak_memory for d in report.metrics.devices] == [5, 4]
+    (v,) = sv.check(build(order), memory=mem, memory_limit=4).violations
+    assert v.code.code == "SV601" and locs(v) == [(0, 1, "0F1")]
+
+
+# ------------------------------------------------------------------ features the rules must handle
+
+def test_overlapped_actions_valid_and_timed_as_one_op():
+    # DualPipe-style: device 0 overlaps microbatch 1's forward with microbatch 0's backward.
+    order = [["0F0", overlap(Action(0, "F", 1), Action(0, "B", 0)), "0B1"], ["1F0", "1B0", "1F1", "1B1"]]
+    report = sv.check(build(order))
+    assert report.is_valid, [str(v) for v in report.violations]
+    tl = sv.timeline(build(order))
+    entries = list(tl.entries(0))
+    assert [str(a) for a, _, _ in entries] == ["0F0", "(0F1;0B0)OVERLAP_F_B", "0B1"]
+    _, st, en = entries[1]
+    assert (st, en) == (4, 7)  # waits for 1B0 (ends at 4), runs F+B = 3 without an overlap cost
+    report = sv.check(build(order), costs={"OVERLAP_F_B": 2})
+    assert report.metrics.makespan == list(sv.timeline(build(order), costs={"OVERLAP_F_B": 2}).entries(0))[-1][2]
+
+
+def test_overlap_half_that_deadlocks_is_located_at_the_overlap():
+    order = [["0F0", overlap(Action(0, "F", 1), Action(0, "B", 0)), "0B1"], ["1F0", "1F1", "1B0", "1B1"]]
+    (v,) = sv.check(build(order)).violations
+    assert v.code.code == "SV402"
+    assert locs(v)[0] == (0, 1, "(0F1;0B0)OVERLAP_F_B")
+    assert "needs the gradient that 1B0 produces" in v.witness[0]
+
+
+def bidirectional(order, routes, microbatch_route, stages=2):
+    placement = sv.Placement.bidirectional(routes, microbatch_route, len(order), stages)
+    return build(order, stages=stages, placement=placement)
+
+
+def test_bidirectional_routes():
+    # microbatch 0 goes down (stage s on device s), microbatch 1 up (mirrored)
+    order = [["0F0", "1F1", "1B1", "0B0"], ["0F1", "1F0", "1B0", "0B1"]]
+    s = bidirectional(order, [[0, 1], [1, 0]], [0, 1])
+    report = sv.check(s)
+    assert report.is_valid, [str(v) for v in report.violations]
+    assert s.placement.devices_of_stage(0) == frozenset({0, 1})
+    # static memory counts both copies of every stage
+    report = sv.check(s, memory={"static": 10})
+    assert [d.static_memory for d in report.metrics.devices] == [20, 20]
+
+
+def test_bidirectional_wrong_device_names_the_route():
+    order = [["0F0", "0F1", "1F1", "1B1", "0B0", "0B1"], ["1F0", "1B0"]]
+    s = bidirectional(order, [[0, 1], [1, 0]], [0, 1])
+    vs = only(sv.check(s), "SV301")
+    msgs = {locs(v)[0][2]: v.message for v in vs}
+    assert msgs["0F1"] == "stage 0 runs on device 1 on microbatch 1's route 1, but 0F1 sits on device 0"
+    assert "1F1" not in msgs  # stage 1 of route 1 is device 0: correct
+
+
+def test_all_violations_are_reported_not_just_the_first():
+    order = [["0F0", "0F1", "0B0", "0B1", "0B1", "1F9", "1F1"], ["1F0", "1B0"]]
+    report = sv.check(build(order, microbatches=2))
+    assert set(report.codes()) >= {"SV102", "SV201", "SV202", "SV301"}
+    # SPEC order: well-formed, complete, placed, ...
+    order_seen = [v.code.code for v in report.violations]
+    assert order_seen.index("SV102") < order_seen.index("SV202") < order_seen.index("SV301")
+    assert list(sv.iter_violations(build(order, microbatches=2))) == report.violations
+    assert not sv.is_valid(build(order, microbatches=2))
+
+
+def test_cap_keeps_the_first_and_counts_the_rest():
+    # 10 microbatches declared, none on stage 1: 20 missing actions
+    order = [[f"0F{i}" for i in range(10)] + [f"0B{i}" for i in range(10)], []]
+    s = build(order, stages=2, microbatches=10)
+    full = sv.check(s)
+    assert len(full.violations) == 20 and full.truncated == 0
+    capped = sv.check(s, max_violations=5)
+    assert capped.violations == full.violations[:5]
+    assert capped.truncated == 15 and capped.truncated_exact
+    assert capped.to_json()["violations_not_shown"] == 15
+
+
+def test_cap_stops_counting_far_beyond_the_kept():
+    s = build([["0F0", "0B0"], ["1F0", "1B0"]], microbatches=MAX_COUNTED)
+    report = sv.check(s, max_violations=10)
+    assert len(report.violations) == 10
+    assert report.truncated == MAX_COUNTED and not report.truncated_exact
+
+
+def test_every_code_is_registered_once_and_tested_here():
+    tested = {"SV101", "SV102", "SV201", "SV202", "SV203", "SV301", "SV401", "SV402", "SV403",
+              "SV404", "SV501", "SV502", "SV503", "SV601"}
+    assert set(CODES) == tested, "a new violation code needs a crafted-schedule test in this file"
+    slugs = [c.slug for c in CODES.values()]
+    assert len(slugs) == len(set(slugs))
+    for c in CODES.values():
+        assert c.description.endswith(".") and len(c.description) > 20
+
+
+def test_violation_json_shape():
+    order = [["0F0", "0B1", "0F1", "0B0"], ["1F0", "1B0", "1F1", "1B1"]]
+    (v,) = only(sv.check(build(order)), "SV401")
+    assert v.to_json() == {
+        "code": "SV401", "slug": "runs-before-dependency", "message": v.message,
+        "device": 0, "position": 1,
+        "actions": [{"device": 0, "position": 1, "action": "0B1"},
+                    {"device": 0, "position": 2, "action": "0F1"}],
+    }
+    assert str(v).startswith("SV401 runs-before-dependency: device 0, position 1: 0B1: ")
+
+
+def test_bad_arguments_raise_usage_errors():
+    with pytest.raises(sv.UsageError, match="comm_semantics must be 'eager' or 'rendezvous', got 'lazy'"):
+        sv.check(build(ONE_F_ONE_B), comm_semantics="lazy")
+    with pytest.raises(sv.UsageError, match="expected a Schedule"):
+        sv.check(ONE_F_ONE_B)
