@@ -8,6 +8,8 @@ several times cheaper to build and to hash.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import chain
+from operator import attrgetter
 from typing import NamedTuple, Sequence, Union
 
 # Action kinds (PyTorch's ``_ComputationType`` values).  Plain interned strings, so that
@@ -59,6 +61,9 @@ class Action(NamedTuple):
     def leaves(self) -> tuple[Action, ...]:
         """The compute actions this entry stands for (itself, or an overlap's sub-actions)."""
         return self.sub if self.sub is not None else (self,)
+
+
+_kind_of = attrgetter("kind")
 
 
 def overlap(forward: Action, backward: Action) -> Action:
@@ -264,11 +269,12 @@ class Schedule:
 
     @property
     def num_actions(self) -> int:
-        return sum(1 for row in self.order for a in row if a is not None)
+        return sum(len(row) - row.count(None) for row in self.order)
 
     @property
     def has_explicit_comm(self) -> bool:
-        return any(a is not None and a.kind in COMM_KINDS for row in self.order for a in row)
+        kinds = set(map(_kind_of, filter(None, chain.from_iterable(self.order))))
+        return not kinds.isdisjoint(COMM_KINDS)
 
     def with_(self, **changes) -> Schedule:
         return replace(self, **changes)
