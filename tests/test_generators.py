@@ -29,7 +29,7 @@ from schedverify.generators import (
     zb_h1,
     zb_h2,
 )
-from schedverify.generators.interleaved import megatron_schedule_table
+from schedverify.generators._build import megatron_schedule_table
 from schedverify.model import B, F, I, W
 
 sizes = st.integers(1, 7)
@@ -361,3 +361,25 @@ def test_cli_refuses_unwritable_outputs(tmp_path):
     afile.write_text("x")
     code, _, err = cli("gpipe", "-D", "2", "-M", "2", "-o", str(afile / "s.json"))
     assert code == 2 and "does not exist" in err and "Traceback" not in err
+
+
+@given(megatron_sizes(), split_costs())
+def test_zb_h1_interleaved_valid_and_bubble(size, costs):
+    """ZB-H1 over Megatron's interleaved order (PyTorch's InterleavedZeroBubble): valid on
+    the whole domain, bubble (p-1)(t_F + t_I - t_W) in chunk costs, (V-1)*group + D in
+    flight on every device (V*D with the default group)."""
+    p, m, v, g = size
+    s = zb_h1(p, m, chunks=v, group_size=g)
+    assert_valid(s, costs=costs)
+    assert s.metadata == {"family": "zb-h1", "chunks": v, "group_size": g}
+    T = timeline(s, costs=costs).makespan
+    assert T - m * v * (costs.F + costs.I + costs.W) == (p - 1) * (costs.F + costs.I - costs.W)
+    assert inflight(s) == [min((v - 1) * g + p, v * m)] * p
+
+
+def test_zb_h1_with_one_chunk_is_the_handcrafted_one():
+    assert zb_h1(4, 8, chunks=1) == zb_h1(4, 8)
+    with pytest.raises(UnsupportedSize, match="chunks >= 2"):
+        zb_h1(4, 8, chunks=1, group_size=4)
+    with pytest.raises(UnsupportedSize, match="10 % 4 = 2"):
+        zb_h1(4, 10, chunks=2)

@@ -81,7 +81,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "D >= 1, M >= 1, V >= 1", chunks=True),
     Family("zb-h1", zb_h1,
            "ZB-H1 (Qi et al. 2024): 1F1B with split backward, W delayed d steps on device d; 1F1B's peak",
-           "D >= 1, M >= 1"),
+           "D >= 1, M >= 1; with V >= 2 chunks (PyTorch's InterleavedZeroBubble) interleaved-1f1b's group rules",
+           options=(Option("group_size", int, "D", "microbatches per group (Megatron's "
+                           "microbatch_group_size_per_vp_stage)"),),
+           chunks=True),
     Family("zb-h2", zb_h2,
            "ZB-H2 (Qi et al. 2024): 2(D-1-d) warm-up forwards, W delayed 2d steps; 2D-1 in flight",
            "D >= 1, M >= 1"),

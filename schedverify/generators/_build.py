@@ -73,6 +73,49 @@ def phases(
     return row
 
 
+def megatron_schedule_table(microbatches: int, chunks: int, group_size: int) -> list[tuple[int, int]]:
+    """Megatron-LM's ``get_schedule_table``: the (microbatch, chunk) of each virtual microbatch.
+
+    Microbatches go in groups of ``group_size``; each group runs through chunk 0, then chunk
+    1, ...; the last group holds what is left.  For ``M=5, chunks=2, group=3``:
+    ``(0,0) (1,0) (2,0) (0,1) (1,1) (2,1) (3,0) (4,0) (3,1) (4,1)``.
+    """
+    table = []
+    for first in range(0, microbatches, group_size):
+        group = range(first, min(first + group_size, microbatches))
+        table += [(i, c) for c in range(chunks) for i in group]
+    return table
+
+
+def megatron_group(family: str, devices: int, microbatches: int, group_size: int | None) -> int:
+    """The microbatch group size (default ``devices``), refused as Megatron-LM refuses it:
+    ``devices <= group <= microbatches`` and ``microbatches % group`` 0 or ``>= devices``."""
+    group = devices if group_size is None else group_size
+    positive(family, group_size=group)
+    require(devices <= group <= microbatches, family,
+            f"the microbatch group size must be between devices and microbatches "
+            f"(Megatron: microbatch_group_size_per_vp_stage in [PP, M]); got group size {group} "
+            f"with {devices} devices and {microbatches} microbatches")
+    rest = microbatches % group
+    require(not 0 < rest < devices, family,
+            f"microbatches % group size must be 0 or at least devices (Megatron's rule against "
+            f"dependency bubbles); got {microbatches} % {group} = {rest} with {devices} devices")
+    return group
+
+
+def looped_rows(devices: int, microbatches: int, chunks: int, group: int, warmup, w_lag=None):
+    """Every device's order for a loop placement (stage ``c*D + d`` on device ``d``) in the
+    phase pattern, forwards in Megatron's table order and backwards in the same order with
+    the chunks reversed.  ``warmup(d)`` and ``w_lag(d)`` give each device's counts."""
+    table = megatron_schedule_table(microbatches, chunks, group)
+    rows = []
+    for d in range(devices):
+        forwards = [(c * devices + d, i) for i, c in table]
+        backwards = [((chunks - 1 - c) * devices + d, i) for i, c in table]
+        rows.append(phases(forwards, backwards, warmup(d), w_lag=None if w_lag is None else w_lag(d)))
+    return rows
+
+
 def assemble(
     name: str,
     order: Sequence[Sequence[Action | None]],

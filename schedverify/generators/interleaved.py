@@ -8,21 +8,7 @@ device ``s % D``, ``S = D * chunks`` stages.
 from __future__ import annotations
 
 from ..model import B, F, Action, Schedule
-from ._build import Work, assemble, phases, positive, require
-
-
-def megatron_schedule_table(microbatches: int, chunks: int, group_size: int) -> list[tuple[int, int]]:
-    """Megatron-LM's ``get_schedule_table``: the (microbatch, chunk) of each virtual microbatch.
-
-    Microbatches go in groups of ``group_size``; each group runs through chunk 0, then chunk
-    1, ...; the last group holds what is left.  For ``M=5, chunks=2, group=3``:
-    ``(0,0) (1,0) (2,0) (0,1) (1,1) (2,1) (3,0) (4,0) (3,1) (4,1)``.
-    """
-    table = []
-    for first in range(0, microbatches, group_size):
-        group = range(first, min(first + group_size, microbatches))
-        table += [(i, c) for c in range(chunks) for i in group]
-    return table
+from ._build import assemble, looped_rows, megatron_group, positive, require
 
 
 def interleaved_1f1b(devices: int, microbatches: int, *, chunks: int = 2,
@@ -42,29 +28,15 @@ def interleaved_1f1b(devices: int, microbatches: int, *, chunks: int = 2,
     ``D <= group_size <= M``, and ``M % group_size`` is 0 or at least ``D``.  (Megatron
     also asks for ``D > 2`` unless p2p communication overlap is on; that rule is about
     batching NCCL sends between the same two ranks, not about the schedule, so it is not
-    enforced here.)  With ``M`` a multiple of ``D`` and the default group, the bubble is
-    ``(D-1)(t_F + t_B)`` in chunk costs.
+    enforced here.)  The paper gives the bubble ``(D-1)(t_F + t_B)`` in chunk costs for ``M``
+    a multiple of ``D``; with these rules it holds on the whole domain, any group size.
     """
     name = "interleaved-1f1b"
     positive(name, devices=devices, microbatches=microbatches, chunks=chunks)
-    group = devices if group_size is None else group_size
-    positive(name, group_size=group)
     require(chunks >= 2, name, f"needs chunks >= 2 (got {chunks}); with one chunk use 1f1b")
-    require(devices <= group <= microbatches, name,
-            f"the microbatch group size must be between devices and microbatches "
-            f"(Megatron: microbatch_group_size_per_vp_stage in [PP, M]); got group size {group} "
-            f"with {devices} devices and {microbatches} microbatches")
-    rest = microbatches % group
-    require(not 0 < rest < devices, name,
-            f"microbatches % group size must be 0 or at least devices (Megatron's rule against "
-            f"dependency bubbles); got {microbatches} % {group} = {rest} with {devices} devices")
-    table = megatron_schedule_table(microbatches, chunks, group)
-    order = []
-    for d in range(devices):
-        forwards: list[Work] = [(c * devices + d, i) for i, c in table]
-        backwards: list[Work] = [((chunks - 1 - c) * devices + d, i) for i, c in table]
-        warmup = 2 * (devices - d - 1) + (chunks - 1) * group
-        order.append(phases(forwards, backwards, warmup))
+    group = megatron_group(name, devices, microbatches, group_size)
+    order = looped_rows(devices, microbatches, chunks, group,
+                        warmup=lambda d: 2 * (devices - d - 1) + (chunks - 1) * group)
     return assemble(name, order, stages=devices * chunks, microbatches=microbatches,
                     metadata={"family": name, "chunks": chunks, "group_size": group})
 

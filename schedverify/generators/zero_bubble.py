@@ -14,12 +14,16 @@ own ``I``, so it can be moved to fill idle time.  Both are the 1F1B phase patter
 deferred ``W`` fill the tail, turning the trapezoid into a parallelogram; ``2D-1`` in
 flight).  The paper states no tunable parameter for either; the W delay is fixed by the
 in-flight budget, so none is exposed.
+
+ZB-H1 also takes ``chunks`` (stages per device, loop placement): the same warm-up and W
+lag on top of Megatron's interleaved order, which is what PyTorch ships as
+``ScheduleInterleavedZeroBubble`` (its "ZB1P").
 """
 
 from __future__ import annotations
 
 from ..model import Schedule
-from ._build import assemble, phases, positive
+from ._build import assemble, looped_rows, megatron_group, phases, positive, require
 
 
 def _zb_handcrafted(name: str, k: int, devices: int, microbatches: int) -> Schedule:
@@ -32,7 +36,7 @@ def _zb_handcrafted(name: str, k: int, devices: int, microbatches: int) -> Sched
                     metadata={"family": name})
 
 
-def zb_h1(devices: int, microbatches: int) -> Schedule:
+def zb_h1(devices: int, microbatches: int, *, chunks: int = 1, group_size: int | None = None) -> Schedule:
     """ZB-H1, the memory-efficient Zero Bubble schedule (Qi et al., ICLR 2024, section 2.1).
 
     1F1B with the backward split into ``I`` and ``W``: device ``d`` runs ``D-1-d`` warm-up
@@ -40,8 +44,22 @@ def zb_h1(devices: int, microbatches: int) -> Schedule:
     (each ``W`` follows the ``I`` ``d`` positions later), and ends with its last ``d+1``
     ``W``.  Every device then holds at most ``min(D, M)`` microbatches in flight, 1F1B's
     peak.  Any ``D >= 1``, ``M >= 1``.
+
+    With ``chunks`` = V >= 2 the device holds stages ``d, d+D, ...`` and follows
+    Megatron's interleaved table (groups of ``group_size`` microbatches, default ``D``,
+    with interleaved-1f1b's domain rules); the warm-up becomes ``(V-1)*group + D-1-d``,
+    the W lag stays ``d``.  This is PyTorch's ``ScheduleInterleavedZeroBubble``.
     """
-    return _zb_handcrafted("zb-h1", 1, devices, microbatches)
+    name = "zb-h1"
+    if chunks == 1 and group_size is None:
+        return _zb_handcrafted(name, 1, devices, microbatches)
+    positive(name, devices=devices, microbatches=microbatches, chunks=chunks)
+    require(chunks >= 2, name, f"--group-size needs chunks >= 2 (got chunks {chunks})")
+    group = megatron_group(name, devices, microbatches, group_size)
+    order = looped_rows(devices, microbatches, chunks, group,
+                        warmup=lambda d: (chunks - 1) * group + devices - 1 - d, w_lag=lambda d: d)
+    return assemble(name, order, stages=devices * chunks, microbatches=microbatches,
+                    metadata={"family": name, "chunks": chunks, "group_size": group})
 
 
 def zb_h2(devices: int, microbatches: int) -> Schedule:
