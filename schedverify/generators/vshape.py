@@ -17,7 +17,7 @@ starts and finishes every microbatch.
 from __future__ import annotations
 
 from ..model import F, I, W, Action, Schedule
-from ._build import assemble, positive, require
+from ._build import assemble, positive
 
 
 def _v_stages(devices: int, d: int) -> tuple[int, int]:
@@ -45,8 +45,8 @@ def zb_v(devices: int, microbatches: int) -> Schedule:
     the actions of microbatches ``>= M`` are dropped, which keeps it valid.  With
     ``F = I = W`` per chunk and no communication latency, every device is busy without a
     gap from its first action to its last when ``M >= 2D-1``.  Domain: any ``D >= 1``,
-    ``M >= 1``.  Peak: ``2D`` chunk activations in flight on device 0 (1F1B's ``D`` full
-    stages).
+    ``M >= 1``.  Peak in flight on device ``d``: ``min(2D, 2M, M+1+d)`` chunk activations,
+    at most 1F1B's ``D`` full stages.
     """
     positive("zb-v", devices=devices, microbatches=microbatches)
     n = max(2 * devices - 1, microbatches)
@@ -89,7 +89,7 @@ def zb_v(devices: int, microbatches: int) -> Schedule:
             inp_wgt(0)
             fwd(1)
             inp_wgt(1)
-        w = list(b)
+        w[:] = b
         for _ in range(d):
             inp(0)
             inp(1)
