@@ -278,3 +278,14 @@ def test_chimera_bubble_and_memory(sizes):
     assert tl.makespan == 2 * m + d - 2
     assert all(busy == 2 * m for busy in tl.busy())
     assert peaks(s) == [d // 2 + 1 + min(k, d - 1 - k) for k in range(d)]
+
+
+@pytest.mark.parametrize("schedule", [dualpipe(8, 20), dualpipe_v(4, 10)], ids=["dualpipe", "dualpipe-v"])
+def test_dualpipe_readme_example_size(schedule):
+    """The README's example (8 PP ranks, 20 microbatches; DualPipeV: the same 8 stages on 4
+    devices) at unit F, I, W chunks with no overlap gain (B = 2, F&B = 3): 66 units, every
+    device idle 6 = (PP/2-1)(F&B+B-3W) = 3*(3+2-3).  (At other costs the formula is neither
+    exact nor a bound; see the issue note.)"""
+    tl = timeline(schedule, costs=Costs(F=1, B=2, I=1, W=1, OVERLAP_F_B=3))
+    assert tl.makespan == 66
+    assert [66 - b for b in tl.busy()] == [6] * schedule.devices
