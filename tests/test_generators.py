@@ -383,3 +383,18 @@ def test_zb_h1_with_one_chunk_is_the_handcrafted_one():
         zb_h1(4, 8, chunks=1, group_size=4)
     with pytest.raises(UnsupportedSize, match="10 % 4 = 2"):
         zb_h1(4, 10, chunks=2)
+
+
+def test_families_table_lists_every_family_valid():
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "bench", "families_table.py")
+    out = subprocess.run([sys.executable, script, "-D", "4", "-M", "8"], capture_output=True,
+                         text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| `")]
+    assert [r.split("`")[1] for r in rows] == list(FAMILIES)
+    assert not any("INVALID" in r or "refused" in r for r in rows)
+    assert "| `1f1b` | 1 | 33 | 27.3% | 0.375 | 4 | 4 |" in rows  # (m+p-1)(F+B), 1F1B's peak
