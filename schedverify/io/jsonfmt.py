@@ -189,7 +189,7 @@ def from_document(doc: Any, source: str = "<document>") -> Schedule:
     sem = doc.get("comm_semantics")
     if sem is not None and sem not in COMM_SEMANTICS:
         raise r.fail("comm_semantics", f"expected 'eager' or 'rendezvous', got {_describe(sem)}")
-    metadata = doc.get("metadata") or {}
+    metadata = doc.get("metadata", {})
     if not isinstance(metadata, dict):
         raise r.fail("metadata", f"expected an object, got {_describe(metadata)}")
     return Schedule(devices, stages, microbatches, order, placement, name, costs, memory, sem, metadata)
