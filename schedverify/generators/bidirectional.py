@@ -193,9 +193,14 @@ def chimera(devices: int, microbatches: int) -> Schedule:
     time slots; with ``F`` and ``B`` one slot each, a microbatch moves one stage per slot,
     turns round at the last stage and pops when its backward leaves stage 0, and the two
     pipelines interleave without ever wanting one device in the same slot.  For ``M > D``
-    the units are concatenated directly: unit ``u+1`` starts in the slot where unit ``u``'s
-    first microbatch pops (slot ``2Du``), as the reference generator does for two units.
-    Each device's order is its actions sorted by slot.
+    the units are concatenated directly (the paper's "direct concatenation"): unit ``u+1``
+    starts in the slot where unit ``u``'s first microbatch pops (slot ``2Du``).  This is the
+    reference generator's order wherever that generator puts at most one action per device
+    per slot (``D = 4`` for any ``M``; two units for any ``D >= 4``); for three or more units
+    at ``D >= 6`` it starts a new unit at every pop of the previous one, two units then want
+    one device in the same slot and its per-slot table keeps only one of them, and at
+    ``D = 2`` it never starts a second unit.  Each device's order is its actions sorted by
+    slot.
 
     Microbatches ``uD .. uD+D/2-1`` take the down pipeline, ``uD+D/2 .. uD+D-1`` the up
     pipeline.  Domain (the reference's assertions): ``D`` even, ``M`` a multiple of ``D``.
