@@ -90,10 +90,17 @@ def _shade(hex_colour: str, microbatch: int | None, microbatches: int) -> tuple[
     return (r + (1 - r) * t, g + (1 - g) * t, b + (1 - b) * t)
 
 
+def _rect(x0: float, x1: float, y: float, height: float) -> list[tuple[float, float]]:
+    h = height / 2
+    return [(x0, y - h), (x0, y + h), (x1, y + h), (x1, y - h)]
+
+
 def _label(action, multi_stage: bool) -> str:
     if action.sub is not None:
         f, b = action.sub
-        return f"{f.microbatch}|{b.microbatch}"
+        if multi_stage:
+            return f"{f.stage}F{f.microbatch}|{b.stage}{b.kind}{b.microbatch}"
+        return f"F{f.microbatch}|{b.kind}{b.microbatch}"
     if action.microbatch is None:
         return str(action)
     if multi_stage:
@@ -105,6 +112,7 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
     """Draw ``view`` to ``path`` (format from its extension: .svg, .png or .pdf)."""
     fmt = image_format(path)
     matplotlib, Figure = _matplotlib()
+    from matplotlib.collections import PolyCollection
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -112,7 +120,6 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
     D = s.devices
     start, end = view.start, view.end
     span = view.span or 1.0
-    multi_stage = s.stages > s.devices
     w_in, h_in = figure_size(view)
     with matplotlib.rc_context({"svg.hashsalt": "schedverify", "svg.fonttype": "none",
                                 "font.size": 9, "axes.titlesize": 10}):
@@ -145,14 +152,14 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
                 edges.append("white")
                 lws.append(0.5)
         # bubbles first, under everything
-        for d in range(D):
-            gaps = view.idle(d)
-            if gaps:
-                ax.barh([d] * len(gaps), [b - a for a, b in gaps], left=[a for a, _ in gaps],
-                        height=height, color="#f4f4f4", edgecolor="#c8c8c8", hatch="////",
-                        linewidth=0, zorder=1)
-        ax.barh(ys, widths, left=lefts, height=height, color=colours, edgecolor=edges,
-                linewidth=lws, zorder=2)
+        gaps = [(d, a, b) for d in range(D) for a, b in view.idle(d)]
+        if gaps:
+            ax.add_collection(PolyCollection(
+                [_rect(a, b, d, height) for d, a, b in gaps], facecolors="#f4f4f4",
+                edgecolors="#c8c8c8", linewidths=0, hatch="////", zorder=1))
+        ax.add_collection(PolyCollection(
+            [_rect(lefts[k], lefts[k] + widths[k], ys[k], height) for k in range(len(ys))],
+            facecolors=colours, edgecolors=edges, linewidths=lws, zorder=2))
         # instant actions (zero cost, e.g. free SEND/RECV): a thin tick so they stay visible
         for i, a in enumerate(g.acts):
             if end[i] - start[i] <= 0:
@@ -163,9 +170,9 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
         # ------------------------------------------------------------ critical path
         if view.critical:
             crit = view.critical
-            ax.barh([g.dev[i] for i in crit], [end[i] - start[i] for i in crit],
-                    left=[start[i] for i in crit], height=height, fill=False,
-                    edgecolor=CRITICAL, linewidth=1.4, zorder=4)
+            ax.add_collection(PolyCollection(
+                [_rect(start[i], end[i], g.dev[i], height) for i in crit], facecolors="none",
+                edgecolors=CRITICAL, linewidths=1.4, zorder=4))
             from matplotlib.collections import LineCollection
 
             hops = [((end[a], g.dev[a]), (start[b], g.dev[b]))
@@ -193,7 +200,7 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
         lane_px = (gantt_h * dpi) / max(1, D) * 0.6
         if lane_px >= fontsize * dpi / 72:
             for i, a in enumerate(g.acts):
-                text = _label(a, multi_stage)
+                text = _label(a, view.needs_stage_label(i))
                 if i in view.marked:
                     text += "!"
                 if (end[i] - start[i]) * px_per_unit >= len(text) * char_px + 3:
@@ -208,7 +215,11 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
             ax.set_xlabel("")
             ax.tick_params(axis="x", labelbottom=False)
         else:
-            ax.set_xlabel("position in the device's order (no timing: the schedule deadlocks)")
+            ax.set_xlabel("position in the device's order (no timing: the schedule never finishes)")
+            steps = int(span)
+            every = max(1, steps // 24)
+            ax.set_xticks([p + 0.5 for p in range(0, steps, every)])
+            ax.set_xticklabels([str(p) for p in range(0, steps, every)])
 
         # ------------------------------------------------------------ memory panel
         if axm is not None:
@@ -218,8 +229,11 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
                 colour = cmap(d / max(1, D - 1)) if D > 10 else cmap(d % 10)
                 xs = [t for t, _ in series] + [span]
                 ys_m = [m for _, m in series] + [series[-1][1]]
-                axm.plot(xs, ys_m, drawstyle="steps-post", color=colour, linewidth=1.1,
-                         label=f"dev {d}")
+                # earlier devices thicker and underneath, so devices with identical memory
+                # curves (mirrored schedules) still show each colour
+                lw = 1.0 + (1.3 * (D - 1 - d) / (D - 1) if 1 < D <= 8 else 0.0)
+                axm.plot(xs, ys_m, drawstyle="steps-post", color=colour, linewidth=lw,
+                         label=f"dev {d}", zorder=2 + d)
             limit = view.timeline.memory_model.limit
             if limit is not None:
                 axm.axhline(limit, color=VIOLATION, linestyle="--", linewidth=1.2,

@@ -121,23 +121,22 @@ IDLE = "."
 MARK = "!"
 
 
-def _labels(action, style_key: str, multi_stage: bool) -> list[str]:
-    """Candidate labels for an action, longest first; the renderer takes the first that fits."""
+def _label(action, style_key: str, level: int, with_stage: bool) -> str:
+    """An action's label at a level of detail: 0 names the stage where it is needed
+    (``3F1``), 1 is TYPE+microbatch (``F1``), 2 the letter alone (``F``)."""
     letter = TEXT_STYLE[style_key][0]
-    out = []
+    if level >= 2:
+        return letter
     if action.sub is not None:
         f, b = action.sub[0], action.sub[1]
-        if multi_stage:
-            out.append(f"{f.stage}F{f.microbatch}{b.stage}{b.kind}{b.microbatch}")
-        out.append(f"F{f.microbatch}{b.kind}{b.microbatch}")
-    elif action.microbatch is None:
-        out.append(str(action))
-    else:
-        if multi_stage:
-            out.append(f"{action.stage}{letter}{action.microbatch}")
-        out.append(f"{letter}{action.microbatch}")
-    out.append(letter)
-    return out
+        if level == 0 and with_stage:
+            return f"{f.stage}F{f.microbatch}/{b.stage}{b.kind}{b.microbatch}"
+        return f"F{f.microbatch}/{b.kind}{b.microbatch}"
+    if action.microbatch is None:
+        return str(action) if level == 0 else letter
+    if level == 0 and with_stage:
+        return f"{action.stage}{letter}{action.microbatch}"
+    return f"{letter}{action.microbatch}"
 
 
 def _nice_step(span: float, cols: int, min_gap: int = 8) -> float:
@@ -180,31 +179,32 @@ def _ruler(span: float, cols: int) -> str:
     return "".join(line).rstrip()
 
 
-def timeline_rows(view, cols: int, span: float | None = None) -> list[str]:
-    """One string of ``cols`` characters per device, ``cols`` columns standing for ``span``
-    time (default the makespan).
+def timeline_rows(view, cols: int, span: float | None = None) -> tuple[list[str], int | None]:
+    """The rows of the timed picture and the label level used (None: letters only).
 
-    Each column shows the action that fills most of it, labelled at the start of its run
-    (``F3``, ``B0``...) and padded with its kind's fill character (when every action is
-    two columns wide or more; otherwise each column shows its action's letter); a column less than half
-    busy is idle (``.``); a column shared by several actions, none filling it, shows the
-    main one's letter in lower case (when they are of different kinds); actions a violation names carry ``!``.  An instant
-    action (zero cost, such as a free SEND) shows only in an otherwise idle column.
+    ``cols`` columns stand for ``span`` time (default the makespan).  Each column shows the
+    action that fills most of it; a column less than half busy is idle (``.``); a column
+    shared by short actions of different kinds shows the main one's letter in lower case;
+    an instant action (zero cost, such as a free SEND) shows only in an otherwise idle
+    column; actions a violation names carry ``!``.
+
+    Runs are labelled (``F3`` padded with the kind's fill, ``F3--``) when every action is
+    two columns wide or more, otherwise every column shows its action's letter: labelling
+    some actions and not their neighbours would draw a pattern that is not there.  One label
+    level (with stage, TYPE+microbatch, letter) is chosen for the whole picture: the most
+    detailed that fits at least 90% of the runs.
     """
     s = view.schedule
     span = view.span if span is None else span
-    multi_stage = s.stages > s.devices
     start, end, acts = view.start, view.end, view.graph.acts
     from .view import kind_key
 
     scale = span / cols if span > 0 else 1.0
     eps = 1e-9 * scale
-    # Labels only when every timed action spans two columns or more: otherwise some would be
-    # labelled and their neighbours not, which reads as a pattern that is not there.
     shortest = min((end[i] - start[i] for i in range(len(acts)) if end[i] - start[i] > eps),
                    default=scale)
     labelled = shortest >= 2 * scale - eps
-    rows = []
+    layouts = []  # per device: (cells, runs [(c, e, i, mixed)])
     for d in range(s.devices):
         busy = [0.0] * cols
         best = [0.0] * cols
@@ -231,48 +231,62 @@ def timeline_rows(view, cols: int, span: float | None = None) -> list[str]:
                 if cover > best[c] + eps:
                     best[c], owner[c] = cover, i
         cells = [IDLE] * cols
+        runs = []
         c = 0
         while c < cols:
             i = owner[c]
             if i < 0 or busy[c] < 0.5 * scale - eps:
                 j = instant[c]
                 if j >= 0:
-                    cells[c] = (MARK if j in view.marked else TEXT_STYLE[kind_key(acts[j])][0])
+                    cells[c] = MARK if j in view.marked else TEXT_STYLE[kind_key(acts[j])][0]
                 c += 1
                 continue
             e = c
             while e < cols and owner[e] == i and busy[e] >= 0.5 * scale - eps:
                 e += 1
+            mixed = all(len(kinds[k]) > 1 and best[k] < scale - eps for k in range(c, e))
+            runs.append((c, e, i, mixed))
+            c = e
+        layouts.append((cells, runs))
+
+    def text_of(i: int, level: int) -> str:
+        a = acts[i]
+        label = _label(a, kind_key(a), level, view.needs_stage_label(i))
+        return label + MARK if i in view.marked else label
+
+    level = None
+    if labelled:
+        plain = [(e - c, i) for _, runs in layouts for c, e, i, mixed in runs if not mixed]
+        level = 2
+        for lv in (0, 1):
+            if sum(len(text_of(i, lv)) <= w for w, i in plain) >= 0.9 * len(plain):
+                level = lv
+                break
+    rows = []
+    for cells, runs in layouts:
+        for c, e, i, mixed in runs:
             width = e - c
             a = acts[i]
             key = kind_key(a)
             letter, fill = TEXT_STYLE[key][0], TEXT_STYLE[key][1]
             marked = i in view.marked
-            if all(len(kinds[k]) > 1 and best[k] < scale - eps for k in range(c, e)):
+            if mixed:
                 run = (letter.lower() if letter.isalpha() else letter) * width
-                if marked:
-                    run = run[:-1] + MARK
-            elif not labelled:
+            elif level is None:
                 run = letter * width
-                if marked:
-                    run = run[:-1] + MARK
             else:
-                label = ""
-                for cand in _labels(a, key, multi_stage):
-                    cand = cand + MARK if marked else cand
-                    if len(cand) <= width:
-                        label = cand
-                        break
-                if not label:
-                    label = MARK if marked else letter
-                run = (label + (MARK if marked else fill) * width)[:width]
+                label = next((x for x in (text_of(i, lv) for lv in range(level, 3))
+                              if len(x) <= width), letter)
+                run = label + (MARK if marked else fill) * width
+            run = run[:width]
+            if marked and MARK not in run:
+                run = run[:-1] + MARK
             cells[c:e] = run
-            c = e
         rows.append("".join(cells))
-    return rows
+    return rows, level
 
 
-def _legend(view) -> str:
+def _legend(view, level: int | None) -> str:
     from .view import kind_key
 
     present = {kind_key(a) for a in view.graph.acts}
@@ -282,8 +296,15 @@ def _legend(view) -> str:
     parts.append("lower case: a column shared by short actions of several kinds")
     if view.marked:
         parts.append(f"{MARK} involved in a violation")
-    return "legend: " + ", ".join(parts) + "; labels are TYPE+microbatch" + \
-        (" (stage first when a device holds several stages)" if view.schedule.stages > view.schedule.devices else "")
+    if level is None:
+        labels = "; each column shows its action's letter (widen with --width for labels)"
+    elif level == 0 and any(view.needs_stage_label(i) for i in range(view.graph.n)):
+        labels = "; labels are TYPE+microbatch, stage first where a device holds several stages"
+    elif level <= 1:
+        labels = "; labels are TYPE+microbatch"
+    else:
+        labels = "; labels are the TYPE letter (widen with --width for microbatches)"
+    return "legend: " + ", ".join(parts) + labels
 
 
 def headline(source: str, view) -> str:
@@ -349,10 +370,11 @@ def timeline_text(source: str, view, width: int = 100, *, max_path: int = 12) ->
                  + (f"; 1 column = {fmt(scale)} time units" if span > 0 else ""))
     lines.append("")
     lines.append(" " * (label_w + 2) + _ruler(span_drawn, cols))
-    for d, row in enumerate(timeline_rows(view, cols, span_drawn)):
+    rows, level = timeline_rows(view, cols, span_drawn)
+    for d, row in enumerate(rows):
         lines.append(f"{f'dev {d}'.rjust(label_w)} |{row}|{suffixes[d]}")
     lines.append("")
-    lines.append(_legend(view) + "; right: busy share and peak memory per device")
+    lines.append(_legend(view, level) + "; right: busy share and peak memory per device")
     if view.missing:
         lines.append("not drawn (missing): " + ", ".join(view.missing[:20])
                      + (" ..." if len(view.missing) > 20 else ""))

@@ -91,6 +91,7 @@ class View:
     cycles: list[list[tuple[int, int]]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     critical: list[int] = field(default_factory=list)
+    _own: dict = field(default_factory=dict, repr=False)
 
     @property
     def start(self) -> list[float]:
@@ -108,6 +109,22 @@ class View:
         if self.timed:
             return self.timeline.makespan
         return float(max((len(r) for r in self.schedule.order), default=0))
+
+    def stages_on(self, d: int) -> frozenset[int]:
+        """The stages that the placement (any route) puts on device ``d``."""
+        return frozenset(s for route in self.schedule.placement.routes
+                         for s, dev in enumerate(route) if dev == d)
+
+    def needs_stage_label(self, i: int) -> bool:
+        """Whether action ``i``'s label must name its stage: its device holds several
+        stages, or the action is not one of its device's stages (misplaced)."""
+        d = self.graph.dev[i]
+        own = self._own.get(d)
+        if own is None:
+            own = self._own[d] = self.stages_on(d)
+        a = self.graph.acts[i]
+        stages = {x.stage for x in a.leaves()}
+        return len(own) > 1 or not stages <= own
 
     def device_range(self, d: int) -> range:
         return range(self.graph.starts[d], self.graph.starts[d + 1])
