@@ -241,14 +241,20 @@ def test_dualpipe_peak_is_pp_plus_one(sizes):
     """DeepSeek's README: DualPipe holds PP+1 activations per device (PP = D stages), with
     2x parameters.  Holds exactly on every device for every size in the domain."""
     d, m = sizes
-    assert peaks(dualpipe(d, m)) == [d + 1] * d
+    s = dualpipe(d, m)
+    assert peaks(s) == [d + 1] * d
+    for w in (0, 0.5, 1):  # whatever share of the activation W still needs, same peak
+        assert check(s, memory={"w": w}).metrics.peak_memory == d + 1
 
 
 @given(dualpipe_v_sizes())
 def test_dualpipe_v_peak_is_pp_plus_one(sizes):
     """DualPipeV: PP+1 activations per device with PP = 2D stages on PP/2 = D devices."""
     d, m = sizes
-    assert peaks(dualpipe_v(d, m)) == [2 * d + 1] * d
+    s = dualpipe_v(d, m)
+    assert peaks(s) == [2 * d + 1] * d
+    for w in (0, 0.5, 1):
+        assert check(s, memory={"w": w}).metrics.peak_memory == 2 * d + 1
 
 
 def test_dualpipe_static_memory_holds_two_copies():
