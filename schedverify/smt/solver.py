@@ -21,10 +21,18 @@ def _configure() -> None:
 
 
 def make_solver(*, timeout_s: float | None = DEFAULT_TIMEOUT_S, rlimit: int = DEFAULT_RLIMIT,
-                logic: str | None = None, unsat_core: bool = False) -> z3.Solver:
-    """A Z3 solver with fixed seeds, ``timeout_s`` seconds and ``rlimit`` resource units."""
+                logic: str | None = None, unsat_core: bool = False, simple: bool = False,
+                core_minimize: bool = False) -> z3.Solver:
+    """A Z3 solver with fixed seeds, ``timeout_s`` seconds and ``rlimit`` resource units.
+
+    ``simple`` gives the SMT core itself (``z3.SimpleSolver``), which accepts initial values
+    (``set_initial_value``) for warm starts; ``core_minimize`` asks for minimal unsat cores.
+    """
     _configure()
-    s = z3.SolverFor(logic) if logic else z3.Solver()
+    if simple:
+        s = z3.SimpleSolver()
+    else:
+        s = z3.SolverFor(logic) if logic else z3.Solver()
     s.set("random_seed", SEED)
     if timeout_s is not None:
         s.set("timeout", max(1, int(timeout_s * 1000)))
@@ -32,6 +40,8 @@ def make_solver(*, timeout_s: float | None = DEFAULT_TIMEOUT_S, rlimit: int = DE
         s.set("rlimit", int(rlimit))
     if unsat_core:
         s.set("unsat_core", True)
+    if core_minimize:
+        s.set("core.minimize", True)
     return s
 
 

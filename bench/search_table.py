@@ -1,0 +1,128 @@
+"""Benchmark: schedverify's Z3 search against OR-Tools CP-SAT on the same model, same run.
+
+    python3 bench/search_table.py [--time-limit 60] [--only NAME] [--no-cpsat]
+
+For each instance of a fixed table it prints the Z3 search's makespan, proof status,
+lower bound and seconds, then the same for CP-SAT (``pip install ortools``; optional, the
+column says "not installed" without it).  CP-SAT gets the same model: one interval per
+action, microbatches in order per (stage, kind) (the FIFO class, which loses no optimum:
+see schedverify/smt/search.py), the dependencies of schedverify.deps, one no-overlap per
+device and a reservoir per device for weighted activation memory (frees at an action's end
+count before an allocation at the same moment, as SPEC.md section 5's order-based memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from schedverify import deps as rules  # noqa: E402
+from schedverify.model import F, Action  # noqa: E402
+
+#: name, devices, microbatches, options for search()
+INSTANCES = [
+    ("4x8 1f1b-costs", 4, 8, dict(costs=dict(F=1, B=2))),
+    ("4x8 mem2", 4, 8, dict(costs=dict(F=1, B=2), memory_limit=2)),
+    ("4x16 mem2", 4, 16, dict(costs=dict(F=1, B=2), memory_limit=2)),
+    ("4x8 split", 4, 8, dict(split_backward=True, costs=dict(F=1, I=1, W=1))),
+    ("4x16 split", 4, 16, dict(split_backward=True, costs=dict(F=1, I=1, W=1))),
+    ("4x16 split mem2", 4, 16, dict(split_backward=True, costs=dict(F=1, I=1, W=1), memory_limit=2)),
+    ("4x16 split 2-2-1 mem3", 4, 16, dict(split_backward=True, costs=dict(F=2, I=2, W=1), memory_limit=3)),
+    ("4x16 split 2-2-1 mem4", 4, 16, dict(split_backward=True, costs=dict(F=2, I=2, W=1), memory_limit=4)),
+    ("4x8 v2 split", 4, 8, dict(chunks=2, placement="v", split_backward=True, costs=dict(F=1, I=1, W=1))),
+    ("8x16 split 2-2-1 mem8", 8, 16, dict(split_backward=True, costs=dict(F=2, I=2, W=1), memory_limit=8)),
+]
+
+
+def cpsat(p, time_limit: float):
+    """Solve problem ``p`` (a schedverify.smt.search.Problem) with CP-SAT.
+    Returns (makespan or None, status name, seconds)."""
+    try:
+        from ortools.sat.python import cp_model
+    except ImportError:
+        return None, "not installed", 0.0
+    from schedverify.smt.search import _Units
+
+    t0 = time.monotonic()
+    u = _Units(p)
+    place = p.placement_obj().routes[0]
+    M = p.microbatches
+    m = cp_model.CpModel()
+    horizon = sum(u.idur.values()) * M + u.icomm * 2 * p.stages * M
+    start, end, iv = {}, {}, {}
+    by_dev: dict[int, list] = {}
+    for s in range(p.stages):
+        for k in p.kinds:
+            for i in range(M):
+                key = (s, k, i)
+                st = m.NewIntVar(0, horizon, f"s{key}")
+                en = m.NewIntVar(0, horizon, f"e{key}")
+                iv[key] = m.NewIntervalVar(st, u.idur[(s, k)], en, f"i{key}")
+                start[key], end[key] = st, en
+                by_dev.setdefault(place[s], []).append(key)
+                if i:
+                    m.Add(st >= end[(s, k, i - 1)])  # FIFO per (stage, kind)
+    for (s, k, i) in list(start):
+        for need, ps in rules.needs(Action(s, k, i), p.stages):
+            pk = next(x for x in need.kinds if x in p.kinds)
+            lat = u.icomm if place[ps] != place[s] else 0
+            m.Add(start[(s, k, i)] >= end[(ps, pk, i)] + lat)
+    T = m.NewIntVar(0, horizon, "T")
+    for d, keys in by_dev.items():
+        m.AddNoOverlap([iv[k] for k in keys])
+        if u.limit is not None:
+            times, deltas = [], []
+            for (s, k, i) in keys:
+                if k == F:
+                    times.append(start[(s, k, i)])
+                    deltas.append(u.alloc[s])
+                else:
+                    times.append(end[(s, k, i)])
+                    deltas.append(-u.free[(s, k)])
+            m.AddReservoirConstraint(times, deltas, 0, u.limit - u.static[d])
+    for key in end:
+        m.Add(T >= end[key])
+    m.Minimize(T)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.num_workers = 2
+    solver.parameters.random_seed = 0
+    status = solver.Solve(m)
+    secs = time.monotonic() - t0
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        ms = u.time(int(solver.ObjectiveValue()))
+        bound = u.time(int(solver.BestObjectiveBound()))
+        return ms, "optimal" if status == cp_model.OPTIMAL else f"feasible (bound {bound})", secs
+    return None, solver.StatusName(status).lower(), secs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--only", help="run only instances whose name contains this")
+    ap.add_argument("--no-cpsat", action="store_true")
+    args = ap.parse_args(argv)
+    from schedverify.smt.search import make_problem, search
+
+    print(f"{'instance':24} {'warm':>14} {'z3 T':>6} {'z3 status':>10} {'LB':>6} {'z3 s':>7} "
+          f"{'cpsat T':>8} {'cpsat status':>22} {'cpsat s':>8}")
+    for name, D, M, opts in INSTANCES:
+        if args.only and args.only not in name:
+            continue
+        r = search(D, M, time_limit=args.time_limit, **opts)
+        warm = f"{r.warm_start['name']}={r.warm_start['makespan']}" if r.warm_start else "-"
+        if args.no_cpsat:
+            cms, cst, csec = None, "skipped", 0.0
+        else:
+            cms, cst, csec = cpsat(make_problem(D, M, **opts), args.time_limit)
+        print(f"{name:24} {warm:>14} {r.makespan!s:>6} {r.status:>10} {r.lower_bound!s:>6} "
+              f"{r.seconds:7.1f} {cms!s:>8} {cst:>22} {csec:8.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

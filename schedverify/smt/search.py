@@ -1,0 +1,974 @@
+"""Makespan-optimal (and memory-optimal) schedule search with Z3, with a certificate.
+
+The problem: ``D`` devices, ``V`` chunks per device (``S = D*V`` stages, placed ``loop`` or
+``v``), ``M`` microbatches, full (``B``) or split (``I`` + ``W``) backward, costs per kind
+(optionally per stage), a latency ``comm`` on every cross-device dependency, and optionally
+a limit on weighted activation memory (SPEC.md section 5).  Find device orders whose
+as-soon-as-possible execution (SPEC.md section 4) has the least makespan, or, the dual, the
+least peak memory among orders that finish by a makespan bound.
+
+The encoding (one Z3 solver, used incrementally):
+
+- one integer start time per action (costs are scaled to whole numbers);
+- the dependencies of :mod:`schedverify.deps` as difference constraints (plus ``comm``
+  across devices);
+- device order as Booleans ``before(x, y)`` between actions of the same device, with
+  implications to the start times;
+- memory as pseudo-Boolean constraints at every forward's start: the activations of the
+  forwards that came before it on its device minus what the backwards before it freed;
+- redundant "energy" cuts that make proofs short: an action starts no earlier than its
+  device's earliest possible start plus the work ordered before it, and the work ordered
+  after it still has to fit before the makespan.
+
+The makespan is bounded through assumption literals (``T <= t``), so the solver keeps what it
+learned while the bound descends from the warm start (the best generator in
+:data:`schedverify.generators.FAMILIES` that fits) to the lower bound.
+
+Symmetry breaking (the default class ``"fifo"``): within each (stage, kind) the microbatches
+run in increasing order.  This loses no optimum, so "optimal" in class ``fifo`` is optimal over
+every order:
+
+    Take any feasible timed schedule.  On one device, the actions of one (stage, kind) all
+    have the same duration and do not overlap, so ordering them by start also orders them by
+    end.  Relabel: the k-th action (by start) of every (stage, kind) becomes microbatch k.
+    Every dependency links two such sets, a producer set P and a consumer set C, "consumer
+    of microbatch i starts at least ``lat`` after producer of microbatch i ends".  If some
+    bijection satisfies that, the sorted one does: among the first k consumers (by start),
+    one was matched to a producer of rank >= k, so ``e_k <= e_match <= t_j - lat <= t_k -
+    lat`` (e sorted ends, t sorted starts).  The relabelled schedule keeps every start time,
+    so every device still runs one action at a time and the makespan is unchanged; memory
+    on a device depends only on how many actions of each (stage, kind) came before, which
+    relabelling does not change.  Hence a FIFO schedule at least as good exists.
+
+``fifo=False`` searches every order (no symmetry breaking); the tests compare the two, and
+both with exhaustive enumeration, on small sizes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from .. import deps as rules
+from ..errors import UsageError
+from ..model import B, F, I, W, Action, Costs, MemoryModel, Placement, Schedule, per_stage
+
+CLASS_FIFO = "fifo"
+CLASS_ALL = "unrestricted"
+
+
+# --------------------------------------------------------------------------- the problem
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is searched: sizes, placement, backward split, costs and memory model."""
+
+    devices: int
+    microbatches: int
+    chunks: int = 1
+    placement: str = "loop"
+    split: bool = False
+    costs: Costs = field(default_factory=Costs)
+    memory: MemoryModel = field(default_factory=MemoryModel)
+
+    @property
+    def stages(self) -> int:
+        return self.devices * self.chunks
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return (F, I, W) if self.split else (F, B)
+
+    def placement_obj(self) -> Placement:
+        return Placement.of(self.placement, self.devices, self.stages)
+
+    def validate(self) -> None:
+        for name in ("devices", "microbatches", "chunks"):
+            v = getattr(self, name)
+            if type(v) is not int or v < 1:
+                raise UsageError(f"search: {name} must be a whole number >= 1, got {v!r}")
+        if self.placement not in ("loop", "v"):
+            raise UsageError(f"search: placement must be 'loop' or 'v', got {self.placement!r}")
+        for k in self.kinds + ("comm",):
+            v = getattr(self.costs, k)
+            if isinstance(v, tuple) and len(v) != self.stages:
+                raise UsageError(f"search: cost {k} has {len(v)} per-stage values, but there are "
+                                 f"{self.stages} stages")
+        for name in ("activation", "static"):
+            v = getattr(self.memory, name)
+            if isinstance(v, tuple) and len(v) != self.stages:
+                raise UsageError(f"search: memory {name} has {len(v)} per-stage values, but there "
+                                 f"are {self.stages} stages")
+        if not 0 <= self.memory.w <= 1:
+            raise UsageError(f"search: memory share w must be within 0..1, got {self.memory.w!r}")
+
+
+def _frac(x) -> Fraction:
+    return Fraction(x).limit_denominator(10**6)
+
+
+def _lcm_den(values) -> int:
+    out = 1
+    for v in values:
+        out = out * v.denominator // math.gcd(out, v.denominator)
+    return out
+
+
+class _Units:
+    """Whole-number time and memory units: every duration and memory amount times a scale."""
+
+    def __init__(self, p: Problem):
+        S = p.stages
+        self.dur = {(s, k): _frac(per_stage(getattr(p.costs, k), s)) for s in range(S) for k in p.kinds}
+        self.comm = _frac(p.costs.comm)
+        self.tscale = _lcm_den(list(self.dur.values()) + [self.comm])
+        self.idur = {key: int(v * self.tscale) for key, v in self.dur.items()}
+        self.icomm = int(self.comm * self.tscale)
+        m = p.memory
+        w = _frac(m.w)
+        act = [_frac(per_stage(m.activation, s)) for s in range(S)]
+        alloc = {s: act[s] for s in range(S)}
+        free = {}
+        for s in range(S):
+            if p.split:
+                free[(s, I)] = (1 - w) * act[s]
+                free[(s, W)] = w * act[s]
+            else:
+                free[(s, B)] = act[s]
+        place = p.placement_obj().routes[0]
+        static = [Fraction(0)] * p.devices
+        for s in range(S):
+            static[place[s]] += _frac(per_stage(m.static, s))
+        limit = None if m.limit is None else _frac(m.limit)
+        vals = list(alloc.values()) + list(free.values()) + static + ([limit] if limit is not None else [])
+        self.mscale = _lcm_den(vals)
+        self.alloc = {s: int(v * self.mscale) for s, v in alloc.items()}
+        self.free = {key: int(v * self.mscale) for key, v in free.items()}
+        self.static = [int(v * self.mscale) for v in static]
+        self.limit = None if limit is None else math.floor(limit * self.mscale)
+
+    def time(self, scaled: int) -> float | int:
+        v = Fraction(scaled, self.tscale)
+        return int(v) if v.denominator == 1 else float(v)
+
+    def mem(self, scaled: int) -> float | int:
+        v = Fraction(scaled, self.mscale)
+        return int(v) if v.denominator == 1 else float(v)
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def _earliest(p: Problem, u: _Units) -> dict[tuple[int, str], int]:
+    """Earliest start of each (stage, kind) for one microbatch, ignoring device contention."""
+    place = p.placement_obj().routes[0]
+    est: dict[tuple[int, str], int] = {}
+    order = [(s, F) for s in range(p.stages)]
+    bk = I if p.split else B
+    order += [(s, bk) for s in reversed(range(p.stages))]
+    if p.split:
+        order += [(s, W) for s in range(p.stages)]
+    for s, k in order:
+        t = 0
+        for need, ps in rules.needs(Action(s, k, 0), p.stages):
+            pk = next(x for x in need.kinds if x in p.kinds)
+            lat = u.icomm if place[ps] != place[s] else 0
+            t = max(t, est[(ps, pk)] + u.idur[(ps, pk)] + lat)
+        est[(s, k)] = t
+    return est
+
+
+def _tails(p: Problem, u: _Units) -> dict[tuple[int, str], int]:
+    """Least time that must pass after (stage, kind) ends: its longest chain of dependents."""
+    place = p.placement_obj().routes[0]
+    succ: dict[tuple[int, str], list] = {(s, k): [] for s in range(p.stages) for k in p.kinds}
+    for s in range(p.stages):
+        for k in p.kinds:
+            for need, ps in rules.needs(Action(s, k, 0), p.stages):
+                pk = next(x for x in need.kinds if x in p.kinds)
+                lat = u.icomm if place[ps] != place[s] else 0
+                succ[(ps, pk)].append(((s, k), lat))
+    memo: dict = {}
+
+    def tail(key):
+        if key not in memo:
+            memo[key] = max((lat + u.idur[c] + tail(c) for c, lat in succ[key]), default=0)
+        return memo[key]
+
+    return {key: tail(key) for key in succ}
+
+
+def lower_bound(p: Problem, u: _Units | None = None) -> tuple[int, dict]:
+    """A makespan no schedule can beat (scaled units), and the argument, as data.
+
+    Device ``d`` has ``work_d`` to do, cannot start before its earliest action can
+    (``head_d``, the forward chain of microbatch 0 to its first stage), and whatever it runs
+    last still has dependents to wait for (``tail_d``, the least such chain over the kinds it
+    could end with).  So ``T >= head_d + work_d + tail_d``.
+    """
+    u = u or _Units(p)
+    place = p.placement_obj().routes[0]
+    est, tails = _earliest(p, u), _tails(p, u)
+    best, why = 0, {}
+    for d in range(p.devices):
+        stages = [s for s in range(p.stages) if place[s] == d]
+        work = p.microbatches * sum(u.idur[(s, k)] for s in stages for k in p.kinds)
+        head = min(est[(s, F)] for s in stages)
+        tail = min(tails[(s, k)] for s in stages for k in p.kinds)
+        if head + work + tail > best or not why:
+            best = head + work + tail
+            why = {"device": d, "head": u.time(head), "work": u.time(work), "tail": u.time(tail)}
+    # one microbatch alone: its whole dependency chain
+    chain = max(est[key] + u.idur[key] for key in est)
+    if chain > best:
+        best, why = chain, {"chain": u.time(chain)}
+    return best, why
+
+
+def min_peak_memory(p: Problem, u: _Units | None = None) -> tuple[int, int]:
+    """The least peak memory any schedule needs (scaled), and the device that needs it.
+
+    When a microbatch's last forward (stage S-1) starts, all its forwards have started and
+    none of its backwards has ended (each needs the last stage's backward, which needs that
+    forward), so every device holds that microbatch's activations of all its stages.  Running
+    one microbatch at a time reaches exactly this, so it is the minimum.
+    """
+    u = u or _Units(p)
+    place = p.placement_obj().routes[0]
+    need = [u.static[d] + sum(u.alloc[s] for s in range(p.stages) if place[s] == d)
+            for d in range(p.devices)]
+    d = max(range(p.devices), key=need.__getitem__)
+    return need[d], d
+
+
+# --------------------------------------------------------------------------- the encoding
+
+
+class _Encoding:
+    """The Z3 model of the problem; ``check`` answers "is there an order with T <= t (and
+    memory <= L)?" incrementally.  The constraints are written as SMT-LIB text and parsed by
+    Z3 in one go (building them through the Python API costs seconds)."""
+
+    def __init__(self, p: Problem, u: _Units, *, fifo: bool, timeout_s: float | None,
+                 cuts: bool = True):
+        import z3
+
+        from .solver import make_solver
+
+        self.z3 = z3
+        self.p, self.u, self.fifo, self.cuts = p, u, fifo, cuts
+        self.solver = make_solver(timeout_s=timeout_s, simple=True)
+        place = p.placement_obj().routes[0]
+        M, S = p.microbatches, p.stages
+        # groups: FIFO chains (one per stage and kind), or one action each
+        self.groups: list[tuple[int, str, tuple[int, ...]]] = []
+        for s in range(S):
+            for k in p.kinds:
+                if fifo:
+                    self.groups.append((s, k, tuple(range(M))))
+                else:
+                    self.groups.extend((s, k, (i,)) for i in range(M))
+        self.where: dict[tuple[int, str, int], tuple[int, int]] = {}
+        for g, (s, k, mbs) in enumerate(self.groups):
+            for j, i in enumerate(mbs):
+                self.where[(s, k, i)] = (g, j)
+        self.gdev = [place[s] for s, _, _ in self.groups]
+        self.gdur = [u.idur[(s, k)] for s, k, _ in self.groups]
+        self.by_dev: dict[int, list[int]] = {}
+        for g, d in enumerate(self.gdev):
+            self.by_dev.setdefault(d, []).append(g)
+        self._bounds: dict[int, Any] = {}
+        self._mem: dict[int, Any] = {}
+        self._pair_sizes = {(a, b): (len(self.groups[a][2]), len(self.groups[b][2]))
+                            for gs in self.by_dev.values() for ai, a in enumerate(gs)
+                            for b in gs[ai + 1:]}
+        self._lines: list[str] = []
+        self._build(place)
+        self.solver.from_string("\n".join(self._lines))
+        self._lines = []
+
+    # -- names and literals (SMT-LIB text)
+    @staticmethod
+    def t(x: tuple[int, int]) -> str:
+        return f"t_{x[0]}_{x[1]}"
+
+    def before(self, x: tuple[int, int], y: tuple[int, int]) -> str:
+        """Literal for "action x runs before action y" on their device (``true``/``false``
+        within one FIFO chain)."""
+        (ga, ja), (gb, jb) = x, y
+        if ga == gb:
+            return "true" if ja < jb else "false"
+        if ga < gb:
+            return f"o_{ga}_{ja}_{gb}_{jb}"
+        return f"(not o_{gb}_{jb}_{ga}_{ja})"
+
+    def _build(self, place) -> None:
+        p, u = self.p, self.u
+        out = self._lines.append
+        dur = self.gdur
+        est = _earliest(p, u)
+        tails = _tails(p, u)
+        out("(declare-const makespan Int)")
+        for g, (s, k, mbs) in enumerate(self.groups):
+            for j in range(len(mbs)):
+                x = self.t((g, j))
+                out(f"(declare-const {x} Int)")
+                out(f"(assert (>= {x} {est[(s, k)] + (j * dur[g] if self.fifo else 0)}))")
+                out(f"(assert (>= makespan (+ {x} {dur[g] + tails[(s, k)]})))")
+            if self.fifo:
+                for j in range(len(mbs) - 1):
+                    out(f"(assert (>= {self.t((g, j + 1))} (+ {self.t((g, j))} {dur[g]})))")
+        # device order between groups
+        for gs in self.by_dev.values():
+            for ai, a in enumerate(gs):
+                for b in gs[ai + 1:]:
+                    for j in range(len(self.groups[a][2])):
+                        for k in range(len(self.groups[b][2])):
+                            out(f"(declare-const o_{a}_{j}_{b}_{k} Bool)")
+        for gs in self.by_dev.values():
+            for ai, a in enumerate(gs):
+                for b in gs[ai + 1:]:
+                    na, nb = len(self.groups[a][2]), len(self.groups[b][2])
+                    for j in range(na):
+                        for k in range(nb):
+                            o = f"o_{a}_{j}_{b}_{k}"
+                            ta, tb = self.t((a, j)), self.t((b, k))
+                            out(f"(assert (or (not {o}) (>= {tb} (+ {ta} {dur[a]}))))")
+                            out(f"(assert (or {o} (>= {ta} (+ {tb} {dur[b]}))))")
+                            if self.fifo:
+                                if k + 1 < nb:
+                                    out(f"(assert (or (not {o}) o_{a}_{j}_{b}_{k + 1}))")
+                                if j > 0:
+                                    out(f"(assert (or (not {o}) o_{a}_{j - 1}_{b}_{k}))")
+        # dependencies (deps.NEEDS), per microbatch
+        for (s, k, i), x in self.where.items():
+            for need, ps in rules.needs(Action(s, k, i), p.stages):
+                pk = next(c for c in need.kinds if c in p.kinds)
+                y = self.where[(ps, pk, i)]
+                lat = u.icomm if place[ps] != place[s] else 0
+                out(f"(assert (>= {self.t(x)} (+ {self.t(y)} {dur[y[0]] + lat})))")
+                if place[ps] == place[s]:
+                    out(f"(assert {self.before(y, x)})")
+        # energy cuts: an action starts no earlier than its device's head plus the work ordered
+        # before it; the work ordered after it (and the device's tail) still fits before T
+        for gs in self.by_dev.values() if self.cuts else ():
+            head = min(est[(self.groups[g][0], F)] for g in gs)
+            tail = min(tails[(self.groups[g][0], self.groups[g][1])] for g in gs)
+            total = sum(dur[g] * len(self.groups[g][2]) for g in gs)
+            for g in gs:
+                for j in range(len(self.groups[g][2])):
+                    x = (g, j)
+                    terms = [f"(ite {self.before((h, m), x)} {dur[h]} 0)"
+                             for h in gs if h != g and dur[h]
+                             for m in range(len(self.groups[h][2]))]
+                    own = j * dur[g] if self.fifo else 0
+                    before = f"(+ {own} {' '.join(terms)})" if terms else str(own)
+                    out(f"(assert (>= {self.t(x)} (+ {head} {before})))")
+                    out(f"(assert (>= makespan (- (+ {self.t(x)} {total + tail}) {before})))")
+
+    # -- memory
+    def memory_literal(self, limit: int):
+        """A literal that, when assumed, keeps every device's memory within ``limit``."""
+        if limit in self._mem:
+            return self._mem[limit]
+        u = self.u
+        name = f"mem_le_{limit}"
+        lines = [f"(declare-const {name} Bool)"]
+        for d, gs in self.by_dev.items():
+            for g in gs:
+                s, k, mbs = self.groups[g]
+                if k != F:
+                    continue
+                for j in range(len(mbs)):
+                    x = (g, j)
+                    const = u.static[d] + u.alloc[s] * ((j + 1) if self.fifo else 1)
+                    lits, coefs = [], []
+                    for h in gs:
+                        if h == g:
+                            continue
+                        hs, hk, hm = self.groups[h]
+                        for m in range(len(hm)):
+                            b = self.before((h, m), x)
+                            if hk == F:
+                                c = u.alloc[hs]
+                            else:
+                                c = u.free[(hs, hk)]
+                                const -= c
+                                b = b[5:-1] if b.startswith("(not ") else f"(not {b})"
+                            if c:
+                                lits.append(b)
+                                coefs.append(str(c))
+                    bound = limit - const
+                    if lits:
+                        body = f"((_ pble {bound} {' '.join(coefs)}) {' '.join(lits)})"
+                    else:
+                        body = "true" if bound >= 0 else "false"
+                    lines.append(f"(assert (=> {name} {body}))")
+        self._declare(lines)
+        self._mem[limit] = self.z3.Bool(name)
+        return self._mem[limit]
+
+    def _declare(self, lines: list[str]) -> None:
+        # the solver's parser remembers the symbols declared by earlier text
+        self.solver.from_string("\n".join(lines))
+
+    def bound_literal(self, t: int):
+        if t not in self._bounds:
+            z3 = self.z3
+            lit = z3.Bool(f"T_le_{t}")
+            self.solver.add(z3.Implies(lit, z3.Int("makespan") <= t))
+            self._bounds[t] = lit
+        return self._bounds[t]
+
+    def hint(self, report) -> None:
+        """Start the solver's search near a known schedule (Z3's initial values)."""
+        tl = getattr(report, "timeline", None)
+        if tl is None:
+            return
+        z3 = self.z3
+        for d in range(self.p.devices):
+            for a, st, _ in tl.entries(d):
+                x = self.where.get((a.stage, a.kind, a.microbatch))
+                if x is not None:
+                    try:
+                        self.solver.set_initial_value(z3.Int(self.t(x)), round(st * self.u.tscale))
+                    except z3.Z3Exception:  # this solver does not take hints: search without
+                        return
+
+    def fixed_outside(self, report, lo: int, hi: int) -> list:
+        """Assumptions that keep ``report``'s device order for every pair of actions except
+        pairs that both start within [lo, hi) (scaled time): a neighbourhood to re-optimise."""
+        z3 = self.z3
+        tl = report.timeline
+        pos, start = {}, {}
+        for d in range(self.p.devices):
+            for n, (a, st, _) in enumerate(tl.entries(d)):
+                x = self.where[(a.stage, a.kind, a.microbatch)]
+                pos[x] = n
+                start[x] = st * self.u.tscale
+        inside = {x for x, st in start.items() if lo <= st < hi}
+        out = []
+        for (a, b), n in self._pair_sizes.items():
+            na, nb = n
+            for j in range(na):
+                xa = (a, j)
+                for k in range(nb):
+                    xb = (b, k)
+                    if xa in inside and xb in inside:
+                        continue
+                    lit = z3.Bool(f"o_{a}_{j}_{b}_{k}")
+                    out.append(lit if pos[xa] < pos[xb] else z3.Not(lit))
+        return out
+
+    def check(self, t: int, memory_limit: int | None, timeout_s: float, extra=()):
+        assumptions = [self.bound_literal(t), *extra]
+        if memory_limit is not None:
+            assumptions.append(self.memory_literal(memory_limit))
+        self.solver.set("timeout", max(1, int(timeout_s * 1000)))
+        r = self.solver.check(*assumptions)
+        z3 = self.z3
+        if r == z3.sat:
+            return "sat", self.decode(self.solver.model())
+        if r == z3.unsat:
+            return "unsat", None
+        return "unknown", self.solver.reason_unknown()
+
+    def decode(self, model) -> tuple[tuple[Action, ...], ...]:
+        """Device orders from a model: actions by start time, ties broken by dependency rank."""
+        z3, p = self.z3, self.p
+        S = p.stages
+        rows: list[list[tuple]] = [[] for _ in range(p.devices)]
+        rank = {F: lambda s: s, B: lambda s: 2 * S - s, I: lambda s: 2 * S - s,
+                W: lambda s: 3 * S - s}
+        for g, (s, k, mbs) in enumerate(self.groups):
+            for j, i in enumerate(mbs):
+                t = model.eval(z3.Int(self.t((g, j))), model_completion=True).as_long()
+                rows[self.gdev[g]].append((t, t + self.gdur[g], i, rank[k](s), Action(s, k, i)))
+        return tuple(tuple(r[-1] for r in sorted(row, key=lambda r: r[:4])) for row in rows)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class SearchResult:
+    """What a search found.  ``status``: ``optimal`` (proven over ``search_class``),
+    ``feasible`` (time limit: best found, with ``lower_bound`` and ``gap``), ``infeasible``
+    (no schedule exists under the limits; ``reason`` says why) or ``unknown`` (nothing found
+    in time)."""
+
+    status: str
+    objective: str
+    schedule: Schedule | None
+    makespan: float | None
+    peak_memory: float | None
+    lower_bound: float | None
+    search_class: str
+    seconds: float
+    reason: str | None = None
+    warm_start: dict | None = None
+    certificate: dict = field(default_factory=dict)
+    log: list = field(default_factory=list)
+
+    @property
+    def optimal(self) -> bool:
+        return self.status == "optimal"
+
+    @property
+    def gap(self) -> float | None:
+        value = self.makespan if self.objective == "makespan" else self.peak_memory
+        if value is None or self.lower_bound is None:
+            return None
+        return value - self.lower_bound
+
+    def to_json(self) -> dict:
+        return {
+            "status": self.status, "optimal": self.optimal, "objective": self.objective,
+            "makespan": self.makespan, "peak_memory": self.peak_memory,
+            "lower_bound": self.lower_bound, "gap": self.gap, "search_class": self.search_class,
+            "seconds": round(self.seconds, 3), "reason": self.reason, "warm_start": self.warm_start,
+            "certificate": self.certificate,
+        }
+
+
+# --------------------------------------------------------------------------- warm starts
+
+
+def _fits(p: Problem, sched: Schedule) -> bool:
+    if (sched.devices, sched.stages, sched.microbatches) != (p.devices, p.stages, p.microbatches):
+        return False
+    if sched.placement.is_bidirectional or sched.placement.routes[0] != p.placement_obj().routes[0]:
+        return False
+    kinds = {a.kind for row in sched.order for a in row if a is not None}
+    return kinds <= {F, B, I, W}
+
+
+def _convert_split(sched: Schedule, split: bool) -> Schedule:
+    """Full backward <-> split backward, keeping order and every memory peak no higher:
+    ``B`` becomes ``I`` then ``W`` in its place; ``I`` becomes ``B`` and its ``W`` is dropped."""
+    rows = []
+    for row in sched.order:
+        out = []
+        for a in row:
+            if a is None:
+                continue
+            if split and a.kind == B:
+                out += [Action(a.stage, I, a.microbatch), Action(a.stage, W, a.microbatch)]
+            elif not split and a.kind == I:
+                out.append(Action(a.stage, B, a.microbatch))
+            elif not split and a.kind == W:
+                continue
+            else:
+                out.append(a)
+        rows.append(tuple(out))
+    return sched.with_(order=tuple(rows))
+
+
+def sequential(p: Problem) -> Schedule:
+    """One microbatch at a time: the fallback that needs the least memory possible."""
+    rows: list[list[Action]] = [[] for _ in range(p.devices)]
+    place = p.placement_obj().routes[0]
+    bk = I if p.split else B
+    for i in range(p.microbatches):
+        for s in range(p.stages):
+            rows[place[s]].append(Action(s, F, i))
+        for s in reversed(range(p.stages)):
+            rows[place[s]].append(Action(s, bk, i))
+            if p.split:
+                rows[place[s]].append(Action(s, W, i))
+    return Schedule(p.devices, p.stages, p.microbatches, tuple(map(tuple, rows)),
+                    p.placement_obj(), "sequential")
+
+
+#: Priorities of the greedy list scheduler: which kind a device prefers among ready actions.
+GREEDY_POLICIES = ((B, I, W, F), (B, I, F, W), (F, B, I, W))
+
+
+def greedy(p: Problem, priority: tuple[str, ...] = GREEDY_POLICIES[0], *, rng=None,
+           slack: int = 0) -> Schedule | None:
+    """A list schedule: whenever a device is free, run the ready action (microbatches in
+    order per stage and kind) that can start first, preferring kinds by ``priority``; a
+    forward waits while it would exceed the memory limit.  With ``rng``, an action that can
+    start within ``slack`` (scaled time) of the earliest one competes too, and ties are
+    broken at random (a randomised restart of the heuristic).  None when memory blocks every
+    device (the heuristic got stuck; the exact search may still succeed)."""
+    u = _Units(p)
+    place = p.placement_obj().routes[0]
+    M = p.microbatches
+    chains = [(s, k) for s in range(p.stages) for k in p.kinds]
+    by_dev: dict[int, list] = {}
+    for c in chains:
+        by_dev.setdefault(place[c[0]], []).append(c)
+    nxt = {c: 0 for c in chains}
+    end: dict[tuple[int, str, int], int] = {}
+    free = [0] * p.devices
+    mem = list(u.static)
+    rows: list[list[Action]] = [[] for _ in range(p.devices)]
+    rank = {k: n for n, k in enumerate(priority)}
+    left = len(chains) * M
+    while left:
+        cands = []
+        for d, cs in by_dev.items():
+            for s, k in cs:
+                i = nxt[(s, k)]
+                if i >= M:
+                    continue
+                ready = free[d]
+                ok = True
+                for need, ps in rules.needs(Action(s, k, i), p.stages):
+                    pk = next(x for x in need.kinds if x in p.kinds)
+                    e = end.get((ps, pk, i))
+                    if e is None:
+                        ok = False
+                        break
+                    ready = max(ready, e + (u.icomm if place[ps] != d else 0))
+                if not ok:
+                    continue
+                if k == F and u.limit is not None and mem[d] + u.alloc[s] > u.limit:
+                    continue
+                cands.append((ready, rank[k], -s if k != F else s, d, s, k, i))
+        if not cands:
+            return None
+        first = min(cands)
+        if rng is not None:
+            # only actions on the device that would start first, so no device idles
+            pool = [c for c in cands if c[3] == first[3] and c[0] <= first[0] + slack]
+            pick = min(pool, key=lambda c: (c[1] + rng.random() * 1.5, c[0]))
+        else:
+            pick = first
+        ready, _, _, d, s, k, i = pick
+        end[(s, k, i)] = ready + u.idur[(s, k)]
+        free[d] = end[(s, k, i)]
+        mem[d] += u.alloc[s] if k == F else -u.free[(s, k)]
+        rows[d].append(Action(s, k, i))
+        nxt[(s, k)] += 1
+        left -= 1
+    return Schedule(p.devices, p.stages, p.microbatches, tuple(map(tuple, rows)),
+                    p.placement_obj(), "greedy")
+
+
+def randomised_greedy(p: Problem, seconds: float, *, seed: int = 0):
+    """The best of randomised greedy restarts within ``seconds`` (deterministic per seed and
+    number of restarts): yields improving schedules."""
+    import random
+
+    rng = random.Random(seed)
+    u = _Units(p)
+    stop = time.monotonic() + seconds
+    best = None
+    maxdur = max(u.idur.values())
+    n = 0
+    while time.monotonic() < stop and n < 2000:
+        n += 1
+        prio = GREEDY_POLICIES[n % len(GREEDY_POLICIES)]
+        sched = greedy(p, prio, rng=rng, slack=rng.randint(0, maxdur))
+        if sched is None:
+            continue
+        rep = evaluate(p, sched)
+        if rep.is_valid and (best is None or rep.metrics.makespan < best):
+            best = rep.metrics.makespan
+            yield sched.with_(name="greedy-random"), rep
+
+
+def generator_candidates(p: Problem):
+    """(name, schedule) for every family in FAMILIES that produces this problem's shape, looked
+    up at run time; families that do not fit (or refuse the sizes) are skipped."""
+    from ..generators import FAMILIES
+
+    for name, fam in list(FAMILIES.items()):
+        kwargs = {}
+        if getattr(fam, "chunks", False):
+            kwargs["chunks"] = p.chunks
+        try:
+            gen = getattr(fam, "generate", fam)
+            params = inspect.signature(gen).parameters
+            if "placement" in params and p.chunks > 1:
+                kwargs["placement"] = p.placement
+            sched = fam(p.devices, p.microbatches, **kwargs)
+        except Exception:  # noqa: BLE001  (a family that cannot make this shape is skipped)
+            continue
+        if not isinstance(sched, Schedule) or not _fits(p, sched):
+            continue
+        yield name, _convert_split(sched, p.split)
+    for n, prio in enumerate(GREEDY_POLICIES):
+        sched = greedy(p, prio)
+        if sched is not None:
+            yield f"greedy-{''.join(prio)}", sched
+    yield "sequential", sequential(p)
+
+
+def evaluate(p: Problem, sched: Schedule):
+    """The graph checker's verdict on ``sched`` under the problem's costs and memory."""
+    from ..check import check
+
+    return check(sched, costs=p.costs, memory=p.memory, max_violations=5)
+
+
+def best_generator(p: Problem, *, makespan_bound: float | None = None, objective: str = "makespan"):
+    """The best valid candidate: least makespan (within the memory limit), or least peak
+    memory (within ``makespan_bound``).  Returns (name, schedule, report, all) or Nones."""
+    best = None
+    table = {}
+    for name, sched in generator_candidates(p):
+        rep = evaluate(p, sched)
+        ms = rep.metrics.makespan if rep.metrics is not None else None
+        table[name] = {"valid": rep.is_valid, "makespan": ms,
+                       "peak_memory": rep.metrics.peak_memory if rep.metrics is not None else None}
+        if not rep.is_valid:
+            continue
+        if objective == "makespan":
+            key = (ms, rep.metrics.peak_memory)
+        else:
+            if makespan_bound is not None and ms > makespan_bound + 1e-9:
+                continue
+            key = (rep.metrics.peak_memory, ms)
+        if best is None or key < best[0]:
+            best = (key, name, sched.with_(name=name), rep)
+    if best is None:
+        return None, None, None, table
+    return best[1], best[2], best[3], table
+
+
+# --------------------------------------------------------------------------- search
+
+
+def make_problem(devices: int, microbatches: int, *, chunks: int = 1, placement: str = "loop",
+                 split_backward: bool = False, costs=None, memory=None,
+                 memory_limit: float | None = None, comm_latency: float | None = None) -> Problem:
+    c = costs if isinstance(costs, Costs) else Costs(**dict(costs or {}))
+    if comm_latency is not None:
+        c = c.with_values(comm=comm_latency)
+    m = memory if isinstance(memory, MemoryModel) else MemoryModel(**dict(memory or {}))
+    if memory_limit is not None:
+        from dataclasses import replace
+
+        m = replace(m, limit=memory_limit)
+    p = Problem(devices, microbatches, chunks, placement, split_backward, c, m)
+    p.validate()
+    return p
+
+
+def search(devices: int, microbatches: int, *, chunks: int = 1, placement: str = "loop",
+           split_backward: bool = False, costs=None, memory=None, memory_limit: float | None = None,
+           comm_latency: float | None = None, time_limit: float = 60.0,
+           minimize: str = "makespan", makespan_bound: float | None = None,
+           fifo: bool = True, warm_start: bool = True) -> SearchResult:
+    """Search the best schedule of the given shape.
+
+    ``minimize="makespan"`` (within ``memory_limit``) or ``"memory"`` (peak memory, within
+    ``makespan_bound``).  ``fifo`` chooses the search class (see the module docstring: FIFO
+    loses no optimum).  Never raises for an infeasible or hard instance: the result's
+    ``status`` says what was found.  Every schedule returned has been re-validated by the
+    graph checker.
+    """
+    p = make_problem(devices, microbatches, chunks=chunks, placement=placement,
+                     split_backward=split_backward, costs=costs, memory=memory,
+                     memory_limit=memory_limit, comm_latency=comm_latency)
+    if minimize not in ("makespan", "memory"):
+        raise UsageError(f"search: minimize must be 'makespan' or 'memory', got {minimize!r}")
+    if minimize == "memory" and makespan_bound is None:
+        raise UsageError("search: minimising memory needs a makespan bound (--makespan-bound T)")
+    if time_limit is None or time_limit <= 0:
+        raise UsageError(f"search: time limit must be > 0 seconds, got {time_limit!r}")
+    return _Search(p, fifo=fifo, time_limit=time_limit, warm_start=warm_start).run(minimize, makespan_bound)
+
+
+class _Search:
+    def __init__(self, p: Problem, *, fifo: bool, time_limit: float, warm_start: bool):
+        self.p, self.fifo, self.warm = p, fifo, warm_start
+        self.u = _Units(p)
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + time_limit
+        self.cls = CLASS_FIFO if fifo else CLASS_ALL
+        self.log: list = []
+        self.enc: _Encoding | None = None
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def encoding(self) -> _Encoding:
+        if self.enc is None:
+            self.enc = _Encoding(self.p, self.u, fifo=self.fifo, timeout_s=max(self.left(), 0.001))
+            self.log.append(("encoded", round(time.monotonic() - self.t0, 3)))
+        return self.enc
+
+    def schedule_of(self, rows, name: str) -> Schedule:
+        p = self.p
+        return Schedule(p.devices, p.stages, p.microbatches, rows, p.placement_obj(), name,
+                        costs=p.costs, memory=p.memory)
+
+    def validated(self, rows):
+        """Re-validate a solver's schedule with the graph checker; returns (schedule, report)."""
+        sched = self.schedule_of(rows, "search")
+        rep = evaluate(self.p, sched)
+        if not rep.is_valid:
+            raise AssertionError("search produced a schedule the graph checker rejects: "
+                                 + "; ".join(map(str, rep.violations[:3])))
+        return sched, rep
+
+    def result(self, status, objective, sched, rep, lb, reason=None, warm=None, cert=None):
+        u = self.u
+        ms = rep.metrics.makespan if rep is not None else None
+        pk = rep.metrics.peak_memory if rep is not None else None
+        if sched is not None:
+            meta = {"search": {"status": status, "objective": objective, "class": self.cls,
+                               "lower_bound": lb, "certificate": cert or {}}}
+            sched = sched.with_(name=f"search-{objective}", costs=self.p.costs, memory=self.p.memory,
+                                metadata=meta)
+        return SearchResult(status, objective, sched, ms, pk, lb, self.cls,
+                            time.monotonic() - self.t0, reason, warm, cert or {}, self.log)
+
+    # -- minimise makespan
+    def run(self, objective: str, makespan_bound):
+        if objective == "memory":
+            return self.run_memory(makespan_bound)
+        p, u = self.p, self.u
+        limit = u.limit
+        need, dev = min_peak_memory(p, u)
+        if limit is not None and need > limit:
+            reason = (f"no schedule exists under these limits: when a microbatch's last forward starts, "
+                      f"device {dev} holds its activations of every stage it runs ({u.mem(need)} units "
+                      f"with static memory), over the memory limit {u.mem(limit)}")
+            return self.result("infeasible", "makespan", None, None, None, reason)
+        lb, why = lower_bound(p, u)
+        name, sched, rep, table = best_generator(p) if self.warm else (None, None, None, {})
+        if sched is None:  # without warm start: the sequential fallback is always valid here
+            name, sched = "sequential", sequential(p)
+            rep = evaluate(p, sched)
+        warm = {"name": name, "makespan": rep.metrics.makespan, "candidates": table}
+        best_s, best_r = sched, rep
+        best = round(rep.metrics.makespan * u.tscale)
+        cert = {"lower_bound_argument": why}
+        self.log.append(("warm", name, best))
+        status, reason = "feasible", None
+        # quick randomised list schedules before the solver
+        if self.warm and best > lb:
+            for s2, r2 in randomised_greedy(p, min(2.0, self.left() / 20)):
+                ms = round(r2.metrics.makespan * u.tscale)
+                if ms < best:
+                    best, best_s, best_r = ms, s2, r2
+                    self.log.append(("greedy", ms))
+        budget = 5.0
+        width = 0.25
+        probed = False
+        while True:
+            if best <= lb:
+                status = "optimal"
+                if "proof" not in cert:
+                    cert["proof"] = (f"makespan {u.time(best)} equals the lower bound (head + work + "
+                                     f"tail of the busiest device, see lower_bound_argument)")
+                break
+            left = self.left()
+            if left <= 0:
+                reason = "time limit reached"
+                break
+            enc = self.encoding()
+            if not probed and best - lb > 2:
+                # one bisection probe: a fast unsat raises the lower bound for the gap report
+                probed = True
+                t = (lb + best - 1) // 2
+                r, value = enc.check(t, limit, min(left, max(2.0, left / 10)))
+            elif width < 1:
+                # large-neighbourhood search: keep the best order outside a time window and
+                # let the solver re-order inside it, each try with a small budget
+                improved = False
+                span = best * width
+                lo = 0.0
+                while lo < best and self.left() > 0:
+                    extra = enc.fixed_outside(best_r, lo, lo + span)
+                    t = best - 1
+                    r, value = enc.check(t, limit, min(self.left(), 2.0), extra)
+                    self.log.append(("lns", u.time(t), round(lo), r, round(time.monotonic() - self.t0, 3)))
+                    if r == "sat":
+                        s2, r2 = self.validated(value)
+                        best, best_s, best_r = round(r2.metrics.makespan * u.tscale), s2, r2
+                        improved = True
+                        break
+                    lo += span / 2
+                if not improved:
+                    width *= 2
+                continue
+            else:
+                t = best - 1
+                r, value = enc.check(t, limit, min(left, budget))
+                budget *= 2
+            self.log.append(("check", u.time(t), r, round(time.monotonic() - self.t0, 3)))
+            if r == "sat":
+                s2, r2 = self.validated(value)
+                ms = round(r2.metrics.makespan * u.tscale)
+                if ms > t:
+                    raise AssertionError(f"solver schedule makespan {ms} exceeds the bound {t}")
+                best, best_s, best_r = ms, s2, r2
+                width = 0.25
+            elif r == "unsat":
+                lb = t + 1
+                cert["proof"] = (f"Z3: no order in class {self.cls} finishes by {u.time(t)} under "
+                                 f"these limits (unsat)")
+            elif t == best - 1 and self.left() <= 0:
+                reason = f"solver gave up: {value}"
+                break
+            else:
+                width = 0.25  # unknown within the budget: search neighbourhoods again
+        return self.result(status, "makespan", best_s, best_r, u.time(lb), reason, warm, cert)
+
+    # -- minimise peak memory under a makespan bound
+    def run_memory(self, makespan_bound):
+        p, u = self.p, self.u
+        tb = math.floor(_frac(makespan_bound) * u.tscale)
+        lb, _why = lower_bound(p, u)
+        if tb < lb:
+            reason = (f"no schedule exists under these limits: the makespan bound "
+                      f"{u.time(tb)} is below the lower bound {u.time(lb)} ({_why})")
+            return self.result("infeasible", "memory", None, None, None, reason)
+        mlo, _ = min_peak_memory(p, u)
+        if u.limit is not None and u.limit < mlo:
+            return self.result("infeasible", "memory", None, None, None,
+                               f"no schedule exists under these limits: memory limit {u.mem(u.limit)} "
+                               f"is below the least possible peak {u.mem(mlo)}")
+        name, sched, rep, table = (best_generator(p, makespan_bound=u.time(tb), objective="memory")
+                                   if self.warm else (None, None, None, {}))
+        warm = {"name": name, "peak_memory": rep.metrics.peak_memory if rep else None,
+                "candidates": table}
+        best_s, best_r = sched, rep
+        cap = u.limit
+        if sched is None:
+            r, value = self.encoding().check(tb, cap, max(self.left(), 0.001))
+            if r == "unsat":
+                return self.result("infeasible", "memory", None, None, None,
+                                   f"no schedule exists under these limits: Z3 finds no order in "
+                                   f"class {self.cls} that finishes by {u.time(tb)} (unsat)", warm)
+            if r != "sat":
+                return self.result("unknown", "memory", None, None, None,
+                                   f"solver gave up before finding any schedule: {value}", warm)
+            best_s, best_r = self.validated(value)
+        hi = round(best_r.metrics.peak_memory * u.mscale)
+        lo = mlo
+        status, reason, cert = "feasible", None, {}
+        while lo < hi:
+            if self.left() <= 0:
+                reason = "time limit reached"
+                break
+            mid = (lo + hi - 1) // 2
+            r, value = self.encoding().check(tb, mid, self.left())
+            self.log.append(("check-memory", mid, r))
+            if r == "sat":
+                s2, r2 = self.validated(value)
+                best_s, best_r = s2, r2
+                hi = round(r2.metrics.peak_memory * u.mscale)
+            elif r == "unsat":
+                lo = mid + 1
+            else:
+                reason = f"solver gave up: {value}"
+                break
+        if lo >= hi:
+            status = "optimal"
+            cert["proof"] = (f"peak {u.mem(hi)} equals the least peak any schedule needs"
+                             if hi == mlo else
+                             f"Z3: no order in class {self.cls} finishes by {u.time(tb)} with peak "
+                             f"memory {u.mem(hi - 1)} or less (unsat)")
+        return self.result(status, "memory", best_s, best_r, u.mem(lo), reason, warm, cert)
