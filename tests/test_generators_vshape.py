@@ -295,3 +295,34 @@ def test_dualpipe_readme_example_size(schedule):
     tl = timeline(schedule, costs=Costs(F=1, B=2, I=1, W=1, OVERLAP_F_B=3))
     assert tl.makespan == 66
     assert [66 - b for b in tl.busy()] == [6] * schedule.devices
+
+
+@given(st.one_of(dualpipe_sizes().map(lambda s: ("dualpipe",) + s),
+                 dualpipe_v_sizes().map(lambda s: ("dualpipe-v",) + s)))
+def test_dualpipe_overlaps_where_the_repository_does(case):
+    """Counted from the repository's step(): step 4 runs 2*(chunks - 2n + h + 1)
+    overlapped pairs, less one on the turning device (its first F0 and B1 run apart), and
+    step 5 one more per iteration (n - h - 1).  DualPipe: n = D/2, h = min(r, D-1-r),
+    chunks = M/2, the turning devices are the two middle ones; DualPipeV: n = D, h = r,
+    chunks = M, the turning device is the last."""
+    name, d, m = case
+    s = FAMILIES[name](d, m)
+    for r, row in enumerate(s.order):
+        if name == "dualpipe":
+            n, h, chunks = d // 2, min(r, d - 1 - r), m // 2
+        else:
+            n, h, chunks = d, r, m
+        turning = h == n - 1
+        expected = 2 * (chunks - 2 * n + h + 1) - turning + (n - h - 1)
+        assert sum(a.kind == OVERLAP_F_B for a in row) == expected
+
+
+@pytest.mark.parametrize("devices, m", [(4, 8), (6, 20), (8, 16), (8, 20)])
+def test_dualpipe_bubble_formula_with_overlap_gain(devices, m):
+    """At F = I = W = 1, B = 2 and F&B = 2.5 the largest idle time of a device equals the
+    README's (PP/2-1)(F&B + B - 3W) for both DualPipe (PP = D) and DualPipeV (PP = 2D on D
+    devices)."""
+    costs = Costs(F=1, B=2, I=1, W=1, OVERLAP_F_B=Fraction(5, 2))
+    for s, pp in ((dualpipe(devices, m), devices), (dualpipe_v(devices // 2, m // 2), devices)):
+        tl = timeline(s, costs=costs)
+        assert max(tl.makespan - b for b in tl.busy()) == (pp // 2 - 1) * Fraction(3, 2)
