@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UsageError
-from .view import View, kind_key, microbatch_of
+from .view import View, kind_key, microbatch_of, stage_of
 
 #: Kind -> (colour, legend text).  Colour-blind-safe hues (Okabe-Ito / seaborn muted).
 COLOURS = {
@@ -95,17 +95,27 @@ def _rect(x0: float, x1: float, y: float, height: float) -> list[tuple[float, fl
     return [(x0, y - h), (x0, y + h), (x1, y + h), (x1, y - h)]
 
 
-def _label(action, multi_stage: bool) -> str:
+_SHORT = {"SEND_F": "sF", "RECV_F": "rF", "SEND_B": "sB", "RECV_B": "rB"}
+
+
+def _label(action, level: int, with_stage: bool) -> str:
+    """A bar's label: level 0 names the stage where needed (``3F1``), 1 is TYPE+microbatch
+    (``F1``), 2 the microbatch alone (the colour says the type)."""
     if action.sub is not None:
         f, b = action.sub
-        if multi_stage:
+        if level == 0 and with_stage:
             return f"{f.stage}F{f.microbatch}|{b.stage}{b.kind}{b.microbatch}"
-        return f"F{f.microbatch}|{b.kind}{b.microbatch}"
+        if level <= 1:
+            return f"F{f.microbatch}|{b.kind}{b.microbatch}"
+        return f"{f.microbatch}|{b.microbatch}"
     if action.microbatch is None:
-        return str(action)
-    if multi_stage:
-        return f"{action.stage}{action.kind[0] if len(action.kind) == 1 else ''}{action.microbatch}"
-    return f"{action.kind if len(action.kind) == 1 else ''}{action.microbatch}"
+        return str(action) if level == 0 else ""
+    kind = _SHORT.get(action.kind, action.kind)
+    if level == 0 and with_stage:
+        return f"{action.stage}{kind}{action.microbatch}"
+    if level <= 1:
+        return f"{kind}{action.microbatch}"
+    return str(action.microbatch)
 
 
 def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | None = None) -> Path:
@@ -160,6 +170,20 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
         ax.add_collection(PolyCollection(
             [_rect(lefts[k], lefts[k] + widths[k], ys[k], height) for k in range(len(ys))],
             facecolors=colours, edgecolors=edges, linewidths=lws, zorder=2))
+        # devices holding several stages: a dark band along the bottom of every bar whose stage
+        # is not the device's first (chunk 1, 2, ...), one band per chunk index
+        bands = []
+        chunk_of = {d: sorted(view.stages_on(d)) for d in range(D)}
+        for i, a in enumerate(g.acts):
+            own = chunk_of[g.dev[i]]
+            st = stage_of(a)
+            if len(own) > 1 and st in own and own.index(st) > 0 and end[i] > start[i]:
+                for c in range(own.index(st)):
+                    y1 = g.dev[i] + height / 2 - c * 0.09
+                    bands.append([(start[i], y1 - 0.07), (start[i], y1), (end[i], y1), (end[i], y1 - 0.07)])
+        if bands:
+            ax.add_collection(PolyCollection(bands, facecolors="#222222", edgecolors="none",
+                                             alpha=0.55, zorder=3))
         # instant actions (zero cost, e.g. free SEND/RECV): a thin tick so they stay visible
         for i, a in enumerate(g.acts):
             if end[i] - start[i] <= 0:
@@ -196,16 +220,31 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
         ax_w_px = fig_w_px * (0.985 - 0.07)
         px_per_unit = ax_w_px / span
         fontsize = 7 if D <= 8 else 6
-        char_px = fontsize * 0.62 * dpi / 72
+        char_px = fontsize * 0.64 * dpi / 72
         lane_px = (gantt_h * dpi) / max(1, D) * 0.6
         if lane_px >= fontsize * dpi / 72:
-            for i, a in enumerate(g.acts):
-                text = _label(a, view.needs_stage_label(i))
-                if i in view.marked:
-                    text += "!"
-                if (end[i] - start[i]) * px_per_unit >= len(text) * char_px + 3:
-                    ax.text((start[i] + end[i]) / 2, g.dev[i], text, ha="center", va="center",
-                            fontsize=fontsize, color="white", zorder=7, clip_on=True)
+            # one label level for the whole picture: the most detailed that fits 90% of bars
+            room = [(end[i] - start[i]) * px_per_unit - 6 for i in range(g.n)]
+
+            def text_of(i: int, level: int) -> str:
+                text = _label(g.acts[i], level, view.needs_stage_label(i))
+                return text + "!" if text and i in view.marked else text
+
+            def fits(i: int, level: int) -> bool:
+                return len(text_of(i, level)) * char_px <= room[i]
+
+            timed_bars = [i for i in range(g.n) if room[i] > -6]
+            chosen = 2
+            for level in (0, 1):
+                if sum(fits(i, level) for i in timed_bars) >= 0.9 * len(timed_bars):
+                    chosen = level
+                    break
+            for i in timed_bars:
+                level = next((lv for lv in range(chosen, 3) if fits(i, lv)), None)
+                if level is None or not text_of(i, level):
+                    continue
+                ax.text((start[i] + end[i]) / 2, g.dev[i], text_of(i, level), ha="center",
+                        va="center", fontsize=fontsize, color="white", zorder=7, clip_on=True)
         ax.set_yticks(range(D))
         ax.set_yticklabels([f"dev {d}" for d in range(D)])
         ax.tick_params(axis="y", length=0)
@@ -258,6 +297,9 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
         present = [k for k in COLOURS if any(kind_key(a) == k for a in g.acts)]
         handles = [Patch(facecolor=COLOURS[k][0], edgecolor="white", label=COLOURS[k][1])
                    for k in present]
+        if bands:
+            handles.append(Patch(facecolor="#bbbbbb", edgecolor="#222222", hatch="",
+                                 linewidth=0, label="band: later chunk on the device"))
         if view.timed:
             handles.append(Patch(facecolor="#f4f4f4", edgecolor="#c8c8c8", hatch="////",
                                  label="idle (bubble)"))
