@@ -301,10 +301,10 @@ def test_dualpipe_readme_example_size(schedule):
                  dualpipe_v_sizes().map(lambda s: ("dualpipe-v",) + s)))
 def test_dualpipe_overlaps_where_the_repository_does(case):
     """Counted from the repository's step(): step 4 runs 2*(chunks - 2n + h + 1)
-    overlapped pairs, less one on the turning device (its first F0 and B1 run apart), and
-    step 5 one more per iteration (n - h - 1).  DualPipe: n = D/2, h = min(r, D-1-r),
-    chunks = M/2, the turning devices are the two middle ones; DualPipeV: n = D, h = r,
-    chunks = M, the turning device is the last."""
+    overlapped pairs, less one on the "middle" devices (their first F0 and B1 run apart),
+    and step 5 one more per iteration (n - h - 1).  DualPipe: n = D/2, h = min(r, D-1-r),
+    chunks = M/2, the middle devices are D/2-1 and D/2; DualPipeV: n = D, h = r,
+    chunks = M, the middle device is the last."""
     name, d, m = case
     s = FAMILIES[name](d, m)
     for r, row in enumerate(s.order):
@@ -312,8 +312,8 @@ def test_dualpipe_overlaps_where_the_repository_does(case):
             n, h, chunks = d // 2, min(r, d - 1 - r), m // 2
         else:
             n, h, chunks = d, r, m
-        turning = h == n - 1
-        expected = 2 * (chunks - 2 * n + h + 1) - turning + (n - h - 1)
+        middle = h == n - 1
+        expected = 2 * (chunks - 2 * n + h + 1) - middle + (n - h - 1)
         assert sum(a.kind == OVERLAP_F_B for a in row) == expected
 
 

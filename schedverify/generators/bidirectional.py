@@ -39,8 +39,9 @@ def _dualpipe_row(
     ``half_ranks``/``half_rank``/``chunks`` are the repository's ``num_half_ranks``,
     ``half_rank`` and per-direction ``half_num_chunks`` (DualPipeV: ``num_ranks``,
     ``rank``, ``num_chunks``).  ``unit(phase, k)`` names the ``k``-th microbatch of local
-    ``phase`` (0 or 1) as an ``F`` action on the right stage; ``middle`` says whether this
-    device turns microbatches around (DualPipe's two middle ranks, DualPipeV's last rank).
+    ``phase`` (0 or 1) as an ``F`` action on the right stage; ``middle`` marks the devices
+    where the repository runs step 4's first ``F0``/``B1`` pair apart rather than overlapped
+    (``is_middle_rank``: DualPipe's two middle ranks; DualPipeV's last rank).
     """
     row: list[Action] = []
     f = [0, 0]  # next forward of each phase
