@@ -7,7 +7,8 @@ import json
 from ..diagnostics import CODES, Verdict
 from ..errors import SchedverifyError
 from . import EXIT_INVALID, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE
-from .common import add_cost_options, add_input_options, check_costs_fit, load_input, positive_int
+from .common import (add_cost_options, add_input_options, check_costs_fit, load_input,
+                     non_negative_float, positive_int)
 
 #: Worst first: what a run over several files exits with.
 _SEVERITY = (EXIT_USAGE, EXIT_INVALID, EXIT_UNKNOWN, EXIT_OK)
@@ -31,6 +32,11 @@ def register(sub) -> None:
     p.add_argument("--max-violations", type=positive_int, default=1000, metavar="N",
                    help="report at most N violations per file (default 1000)")
     p.add_argument("--list-codes", action="store_true", help="list every violation code and exit")
+    p.add_argument("--engine", choices=("graph", "z3", "both"), default="graph",
+                   help="graph (fast, default); z3 (an independent SMT encoding); both (run both, "
+                        "exit 2 if they disagree)")
+    p.add_argument("--timeout", type=non_negative_float, default=60.0, metavar="S",
+                   help="time limit of the z3 engine in seconds (default 60; verdict unknown when hit)")
     p.set_defaults(handler=run)
 
 
@@ -53,8 +59,14 @@ def check_one(path: str, args, out, err) -> int:
     try:
         schedule = load_input(path, args)
         check_costs_fit(args.costs, schedule, source)
-        report = check(schedule, costs=args.costs, memory_limit=args.memory_limit,
-                       comm_semantics=args.comm_semantics, max_violations=args.max_violations)
+        opts = dict(costs=args.costs, memory_limit=args.memory_limit,
+                    comm_semantics=args.comm_semantics, max_violations=args.max_violations)
+        if args.engine == "graph":
+            report = check(schedule, **opts)
+        else:  # the Z3 engine is imported only when asked for
+            from ..smt.check import run_engine
+
+            report = run_engine(args.engine, schedule, timeout_s=args.timeout, **opts)
     except SchedverifyError as e:
         if args.format == "json":
             print(json.dumps({"file": source, "verdict": "error", "error": str(e),

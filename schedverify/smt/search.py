@@ -820,6 +820,10 @@ class _Search:
                                "lower_bound": lb, "certificate": cert or {}}}
             sched = sched.with_(name=f"search-{objective}", costs=self.p.costs, memory=self.p.memory,
                                 metadata=meta)
+            final = evaluate(self.p, sched)  # the graph checker re-validates what is returned
+            if not final.is_valid or final.metrics.makespan != ms:
+                raise AssertionError("search result does not re-validate: "
+                                     + "; ".join(map(str, final.violations[:3])))
         return SearchResult(status, objective, sched, ms, pk, lb, self.cls,
                             time.monotonic() - self.t0, reason, warm, cert or {}, self.log)
 

@@ -1,0 +1,650 @@
+"""The Z3 checker: an independent encoding of SPEC.md section 3, verdicts from the solver.
+
+This engine shares no code with the graph checker (:mod:`schedverify.graph`,
+:mod:`schedverify.check`); it reads the same rule tables (:mod:`schedverify.deps`) and
+reports with the same codes (:mod:`schedverify.diagnostics`), so the two can be run side
+by side (``schedverify check --engine both``) and any disagreement is a bug in one of them.
+
+- Structural rules that are not timing (3.1 well-formed, 3.2 complete, 3.3 placed, 3.5
+  matched SEND/RECV) are checked by the small indexing code below.
+- Order and deadlock (3.4, 3.5): every action gets an integer rank; device order says that
+  each action's rank exceeds its predecessor's; every dependency (data, RECV, and the
+  rendezvous wait of a SEND for its RECV to be posted) is a tracked constraint "rank of
+  the consumer exceeds the rank of the producer".  The schedule can run iff these are
+  satisfiable.  An unsat core is mapped back: a core made of one same-device dependency is
+  a ``runs-before-dependency`` (the device waits for itself), a core of cross-device waits
+  is a deadlock cycle (``rendezvous-deadlock`` when one of its waits exists only under
+  rendezvous semantics).  Each core found is relaxed and the solver asked again, so every
+  independent problem is reported (deadlock cycles up to 10, as the graph engine).
+- Timing (section 4): start times are real variables with the same constraints in time
+  (durations, ``comm`` across devices); the least makespan Z3 finds is the as-soon-as-
+  possible makespan.
+- Memory (3.6): memory after each action's allocations is a chain of real variables
+  (``m_p = m_(p-1) - freed by action p-1 + allocated by action p``); each "within the limit"
+  is a tracked assumption, and the first position over the limit on each device is found by
+  bisecting prefixes.
+
+A solver that gives up (time limit) makes the verdict UNKNOWN with the reason, never valid.
+"""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+
+from .. import deps as rules
+from .. import diagnostics as dx
+from ..diagnostics import Location, Report, Verdict, Violation
+from ..errors import SchedverifyError, UsageError
+from ..model import (
+    ALL_KINDS,
+    B,
+    BOOKKEEPING_KINDS,
+    COMM_KINDS,
+    COMM_SEMANTICS,
+    F,
+    I,
+    OVERLAP_F_B,
+    RECV_B,
+    RECV_F,
+    REDUCE_GRAD,
+    W,
+    Action,
+    Schedule,
+    per_stage,
+    resolve_costs,
+    resolve_memory,
+)
+
+MAX_CYCLES = 10
+_LEAF_KINDS = frozenset({F, B, I, W}) | COMM_KINDS
+_EPS = Fraction(1, 10**9)
+
+
+class _Undecided(Exception):
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Index:
+    """The schedule as entries (one per non-idle slot) plus the structural findings."""
+
+    def __init__(self, schedule: Schedule):
+        self.s = schedule
+        S, M = schedule.stages, schedule.microbatches
+        self.entries: list[tuple[int, int, Action]] = []  # (device, position, action)
+        self.first: dict[tuple[int, int, str], int] = {}  # (stage, mb, kind) -> first entry
+        self.found: list[Violation] = []  # structural, in rule order
+        malformed, out_of_range, duplicate, mixed, wrong = [], [], [], [], []
+        self.reduce_grads: list[int] = []
+        routes = schedule.placement.routes
+        mroute = schedule.placement.microbatch_route
+        for d, row in enumerate(schedule.order):
+            for p, a in enumerate(row):
+                if a is None:
+                    continue
+                e = len(self.entries)
+                self.entries.append((d, p, a))
+                if a.sub is not None or a.kind == OVERLAP_F_B:
+                    subs = a.sub or ()
+                    if (a.kind != OVERLAP_F_B or len(subs) != 2 or subs[0].kind != F
+                            or subs[1].kind not in (B, I) or any(x.sub is not None for x in subs)):
+                        malformed.append((e, _why_malformed(a)))
+                        continue
+                    leaves = subs
+                elif a.kind in BOOKKEEPING_KINDS:
+                    if type(a.stage) is not int or a.stage < 0 or a.microbatch is not None:
+                        malformed.append((e, _why_malformed(a)))
+                    elif a.stage >= S:
+                        out_of_range.append((e, a))
+                    elif a.kind == REDUCE_GRAD:
+                        self.reduce_grads.append(e)
+                    continue
+                else:
+                    leaves = (a,)
+                for x in leaves:
+                    s, mb = x.stage, x.microbatch
+                    if (x.kind not in _LEAF_KINDS or type(s) is not int or type(mb) is not int
+                            or s < 0 or mb < 0):
+                        malformed.append((e, _why_malformed(x)))
+                        continue
+                    if s >= S or mb >= M:
+                        out_of_range.append((e, x))
+                        continue
+                    key = (s, mb, x.kind)
+                    if key in self.first:
+                        duplicate.append((e, self.first[key], x))
+                        continue
+                    self.first[key] = e
+                    if x.kind == B and ((s, mb, I) in self.first or (s, mb, W) in self.first):
+                        mixed.append(e)
+                    elif x.kind in (I, W) and (s, mb, B) in self.first:
+                        mixed.append(e)
+                    expected = (routes[mroute[mb]] if mroute is not None else routes[0])[s]
+                    if expected != d:
+                        wrong.append((e, x, expected))
+        V = self.found.append
+        for e, why in malformed:
+            V(Violation(dx.MALFORMED_ACTION, why, (self.loc(e),)))
+        for e, x in out_of_range:
+            if x.stage >= S:
+                msg = f"stage {x.stage} is out of range: the schedule has {S} stages (0..{S - 1})"
+            else:
+                msg = (f"microbatch {x.microbatch} is out of range: the schedule has {M} "
+                       f"microbatches (0..{M - 1})")
+            V(Violation(dx.INDEX_OUT_OF_RANGE, msg, (self.loc(e),)))
+        for e, f, x in duplicate:
+            d, p, _ = self.entries[f]
+            V(Violation(dx.DUPLICATE_ACTION, f"{x} appears again; it first appears at device {d}, "
+                        f"position {p}", (self.loc(e), self.loc(f))))
+        for e in mixed:
+            V(Violation(dx.MIXED_BACKWARD, f"{self.entries[e][2]} mixes a full backward B with a "
+                        "split backward (I/W) of the same stage and microbatch", (self.loc(e),)))
+        for s in range(S):
+            for mb in range(M):
+                have = {k for k in (F, B, I, W) if (s, mb, k) in self.first}
+                if F not in have:
+                    V(self._missing(Action(s, F, mb), f"stage {s} never runs the forward of microbatch {mb}"))
+                if B in have:
+                    continue
+                if I not in have and W not in have:
+                    V(self._missing(Action(s, B, mb), f"stage {s} never runs the backward of "
+                                    f"microbatch {mb} (no {s}B{mb}, no {s}I{mb} with {s}W{mb})"))
+                elif W not in have:
+                    V(self._missing(Action(s, W, mb), f"{s}I{mb} has no weight-gradient pass {s}W{mb}"))
+                elif I not in have:
+                    V(self._missing(Action(s, I, mb), f"{s}W{mb} has no input-gradient pass {s}I{mb}"))
+        for e, x, expected in wrong:
+            V(Violation(dx.WRONG_DEVICE, f"stage {x.stage} runs on device {expected}, but {x} sits on "
+                        f"device {self.entries[e][0]}", (self.loc(e),)))
+
+    def loc(self, e: int) -> Location:
+        d, p, a = self.entries[e]
+        return Location(d, p, str(a))
+
+    def _missing(self, a: Action, msg: str) -> Violation:
+        return Violation(dx.MISSING_ACTION, msg,
+                         (Location(self.s.placement.device(a.stage, a.microbatch), None, str(a)),))
+
+    def leaves(self, e: int):
+        a = self.entries[e][2]
+        out = a.sub if a.sub is not None else (a,)
+        S, M = self.s.stages, self.s.microbatches
+        for x in out:
+            if (x.kind in _LEAF_KINDS and type(x.stage) is int and type(x.microbatch) is int
+                    and 0 <= x.stage < S and 0 <= x.microbatch < M):
+                yield x
+
+
+def _why_malformed(a: Action) -> str:
+    if a.sub is not None or a.kind == OVERLAP_F_B:
+        return (f"{a.kind} with sub-actions must be OVERLAP_F_B holding one forward then one "
+                f"backward (F;B or F;I), got {a}")
+    if a.kind not in ALL_KINDS:
+        return f"unknown action type {a.kind!r}"
+    if type(a.stage) is not int or a.stage < 0:
+        return f"stage index must be a whole number >= 0, got {a.stage!r}"
+    if a.kind in BOOKKEEPING_KINDS:
+        return f"{a.kind} takes no microbatch index, got {a.microbatch!r}"
+    return f"microbatch index must be a whole number >= 0, got {a.microbatch!r}"
+
+
+class _Edges:
+    """Every wait of SPEC.md 3.4-3.5, read from deps: (consumer, producer, latency, why, kind)
+    with kind "same" (same device), "data" or "rendezvous"; plus unmatched SEND/RECV and
+    missing RECV findings."""
+
+    def __init__(self, ix: _Index, semantics: str, comm: Fraction):
+        sched = ix.s
+        S, M = sched.stages, sched.microbatches
+        explicit = sched.has_explicit_comm
+        rendezvous = explicit and semantics == "rendezvous"
+        dev = [d for d, _, _ in ix.entries]
+        self.edges: list[tuple[int, int, Fraction, str, str]] = []
+        self.comm_found: list[Violation] = []
+        missing_recv = []
+        first = ix.first
+        # position of each entry among its device's entries, and the entry before it
+        prev: dict[int, int | None] = {}
+        last: dict[int, int] = {}
+        for e, d in enumerate(dev):
+            prev[e] = last.get(d)
+            last[d] = e
+        for e in range(len(ix.entries)):
+            d = dev[e]
+            for x in ix.leaves(e):
+                s, mb = x.stage, x.microbatch
+                for need, ps in rules.needs(x, S):
+                    j = next((first[(ps, mb, k)] for k in need.kinds if (ps, mb, k) in first), None)
+                    if j is None or j == e:
+                        continue
+                    why = need.why.format(dep=str(ix.entries[j][2]))
+                    if explicit and need.recv and dev[j] != d:
+                        r = first.get((s, mb, need.recv))
+                        if r is None:
+                            missing_recv.append((e, j, Action(s, need.recv, mb)))
+                        else:
+                            j, why = r, f"needs the input that {ix.entries[r][2]} receives"
+                    if dev[j] == d:
+                        self.edges.append((e, j, Fraction(0), why, "same"))
+                    else:
+                        self.edges.append((e, j, comm, why, "data"))
+                if rendezvous and x.kind in rules.RENDEZVOUS:
+                    peer, off = rules.MATCH[x.kind]
+                    if 0 <= s + off < S:
+                        r = first.get((s + off, mb, peer))
+                        if r is not None and dev[r] != d and prev[r] is not None:
+                            k = prev[r]
+                            why = rules.RENDEZVOUS_WHY.format(
+                                dep=f"{ix.entries[r][2]} (after {ix.entries[k][2]})")
+                            self.edges.append((e, k, Fraction(0), why, "rendezvous"))
+        if not explicit:
+            return
+        for e, (d, p, a) in enumerate(ix.entries):
+            if a.kind not in COMM_KINDS or type(a.stage) is not int or type(a.microbatch) is not int:
+                continue
+            if not (0 <= a.stage < S and 0 <= a.microbatch < M):
+                continue
+            peer, off = rules.MATCH[a.kind]
+            ps = a.stage + off
+            if 0 <= ps < S and (ps, a.microbatch, peer) in first:
+                continue
+            sending = a.kind.startswith("SEND")
+            code = dx.UNMATCHED_SEND if sending else dx.UNMATCHED_RECV
+            self.comm_found.append(Violation(code, f"{a} has no matching {Action(ps, peer, a.microbatch)}",
+                                             (ix.loc(e),)))
+        for e, j, recv in missing_recv:
+            self.comm_found.append(Violation(
+                dx.MISSING_RECV,
+                f"{ix.entries[e][2]} needs what {ix.entries[j][2]} produces on device {dev[j]}, but "
+                f"device {dev[e]} has no {recv} to receive it",
+                (ix.loc(e), Location(sched.placement.device(recv.stage, recv.microbatch), None, str(recv)))))
+
+
+class _Z3Check:
+    def __init__(self, schedule, costs, memory, memory_limit, comm_semantics, timeout_s, max_violations):
+        if not isinstance(schedule, Schedule):
+            raise UsageError(f"expected a Schedule, got {type(schedule).__name__}")
+        sem = comm_semantics or schedule.comm_semantics or "eager"
+        if sem not in COMM_SEMANTICS:
+            raise UsageError(f"comm_semantics must be 'eager' or 'rendezvous', got {sem!r}")
+        if timeout_s is None or timeout_s <= 0:
+            raise UsageError(f"timeout must be > 0 seconds, got {timeout_s!r}")
+        import z3
+
+        self.z3 = z3
+        self.schedule = schedule
+        self.costs = resolve_costs(schedule, costs)
+        self.memory = resolve_memory(schedule, memory, memory_limit)
+        self.deadline = time.monotonic() + timeout_s
+        self.max_violations = max_violations
+        self.ix = _Index(schedule)
+        self.ed = _Edges(self.ix, sem, Fraction(self.costs.comm).limit_denominator(10**9))
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def solver(self):
+        from .solver import make_solver
+
+        left = self.left()
+        if left <= 0:
+            raise _Undecided("time limit reached")
+        return make_solver(timeout_s=left, unsat_core=True, core_minimize=True)
+
+    def run(self) -> Report:
+        found = list(self.ix.found)
+        ordered, reason = [], None
+        cycles, makespan, mem = [], None, None
+        try:
+            ordered = self.inversions()
+            ordered += self.reduce_grad()
+            cycles = self.deadlocks()
+            if not cycles:
+                makespan = self.makespan()
+            mem = self.memory_peaks()
+        except _Undecided as u:
+            reason = u.reason
+        found += ordered + self.ed.comm_found + cycles
+        if mem is not None:
+            found += mem[0]
+        kept = found[: self.max_violations]
+        if reason is not None and not kept:
+            verdict = Verdict.UNKNOWN
+        else:
+            verdict = Verdict.INVALID if kept else Verdict.VALID
+            if reason is not None:
+                reason = f"invalid; the solver did not finish every rule: {reason}"
+        report = Report(verdict, kept, self.metrics(makespan, mem), len(found) - len(kept),
+                        engine="z3", reason=reason)
+        return report
+
+    # -- 3.4: a same-device dependency that comes later on the device
+    def inversions(self) -> list[Violation]:
+        z3 = self.z3
+        n = len(self.ix.entries)
+        rank = [z3.Int(f"r{e}") for e in range(n)]
+        s = self.solver()
+        self._device_order(s, rank)
+        lits = {}
+        for k, (e, j, _lat, why, kind) in enumerate(self.ed.edges):
+            if kind == "same":
+                lit = z3.Bool(f"same{k}")
+                s.add(z3.Implies(lit, rank[e] > rank[j]))
+                lits[lit.get_id()] = (lit, k)
+        out = []
+        active = dict(lits)
+        while active:
+            r = s.check(*[lit for lit, _ in active.values()])
+            if r == z3.sat:
+                break
+            if r != z3.unsat:
+                raise _Undecided(f"solver gave up on device order: {s.reason_unknown()}")
+            core = s.unsat_core()
+            for c in core:
+                lit, k = active.pop(c.get_id())
+                e, j, _lat, why, _ = self.ed.edges[k]
+                d = self.ix.entries[e][0]
+                out.append(Violation(
+                    dx.RUNS_BEFORE_DEPENDENCY,
+                    f"{self.ix.entries[e][2]} {why}, which comes later on the same device "
+                    f"(position {self.ix.entries[j][1]}), so device {d} waits for itself",
+                    (self.ix.loc(e), self.ix.loc(j))))
+        out.sort(key=lambda v: (v.locations[0].device, v.locations[0].position))
+        return out
+
+    def _device_order(self, s, rank) -> None:
+        prev = {}
+        for e, (d, _, _) in enumerate(self.ix.entries):
+            if d in prev:
+                s.add(rank[e] > rank[prev[d]])
+            prev[d] = e
+
+    def reduce_grad(self) -> list[Violation]:
+        out = []
+        for e in self.ix.reduce_grads:
+            d, p, a = self.ix.entries[e]
+            later = [k for k, (dk, pk, b) in enumerate(self.ix.entries)
+                     if dk == d and pk > p and any(x.stage == a.stage and x.kind in (B, I, W)
+                                                   for x in (b.sub or (b,)))]
+            if later:
+                k = later[-1]
+                out.append(Violation(
+                    dx.REDUCE_GRAD_TOO_EARLY,
+                    f"{a} reduces stage {a.stage}'s gradients before its backward "
+                    f"{self.ix.entries[k][2]} has run", (self.ix.loc(e), self.ix.loc(k))))
+        return out
+
+    # -- 3.4/3.5: cycles of cross-device waits
+    def deadlocks(self) -> list[Violation]:
+        z3 = self.z3
+        n = len(self.ix.entries)
+        rank = [z3.Int(f"r{e}") for e in range(n)]
+        s = self.solver()
+        self._device_order(s, rank)
+        active = {}
+        for k, (e, j, _lat, _why, kind) in enumerate(self.ed.edges):
+            if kind == "same":
+                continue
+            lit = z3.Bool(f"wait{k}")
+            s.add(z3.Implies(lit, rank[e] > rank[j]))
+            active[lit.get_id()] = (lit, k)
+        out = []
+        self.broken: set[int] = set()
+        while True:
+            r = s.check(*[lit for lit, _ in active.values()])
+            if r == z3.sat:
+                return out
+            if r != z3.unsat:
+                raise _Undecided(f"solver gave up on deadlock detection: {s.reason_unknown()}")
+            if len(out) >= MAX_CYCLES:
+                out.append(Violation(dx.DEADLOCK, "more deadlock cycles exist; fix the ones above "
+                                     "and check again"))
+                return out
+            core = [active[c.get_id()][1] for c in s.unsat_core()]
+            cycle = self._cycle(core)
+            out.append(self._deadlock_violation(cycle))
+            # relax the first wait of the cycle and look for the next one
+            k = cycle[0]
+            self.broken.add(k)
+            del active[next(i for i, (_, kk) in active.items() if kk == k)]
+
+    def _cycle(self, core: list[int]) -> list[int]:
+        """Order the core's waits into a cycle: from a consumer, to its producer's device, to
+        the wait on that device whose consumer comes no later than the producer."""
+        ix, edges = self.ix, self.ed.edges
+        by_dev: dict[int, list[int]] = {}
+        for k in core:
+            by_dev.setdefault(ix.entries[edges[k][0]][0], []).append(k)
+        start = min(core, key=lambda k: (ix.entries[edges[k][0]][0], ix.entries[edges[k][0]][1]))
+        cycle, k, seen = [], start, set()
+        while k not in seen:
+            seen.add(k)
+            cycle.append(k)
+            j = edges[k][1]
+            dj, pj = ix.entries[j][0], ix.entries[j][1]
+            nxt = [c for c in by_dev.get(dj, ()) if ix.entries[edges[c][0]][1] <= pj]
+            if not nxt:
+                break
+            k = max(nxt, key=lambda c: ix.entries[edges[c][0]][1])
+        if k in seen and k != start:
+            cycle = cycle[cycle.index(k):]
+        return cycle
+
+    def _deadlock_violation(self, cycle: list[int]) -> Violation:
+        ix, edges = self.ix, self.ed.edges
+        steps, locs, rdv = [], [], False
+        for k in cycle:
+            e, j, _lat, why, kind = edges[k]
+            rdv |= kind == "rendezvous"
+            d, p, a = ix.entries[e]
+            dj, pj, _ = ix.entries[j]
+            steps.append(f"device {d} is stuck at {a} (position {p}): it {why}, which is at "
+                         f"position {pj} on device {dj}")
+            locs.append(ix.loc(e))
+        devs = [ix.entries[edges[k][0]][0] for k in cycle]
+        path = " -> ".join(map(str, devs + devs[:1]))
+        code = dx.RENDEZVOUS_DEADLOCK if rdv else dx.DEADLOCK
+        what = ("sends wait for receives that are never posted (valid under eager semantics, "
+                "hangs under rendezvous)") if rdv else "each waits for another"
+        return Violation(code, f"deadlock: devices {path}: {what}", tuple(locs), tuple(steps))
+
+    # -- section 4: the as-soon-as-possible makespan
+    def durations(self) -> list[Fraction]:
+        out = []
+        for _, _, a in self.ix.entries:
+            try:
+                out.append(Fraction(self.costs.of(a)).limit_denominator(10**9))
+            except (IndexError, TypeError):
+                out.append(Fraction(0))
+        return out
+
+    def makespan(self) -> Fraction:
+        """Least makespan of the order (the ASAP one): minimise T over the timing constraints."""
+        z3 = self.z3
+        from .solver import make_optimizer
+
+        if self.left() <= 0:
+            raise _Undecided("time limit reached")
+        o = make_optimizer(timeout_s=self.left())
+        n = len(self.ix.entries)
+        dur = self.durations()
+        st = [z3.Real(f"s{e}") for e in range(n)]
+        T = z3.Real("T")
+        prev = {}
+        for e, (d, _, _) in enumerate(self.ix.entries):
+            o.add(st[e] >= 0)
+            o.add(T >= st[e] + z3.RealVal(dur[e]))
+            if d in prev:
+                o.add(st[e] >= st[prev[d]] + z3.RealVal(dur[prev[d]]))
+            prev[d] = e
+        for k, (e, j, lat, _why, kind) in enumerate(self.ed.edges):
+            if kind == "same" or k in self.broken:
+                continue  # same-device: implied by order (inverted ones are reported, not timed)
+            o.add(st[e] >= st[j] + z3.RealVal(dur[j] + lat))
+        h = o.minimize(T)
+        r = o.check()
+        if r != z3.sat:
+            raise _Undecided(f"solver gave up on the makespan: {o.reason_unknown()}")
+        v = o.lower(h) if n else z3.RealVal(0)
+        value = o.model().eval(T, model_completion=True) if n else v
+        self.busy = [sum((dur[e] for e, (dd, _, _) in enumerate(self.ix.entries) if dd == d), Fraction(0))
+                     for d in range(self.schedule.devices)]
+        return Fraction(value.as_fraction()) if n else Fraction(0)
+
+    # -- 3.6 memory
+    def memory_peaks(self):
+        """(violations, peak memory per device, peak in flight per device)."""
+        z3 = self.z3
+        sched, m = self.schedule, self.memory
+        S = sched.stages
+        w = Fraction(m.w).limit_denominator(10**9)
+        act = [Fraction(per_stage(m.activation, s)).limit_denominator(10**9) for s in range(S)]
+        static = [Fraction(0)] * sched.devices
+        if m.static:
+            for s in range(S):
+                for d in sched.placement.devices_of_stage(s):
+                    static[d] += Fraction(per_stage(m.static, s)).limit_denominator(10**9)
+        limit = None if m.limit is None else Fraction(m.limit).limit_denominator(10**9)
+        s = self.solver() if limit is not None else None
+        out, peaks, inflight = [], [], []
+        for d in range(sched.devices):
+            ents = [e for e, (dd, _, _) in enumerate(self.ix.entries) if dd == d]
+            cur, n, peak, peak_n = static[d], 0, static[d], 0
+            values, lits = [], []
+            mvars = [z3.Real(f"m{d}_{q}") for q in range(len(ents))]
+            prev_free = static[d]
+            for q, e in enumerate(ents):
+                alloc = sum((act[x.stage] for x in self.ix.leaves(e) if x.kind == F), Fraction(0))
+                n += sum(1 for x in self.ix.leaves(e) if x.kind == F)
+                free = Fraction(0)
+                for x in self.ix.leaves(e):
+                    if x.kind == B:
+                        free += act[x.stage]
+                    elif x.kind == I:
+                        free += (1 - w) * act[x.stage]
+                    elif x.kind == W:
+                        free += w * act[x.stage]
+                cur = cur + alloc
+                values.append(cur)
+                peak, peak_n = max(peak, cur), max(peak_n, n)
+                n -= sum(1 for x in self.ix.leaves(e) if x.kind in (B, W))
+                if s is not None:
+                    base = z3.RealVal(prev_free) if q == 0 else mvars[q - 1] - z3.RealVal(last_free)
+                    s.add(mvars[q] == base + z3.RealVal(alloc))
+                    lit = z3.Bool(f"within{d}_{q}")
+                    s.add(z3.Implies(lit, mvars[q] <= z3.RealVal(limit + _EPS)))
+                    lits.append(lit)
+                last_free = free
+                cur -= free
+            peaks.append(peak)
+            inflight.append(peak_n)
+            if s is None or not lits:
+                continue
+            r = s.check(*lits)
+            if r == z3.sat:
+                continue
+            if r != z3.unsat:
+                raise _Undecided(f"solver gave up on memory: {s.reason_unknown()}")
+            lo, hi = 0, len(lits)  # the shortest unsat prefix ends at the first position over
+            while lo + 1 < hi:
+                mid = (lo + hi) // 2
+                r = s.check(*lits[:mid])
+                if r == z3.unsat:
+                    hi = mid
+                elif r == z3.sat:
+                    lo = mid
+                else:
+                    raise _Undecided(f"solver gave up on memory: {s.reason_unknown()}")
+            q = hi - 1
+            e = ents[q]
+            out.append(Violation(
+                dx.MEMORY_LIMIT,
+                f"memory on device {d} reaches {_num(values[q])} at {self.ix.entries[e][2]}, over the "
+                f"limit {_num(limit)} (peak {_num(peak)}, {peak_n} microbatches in flight at most)",
+                (self.ix.loc(e),)))
+        return out, peaks, inflight, static
+
+    def metrics(self, makespan, mem):
+        from ..cost.timeline import DeviceMetrics, Metrics
+
+        D = self.schedule.devices
+        peaks = mem[1] if mem is not None else [0] * D
+        inflight = mem[2] if mem is not None else [0] * D
+        static = mem[3] if mem is not None else [0] * D
+        if makespan is None:
+            devices = tuple(DeviceMetrics(d, 0, 0, inflight[d], _num(peaks[d]), _num(static[d]))
+                            for d in range(D))
+            return Metrics(None, None, None, devices, (), self.costs)
+        T = makespan
+        busy = self.busy
+        total = sum(busy, Fraction(0))
+        ideal = max(busy, default=Fraction(0))
+        frac = float(1 - total / (D * T)) if T > 0 else 0.0
+        ratio = float((T - ideal) / ideal) if ideal > 0 else 0.0
+        devices = tuple(DeviceMetrics(d, _num(busy[d]), _num(T - busy[d]), inflight[d], _num(peaks[d]),
+                                      _num(static[d])) for d in range(D))
+        return Metrics(_num(T), frac, ratio, devices, (), self.costs)
+
+
+def _num(x: Fraction) -> float | int:
+    x = Fraction(x)
+    return int(x) if x.denominator == 1 else float(x)
+
+
+def check_z3(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, comm_semantics=None,
+             timeout_s: float = 60.0, max_violations: int = 1000) -> Report:
+    """Check ``schedule`` with the Z3 engine; the same options and Report as
+    :func:`schedverify.check`, with ``engine="z3"``.  ``timeout_s`` bounds the solver calls
+    in total; when it runs out before a verdict, the verdict is UNKNOWN and ``reason`` says
+    why."""
+    return _Z3Check(schedule, costs, memory, memory_limit, comm_semantics, timeout_s,
+                    max_violations).run()
+
+
+ENGINES = ("graph", "z3", "both")
+
+
+class EngineDisagreement(SchedverifyError):
+    """``--engine both``: the graph and Z3 engines reached different findings (a bug in one)."""
+
+
+def disagreements(graph: Report, z3: Report) -> list[str]:
+    """How two reports on the same schedule differ in verdict, codes or makespan."""
+    out = []
+    if graph.verdict is not z3.verdict:
+        out.append(f"verdict: graph {graph.verdict}, z3 {z3.verdict}")
+    if graph.codes() != z3.codes():
+        out.append(f"codes: graph {' '.join(graph.codes()) or '-'}, z3 {' '.join(z3.codes()) or '-'}")
+    gm = graph.metrics.makespan if graph.metrics is not None else None
+    zm = z3.metrics.makespan if z3.metrics is not None else None
+    if (gm is None) != (zm is None) or (gm is not None and abs(gm - zm) > 1e-6 * max(1.0, abs(gm))):
+        out.append(f"makespan: graph {gm}, z3 {zm}")
+    return out
+
+
+def run_engine(engine: str, schedule: Schedule, *, timeout_s: float = 60.0, **options) -> Report:
+    """Check with ``engine`` ("graph", "z3" or "both").  ``both`` returns the graph report
+    when the engines agree, raises :class:`EngineDisagreement` when they do not, and returns
+    the Z3 report (verdict UNKNOWN, never valid) when Z3 could not decide."""
+    if engine not in ENGINES:
+        raise UsageError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "z3":
+        return check_z3(schedule, timeout_s=timeout_s, **options)
+    from ..check import check
+
+    graph = check(schedule, **options)
+    if engine == "graph":
+        return graph
+    z3 = check_z3(schedule, timeout_s=timeout_s, **options)
+    if z3.verdict is Verdict.UNKNOWN:
+        z3.reason = f"z3 engine undecided ({z3.reason}); the graph engine says {graph.verdict}"
+        return z3
+    diff = disagreements(graph, z3)
+    if diff:
+        raise EngineDisagreement(
+            f"the graph and z3 engines disagree on {schedule.name or 'the schedule'}: "
+            + "; ".join(diff))
+    graph.engine = "graph+z3"
+    return graph
