@@ -30,9 +30,10 @@ from schedverify.render.view import build_view  # noqa: E402
 #: Sizes tried in turn: the first one a family accepts is drawn.
 SIZES = ((4, 8), (4, 12), (4, 16), (2, 4))
 
-#: A schedule that deadlocks: device 1 runs microbatch 1's forward before microbatch 0's.
-DEADLOCK = Schedule.build([["0F0", "0F1", "0F2", "0B0", "0B1", "0B2"],
-                           ["1F1", "1F0", "1B0", "1F2", "1B1", "1B2"]], name="deadlock (1F1 before 1F0)")
+#: A schedule that deadlocks: device 1 starts with microbatch 2's forward, whose input device 0
+#: produces only after 0B0, which waits for 1B0, which device 1 runs after 1F2.
+DEADLOCK = Schedule.build([["0F0", "0F1", "0B0", "0F2", "0B1", "0B2"],
+                           ["1F2", "1F0", "1B0", "1F1", "1B1", "1B2"]], name="deadlock (1F2 first)")
 
 
 def generate(name: str) -> tuple[Schedule, str]:

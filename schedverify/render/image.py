@@ -343,12 +343,17 @@ def _title(view: View) -> str:
     return head
 
 
-def _notes(view: View, limit: int = 4) -> list[str]:
-    out = []
-    for v in view.report.violations[:limit]:
-        text = str(v)
-        out.append(text if len(text) <= 170 else text[:167] + "...")
-    more = len(view.report.violations) - limit + view.report.truncated
+def _notes(view: View, limit: int = 6) -> list[str]:
+    """The violations under the picture (a deadlock's cycle, step by step), at most ``limit`` lines."""
+    out: list[str] = []
+    shown = 0
+    for v in view.report.violations:
+        lines = [str(v)] + [f"    {step}" for step in v.witness]
+        if out and len(out) + len(lines) > limit:
+            break
+        out += [x if len(x) <= 175 else x[:172] + "..." for x in lines[:limit]]
+        shown += 1
+    more = len(view.report.violations) - shown + view.report.truncated
     if more > 0:
         out.append(f"... and {more} more (schedverify check lists them all)")
     return out
