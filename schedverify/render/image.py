@@ -332,7 +332,7 @@ def _title(view: View) -> str:
     if view.timed and m is not None and m.makespan is not None:
         c = m.costs
         costs = f"F={c.F:g} B={c.B:g} I={c.I:g} W={c.W:g} comm={c.comm:g}" if c and all(
-            isinstance(x, (int, float)) for x in (c.F, c.B, c.I, c.W)) else "per-stage costs"
+            isinstance(x, (int, float)) for x in (c.F, c.B, c.I, c.W)) else f"per-stage costs, comm={c.comm:g}"
         head += (f"  |  makespan {m.makespan:g} ({costs}), bubble fraction {m.bubble_fraction:.1%}, "
                  f"peak memory {m.peak_memory:g}")
     if not report.is_valid:
