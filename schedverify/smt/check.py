@@ -167,6 +167,14 @@ class _Index:
         return Violation(dx.MISSING_ACTION, msg,
                          (Location(self.s.placement.device(a.stage, a.microbatch), None, str(a)),))
 
+    def memory_leaves(self, e: int):
+        """The compute leaves that move memory: any F/B/I/W whose stage is in range (memory is
+        counted by stage, even for an action reported for its microbatch index)."""
+        a = self.entries[e][2]
+        for x in (a.sub if a.sub is not None else (a,)):
+            if x.kind in (F, B, I, W) and type(x.stage) is int and 0 <= x.stage < self.s.stages:
+                yield x
+
     def leaves(self, e: int):
         a = self.entries[e][2]
         out = a.sub if a.sub is not None else (a,)
@@ -516,10 +524,10 @@ class _Z3Check:
             mvars = [z3.Real(f"m{d}_{q}") for q in range(len(ents))]
             prev_free = static[d]
             for q, e in enumerate(ents):
-                alloc = sum((act[x.stage] for x in self.ix.leaves(e) if x.kind == F), Fraction(0))
-                n += sum(1 for x in self.ix.leaves(e) if x.kind == F)
+                alloc = sum((act[x.stage] for x in self.ix.memory_leaves(e) if x.kind == F), Fraction(0))
+                n += sum(1 for x in self.ix.memory_leaves(e) if x.kind == F)
                 free = Fraction(0)
-                for x in self.ix.leaves(e):
+                for x in self.ix.memory_leaves(e):
                     if x.kind == B:
                         free += act[x.stage]
                     elif x.kind == I:
@@ -529,7 +537,7 @@ class _Z3Check:
                 cur = cur + alloc
                 values.append(cur)
                 peak, peak_n = max(peak, cur), max(peak_n, n)
-                n -= sum(1 for x in self.ix.leaves(e) if x.kind in (B, W))
+                n -= sum(1 for x in self.ix.memory_leaves(e) if x.kind in (B, W))
                 if s is not None:
                     base = z3.RealVal(prev_free) if q == 0 else mvars[q - 1] - z3.RealVal(last_free)
                     s.add(mvars[q] == base + z3.RealVal(alloc))
