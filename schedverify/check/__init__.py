@@ -60,7 +60,7 @@ class _Run:
             yield from rules.memory(g, self.memory, self.memory_model.limit)
 
     def metrics(self):
-        if self.sweep.completed:
+        if self.timeline.completed:
             return self.timeline.metrics(self.memory)
         return order_only_metrics(self.graph, self.memory_model)
 
@@ -92,7 +92,7 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
     verdict = Verdict.INVALID if kept else Verdict.VALID
     report = Report(verdict, kept, run.metrics(), min(truncated, MAX_COUNTED),
                     truncated_exact=truncated <= MAX_COUNTED)
-    report.timeline = run.timeline if run.sweep.completed else None
+    report.timeline = run.timeline if run.timeline.completed else None
     return report
 
 
