@@ -21,6 +21,21 @@ def fmt(x) -> str:
     return str(x)
 
 
+def costs_text(costs) -> str:
+    """``F=1 B=2 I=1 W=1 comm=0``, plus any overlap or communication cost that is set;
+    a per-stage cost reads ``F=1:1:2:2``, as ``--costs`` takes it."""
+    from ..model import Costs
+
+    default = Costs()
+    shown = []
+    for key in ("F", "B", "I", "W", "OVERLAP_F_B", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "comm"):
+        value = getattr(costs, key)
+        if value is None or (key not in ("F", "B", "I", "W", "comm") and value == getattr(default, key)):
+            continue
+        shown.append(f"{key}=" + (":".join(map(fmt, value)) if isinstance(value, tuple) else fmt(value)))
+    return " ".join(shown)
+
+
 def grid(schedule: Schedule, marks: Iterable[tuple[int, int]] = (), *, max_steps: int = 400) -> str:
     """The order as a grid: one row per device, one column per position; ``marks`` (device,
     position) pairs are flagged with ``!``, and ``.`` is an idle slot."""
@@ -84,7 +99,7 @@ def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: b
     if m is not None:
         c = m.costs
         if m.makespan is not None:
-            costs = f"  (costs F={fmt(c.F)} B={fmt(c.B)} I={fmt(c.I)} W={fmt(c.W)} comm={fmt(c.comm)})" if c else ""
+            costs = f"  (costs {costs_text(c)})" if c else ""
             lines.append(f"  makespan {fmt(m.makespan)}{costs}")
             lines.append(f"  bubble fraction {m.bubble_fraction:.2%} (idle share of device time: "
                          f"1 - sum(busy) / (D * T))")
