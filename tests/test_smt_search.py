@@ -1,0 +1,190 @@
+"""Search: valid results, never worse than a generator, equal to exhaustive enumeration on
+small sizes, FIFO symmetry breaking loses nothing, and the CLI's exit codes."""
+
+from __future__ import annotations
+
+import io
+import functools
+import itertools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedverify import Costs, check, load
+from schedverify.cli import run
+from schedverify.generators import FAMILIES
+from schedverify.model import B, F, I, W, Action, MemoryModel, Schedule
+
+smt_search = pytest.importorskip("schedverify.smt.search")
+search = smt_search.search
+
+
+def local_orders(actions):
+    """Every order of one device's actions that keeps F before its backward(s) and I before
+    W for each (stage, microbatch) on the device (other orders deadlock on the device)."""
+    rank = {F: 0, B: 1, I: 1, W: 2}
+    for perm in itertools.permutations(actions):
+        seen = {}
+        ok = True
+        for a in perm:
+            key = (a.stage, a.microbatch)
+            if seen.get(key, -1) >= rank[a.kind]:
+                ok = False
+                break
+            if rank[a.kind] > 0 and seen.get(key, -1) < rank[a.kind] - 1:
+                ok = False
+                break
+            seen[key] = rank[a.kind]
+        if ok:
+            yield perm
+
+
+@functools.lru_cache(maxsize=None)
+def exhaustive(D, M, *, split=False, costs=None, memory_limit=None, w=0.5):
+    """(least makespan, least peak memory among the schedules with that makespan) over every
+    device order, judged by the graph checker; None when no order is valid."""
+    kinds = (F, I, W) if split else (F, B)
+    per_dev = [sorted(set(local_orders([Action(d, k, i) for i in range(M) for k in kinds])))
+               for d in range(D)]
+    best = None
+    mem = MemoryModel(w=w)
+    for rows in itertools.product(*per_dev):
+        s = Schedule.build([list(r) for r in rows])
+        rep = check(s, costs=costs, memory=mem, memory_limit=memory_limit, max_violations=1)
+        if rep.is_valid:
+            key = (rep.metrics.makespan, rep.metrics.peak_memory)
+            best = key if best is None or key < best else best
+    return best
+
+
+CASES = [
+    (2, 2, False, Costs(F=1, B=2), None),
+    (2, 3, False, Costs(F=1, B=2), 2),
+    (2, 3, False, Costs(F=2, B=3, comm=1), None),
+    (3, 2, False, Costs(F=1, B=1), 1),
+    (2, 2, True, Costs(F=1, I=1, W=1), None),
+    (2, 2, True, Costs(F=2, I=2, W=1), 1.5),
+    (2, 2, True, Costs(F=1, I=2, W=1, comm=1), 1),
+]
+
+
+@pytest.mark.parametrize("D,M,split,costs,limit", CASES)
+def test_search_matches_exhaustive_enumeration(D, M, split, costs, limit):
+    truth = exhaustive(D, M, split=split, costs=costs, memory_limit=limit)
+    for fifo in (True, False):
+        # the unrestricted class starts cold: Z3 alone finds and proves the optimum
+        r = search(D, M, split_backward=split, costs=costs, memory_limit=limit, time_limit=60,
+                   fifo=fifo, warm_start=fifo)
+        assert r.optimal, r.reason
+        assert r.makespan == truth[0], (fifo, r.makespan, truth)
+        assert r.lower_bound == r.makespan
+        assert check(r.schedule).is_valid  # costs and limit travel in the file
+
+
+def test_fifo_loses_nothing_against_unrestricted_search():
+    # sizes exhaustive enumeration cannot reach: compare the two classes directly
+    for D, M, split, costs, limit in [(3, 3, False, Costs(F=1, B=2), 2),
+                                      (2, 4, True, Costs(F=2, I=2, W=1), 2),
+                                      (3, 2, True, Costs(F=1, I=1, W=1, comm=1), 1.5)]:
+        a = search(D, M, split_backward=split, costs=costs, memory_limit=limit, time_limit=60)
+        b = search(D, M, split_backward=split, costs=costs, memory_limit=limit, time_limit=60,
+                   fifo=False, warm_start=False)
+        assert a.optimal and b.optimal
+        assert a.makespan == b.makespan
+        assert a.search_class == "fifo" and b.search_class == "unrestricted"
+
+
+def test_minimise_memory_matches_exhaustive_enumeration():
+    costs = Costs(F=1, B=2)
+    best_t = exhaustive(2, 3, costs=costs)[0]
+    r = search(2, 3, costs=costs, minimize="memory", makespan_bound=best_t, time_limit=60)
+    assert r.optimal and r.makespan <= best_t
+    assert r.peak_memory == exhaustive(2, 3, costs=costs)[1]
+    # a looser makespan allows one microbatch at a time: the least possible peak
+    r = search(2, 3, costs=costs, minimize="memory", makespan_bound=100, time_limit=60)
+    assert r.optimal and r.peak_memory == 1
+
+
+GENERATORS = [n for n in ("gpipe", "1f1b", "zb-h1", "zb-h2") if n in FAMILIES]
+
+
+@settings(max_examples=8)
+@given(st.integers(2, 4), st.integers(2, 6), st.booleans(),
+       st.sampled_from([Costs(F=1, B=2, I=1, W=1), Costs(F=2, B=3, I=2, W=1), Costs(F=1, B=2, I=1, W=1, comm=1)]),
+       st.sampled_from([None, 2, 3]))
+def test_search_is_valid_and_never_worse_than_a_generator(D, M, split, costs, limit):
+    r = search(D, M, split_backward=split, costs=costs, memory_limit=limit, time_limit=20)
+    assert r.status in ("optimal", "feasible")
+    rep = check(r.schedule, costs=costs, memory_limit=limit)
+    assert rep.is_valid and rep.metrics.makespan == r.makespan
+    assert r.lower_bound <= r.makespan
+    for name in GENERATORS:
+        try:
+            g = FAMILIES[name](D, M)
+        except Exception:  # noqa: BLE001
+            continue
+        g = smt_search._convert_split(g, split)
+        grep = check(g, costs=costs, memory_limit=limit)
+        if grep.is_valid:
+            assert r.makespan <= grep.metrics.makespan, name
+
+
+def test_lower_bound_is_the_pipeline_bound_without_memory_limit():
+    # 1F1B reaches (M + D - 1)(F + B): the bound is tight and search proves it without Z3
+    r = search(4, 8, costs=Costs(F=1, B=2), time_limit=30)
+    assert r.optimal and r.makespan == 33 and r.lower_bound == 33
+
+
+def test_infeasible_memory_limit():
+    r = search(2, 2, chunks=2, costs=Costs(F=1, B=2), memory_limit=1.5, time_limit=10)
+    assert r.status == "infeasible" and r.schedule is None
+    assert "no schedule exists under these limits" in r.reason
+
+
+def test_makespan_bound_below_the_lower_bound_is_infeasible():
+    r = search(2, 2, costs=Costs(F=1, B=2), minimize="memory", makespan_bound=3, time_limit=10)
+    assert r.status == "infeasible"
+
+
+def _cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = run(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_cli_writes_a_valid_schedule_with_certificate(tmp_path):
+    path = tmp_path / "best.json"
+    code, out, _ = _cli("search", "--devices", "3", "--microbatches", "4", "--split-backward",
+                        "--costs", "F=1,I=1,W=1", "--memory-limit", "2", "-o", str(path),
+                        "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["optimal"] is True and doc["schedule"] == str(path)
+    assert doc["makespan"] == doc["lower_bound"] and doc["search_class"] == "fifo"
+    s = load(path)
+    rep = check(s)
+    assert rep.is_valid and rep.metrics.makespan == doc["makespan"]
+    assert s.metadata["search"]["status"] == "optimal"
+
+
+def test_cli_infeasible_exits_1():
+    code, out, err = _cli("search", "--devices", "2", "--microbatches", "4", "--chunks", "2",
+                          "--memory-limit", "1")
+    assert code == 1 and "no schedule exists under these limits" in err
+
+
+def test_cli_time_limit_exits_3_with_gap():
+    code, out, _ = _cli("search", "--devices", "4", "--microbatches", "16", "--split-backward",
+                        "--costs", "F=2,I=2,W=1", "--memory-limit", "3", "--time-limit", "3",
+                        "--format", "json")
+    doc = json.loads(out)
+    assert code == 3, doc
+    assert doc["optimal"] is False and doc["gap"] > 0 and doc["lower_bound"] < doc["makespan"]
+
+
+def test_cli_usage_errors():
+    assert _cli("search", "--devices", "0", "--microbatches", "2")[0] == 2
+    assert _cli("search", "--devices", "2", "--microbatches", "2", "--minimize", "memory")[0] == 2
+    assert _cli("search", "--devices", "2", "--microbatches", "2", "--costs", "F=x")[0] == 2
