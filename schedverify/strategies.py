@@ -325,9 +325,11 @@ def _arbitrary(draw) -> Schedule:
     M = draw(st.integers(1, 4))
     stage = st.integers(0, S + 1)
     mb = st.integers(0, M + 1)
-    simple = st.builds(Action, stage, st.sampled_from(sorted(ALL_KINDS - BOOKKEEPING_KINDS - {OVERLAP_F_B})), mb)
-    book = st.builds(Action, stage, st.sampled_from(sorted(BOOKKEEPING_KINDS)))
-    fused = st.builds(lambda f, b: overlap(f, b), simple, simple)
+    # (lambdas, not Action itself: st.builds would also invent the ``sub`` field)
+    simple = st.builds(lambda s, k, i: Action(s, k, i), stage,
+                       st.sampled_from(sorted(ALL_KINDS - BOOKKEEPING_KINDS - {OVERLAP_F_B})), mb)
+    book = st.builds(lambda s, k: Action(s, k), stage, st.sampled_from(sorted(BOOKKEEPING_KINDS)))
+    fused = st.builds(overlap, simple, simple)
     action = st.one_of(simple, simple, book, fused, st.none())
     order = draw(st.lists(st.lists(action, max_size=12), min_size=D, max_size=D))
     spec = draw(st.one_of(st.sampled_from(["loop", "v"]),
@@ -524,8 +526,12 @@ def _duplicate(draw, s: Schedule, entries) -> Mutation:
     order = [list(r) for r in s.order]
     if draw(st.booleans()):
         # Later on its own device: the copy needs what the original needed, all done by
-        # then, and nothing resolves to the copy, so only the duplicate is reported.
+        # then, and nothing resolves to the copy, so only the duplicate is reported, unless
+        # the copy is a backward that lands after its stage's REDUCE_GRAD.
         q = draw(st.integers(p + 1, len(order[d])))
+        stages = {x.stage for x in a.leaves() if x.kind in (B, I, W)}
+        if any(b is not None and b.kind == REDUCE_GRAD and b.stage in stages for b in order[d][:q]):
+            must |= {dx.REDUCE_GRAD_TOO_EARLY.code}
         order[d].insert(q, a)
         return _mutation("duplicate", f"repeat {a} on device {d} at position {q} (first at {p})",
                         s.with_(order=tuple(map(tuple, order))), must)
