@@ -1,6 +1,6 @@
 """Hypothesis strategies for pipeline schedules, for testing schedulers and tools.
 
-Three strategies and one record type:
+Four strategies and one record type:
 
 - :func:`valid_schedules` draws schedules that are valid by construction (SPEC.md section 3):
   random sizes, ``loop``/``v``/explicit-list placements, optional bidirectional routes, full
@@ -17,17 +17,23 @@ Three strategies and one record type:
   it may also cause (``may``), or that the schedule stays valid.
 - :func:`costs` draws :class:`~schedverify.model.Costs` with exactly representable values.
 
-Example: test your own schedule generator::
+Example: test your own schedule generator, and your own checker::
 
     from hypothesis import given, strategies as st
     import schedverify
-    from my_pipeline import my_schedule          # (devices, microbatches) -> Schedule
+    from schedverify.strategies import costs, mutations, valid_schedules
+    from my_pipeline import my_schedule, my_checker   # yours
 
-    @given(st.integers(1, 8), st.integers(1, 16), schedverify.strategies.costs())
-    def test_my_schedule_is_valid_and_tight(d, m, costs):
-        report = schedverify.check(my_schedule(d, m), costs=costs)
-        assert report.is_valid, [str(v) for v in report.violations]
-        assert report.metrics.makespan >= (m * (costs.F + costs.B))
+    @given(st.integers(1, 8), st.integers(1, 16), costs(comm=False))
+    def test_my_schedule(d, m, c):
+        report = schedverify.check(my_schedule(d, m), costs=c)
+        assert report.is_valid, "\\n".join(map(str, report.violations))
+        assert report.metrics.peak_inflight <= d                      # 1F1B's memory promise
+        assert report.metrics.makespan <= (m + d - 1) * (c.F + c.B)  # and its time bound
+
+    @given(valid_schedules(comm=None).flatmap(mutations))
+    def test_my_checker(m):
+        assert my_checker(m.schedule).ok == m.valid
 
 Importing this module imports Hypothesis; ``import schedverify`` does not.
 """

@@ -476,3 +476,23 @@ def test_generator_signatures_take_sizes_first():
         params = list(inspect.signature(gen).parameters.values())
         assert [p.name for p in params[:2]] == ["devices", "microbatches"], name
         assert all(p.kind is p.KEYWORD_ONLY for p in params[2:]), name
+
+
+# --------------------------------------------------------------------------- the README example
+
+
+def my_schedule(devices, microbatches):  # stands in for the user's own generator
+    return FAMILIES["1f1b"](devices, microbatches)
+
+
+@given(st.integers(1, 8), st.integers(1, 16), costs(comm=False))
+def test_readme_example_generator(d, m, c):
+    report = schedverify.check(my_schedule(d, m), costs=c)
+    assert report.is_valid, "\n".join(map(str, report.violations))
+    assert report.metrics.peak_inflight <= d  # 1F1B's memory promise
+    assert report.metrics.makespan <= (m + d - 1) * (c.F + c.B)  # and its time bound
+
+
+@given(valid_schedules(comm=None).flatmap(mutations))
+def test_readme_example_tool(m):
+    assert schedverify.is_valid(m.schedule) == m.valid  # stands in for the user's own checker
