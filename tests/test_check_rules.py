@@ -3,6 +3,8 @@ position, the actions involved, and a message a person can act on."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import schedverify as sv
@@ -463,3 +465,233 @@ def test_bad_arguments_raise_usage_errors():
         sv.check(build(ONE_F_ONE_B), comm_semantics="lazy")
     with pytest.raises(sv.UsageError, match="expected a Schedule"):
         sv.check(ONE_F_ONE_B)
+
+
+# ------------------------------------------------------------------ against a naive reading of SPEC
+# A deliberately simple simulator written straight from SPEC.md 3.4 and 4 (no graph, no
+# compilation): repeat "run every device's next action whose inputs are done" until nothing
+# moves.  Random device orders of complete, correctly placed compute-only schedules must get
+# the same verdict from the checker, and, when they run, the same times.
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def naive_needs(a: Action, S: int, split: set) -> list[tuple[int, str, int]]:
+    s, k, i = a.stage, a.kind, a.microbatch
+    first_bwd = lambda t: "I" if (t, i) in split else "B"  # noqa: E731
+    if k == "F":
+        return [(s - 1, "F", i)] if s > 0 else []
+    if k in ("B", "I"):
+        return [(s, "F", i)] + ([(s + 1, first_bwd(s + 1), i)] if s + 1 < S else [])
+    return [(s, "I", i)]  # W
+
+
+def naive_run(rows, S, split, cost, comm):
+    where = {(a.stage, a.kind, a.microbatch): d for d, row in enumerate(rows) for a in row}
+    end: dict = {}
+    free = [0.0] * len(rows)
+    ptr = [0] * len(rows)
+    moved = True
+    while moved:
+        moved = False
+        for d, row in enumerate(rows):
+            while ptr[d] < len(row):
+                a = row[ptr[d]]
+                deps = naive_needs(a, S, split)
+                if any(x not in end for x in deps):
+                    break
+                st_ = max([free[d]] + [end[x] + (comm if where[x] != d else 0) for x in deps])
+                end[(a.stage, a.kind, a.microbatch)] = free[d] = st_ + cost[a.kind]
+                ptr[d] += 1
+                moved = True
+    done = all(p == len(r) for p, r in zip(ptr, rows))
+    return done, (max(end.values(), default=0) if done else None)
+
+
+@st.composite
+def shuffled_schedules(draw):
+    D = draw(st.integers(1, 3))
+    S = D * draw(st.integers(1, 2))
+    M = draw(st.integers(1, 4))
+    split = {(s, i) for s in range(S) for i in range(M) if draw(st.booleans())}
+    rows = [[] for _ in range(D)]
+    for s in range(S):
+        for i in range(M):
+            kinds = ("F", "I", "W") if (s, i) in split else ("F", "B")
+            rows[s % D] += [Action(s, k, i) for k in kinds]
+    rows = [draw(st.permutations(r)) for r in rows]
+    return rows, S, M, split
+
+
+@given(shuffled_schedules(), st.integers(1, 3), st.integers(1, 3), st.integers(0, 2))
+def test_checker_agrees_with_a_naive_simulator(case, F, B, comm):
+    rows, S, M, split = case
+    cost = {"F": F, "B": B, "I": 1, "W": 1}
+    done, makespan = naive_run(rows, S, split, cost, comm)
+    report = sv.check(Schedule.build(rows, stages=S, microbatches=M), costs={"F": F, "B": B, "comm": comm})
+    assert set(report.codes()) <= {"SV401", "SV402"}
+    assert report.is_valid == done, [str(v) for v in report.violations]
+    if done:
+        assert report.metrics.makespan == makespan
+
+
+@st.composite
+def any_schedules(draw):
+    """Anything the model can hold, valid or not, with communication and overlaps."""
+    D = draw(st.integers(1, 3))
+    S, M = D * draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    kinds = ("F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_GRAD", "UNSHARD")
+    cell = st.one_of(
+        st.none(),
+        st.builds(lambda s, k, i: Action(s, k, None if k in ("REDUCE_GRAD", "UNSHARD") else i),
+                  st.integers(0, S), st.sampled_from(kinds), st.integers(0, M)),
+        st.builds(lambda s, i, t, j: overlap(Action(s, "F", i), Action(s, t, j)),
+                  st.integers(0, S - 1), st.integers(0, M - 1), st.sampled_from("BIF"), st.integers(0, M - 1)),
+    )
+    rows = draw(st.lists(st.lists(cell, max_size=10), min_size=D, max_size=D))
+    placement = draw(st.sampled_from(("loop", "v")))
+    return Schedule.build(rows, stages=S, microbatches=M, placement=placement)
+
+
+@given(any_schedules(), st.sampled_from(("eager", "rendezvous")), st.one_of(st.none(), st.integers(0, 4)))
+def test_check_never_raises_and_its_views_agree(s, semantics, limit):
+    report = sv.check(s, comm_semantics=semantics, memory_limit=limit, max_violations=5)
+    assert report.is_valid == (not report.violations)
+    assert report.is_valid == sv.is_valid(s, comm_semantics=semantics, memory_limit=limit)
+    everything = list(sv.iter_violations(s, comm_semantics=semantics, memory_limit=limit))
+    assert everything[:5] == report.violations
+    assert report.truncated == max(0, len(everything) - 5)
+    json.dumps(report.to_json())
+    for v in report.violations:
+        assert v.code.code in CODES and v.message
+        for loc in v.locations:
+            assert 0 <= loc.device < s.devices
+            if loc.position is not None:
+                assert str(s.order[loc.device][loc.position]) == loc.action
+    if report.is_valid:
+        assert report.metrics.makespan is not None
+
+
+def naive_comm_run(rows, S, split, rendezvous: bool) -> bool:
+    """SPEC.md 3.5 straight: a consumer whose producer sits elsewhere waits for the RECV on
+    its own device; a RECV waits for its SEND; under rendezvous a SEND also waits until its
+    RECV is posted (is the next action of its device)."""
+    where = {(a.stage, a.kind, a.microbatch): d for d, row in enumerate(rows) for a in row}
+    index = {(a.stage, a.kind, a.microbatch): p for row in rows for p, a in enumerate(row)}
+    done: set = set()
+    ptr = [0] * len(rows)
+    moved = True
+    while moved:
+        moved = False
+        for d, row in enumerate(rows):
+            while ptr[d] < len(row):
+                a = row[ptr[d]]
+                s, k, i = a.stage, a.kind, a.microbatch
+                if k == "RECV_F":
+                    deps = [(s - 1, "SEND_F", i)]
+                elif k == "RECV_B":
+                    deps = [(s + 1, "SEND_B", i)]
+                elif k in ("SEND_F", "SEND_B"):
+                    deps = []
+                    if rendezvous:
+                        peer = (s + 1, "RECV_F", i) if k == "SEND_F" else (s - 1, "RECV_B", i)
+                        if ptr[where[peer]] != index[peer]:
+                            break
+                else:
+                    deps = []
+                    for x in naive_needs(a, S, split):
+                        if where[x] != d:
+                            x = (s, "RECV_F" if x[1] == "F" else "RECV_B", i)
+                        deps.append(x)
+                if any(x not in done for x in deps):
+                    break
+                done.add((s, k, i))
+                ptr[d] += 1
+                moved = True
+    return all(p == len(r) for p, r in zip(ptr, rows))
+
+
+@st.composite
+def runnable_schedules(draw):
+    """Device orders read off one random sequential run (always deadlock-free)."""
+    rows, S, M, split = draw(shuffled_schedules())
+    pending = sorted((a for row in rows for a in row), key=lambda a: (a.stage, a.microbatch, a.kind))
+    done: set = set()
+    out = [[] for _ in rows]
+    while pending:
+        ready = [a for a in pending if all(x in done for x in naive_needs(a, S, split))]
+        a = ready[draw(st.integers(0, len(ready) - 1))]
+        pending.remove(a)
+        done.add((a.stage, a.kind, a.microbatch))
+        out[a.stage % len(rows)].append(a)
+    return out, S, M, split
+
+
+@st.composite
+def lowered_schedules(draw):
+    """Compute orders (runnable ones, or shuffled ones that may deadlock) with a SEND after
+    each producer and a RECV before each consumer whose input crosses devices, at random places."""
+    rows, S, M, split = draw(st.one_of(runnable_schedules(), shuffled_schedules()))
+    D = len(rows)
+    if D == 1:
+        return rows, S, M, split
+    rows = [list(r) for r in rows]
+    jitter = draw(st.sampled_from((0, 0, 1, 2)))
+    for s in range(S):
+        for i in range(M):
+            bwd = "I" if (s, i) in split else "B"
+            for kind, nxt, send, recv in (("F", s + 1, "SEND_F", "RECV_F"), (bwd, s - 1, "SEND_B", "RECV_B")):
+                if not 0 <= nxt < S or nxt % D == s % D:
+                    continue
+                consumer_kind = "F" if kind == "F" else ("I" if (nxt, i) in split else "B")
+                src, dst = rows[s % D], rows[nxt % D]
+                p = src.index(Action(s, kind, i))
+                # close to where they belong (far away, nearly everything deadlocks)
+                src.insert(draw(st.integers(p + 1, min(len(src), p + 1 + jitter))), Action(s, send, i))
+                q = dst.index(Action(nxt, consumer_kind, i))
+                dst.insert(draw(st.integers(max(0, q - jitter), q)), Action(nxt, recv, i))
+    return rows, S, M, split
+
+
+@given(lowered_schedules())
+def test_explicit_comm_agrees_with_a_naive_simulator_under_both_semantics(case):
+    rows, S, M, split = case
+    s = Schedule.build(rows, stages=S, microbatches=M)
+    eager_ok = naive_comm_run(rows, S, split, rendezvous=False)
+    rendezvous_ok = naive_comm_run(rows, S, split, rendezvous=True)
+    eager = sv.check(s, comm_semantics="eager")
+    rendezvous = sv.check(s, comm_semantics="rendezvous")
+    assert set(eager.codes()) <= {"SV401", "SV402"}
+    assert eager.is_valid == eager_ok, [str(v) for v in eager.violations]
+    assert rendezvous.is_valid == rendezvous_ok, [str(v) for v in rendezvous.violations]
+    if eager_ok and not rendezvous_ok:
+        assert set(rendezvous.codes()) <= {"SV401", "SV403"} and "SV403" in rendezvous.codes()
+    if not eager_ok:
+        assert "SV403" not in rendezvous.codes()  # it hangs under eager too: not rendezvous-only
+
+
+def test_rendezvous_cycle_next_to_a_self_wait_is_not_called_rendezvous_only():
+    # Regression (found by the property above): device 1 runs 1B0 before 1F0 (SV401, a hang
+    # under both semantics); the rendezvous cycle next to it must not claim "valid under eager".
+    order = [["0F0", "0SEND_F0", "0RECV_B0", "0B0"], ["1B0", "1SEND_B0", "1RECV_F0", "1F0"]]
+    for sem in ("eager", "rendezvous"):
+        assert sv.check(build(order), comm_semantics=sem).codes() == ["SV401"], sem
+
+
+def test_more_cycles_marker_has_the_kind_of_the_cycles_before_it():
+    # Regression (found by the property above): a rendezvous hang with more than ten cycles
+    # ended with an SV402 "more deadlock cycles exist" although nothing deadlocks under eager.
+    fwd = [f"{s}{k}{i}" for s in (0, 1) for i in range(4) for k in ("RECV_F", "F", "SEND_F") if (s, k) != (0, "RECV_F")]
+    dev0 = [a for a in fwd if a[0] == "0"] + [f"2{k}{i}" for i in range(4) for k in ("RECV_F", "F", "SEND_F")]
+    dev0 += ["2RECV_B0", "2B0", "2SEND_B0", "0RECV_B0", "0B0", "2RECV_B1", "2B1", "2SEND_B1", "0RECV_B1", "0B1",
+             "2RECV_B2", "2B2", "2SEND_B2", "2RECV_B3", "2B3", "2SEND_B3", "0RECV_B2", "0B2", "0RECV_B3", "0B3"]
+    dev1 = [a for a in fwd if a[0] == "1"] + [
+        "3RECV_F0", "3F0", "3B0", "3SEND_B0", "1RECV_B0", "1B0", "1SEND_B0", "3RECV_F1", "3F1", "3B1", "3SEND_B1",
+        "3RECV_F2", "3F2", "3B2", "3SEND_B2", "1RECV_B1", "1B1", "1SEND_B1", "1RECV_B2", "1B2", "1SEND_B2",
+        "3RECV_F3", "3F3", "3B3", "3SEND_B3", "1RECV_B3", "1B3", "1SEND_B3"]
+    s = build([dev0, dev1], stages=4)
+    assert sv.check(s, comm_semantics="eager").is_valid
+    report = sv.check(s, comm_semantics="rendezvous")
+    assert report.codes() == ["SV403"]
+    assert report.violations[-1].message == "more deadlock cycles exist; fix the ones above and check again"

@@ -39,13 +39,14 @@ class _Run:
         self.timeline, self.sweep = run_timeline(self.graph, self.costs, self.memory_model)
         self.memory = memory_sweep(self.graph, self.memory_model)
         # SV403 means "hangs only because sends wait for their receives".  When a rendezvous
-        # run stalls, run eager too: if that stalls as well, the data deadlock (SV402, which
-        # hangs under both semantics) is what to report and fix first.
+        # run stalls, run eager too: if the schedule hangs under eager as well (a data
+        # deadlock, SV402, or a device waiting for itself, SV401), that is what to report and
+        # fix first; the rendezvous cycles may vanish with it.
         self.deadlock_graph, self.cycles = self.graph, self.sweep.cycles
         if self.graph.rendezvous and not self.sweep.completed:
             eager = compile_graph(schedule, comm_semantics="eager")
             _, eager_sweep = run_timeline(eager, self.costs, self.memory_model)
-            if not eager_sweep.completed:
+            if not eager_sweep.completed or eager.inversions:
                 self.deadlock_graph, self.cycles = eager, eager_sweep.cycles
 
     def violations(self) -> Iterator[Violation]:

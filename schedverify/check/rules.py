@@ -130,9 +130,10 @@ def ordered(g: Graph) -> Iterator[Violation]:
 
 
 def deadlocks(g: Graph, cycles) -> Iterator[Violation]:
+    code = dx.DEADLOCK
     for cycle in cycles:
-        if not cycle:
-            yield Violation(dx.DEADLOCK, "more deadlock cycles exist; fix the ones above and check again")
+        if not cycle:  # "more than max_cycles": same kind as the ones before it
+            yield Violation(code, "more deadlock cycles exist; fix the ones above and check again")
             continue
         steps = []
         locations = []
