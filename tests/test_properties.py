@@ -266,6 +266,19 @@ def test_every_mutation_is_caught_with_its_code(pair):
     assert report.is_valid is m.valid
 
 
+@given(valid_schedules(comm="eager", devices=st.integers(2, 4)))
+def test_eager_schedules_under_rendezvous(s):
+    """A schedule built for eager semantics either also completes under rendezvous or hangs
+    only because of rendezvous waits: exactly SV403, as the naive run says."""
+    from schedverify.strategies import _order_codes
+
+    must, may = _order_codes(s.with_(comm_semantics="rendezvous"))
+    assert must <= {"SV403"} and not may
+    report = schedverify.check(s, comm_semantics="rendezvous")
+    MUTATION_STATS[("eager-under-rendezvous", "breaks" if must else "valid", set(report.codes()) == must)] += 1
+    assert set(report.codes()) == must, [str(v) for v in report.violations]
+
+
 def test_mutation_tags_on_known_cases():
     """A few hand-checked tags, so the oracle itself can fail."""
     from schedverify.strategies import _order_codes
