@@ -8,7 +8,7 @@ import json
 import pytest
 
 import schedverify as sv
-from schedverify import CODES, Action, Schedule, overlap
+from schedverify import CODES, Action, MemoryModel, Schedule, overlap
 from schedverify.check import MAX_COUNTED
 
 # A valid 2-device, 2-microbatch 1F1B, the base most cases perturb.
@@ -524,16 +524,40 @@ def shuffled_schedules(draw):
     return rows, S, M, split
 
 
-@given(shuffled_schedules(), st.integers(1, 3), st.integers(1, 3), st.integers(0, 2))
-def test_checker_agrees_with_a_naive_simulator(case, F, B, comm):
+def naive_memory(row, activation, w):
+    """Peak in-flight pairs and peak activation memory along one device's order."""
+    cur = n = peak = peak_n = 0
+    for a in row:
+        act = activation[a.stage]
+        if a.kind == "F":
+            cur, n = cur + act, n + 1
+            peak, peak_n = max(peak, cur), max(peak_n, n)
+        elif a.kind == "B":
+            cur, n = cur - act, n - 1
+        elif a.kind == "I":
+            cur -= (1 - w) * act
+        elif a.kind == "W":
+            cur, n = cur - w * act, n - 1
+    return peak_n, peak
+
+
+@given(st.one_of(shuffled_schedules(), st.deferred(lambda: runnable_schedules())), st.integers(1, 3), st.integers(1, 3),
+       st.integers(0, 2), st.sampled_from((0, 0.25, 0.5, 1)), st.lists(st.integers(1, 4), min_size=6, max_size=6))
+def test_checker_agrees_with_a_naive_simulator(case, F, B, comm, w, act):
     rows, S, M, split = case
     cost = {"F": F, "B": B, "I": 1, "W": 1}
     done, makespan = naive_run(rows, S, split, cost, comm)
-    report = sv.check(Schedule.build(rows, stages=S, microbatches=M), costs={"F": F, "B": B, "comm": comm})
+    memory = MemoryModel(activation=tuple(act[:S]), w=w)
+    report = sv.check(Schedule.build(rows, stages=S, microbatches=M), costs={"F": F, "B": B, "comm": comm},
+                      memory=memory)
     assert set(report.codes()) <= {"SV401", "SV402"}
     assert report.is_valid == done, [str(v) for v in report.violations]
     if done:
         assert report.metrics.makespan == makespan
+    for d, row in enumerate(rows):
+        peak_n, peak = naive_memory(row, act, w)
+        assert report.metrics.devices[d].peak_inflight == peak_n
+        assert report.metrics.devices[d].peak_memory == pytest.approx(peak)
 
 
 @st.composite
