@@ -1,6 +1,6 @@
 """Hypothesis strategies for pipeline schedules, for testing schedulers and tools.
 
-Four strategies and one record type:
+The strategies and the record type:
 
 - :func:`valid_schedules` draws schedules that are valid by construction (SPEC.md section 3):
   random sizes, ``loop``/``v``/explicit-list placements, optional bidirectional routes, full
@@ -15,7 +15,8 @@ Four strategies and one record type:
   device, drop, duplicate, reorder communication, change an index, insert an idle slot),
   each a :class:`Mutation` that says which violation codes it must cause (``must``), which
   it may also cause (``may``), or that the schedule stays valid.
-- :func:`costs` draws :class:`~schedverify.model.Costs` with exactly representable values.
+- :func:`costs` and :func:`memory_models` draw :class:`~schedverify.model.Costs` and
+  :class:`~schedverify.model.MemoryModel` with exactly representable values.
 
 Example: test your own schedule generator, and your own checker::
 
@@ -64,13 +65,16 @@ from .model import (
     W,
     Action,
     Costs,
+    MemoryModel,
     Placement,
     Schedule,
     overlap,
     stage_devices,
 )
 
-__all__ = ["MUTATION_KINDS", "Mutation", "costs", "mutations", "schedules", "valid_schedules"]
+__all__ = [
+    "MUTATION_KINDS", "Mutation", "costs", "memory_models", "mutations", "schedules", "valid_schedules",
+]
 
 PLACEMENTS = ("loop", "v", "list")
 BACKWARDS = ("B", "split", "mixed")
@@ -130,6 +134,17 @@ def costs(*, stages: int | None = None, comm: bool = True, overlap: bool = True,
     )
 
 
+def memory_models(*, stages: int | None = None) -> SearchStrategy[MemoryModel]:
+    """Memory models without a limit: activation sizes (per stage when ``stages`` is given),
+    ``w`` in quarters, and static memory, all exactly representable."""
+    quarter = st.integers(1, 16).map(lambda k: k / 4)
+    size = st.one_of(st.just(1), quarter)
+    if stages is not None:
+        size = st.one_of(size, st.tuples(*[quarter] * stages))
+    return st.builds(MemoryModel, activation=size, w=st.sampled_from([0, 0.25, 0.5, 0.75, 1]),
+                     static=st.one_of(st.just(0), quarter))
+
+
 # --------------------------------------------------------------------------- valid schedules
 
 
@@ -146,6 +161,7 @@ def valid_schedules(
     idle: bool | None = None,
     reduce_grad: bool | None = None,
     with_costs: bool | SearchStrategy[Costs] = False,
+    with_memory: bool | SearchStrategy[MemoryModel] = False,
 ) -> SearchStrategy[Schedule]:
     """Random valid schedules, built by a randomized topological execution of SPEC.md's
     dependency rules (so every draw is valid under its own ``comm_semantics``).
@@ -168,6 +184,8 @@ def valid_schedules(
     - ``idle``: sprinkle ``null`` idle slots.  ``reduce_grad``: add a ``REDUCE_GRAD`` after
       the last backward of some stages on their devices.
     - ``with_costs``: attach drawn :func:`costs` (or costs from the given strategy).
+    - ``with_memory``: attach a drawn :class:`MemoryModel` without a limit (activation
+      sizes, ``w``, static memory), or one from the given strategy.
 
     Shrinking goes towards one device, one microbatch, the ``loop`` placement, full
     backward, no overlap, no communication, no idle slots.
@@ -176,7 +194,7 @@ def valid_schedules(
         _ints("devices", devices, 1), _ints("microbatches", microbatches, 1), _ints("chunks", chunks, 1),
         _choice("placements", placements, PLACEMENTS), _flag(bidirectional),
         _choice("backward", backward, BACKWARDS), _flag(overlap), _choice("comm", comm, COMMS),
-        _flag(idle), _flag(reduce_grad), with_costs,
+        _flag(idle), _flag(reduce_grad), with_costs, with_memory,
     )
 
 
@@ -186,7 +204,7 @@ def _kind_rank(a: Action) -> tuple:
 
 @st.composite
 def _valid(draw, devices, microbatches, chunks, placements, bidirectional, backward, overlaps,
-           comm, idle, reduce_grad, with_costs) -> Schedule:
+           comm, idle, reduce_grad, with_costs, with_memory) -> Schedule:
     D = draw(devices)
     M = draw(microbatches)
     v = draw(chunks)
@@ -302,9 +320,14 @@ def _valid(draw, devices, microbatches, chunks, placements, bidirectional, backw
         cost = draw(with_costs)
     elif with_costs:
         cost = draw(costs(stages=S))
+    memory = None
+    if isinstance(with_memory, SearchStrategy):
+        memory = draw(with_memory)
+    elif with_memory:
+        memory = draw(memory_models(stages=S))
     return Schedule(
         D, S, M, tuple(tuple(row) for row in order), placement, name="random", costs=cost,
-        comm_semantics=None if semantics == "none" else semantics,
+        memory=memory, comm_semantics=None if semantics == "none" else semantics,
     )
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import schedverify
 from schedverify.cli import run
 from schedverify.io.jsonfmt import FIELDS
-from schedverify.strategies import valid_schedules
+from schedverify.strategies import schedules, valid_schedules
 
 _counter = itertools.count()
 
@@ -179,3 +179,11 @@ def test_valid_files_exit_zero(workdir, s, suffix):
                                           "--microbatches", str(s.microbatches)]
     code = assert_clean(check_file(workdir, text.encode(), suffix, sizes))
     assert code == 0
+
+
+@given(schedules(comm=None))
+def test_any_schedule_file_gets_the_verdict_check_gives(workdir, s):
+    """A well-formed file (valid or not) is never an input error: the CLI's exit code is the
+    verdict of schedverify.check on the same schedule."""
+    code = assert_clean(check_file(workdir, schedverify.dumps(s).encode(), ".json"))
+    assert code == (0 if schedverify.check(s).is_valid else 1)

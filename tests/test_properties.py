@@ -29,6 +29,7 @@ from schedverify.strategies import (
     MUTATION_KINDS,
     Mutation,
     costs,
+    memory_models,
     mutations,
     schedules,
     valid_schedules,
@@ -309,7 +310,7 @@ def test_mutation_catch_rate():
     caught = sum(n for (kind, v, c), n in MUTATION_STATS.items() if v == "breaks" and c)
     print(f"\nmutation catch rate: {caught}/{breaking} invalidating mutations caught with the "
           f"expected code ({100 * caught / max(breaking, 1):.1f}%)")
-    for kind in MUTATION_KINDS:
+    for kind in MUTATION_KINDS + ("eager-under-rendezvous",):
         row = {v: sum(n for (k, vv, _), n in MUTATION_STATS.items() if k == kind and vv == v)
                for v in ("breaks", "valid")}
         print(f"  {kind:13} {row['breaks']:4} invalidating, {row['valid']:4} still valid")
@@ -319,7 +320,7 @@ def test_mutation_catch_rate():
 # --------------------------------------------------------------------------- round trips
 
 
-@given(valid_schedules(comm=None, with_costs=True))
+@given(valid_schedules(comm=None, with_costs=True, with_memory=True))
 def test_json_round_trip_of_valid_schedules(s):
     assert schedverify.loads(schedverify.dumps(s)) == s
 
@@ -382,18 +383,10 @@ def test_inflight_peaks_do_not_depend_on_costs(s, c1, c2):
 # --------------------------------------------------------------------------- the reference
 
 
-memory_models = st.builds(
-    MemoryModel,
-    activation=st.one_of(st.just(1), st.integers(1, 8).map(lambda k: k / 4)),
-    w=st.sampled_from([0, 0.25, 0.5, 0.75, 1]),
-    static=st.sampled_from([0, 0.5, 2]),
-)
-
-
-@given(ANY_COMM.flatmap(lambda s: st.tuples(st.just(s), costs(stages=s.stages, comm_actions=True))),
-       memory_models)
-def test_timeline_equals_the_reference_simulator(pair, memory):
-    s, cost = pair
+@given(ANY_COMM.flatmap(lambda s: st.tuples(st.just(s), costs(stages=s.stages, comm_actions=True),
+                                             memory_models(stages=s.stages))))
+def test_timeline_equals_the_reference_simulator(triple):
+    s, cost, memory = triple
     semantics = s.comm_semantics or "eager"
     ref = reference_run(s, cost, memory, semantics)
     assert ref is not None
