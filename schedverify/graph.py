@@ -353,8 +353,11 @@ def _link(g: Graph, S: int, M: int) -> None:
                 j = producer.get(base + codes[0])
                 if j is None and len(codes) > 1:
                     j = producer.get(base + codes[1])
-                if j is None or j == i:
+                if j is None:
                     continue  # missing: the completeness rule reports it
+                if j == i:  # an overlap's backward needs its own forward half: impossible
+                    inversions.append((i, i))
+                    continue
                 if explicit and recv >= 0 and dev[j] != d:
                     r = producer.get((s * M + mb) * NCODES + recv)
                     if r is None:

@@ -719,3 +719,19 @@ def test_more_cycles_marker_has_the_kind_of_the_cycles_before_it():
     report = sv.check(s, comm_semantics="rendezvous")
     assert report.codes() == ["SV403"]
     assert report.violations[-1].message == "more deadlock cycles exist; fix the ones above and check again"
+
+
+def test_overlap_of_a_backward_with_its_own_forward_is_sv401():
+    # Regression: (0F0;0B0)OVERLAP_F_B was valid, although 0B0 needs what 0F0 produces and
+    # the two run at the same time.
+    order = [[overlap(Action(0, "F", 0), Action(0, "B", 0)), "0F1", "0B1"]]
+    report = sv.check(build(order, stages=1))
+    (v,) = report.violations
+    assert v.code.code == "SV401"
+    assert locs(v) == [(0, 0, "(0F0;0B0)OVERLAP_F_B")]
+    assert v.message == ("(0F0;0B0)OVERLAP_F_B runs 0B0 together with 0F0, but 0B0 needs what 0F0 "
+                         "produces; overlap a backward with the forward of another microbatch")
+    order = [["0F0", overlap(Action(0, "F", 1), Action(0, "I", 1)), "0I0", "0W0", "0W1"]]
+    assert sv.check(build(order, stages=1)).codes() == ["SV401"]
+    order = [["0F0", overlap(Action(0, "F", 1), Action(0, "B", 0)), "0B1"]]
+    assert sv.check(build(order, stages=1)).is_valid

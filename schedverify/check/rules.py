@@ -103,6 +103,15 @@ def placed(g: Graph) -> Iterator[Violation]:
 
 def ordered(g: Graph) -> Iterator[Violation]:
     for i, j in g.inversions:
+        if i == j:
+            f, b = g.acts[i].sub
+            yield Violation(
+                dx.RUNS_BEFORE_DEPENDENCY,
+                f"{g.acts[i]} runs {b} together with {f}, but {b} needs what {f} produces; "
+                f"overlap a backward with the forward of another microbatch",
+                (loc(g, i),),
+            )
+            continue
         yield Violation(
             dx.RUNS_BEFORE_DEPENDENCY,
             f"{g.acts[i]} {explain_wait(g, i, j)}, which comes later on the same device "
