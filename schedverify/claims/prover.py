@@ -135,6 +135,7 @@ class _Prepared:
     domain: dict
     uses_d: bool
     uses_v: bool
+    merge: tuple = tuple(range(len(TERM_ORDER)))  # cost slice the assumptions pin down
 
 
 def _prepare(claim: Claim) -> _Prepared:
@@ -151,7 +152,28 @@ def _prepare(claim: Claim) -> _Prepared:
     if chunky and "v" not in dom:
         dom["v"] = (DEFAULT_CHUNKS[0], DEFAULT_CHUNKS[1])
     syms = parsed.symbols | {s for a in assumptions for s in a.symbols}
-    return _Prepared(parsed, assumptions, fams, dom, "d" in syms, "v" in dom)
+    return _Prepared(parsed, assumptions, fams, dom, "d" in syms, "v" in dom, _merge(assumptions))
+
+
+def _merge(assumptions: list[Parsed]) -> tuple:
+    """The projection of the cost symbols that equalities among the assumptions allow:
+    ``c == 0`` drops the latency, ``t_I == t_F`` counts t_I as t_F (exact on that slice, and
+    the symbolic timeline gets much smaller)."""
+    merge = list(range(len(TERM_ORDER)))
+    idx = {n: k for k, n in enumerate(TERM_ORDER)}
+    for a in assumptions:
+        if a.op != "==" or not a.lhs.is_Symbol or a.lhs.name not in idx:
+            continue
+        k = idx[a.lhs.name]
+        if merge[k] != k:
+            continue
+        if a.rhs == 0:
+            merge[k] = None
+        elif a.rhs.is_Symbol and a.rhs.name in idx and merge[idx[a.rhs.name]] == idx[a.rhs.name] \
+                and idx[a.rhs.name] != k and not any(x == k for x in merge if x is not None
+                                                     and merge.index(x) != k):
+            merge[k] = idx[a.rhs.name]
+    return tuple(merge)
 
 
 def _domain_json(prep: _Prepared) -> dict:
@@ -173,8 +195,8 @@ def prove(claim: Claim, *, timeout_s: float = 20.0) -> Result:
         for v in vs:
             for m in range(dom["m"][0], dom["m"][1] + 1):
                 try:
-                    own = _at(claim.family, p, m, v)
-                    sms = {name: _at(fam, p, m, v) for name, fam in prep.families.items()}
+                    own = _at(claim.family, p, m, v, prep.merge)
+                    sms = {name: _at(fam, p, m, v, prep.merge) for name, fam in prep.families.items()}
                 except UnsupportedSize:
                     res.skipped.append((p, m) if v is None else (p, m, v))
                     continue
@@ -212,11 +234,11 @@ def prove(claim: Claim, *, timeout_s: float = 20.0) -> Result:
     return res
 
 
-def _at(fam: str, p: int, m: int, v: int | None) -> SizeMetrics:
+def _at(fam: str, p: int, m: int, v: int | None, merge: tuple) -> SizeMetrics:
     """The family's metrics at (p, m, v); a family without chunks must build v chunks."""
     if has_chunks(fam):
-        return metrics_at(fam, p, m, v if v is not None else 1)
-    sm = metrics_at(fam, p, m, None)
+        return metrics_at(fam, p, m, v if v is not None else 1, merge)
+    sm = metrics_at(fam, p, m, None, merge)
     if v is not None and sm.v != v:
         raise UnsupportedSize(f"{fam} has {sm.v} chunk(s) per device, not {v}")
     return sm
@@ -328,7 +350,7 @@ def _counterexample(claim: Claim, prep: _Prepared, sizes: dict, info: dict) -> d
                                          for n, q in costs.items()})
         if val.is_Rational:
             costs[k.name] = Fraction(int(val.p), int(val.q))
-    sms = {name: _at(fam, sizes["p"], sizes["m"], sizes["v"] if prep.uses_v else None)
+    sms = {name: _at(fam, sizes["p"], sizes["m"], sizes["v"] if prep.uses_v else None, prep.merge)
            for name, fam in prep.families.items()}
     val = {_COST[n]: sympy.Rational(q.numerator, q.denominator) for n, q in costs.items()}
     lhs = _instantiate(prep.parsed.lhs, prep, sms, sizes).xreplace(val)

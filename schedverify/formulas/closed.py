@@ -15,7 +15,7 @@ import sympy
 
 from ..errors import UsageError
 from . import fit
-from .derive import DEVICE_METRICS, EXTRAS, METRICS, Derivation, Piece, derive
+from .derive import DEVICE_METRICS, EXTRAS, METRICS, Derivation, NotDerived, Piece, derive
 from .sizes import family as _family
 from .tropical import COST_SYMBOLS
 
@@ -148,10 +148,13 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
         expr = (T - busiest) / busiest
     elif metric == "bubble_fraction":
         expr = 1 - total / (p * T)
-    elif metric == "peak_inflight":
-        expr = _scalar(der.peak_inflight_d if per_device else der.peak_inflight)
     else:
-        expr = _scalar(der.peak_memory_d if per_device else der.peak_memory)
+        key = metric + ("(d)" if per_device else "")
+        pieces = {"peak_inflight": der.peak_inflight, "peak_inflight(d)": der.peak_inflight_d,
+                  "peak_memory": der.peak_memory, "peak_memory(d)": der.peak_memory_d}[key]
+        if pieces is None:
+            raise NotDerived(der.failures.get(key, f"{family}: {key}: not derived"))
+        expr = _scalar(pieces)
     if per_device and device != "d":
         try:
             dv = int(device)
@@ -171,10 +174,12 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
     notes = []
     if timing:
         conds += ["t_F > 0", "t_B > 0", "t_I > 0", "t_W > 0"]
-        conds.append("c == 0" if der.c_zero else "c >= 0")
+        conds += list(der.slice) if der.slice else []
+        if "c == 0" not in der.slice:
+            conds.append("c >= 0")
         notes.append("uniform costs per action kind; an OVERLAP_F_B action costs its two parts' sum")
-        if der.c_zero:
-            notes.append("with c > 0 the makespan is not of a form the deriver fits: " + der.c_reason)
+        for why in der.slice_failures:
+            notes.append("not derived on a wider cost domain: " + why)
     if metric == "peak_memory":
         notes.append("memory model: activation 1 per stage, w = 1/2, no static memory")
     if der.skipped:

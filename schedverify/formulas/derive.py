@@ -27,7 +27,7 @@ from typing import Callable
 from ..errors import UsageError
 from . import fit
 from .sizes import family, has_chunks, supported
-from .tropical import COST_SYMBOLS, NDIM, Tropical, prune
+from .tropical import C_ZERO, COST_SYMBOLS, IDENTITY, NDIM, UNIT_SPLIT, TooComplex, Tropical, prune
 
 METRICS = ("makespan", "bubble_time", "bubble_fraction", "bubble_ratio", "peak_inflight",
            "peak_memory")
@@ -113,19 +113,26 @@ class Derivation:
     confirmed: int
     skipped: list[tuple[int, int, int]] = field(default_factory=list)
     confirm_range: dict = field(default_factory=dict)
-    c_zero: bool = False  # the makespan form holds for c == 0 only
-    c_reason: str = ""
+    failures: dict = field(default_factory=dict)  # metric -> why no form was found
+    slice: tuple[str, ...] = ()  # cost conditions the forms hold under (empty: all costs >= 0)
+    slice_failures: list = field(default_factory=list)  # why wider slices failed
 
 
 # --------------------------------------------------------------------------- grids
 
 
-def _grid(name: str, ps, ms_of, vs) -> tuple[dict, list]:
+#: Cost slices tried in turn: all costs; latency 0; latency 0 and t_I = t_W = t_F.
+SLICES = ((IDENTITY, ()), (C_ZERO, ("c == 0",)),
+          (UNIT_SPLIT, ("c == 0", "t_I == t_F", "t_W == t_F")))
+MAX_TERMS = 40
+
+
+def _grid(name: str, ps, ms_of, vs, merge=IDENTITY) -> tuple[dict, list]:
     out, skipped = {}, []
     for p in ps:
         for v in vs:
             for m in ms_of(p):
-                sm = supported(name, p, m, v if has_chunks(name) else None)
+                sm = supported(name, p, m, v if has_chunks(name) else None, merge, MAX_TERMS)
                 if sm is None:
                     skipped.append((p, m, v))
                     continue
@@ -255,17 +262,33 @@ def _train_ms(p: int):
 @lru_cache(maxsize=64)
 def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_P.stop - 1),
            confirm_m: tuple[int, int] = (CONFIRM_M.start, CONFIRM_M.stop - 1)) -> Derivation:
-    """Derive and confirm every metric of family ``name``; raises NotDerived if a form fails."""
+    """Derive and confirm every metric of family ``name`` on the widest cost slice where a
+    form survives (all costs, then c == 0, then c == 0 with t_I = t_W = t_F); NotDerived
+    with every slice's reason otherwise."""
     family(name)
+    reasons = []
+    for merge, conds in SLICES:
+        try:
+            der = _derive(name, merge, confirm_p, confirm_m)
+        except (NotDerived, TooComplex) as e:
+            reasons.append(f"[{', '.join(conds) or 'all costs'}] {e}")
+            continue
+        der.slice = conds
+        der.slice_failures = reasons
+        return der
+    raise NotDerived("; ".join(reasons))
+
+
+def _derive(name, merge, confirm_p, confirm_m) -> Derivation:
     chunks = has_chunks(name)
     vs = CHUNKS if chunks else (1,)
-    train, skipped = _grid(name, TRAIN_P, _train_ms, vs)
+    train, skipped = _grid(name, TRAIN_P, _train_ms, vs, merge)
     if len(train) < 8:
         raise NotDerived(f"{name}: only {len(train)} supported sizes in the training grid "
                          f"p={TRAIN_P.start}..{TRAIN_P.stop - 1}, m=1..{TRAIN_M_MAX}")
     cp = range(confirm_p[0], confirm_p[1] + 1)
     cm = range(confirm_m[0], confirm_m[1] + 1)
-    confirm, skipped_c = _grid(name, cp, lambda p: cm, vs)
+    confirm, skipped_c = _grid(name, cp, lambda p: cm, vs, merge)
     allpts = {**confirm, **train}
 
     def per_size(fn):
@@ -309,22 +332,30 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
             comps.append(scalar(f"{label}[{COST_SYMBOLS[k]}]" + ("(d)" if device else ""), f, t_))
         return comps
 
-    c_zero = False
-    try:
-        mk = tropical("makespan", *per_size(lambda sm: sm.makespan))
-    except NotDerived as e:
-        # the latency's coefficient is not of a form we fit: derive for c == 0 and say so
-        c_zero, why_c = True, str(e)
-        mk = tropical("makespan (c = 0)", *per_size(lambda sm: prune(t[:-1] + (0,) for t in sm.makespan)))
+    mk = tropical("makespan", *per_size(lambda sm: sm.makespan))
     busiest = tropical("busiest device's busy time", *per_size(lambda sm: sm.busiest))
     total = term_components("total busy", *per_size(lambda sm: sm.total_busy), False)
     busy = term_components("busy", *per_device(lambda sm, d: sm.busy[d]), True)
-    pin = scalar("peak_inflight", *per_size(lambda sm: Fraction(max(sm.peak_inflight))))
-    pin_d = scalar("peak_inflight(d)", *per_device(lambda sm, d: Fraction(sm.peak_inflight[d])))
-    pmem = scalar("peak_memory", *per_size(lambda sm: Fraction(max(sm.peak_memory))))
-    pmem_d = scalar("peak_memory(d)", *per_device(lambda sm, d: Fraction(sm.peak_memory[d])))
+    failures: dict[str, str] = {}
+
+    def optional(label, fn):
+        # the peaks do not depend on costs: one that fits no form is reported, not fatal
+        try:
+            return fn()
+        except NotDerived as e:
+            failures[label] = str(e)
+            return None
+
+    pin = optional("peak_inflight", lambda: scalar(
+        "peak_inflight", *per_size(lambda sm: Fraction(max(sm.peak_inflight)))))
+    pin_d = optional("peak_inflight(d)", lambda: scalar(
+        "peak_inflight(d)", *per_device(lambda sm, d: Fraction(sm.peak_inflight[d]))))
+    pmem = optional("peak_memory", lambda: scalar(
+        "peak_memory", *per_size(lambda sm: Fraction(max(sm.peak_memory)))))
+    pmem_d = optional("peak_memory(d)", lambda: scalar(
+        "peak_memory(d)", *per_device(lambda sm, d: Fraction(sm.peak_memory[d]))))
     return Derivation(name, chunks, mk, busiest, [Piece(None, total)], [Piece(None, busy)], pin,
                       pin_d, pmem, pmem_d, len(train), len(allpts), sorted(set(skipped + skipped_c)),
                       {"p": [cp.start, cp.stop - 1], "m": [cm.start, cm.stop - 1],
                        "v": [min(vs), max(vs)] if chunks else sorted({x[2] for x in allpts})},
-                      c_zero, why_c if c_zero else "")
+                      failures=failures)

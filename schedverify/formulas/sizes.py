@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..errors import UnsupportedSize, UsageError
-from .tropical import SizeMetrics, size_metrics
+from .tropical import IDENTITY, SizeMetrics, size_metrics
 
 
 def family(name: str):
@@ -37,14 +37,19 @@ def build(name: str, p: int, m: int, v: int | None = None):
     return sched
 
 
-@lru_cache(maxsize=4096)
-def metrics_at(name: str, p: int, m: int, v: int | None = None) -> SizeMetrics:
-    """Exact symbolic metrics of ``name`` at (p, m, v); raises UnsupportedSize."""
-    return size_metrics(build(name, p, m, v))
+@lru_cache(maxsize=8192)
+def metrics_at(name: str, p: int, m: int, v: int | None = None, merge: tuple = IDENTITY,
+               max_terms: int | None = None) -> SizeMetrics:
+    """Exact symbolic metrics of ``name`` at (p, m, v); raises UnsupportedSize.
+
+    ``merge`` (see :func:`.tropical.project`) makes them exact on a slice of the costs only.
+    """
+    return size_metrics(build(name, p, m, v), merge=merge, max_terms=max_terms)
 
 
-def supported(name: str, p: int, m: int, v: int | None = None) -> SizeMetrics | None:
+def supported(name: str, p: int, m: int, v: int | None = None, merge: tuple = IDENTITY,
+              max_terms: int | None = None) -> SizeMetrics | None:
     try:
-        return metrics_at(name, p, m, v)
+        return metrics_at(name, p, m, v, merge, max_terms)
     except UnsupportedSize:
         return None

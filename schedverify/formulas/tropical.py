@@ -31,6 +31,7 @@ NDIM = len(COST_SYMBOLS)
 ZERO = (0,) * NDIM
 COMM = tuple(1 if k == "c" else 0 for k in COST_SYMBOLS)
 
+PAIR_PRUNE_MAX = 12
 Term = tuple  # tuple[int, ...] of length NDIM
 Tropical = frozenset  # frozenset[Term]: max over the terms, each a linear form in the costs
 
@@ -45,13 +46,49 @@ def dominates(a: Term, b: Term) -> bool:
 
 
 def prune(terms: Iterable[Term]) -> Tropical:
-    """Drop every term that another term dominates (keeps one copy of equal terms)."""
+    """Drop every term that can never be the strict maximum for costs >= 0: terms another
+    dominates, and terms dominated by a point on the segment between two others (then
+    ``t.x <= lam*a.x + (1-lam)*b.x <= max(a.x, b.x)``).  Both are exact certificates; a
+    redundant term that neither catches is kept, which is always sound."""
     ts = sorted(set(terms), key=lambda t: (-sum(t), t))
     kept: list[Term] = []
     for t in ts:
         if not any(dominates(k, t) for k in kept):
             kept.append(t)
+    if 2 < len(kept) <= PAIR_PRUNE_MAX:
+        kept = [t for i, t in enumerate(kept) if not _between(t, kept, i)]
     return frozenset(kept)
+
+
+def _between(t: Term, terms: list[Term], skip: int) -> bool:
+    """Is t <= lam*a + (1-lam)*b componentwise for some a, b (not t) and lam in [0, 1]?"""
+    n = len(terms)
+    for i in range(n):
+        if i == skip:
+            continue
+        a = terms[i]
+        for j in range(i + 1, n):
+            if j == skip:
+                continue
+            b = terms[j]
+            lo, hi = Fraction(0), Fraction(1)
+            for tk, ak, bk in zip(t, a, b):
+                # tk <= bk + lam*(ak - bk)
+                diff = ak - bk
+                need = tk - bk
+                if diff == 0:
+                    if need > 0:
+                        lo, hi = Fraction(1), Fraction(0)
+                        break
+                elif diff > 0:
+                    lo = max(lo, Fraction(need, diff))
+                else:
+                    hi = min(hi, Fraction(need, diff))
+                if lo > hi:
+                    break
+            if lo <= hi:
+                return True
+    return False
 
 
 def shift(p: Tropical, t: Term) -> Tropical:
@@ -110,15 +147,44 @@ class SizeMetrics:
         return out
 
 
-def symbolic_timeline(schedule: Schedule) -> tuple[list[Tropical], list[Term]]:
-    """End time (tropical polynomial) and duration term of every action of the compiled graph."""
+#: A projection of the cost symbols: ``merge[k]`` is where symbol k's count goes (None: the
+#: symbol costs 0).  IDENTITY keeps every symbol; others are exact on a slice of the costs.
+IDENTITY = tuple(range(NDIM))
+C_ZERO = (0, 1, 2, 3, None)
+#: c == 0, t_I == t_F, t_W == t_F (and t_B stays): the slice papers usually draw.
+UNIT_SPLIT = (0, 1, 0, 0, None)
+
+
+class TooComplex(UsageError):
+    """The exact max-of-linear-forms grew past the term budget (the caller may take a slice)."""
+
+
+def project(t: Term, merge: tuple) -> Term:
+    if merge == IDENTITY:
+        return t
+    out = [0] * NDIM
+    for k, x in enumerate(t):
+        if x and merge[k] is not None:
+            out[merge[k]] += x
+    return tuple(out)
+
+
+def symbolic_timeline(schedule: Schedule, *, merge: tuple = IDENTITY,
+                      max_terms: int | None = None) -> tuple[list[Tropical], list[Term]]:
+    """End time (tropical polynomial) and duration term of every action of the compiled graph.
+
+    ``merge`` projects the costs onto a slice (``C_ZERO``: latency 0): exact on that slice and
+    much cheaper, since it is latency and unequal costs that make paths trade one cost for
+    another.  ``max_terms`` bounds the size of any intermediate max (TooComplex beyond it).
+    """
+    hop = project(COMM, merge)
     g = compile_graph(schedule)
     n = len(g.acts)
     res = sweep(g, [1.0] * n, 0.0, max_cycles=1)
     if not res.completed:
         raise UsageError(f"{schedule.name or 'the schedule'} deadlocks; its timeline has no makespan "
                          "(run `schedverify check` to see the cycle)")
-    dur = [duration(a) for a in g.acts]
+    dur = [project(duration(a), merge) for a in g.acts]
     order = sorted(range(n), key=lambda i: (res.start[i], g.dev[i], i))
     end: list[Tropical | None] = [None] * n
     zero = frozenset([ZERO])
@@ -130,16 +196,19 @@ def symbolic_timeline(schedule: Schedule) -> tuple[list[Tropical], list[Term]]:
             parts.extend(end[i - 1])
         for j in g.waits[i]:
             if j >= 0:
-                parts.extend(add(t, COMM) for t in end[j])
+                parts.extend(add(t, hop) for t in end[j])
             else:
                 parts.extend(end[~j])
         begin = prune(parts) if parts else zero
+        if max_terms is not None and len(begin) > max_terms:
+            raise TooComplex(f"{schedule.name}: more than {max_terms} linear pieces in one start time")
         end[i] = shift(begin, dur[i])
     return end, dur  # type: ignore[return-value]
 
 
-def size_metrics(schedule: Schedule) -> SizeMetrics:
-    end, dur = symbolic_timeline(schedule)
+def size_metrics(schedule: Schedule, *, merge: tuple = IDENTITY,
+                 max_terms: int | None = None) -> SizeMetrics:
+    end, dur = symbolic_timeline(schedule, merge=merge, max_terms=max_terms)
     g = compile_graph(schedule)
     D = schedule.devices
     lasts = [end[g.starts[d + 1] - 1] for d in range(D) if g.starts[d + 1] > g.starts[d]]
