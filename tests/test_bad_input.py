@@ -245,3 +245,15 @@ def test_counted_violations_are_exact_below_the_bound(tmp_path):
     assert len(report["violations"]) == 2
     assert report["violations_not_shown"] == 10
     assert report["violations_not_shown_exact"] is True
+
+
+@pytest.mark.parametrize("name, content", [
+    ("excel.csv", "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"),
+    ("bom.json", doc()),
+])
+def test_a_byte_order_mark_is_not_content(tmp_path, name, content):
+    # Regression: Excel (and some editors) start UTF-8 files with a BOM; it made the first
+    # cell unparseable and the JSON invalid.
+    code, out, err = check_file(tmp_path, name, b"\xef\xbb\xbf" + content.encode())
+    assert (code, err) == (0, ""), err
+    assert "VALID" in out

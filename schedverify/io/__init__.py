@@ -51,7 +51,7 @@ def read_text(path: str | os.PathLike) -> str:
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror}", source=name) from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a leading byte-order mark (Excel's CSVs) is not content
     except UnicodeDecodeError as e:
         raise InputError(f"not UTF-8 text (byte {e.start}); a schedule is JSON or CSV text",
                          source=name) from None
