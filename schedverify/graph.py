@@ -292,8 +292,12 @@ def _index(g: Graph, S: int, M: int) -> None:
                         g.malformed.append((i, _malformed_reason(a)))
                     elif a.stage >= S:
                         g.out_of_range.append((i, a))
-                    elif a.kind == REDUCE_GRAD:
-                        g.reduce_grads.append(i)
+                    else:
+                        holders = g.schedule.placement.devices_of_stage(a.stage)
+                        if d not in holders:  # bookkeeping belongs on a device holding the stage
+                            g.wrong_device.append((i, a, min(holders)))
+                        if a.kind == REDUCE_GRAD:
+                            g.reduce_grads.append(i)
                     continue
                 leaf(i, a, d)
             elif (a.kind != OVERLAP_F_B or len(sub) != 2 or sub[0].kind != F

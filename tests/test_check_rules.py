@@ -773,3 +773,20 @@ def test_bidirectional_agrees_with_the_naive_simulator_and_survives_csv(case, F,
     again = sv.check(back, costs={"F": F, "comm": comm})
     assert again.is_valid, [str(v) for v in again.violations]
     assert again.metrics.makespan == makespan
+
+
+def test_bookkeeping_on_a_device_without_its_stage_is_sv301():
+    # Regression: 1REDUCE_GRAD on device 0 (which never holds stage 1) was accepted.
+    order = [["0F0", "0B0", "0REDUCE_GRAD", "1REDUCE_GRAD"], ["1UNSHARD", "1F0", "1B0", "0UNSHARD"]]
+    vs = sv.check(build(order)).violations
+    assert [(v.code.code, locs(v)) for v in vs] == [
+        ("SV301", [(0, 3, "1REDUCE_GRAD")]), ("SV301", [(1, 3, "0UNSHARD")])]
+    assert vs[0].message == "stage 1 is held by device 1, but 1REDUCE_GRAD sits on device 0"
+    # with two routes a stage lives on two devices, and either may reduce it
+    order = [["0F0", "1F1", "1B1", "0B0", "0REDUCE_GRAD", "1REDUCE_GRAD"],
+             ["0F1", "1F0", "1B0", "0B1", "1REDUCE_GRAD", "0REDUCE_GRAD"]]
+    assert sv.check(bidirectional(order, [[0, 1], [1, 0]], [0, 1])).is_valid
+    order = [["0F0", "1F1", "1B1", "0B0"], ["0F1", "1F0", "1B0", "0B1"], ["0REDUCE_GRAD"]]
+    placement = sv.Placement.bidirectional([[0, 1], [1, 0]], [0, 1], 3, 2)
+    (v,) = sv.check(build(order, stages=2, placement=placement)).violations
+    assert v.message == "stage 0 is held by devices 0 and 1, but 0REDUCE_GRAD sits on device 2"

@@ -89,6 +89,12 @@ def _leaf_named(g: Graph, i: int, first: int) -> str:
 def placed(g: Graph) -> Iterator[Violation]:
     p = g.schedule.placement
     for i, a, expected in g.wrong_device:
+        if a.microbatch is None:  # bookkeeping: any device holding the stage will do
+            held = sorted(p.devices_of_stage(a.stage))
+            where = f"device {held[0]}" if len(held) == 1 else "devices " + " and ".join(map(str, held))
+            yield Violation(dx.WRONG_DEVICE, f"stage {a.stage} is held by {where}, but {a} sits on "
+                            f"device {g.dev[i]}", (loc(g, i),))
+            continue
         route = ""
         if p.is_bidirectional:
             route = f" on microbatch {a.microbatch}'s route {p.microbatch_route[a.microbatch]}"
