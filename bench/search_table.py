@@ -100,12 +100,74 @@ def cpsat(p, time_limit: float):
     return None, solver.StatusName(status).lower(), secs
 
 
+def findings(time_limit: float) -> None:
+    """The README's questions, answered by search (D=4, M=8 and 16, split backward).
+
+    1. Under 1F1B's memory (its peak, D activations), how close is ZB-H1 to optimal?
+    2. Under 2p-1 (2D-1 activations), ZB-H2?
+    3. For which costs does the optimum beat every hand-designed family (best of FAMILIES
+       that fits, under the same memory limit)?
+    """
+    from schedverify import check
+    from schedverify.generators import FAMILIES
+    from schedverify.smt.search import best_generator, make_problem, search
+
+    def fam_makespan(name, D, M, costs, limit):
+        if name not in FAMILIES:
+            return None
+        s = FAMILIES[name](D, M)
+        rep = check(s, costs=costs, memory_limit=limit)
+        return rep.metrics.makespan if rep.is_valid else f"invalid ({' '.join(rep.codes())})"
+
+    cost_grid = [dict(F=1, I=1, W=1), dict(F=2, I=2, W=1), dict(F=1, I=2, W=1), dict(F=2, I=1, W=1),
+                 dict(F=1, I=1, W=2), dict(F=1, I=1, W=1, comm=1)]
+    print("\n## ZB-H1 under 1F1B's memory (limit D), ZB-H2 under 2D-1, against the optimum")
+    print(f"{'D x M':7} {'costs':22} {'limit':>5} {'family':6} {'family T':>9} {'optimum':>8} "
+          f"{'status':>9} {'gap %':>6} {'s':>6}")
+    for D, M in ((4, 8), (4, 16)):
+        for costs in cost_grid:
+            for fam, limit in (("zb-h1", D), ("zb-h2", 2 * D - 1)):
+                fT = fam_makespan(fam, D, M, costs, limit)
+                r = search(D, M, split_backward=True, costs=costs, memory_limit=limit,
+                           time_limit=time_limit)
+                gap = (100 * (fT - r.makespan) / r.makespan) if isinstance(fT, (int, float)) else None
+                cs = ",".join(f"{k}={v}" for k, v in costs.items())
+                print(f"{D}x{M:<5} {cs:22} {limit:>5} {fam:6} {fT!s:>9} {r.makespan!s:>8} "
+                      f"{r.status:>9} {'-' if gap is None else f'{gap:.1f}':>6} {r.seconds:6.1f}",
+                      flush=True)
+    print("\n## Optimum against the best hand-designed family (same memory limit)")
+    print(f"{'D x M':7} {'costs':22} {'limit':>5} {'best family':>22} {'optimum':>8} {'status':>9}")
+    for D, M in ((4, 8),):
+        for costs in cost_grid:
+            for limit in (None, D, 2 * D - 1):
+                p = make_problem(D, M, split_backward=True, costs=costs, memory_limit=limit)
+                # every family that fits (full-backward ones with B split into I then W)
+                _, _, _, table = best_generator(p)
+                best = None
+                for n, row in table.items():
+                    if n.startswith(("greedy", "sequential")) or not row["valid"]:
+                        continue
+                    if best is None or row["makespan"] < best[1]:
+                        best = (n, row["makespan"])
+                r = search(D, M, split_backward=True, costs=costs, memory_limit=limit,
+                           time_limit=time_limit)
+                cs = ",".join(f"{k}={v}" for k, v in costs.items())
+                bf = f"{best[0]}={best[1]}" if best else "none fits"
+                print(f"{D}x{M:<5} {cs:22} {limit!s:>5} {bf:>22} {r.makespan!s:>8} {r.status:>9}",
+                      flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--only", help="run only instances whose name contains this")
     ap.add_argument("--no-cpsat", action="store_true")
+    ap.add_argument("--findings", action="store_true",
+                    help="answer the README's questions (ZB-H1/ZB-H2 against the optimum) instead")
     args = ap.parse_args(argv)
+    if args.findings:
+        findings(args.time_limit)
+        return 0
     from schedverify.smt.search import make_problem, search
 
     print(f"{'instance':24} {'warm':>14} {'z3 T':>6} {'z3 status':>10} {'LB':>6} {'z3 s':>7} "

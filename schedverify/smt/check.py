@@ -98,8 +98,11 @@ class _Index:
                         malformed.append((e, _why_malformed(a)))
                     elif a.stage >= S:
                         out_of_range.append((e, a))
-                    elif a.kind == REDUCE_GRAD:
-                        self.reduce_grads.append(e)
+                    else:
+                        if d not in schedule.placement.devices_of_stage(a.stage):
+                            wrong.append((e, a, min(schedule.placement.devices_of_stage(a.stage))))
+                        if a.kind == REDUCE_GRAD:
+                            self.reduce_grads.append(e)
                     continue
                 else:
                     leaves = (a,)
@@ -156,6 +159,12 @@ class _Index:
                 elif I not in have:
                     V(self._missing(Action(s, I, mb), f"{s}W{mb} has no input-gradient pass {s}I{mb}"))
         for e, x, expected in wrong:
+            if x.microbatch is None:
+                held = sorted(schedule.placement.devices_of_stage(x.stage))
+                V(Violation(dx.WRONG_DEVICE, f"stage {x.stage} is held by device(s) "
+                            f"{', '.join(map(str, held))}, but {x} sits on device {self.entries[e][0]}",
+                            (self.loc(e),)))
+                continue
             V(Violation(dx.WRONG_DEVICE, f"stage {x.stage} runs on device {expected}, but {x} sits on "
                         f"device {self.entries[e][0]}", (self.loc(e),)))
 
@@ -225,7 +234,10 @@ class _Edges:
                 s, mb = x.stage, x.microbatch
                 for need, ps in rules.needs(x, S):
                     j = next((first[(ps, mb, k)] for k in need.kinds if (ps, mb, k) in first), None)
-                    if j is None or j == e:
+                    if j is None:
+                        continue
+                    if j == e:  # an overlap whose backward needs its own forward half
+                        self.edges.append((e, e, Fraction(0), need.why.format(dep=str(x)), "same"))
                         continue
                     why = need.why.format(dep=str(ix.entries[j][2]))
                     if explicit and need.recv and dev[j] != d:
@@ -309,7 +321,7 @@ class _Z3Check:
             ordered = self.inversions()
             ordered += self.reduce_grad()
             cycles = self.deadlocks()
-            if not cycles:
+            if not cycles and not self.inverted:  # a device waiting for itself has no timing
                 makespan = self.makespan()
             mem = self.memory_peaks()
         except _Undecided as u:
@@ -360,6 +372,7 @@ class _Z3Check:
                     f"(position {self.ix.entries[j][1]}), so device {d} waits for itself",
                     (self.ix.loc(e), self.ix.loc(j))))
         out.sort(key=lambda v: (v.locations[0].device, v.locations[0].position))
+        self.inverted = bool(out)
         return out
 
     def _device_order(self, s, rank) -> None:
@@ -386,6 +399,17 @@ class _Z3Check:
 
     # -- 3.4/3.5: cycles of cross-device waits
     def deadlocks(self) -> list[Violation]:
+        """Deadlock cycles.  As the graph engine: when the rendezvous waits give cycles but the
+        schedule also hangs without them (a data cycle, or a device waiting for itself), the
+        data cycles are what to report and fix first."""
+        cycles = self._cycles(("data", "rendezvous"))
+        if cycles and any(kind == "rendezvous" for *_, kind in self.ed.edges):
+            eager = self._cycles(("data",))
+            if eager or self.inverted:
+                cycles = eager
+        return cycles
+
+    def _cycles(self, kinds) -> list[Violation]:
         z3 = self.z3
         n = len(self.ix.entries)
         rank = [z3.Int(f"r{e}") for e in range(n)]
@@ -393,29 +417,27 @@ class _Z3Check:
         self._device_order(s, rank)
         active = {}
         for k, (e, j, _lat, _why, kind) in enumerate(self.ed.edges):
-            if kind == "same":
+            if kind not in kinds:
                 continue
             lit = z3.Bool(f"wait{k}")
             s.add(z3.Implies(lit, rank[e] > rank[j]))
             active[lit.get_id()] = (lit, k)
         out = []
-        self.broken: set[int] = set()
         while True:
             r = s.check(*[lit for lit, _ in active.values()])
             if r == z3.sat:
                 return out
             if r != z3.unsat:
                 raise _Undecided(f"solver gave up on deadlock detection: {s.reason_unknown()}")
-            if len(out) >= MAX_CYCLES:
-                out.append(Violation(dx.DEADLOCK, "more deadlock cycles exist; fix the ones above "
-                                     "and check again"))
+            if len(out) >= MAX_CYCLES:  # the marker has the code of the cycle before it
+                out.append(Violation(out[-1].code, "more deadlock cycles exist; fix the ones "
+                                     "above and check again"))
                 return out
             core = [active[c.get_id()][1] for c in s.unsat_core()]
             cycle = self._cycle(core)
             out.append(self._deadlock_violation(cycle))
             # relax the first wait of the cycle and look for the next one
             k = cycle[0]
-            self.broken.add(k)
             del active[next(i for i, (_, kk) in active.items() if kk == k)]
 
     def _cycle(self, core: list[int]) -> list[int]:
@@ -488,8 +510,8 @@ class _Z3Check:
                 o.add(st[e] >= st[prev[d]] + z3.RealVal(dur[prev[d]]))
             prev[d] = e
         for k, (e, j, lat, _why, kind) in enumerate(self.ed.edges):
-            if kind == "same" or k in self.broken:
-                continue  # same-device: implied by order (inverted ones are reported, not timed)
+            if kind == "same":
+                continue  # same-device: implied by device order (here none is inverted)
             o.add(st[e] >= st[j] + z3.RealVal(dur[j] + lat))
         h = o.minimize(T)
         r = o.check()

@@ -203,6 +203,34 @@ def _tails(p: Problem, u: _Units) -> dict[tuple[int, str], int]:
     return {key: tail(key) for key in succ}
 
 
+def _lags(p: Problem, u: _Units, device: int) -> dict:
+    """For one device: (stage, kind) -> {(stage, kind) it must follow: least gap}, over every
+    dependency path of one microbatch (direct ones gap 0 or comm; through other devices, the
+    durations and latencies on the path)."""
+    place = p.placement_obj().routes[0]
+    nodes = [(s, k) for s in range(p.stages) for k in p.kinds]
+    preds: dict = {n: [] for n in nodes}
+    for s, k in nodes:
+        for need, ps in rules.needs(Action(s, k, 0), p.stages):
+            pk = next(x for x in need.kinds if x in p.kinds)
+            preds[(s, k)].append(((ps, pk), u.icomm if place[ps] != place[s] else 0))
+    memo: dict = {}
+
+    def gaps(n):  # longest gap from the end of each device-``device`` ancestor to n's start
+        if n not in memo:
+            out: dict = {}
+            for m, lat in preds[n]:
+                if place[m[0]] == device:
+                    out[m] = max(out.get(m, lat), lat)
+                for a, g in gaps(m).items():
+                    v = g + u.idur[m] + lat
+                    out[a] = max(out.get(a, v), v)
+            memo[n] = out
+        return memo[n]
+
+    return {n: gaps(n) for n in nodes if place[n[0]] == device}
+
+
 def lower_bound(p: Problem, u: _Units | None = None) -> tuple[int, dict]:
     """A makespan no schedule can beat (scaled units), and the argument, as data.
 
@@ -255,19 +283,21 @@ class _Encoding:
     Z3 in one go (building them through the Python API costs seconds)."""
 
     def __init__(self, p: Problem, u: _Units, *, fifo: bool, timeout_s: float | None,
-                 cuts: bool = True):
+                 cuts: bool = True, device: int | None = None):
         import z3
 
         from .solver import make_solver
 
         self.z3 = z3
-        self.p, self.u, self.fifo, self.cuts = p, u, fifo, cuts
+        self.p, self.u, self.fifo, self.cuts, self.device = p, u, fifo, cuts, device
         self.solver = make_solver(timeout_s=timeout_s, simple=True)
         place = p.placement_obj().routes[0]
         M, S = p.microbatches, p.stages
         # groups: FIFO chains (one per stage and kind), or one action each
         self.groups: list[tuple[int, str, tuple[int, ...]]] = []
         for s in range(S):
+            if device is not None and place[s] != device:
+                continue  # the relaxation keeps one device; the others become time lags
             for k in p.kinds:
                 if fifo:
                     self.groups.append((s, k, tuple(range(M))))
@@ -345,8 +375,17 @@ class _Encoding:
                                     out(f"(assert (or (not {o}) o_{a}_{j}_{b}_{k + 1}))")
                                 if j > 0:
                                     out(f"(assert (or (not {o}) o_{a}_{j - 1}_{b}_{k}))")
+        if self.device is not None:
+            # one device alone: every path between two of its actions through other devices
+            # (same microbatch) is a lag of the path's length, the rest runs infinitely fast
+            lags = _lags(p, u, self.device)
+            for (s, k, i), x in self.where.items():
+                for (ps, pk), lag in lags.get((s, k), {}).items():
+                    y = self.where[(ps, pk, i)]
+                    out(f"(assert (>= {self.t(x)} (+ {self.t(y)} {dur[y[0]] + lag})))")
+                    out(f"(assert {self.before(y, x)})")
         # dependencies (deps.NEEDS), per microbatch
-        for (s, k, i), x in self.where.items():
+        for (s, k, i), x in (self.where.items() if self.device is None else ()):
             for need, ps in rules.needs(Action(s, k, i), p.stages):
                 pk = next(c for c in need.kinds if c in p.kinds)
                 y = self.where[(ps, pk, i)]
@@ -440,7 +479,7 @@ class _Encoding:
                     except z3.Z3Exception:  # this solver does not take hints: search without
                         return
 
-    def fixed_outside(self, report, lo: int, hi: int) -> list:
+    def fixed_outside(self, report, lo: int, hi: int, devices=None) -> list:
         """Assumptions that keep ``report``'s device order for every pair of actions except
         pairs that both start within [lo, hi) (scaled time): a neighbourhood to re-optimise."""
         z3 = self.z3
@@ -451,7 +490,8 @@ class _Encoding:
                 x = self.where[(a.stage, a.kind, a.microbatch)]
                 pos[x] = n
                 start[x] = st * self.u.tscale
-        inside = {x for x, st in start.items() if lo <= st < hi}
+        inside = {x for x, st in start.items() if lo <= st < hi
+                  and (devices is None or self.gdev[x[0]] in devices)}
         out = []
         for (a, b), n in self._pair_sizes.items():
             na, nb = n
@@ -473,7 +513,9 @@ class _Encoding:
         r = self.solver.check(*assumptions)
         z3 = self.z3
         if r == z3.sat:
-            return "sat", self.decode(self.solver.model())
+            model = self.solver.model()
+            self.last_makespan = model.eval(z3.Int("makespan"), model_completion=True).as_long()
+            return "sat", self.decode(model)
         if r == z3.unsat:
             return "unsat", None
         return "unknown", self.solver.reason_unknown()
@@ -590,12 +632,14 @@ GREEDY_POLICIES = ((B, I, W, F), (B, I, F, W), (F, B, I, W))
 
 
 def greedy(p: Problem, priority: tuple[str, ...] = GREEDY_POLICIES[0], *, rng=None,
-           slack: int = 0) -> Schedule | None:
+           slack: int = 0, reserve: int = 0) -> Schedule | None:
     """A list schedule: whenever a device is free, run the ready action (microbatches in
     order per stage and kind) that can start first, preferring kinds by ``priority``; a
     forward waits while it would exceed the memory limit.  With ``rng``, an action that can
     start within ``slack`` (scaled time) of the earliest one competes too, and ties are
-    broken at random (a randomised restart of the heuristic).  None when memory blocks every
+    broken at random (a randomised restart of the heuristic); ``reserve`` (scaled memory)
+    keeps a forward waiting unless that much room is left after it, which makes room for
+    the backwards sooner.  None when memory blocks every
     device (the heuristic got stuck; the exact search may still succeed)."""
     u = _Units(p)
     place = p.placement_obj().routes[0]
@@ -630,6 +674,9 @@ def greedy(p: Problem, priority: tuple[str, ...] = GREEDY_POLICIES[0], *, rng=No
                 if not ok:
                     continue
                 if k == F and u.limit is not None and mem[d] + u.alloc[s] > u.limit:
+                    continue
+                if (k == F and reserve and u.limit is not None
+                        and mem[d] + u.alloc[s] + reserve > u.limit and mem[d] > u.static[d]):
                     continue
                 cands.append((ready, rank[k], -s if k != F else s, d, s, k, i))
         if not cands:
@@ -666,7 +713,8 @@ def randomised_greedy(p: Problem, seconds: float, *, seed: int = 0):
     while time.monotonic() < stop and n < 2000:
         n += 1
         prio = GREEDY_POLICIES[n % len(GREEDY_POLICIES)]
-        sched = greedy(p, prio, rng=rng, slack=rng.randint(0, maxdur))
+        reserve = rng.choice([0, 0, max(u.alloc.values()) // 2, max(u.alloc.values())])
+        sched = greedy(p, prio, rng=rng, slack=rng.randint(0, maxdur), reserve=reserve)
         if sched is None:
             continue
         rep = evaluate(p, sched)
@@ -852,11 +900,14 @@ class _Search:
         status, reason = "feasible", None
         # quick randomised list schedules before the solver
         if self.warm and best > lb:
-            for s2, r2 in randomised_greedy(p, min(2.0, self.left() / 20)):
+            for s2, r2 in randomised_greedy(p, min(3.0, self.left() / 20)):
                 ms = round(r2.metrics.makespan * u.tscale)
                 if ms < best:
                     best, best_s, best_r = ms, s2, r2
                     self.log.append(("greedy", ms))
+        # per-device relaxations (the other devices become time lags) raise the lower bound
+        if best > lb:
+            lb = self.relaxation_bound(best, lb, cert, share=0.35)
         budget = 5.0
         width = 0.25
         probed = False
@@ -882,18 +933,29 @@ class _Search:
                 # let the solver re-order inside it, each try with a small budget
                 improved = False
                 span = best * width
+                # neighbourhoods: time windows over every device, then pairs of neighbouring
+                # devices over a window twice as wide
+                hoods = []
                 lo = 0.0
-                while lo < best and self.left() > 0:
-                    extra = enc.fixed_outside(best_r, lo, lo + span)
+                while lo < best:
+                    hoods.append((lo, lo + span, None))
+                    lo += span / 2
+                for d in range(max(1, p.devices - 1)):
+                    for lo in range(0, best, max(1, int(span))):
+                        hoods.append((lo, lo + 2 * span, {d, d + 1}))
+                for lo, hi, devs in hoods:
+                    if self.left() <= 0:
+                        break
+                    extra = enc.fixed_outside(best_r, lo, hi, devs)
                     t = best - 1
                     r, value = enc.check(t, limit, min(self.left(), 2.0), extra)
-                    self.log.append(("lns", u.time(t), round(lo), r, round(time.monotonic() - self.t0, 3)))
+                    self.log.append(("lns", u.time(t), round(lo), devs and sorted(devs), r,
+                                     round(time.monotonic() - self.t0, 3)))
                     if r == "sat":
                         s2, r2 = self.validated(value)
                         best, best_s, best_r = round(r2.metrics.makespan * u.tscale), s2, r2
                         improved = True
                         break
-                    lo += span / 2
                 if not improved:
                     width *= 2
                 continue
@@ -919,6 +981,54 @@ class _Search:
             else:
                 width = 0.25  # unknown within the budget: search neighbourhoods again
         return self.result(status, "makespan", best_s, best_r, u.time(lb), reason, warm, cert)
+
+    def relaxation_bound(self, best: int, lb: int, cert: dict, *, share: float) -> int:
+        """Raise ``lb`` with one-device relaxations: device d alone, its actions' dependencies
+        through other devices replaced by the least time those paths take, memory limit kept.
+        Any schedule's restriction to d satisfies the relaxation, so the relaxation's optimum
+        is a lower bound.  Each device gets a share of the time; Z3 bisects on its makespan."""
+        p, u = self.p, self.u
+        stop = time.monotonic() + self.left() * share
+        place = p.placement_obj().routes[0]
+        est, tails = _earliest(p, u), _tails(p, u)
+        # likely bottleneck first: the device whose arithmetic bound is largest
+        bk = I if p.split else B
+
+        def weight(d):
+            arith = (min(est[(s, F)] for s in range(p.stages) if place[s] == d)
+                     + p.microbatches * sum(u.idur[(s, k)] for s in range(p.stages)
+                                            if place[s] == d for k in p.kinds))
+            if u.limit is None:
+                return arith
+            # under a memory limit, the device whose activations wait longest for their
+            # backward (the longest round trip) stalls first
+            lags = _lags(p, u, d)
+            return max(lags[(s, bk)].get((s, F), 0) for s in range(p.stages) if place[s] == d)
+
+        order = sorted(range(p.devices), key=lambda d: (-weight(d), d))
+        for d in order:
+            if time.monotonic() >= stop or lb >= best:
+                break
+            enc = _Encoding(p, u, fifo=self.fifo, timeout_s=max(stop - time.monotonic(), 0.01), device=d)
+            lo, hi = lb, best - 1
+            t = hi  # first: can the relaxation beat the incumbent at all?
+            while lo <= hi and time.monotonic() < stop:
+                r, _ = enc.check(t, u.limit, max(stop - time.monotonic(), 0.01))
+                self.log.append(("relax", d, u.time(t), r, round(time.monotonic() - self.t0, 3)))
+                if r == "unsat":
+                    lo = t + 1
+                    if lo > lb:
+                        lb = lo
+                        cert["lower_bound_argument"] = {
+                            "relaxation": f"device {d} alone (other devices as time lags, memory "
+                                          f"limit kept) cannot finish by {u.time(t)}: Z3 unsat",
+                            "bound": u.time(lb)}
+                elif r == "sat":
+                    hi = min(t, enc.last_makespan) - 1
+                else:
+                    break
+                t = (lo + hi) // 2
+        return lb
 
     # -- minimise peak memory under a makespan bound
     def run_memory(self, makespan_bound):
