@@ -288,10 +288,35 @@ def resolve_costs(schedule: Schedule, override=None) -> Costs:
     """
     base = schedule.costs if schedule.costs is not None else Costs()
     if override is None:
-        return base
-    if isinstance(override, Costs):
-        return override
-    return replace(base, **dict(override))
+        costs = base
+    elif isinstance(override, Costs):
+        costs = override
+    else:
+        costs = replace(base, **_fields("costs", override, COSTED_KINDS + ("comm",)))
+    _check_per_stage("costs", costs, COSTED_KINDS, schedule.stages)
+    return costs
+
+
+def _fields(what: str, values, known: tuple[str, ...]) -> dict:
+    """An override mapping with per-stage lists made tuples; unknown keys are a UsageError."""
+    from .errors import UsageError
+
+    out = {}
+    for key, value in dict(values).items():
+        if key not in known:
+            raise UsageError(f"{what}: unknown field {key!r}; known: {', '.join(known)}")
+        out[key] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def _check_per_stage(what: str, obj, keys, stages: int) -> None:
+    from .errors import UsageError
+
+    for key in keys:
+        value = getattr(obj, key)
+        if isinstance(value, tuple) and len(value) != stages:
+            raise UsageError(f"{what} {key}: {len(value)} per-stage values given, but the schedule "
+                             f"has {stages} stages")
 
 
 def resolve_memory(schedule: Schedule, override=None, limit: float | None = None) -> MemoryModel:
@@ -300,7 +325,12 @@ def resolve_memory(schedule: Schedule, override=None, limit: float | None = None
     if isinstance(override, MemoryModel):
         base = override
     elif override:
-        base = replace(base, **dict(override))
+        base = replace(base, **_fields("memory", override, ("activation", "w", "static", "limit")))
     if limit is not None:
         base = replace(base, limit=limit)
+    _check_per_stage("memory", base, ("activation", "static"), schedule.stages)
+    if not 0 <= base.w <= 1:
+        from .errors import UsageError
+
+        raise UsageError(f"memory w: the weight gradient's share of the activation is in 0..1, got {base.w!r}")
     return base

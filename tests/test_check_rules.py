@@ -465,6 +465,21 @@ def test_bad_arguments_raise_usage_errors():
         sv.check(build(ONE_F_ONE_B), comm_semantics="lazy")
     with pytest.raises(sv.UsageError, match="expected a Schedule"):
         sv.check(ONE_F_ONE_B)
+    # Regression: these crashed with IndexError/TypeError deep in the timeline
+    s = build(ONE_F_ONE_B)
+    for options, message in [
+        ({"costs": {"F": (1, 2, 3)}}, "costs F: 3 per-stage values given, but the schedule has 2 stages"),
+        ({"costs": {"Q": 1}}, "costs: unknown field 'Q'"),
+        ({"memory": {"activation": (1,)}}, "memory activation: 1 per-stage values given"),
+        ({"memory": {"w": 1.5}}, "memory w: the weight gradient's share of the activation is in 0..1, got 1.5"),
+        ({"memory": {"limt": 1}}, "memory: unknown field 'limt'"),
+    ]:
+        with pytest.raises(sv.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            sv.check(s, **options)
+        with pytest.raises(sv.UsageError):
+            sv.timeline(s, **options)
+    # per-stage lists are accepted as well as tuples
+    assert sv.check(s, costs={"F": [1, 3]}).metrics.makespan == sv.check(s, costs={"F": (1, 3)}).metrics.makespan
 
 
 # ------------------------------------------------------------------ against a naive reading of SPEC
