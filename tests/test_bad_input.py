@@ -257,3 +257,59 @@ def test_a_byte_order_mark_is_not_content(tmp_path, name, content):
     code, out, err = check_file(tmp_path, name, b"\xef\xbb\xbf" + content.encode())
     assert (code, err) == (0, ""), err
     assert "VALID" in out
+
+
+# --------------------------------------------------------------------- fuzz: never a traceback
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 10**8), st.floats(allow_nan=False, allow_infinity=False),
+              st.text(max_size=8), st.sampled_from(["0F0", "1B1", "loop", "v", "eager", "0X", "(0F0;0B1)OVERLAP_F_B"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=12,
+)
+FIELDS = ["format", "name", "devices", "stages", "microbatches", "placement", "routes", "microbatch_route",
+          "order", "costs", "memory", "comm_semantics", "metadata", "extra"]
+
+
+@given(st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=4))
+def test_fuzzed_json_fields_never_crash(tmp_path_factory, changes):
+    d = json.loads(doc())
+    d.update(changes)
+    path = tmp_path_factory.mktemp("fuzz") / "f.json"
+    path.write_text(json.dumps(d))
+    code, out, err = run_cli(str(path), "--format", "json")
+    assert code in (0, 1, 2)
+    assert "Traceback" not in err
+    report = json.loads(out)
+    if code == 2:
+        assert report["verdict"] == "error" and str(path) in err
+    else:
+        assert report["verdict"] == ("valid" if code == 0 else "invalid")
+
+
+@given(st.lists(st.lists(st.one_of(st.sampled_from(["", "0F0", "0B0", "1F0", "1B0", "0I0", "0W0", "1SEND_F0",
+                                                    "0RECV_B0", "0REDUCE_GRAD", "(0F1;0B0)OVERLAP_F_B"]),
+                                   st.text(max_size=5)), max_size=6), max_size=4))
+def test_fuzzed_csv_never_crashes(tmp_path_factory, rows):
+    import csv
+
+    path = tmp_path_factory.mktemp("fuzz") / "f.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    code, out, err = run_cli(str(path))
+    assert code in (0, 1, 2)
+    assert "Traceback" not in err
+    assert (code == 2) == bool(err)
+
+
+@given(st.binary(max_size=200))
+def test_fuzzed_bytes_never_crash(tmp_path_factory, data):
+    for name in ("f.json", "f.csv", "f"):
+        path = tmp_path_factory.mktemp("fuzz") / name
+        path.write_bytes(data)
+        code, out, err = run_cli(str(path))
+        assert code in (0, 1, 2)
+        assert "Traceback" not in err

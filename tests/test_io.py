@@ -256,6 +256,8 @@ def test_parse_action(text, action):
     ("0F1x", "unexpected 'x' after 0F1"),
     ("(0F1;0B0)", "expected '(<forward>;<backward>)OVERLAP_F_B'"),
     ("(0F1)OVERLAP_F_B", "exactly two sub-actions, got 1"),
+    ("0\n0", "unknown action type ''"),  # regression: a newline in a CSV cell crashed the parser
+    ("0F0\n1", "unexpected '.n1' after 0F0 in"),
 ])
 def test_parse_action_errors(text, message):
     with pytest.raises(sv.io.ActionSyntaxError, match=message.replace("(", r"\(").replace(")", r"\)")):

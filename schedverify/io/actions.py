@@ -28,7 +28,7 @@ _KINDS = {k: k for k in ALL_KINDS}  # interns the kind strings the regex hands b
 _SIMPLE = re.compile(
     r"(\d+)(F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)(\d*)"
 )
-_ANY = re.compile(r"(-?\d*)([A-Za-z_]*)(\d*)(.*)")
+_ANY = re.compile(r"(-?\d*)([A-Za-z_]*)(\d*)(.*)", re.DOTALL)  # a cell may hold a newline
 
 
 _new = tuple.__new__
