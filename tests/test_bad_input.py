@@ -112,6 +112,10 @@ UNREADABLE = [
     ("bad_quote.csv", '0F0,"0B0\n', ["bad_quote.csv", "not valid CSV"]),
     ("deep.json", "[" * 100000, ["deep.json", "invalid JSON"]),
     ("nan.json", doc(costs={"F": 1}).replace('"F": 1', '"F": NaN'), ["costs.F", "expected a finite number", "nan"]),
+    # regressions: these raised OverflowError / ValueError tracebacks
+    ("huge_int_cost.json", doc(costs={"F": 10**400}), ["costs.F", "expected a finite number", "(integer)"]),
+    ("huge_int_limit.json", doc(memory={"limit": 10**400}), ["memory.limit", "expected a finite number"]),
+    ("huge_digits.json", doc().replace('"devices": 2', '"devices": ' + "9" * 5000), ["invalid JSON", "4300 digits"]),
 ]
 
 
@@ -265,7 +269,7 @@ from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-3, 10**8), st.floats(allow_nan=False, allow_infinity=False),
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 10**8), st.integers(min_value=-3), st.floats(allow_nan=False, allow_infinity=False),
               st.text(max_size=8), st.sampled_from(["0F0", "1B1", "loop", "v", "eager", "0X", "(0F0;0B1)OVERLAP_F_B"])),
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
     max_leaves=12,

@@ -65,7 +65,8 @@ class _Reader:
         return v
 
     def number(self, where: str, v: Any, *, minimum: float = 0.0, maximum: float | None = None):
-        if type(v) not in (int, float) or not math.isfinite(v):
+        # an int is compared, not converted: math.isfinite(10**400) raises OverflowError
+        if type(v) not in (int, float) or not (abs(v) <= 1e308 if type(v) is int else math.isfinite(v)):
             raise self.fail(where, f"expected a finite number, got {_describe(v)}")
         if v < minimum:
             raise self.fail(where, f"must be at least {minimum:g}, got {v}")
@@ -125,6 +126,8 @@ def loads(text: str | bytes, source: str = "<string>") -> Schedule:
     except json.JSONDecodeError as e:
         raise InputError(f"invalid JSON: {e.msg}", source=source,
                          where=f"line {e.lineno}, column {e.colno}") from None
+    except ValueError as e:  # for example an integer of more than 4300 digits
+        raise InputError(f"invalid JSON: {e}", source=source) from None
     except RecursionError:
         raise InputError("invalid JSON: nested too deeply", source=source) from None
     return from_document(doc, source)
