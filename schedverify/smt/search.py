@@ -914,9 +914,10 @@ class _Search:
         while True:
             if best <= lb:
                 status = "optimal"
-                if "proof" not in cert:
-                    cert["proof"] = (f"makespan {u.time(best)} equals the lower bound (head + work + "
-                                     f"tail of the busiest device, see lower_bound_argument)")
+                if "proof" not in cert or not cert["proof"].endswith(f"by {u.time(best - 1)} "
+                                                                      "under these limits (unsat)"):
+                    cert["proof"] = (f"makespan {u.time(best)} equals the lower bound (see "
+                                     f"lower_bound_argument)")
                 break
             left = self.left()
             if left <= 0:
