@@ -188,3 +188,16 @@ def test_cli_usage_errors():
     assert _cli("search", "--devices", "0", "--microbatches", "2")[0] == 2
     assert _cli("search", "--devices", "2", "--microbatches", "2", "--minimize", "memory")[0] == 2
     assert _cli("search", "--devices", "2", "--microbatches", "2", "--costs", "F=x")[0] == 2
+
+
+def test_relaxation_lower_bound_never_exceeds_the_optimum():
+    raised = 0
+    for D, M, split, costs, limit in CASES:
+        truth = exhaustive(D, M, split=split, costs=costs, memory_limit=limit)[0]
+        p = smt_search.make_problem(D, M, split_backward=split, costs=costs, memory_limit=limit)
+        s = smt_search._Search(p, fifo=True, time_limit=30, warm_start=False)
+        arithmetic = smt_search.lower_bound(p, s.u)[0]
+        lb = s.relaxation_bound(round((truth + 5) * s.u.tscale), arithmetic, {}, share=1.0)
+        assert arithmetic <= lb <= round(truth * s.u.tscale), (D, M, split, costs, limit)
+        raised += lb > arithmetic
+    assert raised  # the memory-limited cases need the relaxation to prove their optimum
