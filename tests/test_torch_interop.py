@@ -213,3 +213,17 @@ def test_examples_exported_from_pytorch_are_current(tmp_path):
     for path in written:
         assert path.read_text() == (root / "examples" / path.name).read_text(), path.name
         assert sv.check(sv.load(path)).is_valid
+
+
+def test_every_schedule_name_pytorch_knows_is_covered():
+    """If PyTorch adds a schedule to get_schedule_class, this test asks for it to be checked."""
+    import inspect
+    import re
+
+    names = set(re.findall(r'"(\w+)":\s*\w+,', inspect.getsource(ts.get_schedule_class)))
+    # the two base classes generate nothing: one is abstract, the other has an empty order
+    bases = {"PipelineScheduleSingle", "PipelineScheduleMulti"}
+    assert names - bases == set(CLASSES)
+    with pytest.raises(TypeError, match="abstract"):
+        build("PipelineScheduleSingle", 2, 4, 1)
+    assert build("PipelineScheduleMulti", 2, 4, 2).pipeline_order == {}
