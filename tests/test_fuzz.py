@@ -73,6 +73,8 @@ action_ish = st.text(alphabet="0123456789FBIWSENDRCV_OVERLAPUNHGF;(),\n \"{}[]:"
 @example(b"(0F0;0B0)OVERLAP_F_B\n", ".csv", [])
 @example(b"99999999999F0\n", ".csv", [])
 @example(b"[" * 100_000, ".json", [])
+@example(b"\xef\xbb\xbf0F0,0B0\n", ".csv", [])  # a byte-order mark, as Excel writes
+@example(b"\xef\xbb\xbf{}", ".json", [])
 def test_random_bytes(workdir, data, suffix, options):
     assert_clean(check_file(workdir, data, suffix, options), options)
 
