@@ -42,6 +42,7 @@ def export(directory: Path, pp: int = PP, per_rank: int = STAGES_PER_RANK,
     from torch.distributed.pipelining import schedules
 
     directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         schedule = schedules.ScheduleInterleaved1F1B(_stages(pp, per_rank), microbatches)
