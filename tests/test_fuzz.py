@@ -75,6 +75,7 @@ action_ish = st.text(alphabet="0123456789FBIWSENDRCV_OVERLAPUNHGF;(),\n \"{}[]:"
 @example(b"[" * 100_000, ".json", [])
 @example(b"\xef\xbb\xbf0F0,0B0\n", ".csv", [])  # a byte-order mark, as Excel writes
 @example(b"\xef\xbb\xbf{}", ".json", [])
+@example(b'{"format": "schedverify/1", "devices": ' + b"9" * 5000 + b"}", ".json", [])  # > 4300 digits
 def test_random_bytes(workdir, data, suffix, options):
     assert_clean(check_file(workdir, data, suffix, options), options)
 
@@ -82,7 +83,8 @@ def test_random_bytes(workdir, data, suffix, options):
 # --------------------------------------------------------------------------- random JSON
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-5, 10**20) | st.floats(allow_nan=True) | st.text(max_size=12),
+    st.none() | st.booleans() | st.integers(-5, 10**20) | st.sampled_from([10**400, -(10**4200)])
+    | st.floats(allow_nan=True) | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
     max_leaves=20,
 )
@@ -100,7 +102,7 @@ def test_random_json(workdir, doc, suffix, options):
 
 # --------------------------------------------------------------------------- near-valid files
 
-SIZES = st.sampled_from([0, -1, 1, 2, 3, 7, 10**8, 2**64, 1.5, "3", True, None, [], 1e300])
+SIZES = st.sampled_from([0, -1, 1, 2, 3, 7, 10**8, 2**64, 10**400, 1.5, "3", True, None, [], 1e300])
 
 
 @st.composite
