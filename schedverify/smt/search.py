@@ -203,11 +203,13 @@ def _tails(p: Problem, u: _Units) -> dict[tuple[int, str], int]:
     return {key: tail(key) for key in succ}
 
 
-def _lags(p: Problem, u: _Units, device: int) -> dict:
-    """For one device: (stage, kind) -> {(stage, kind) it must follow: least gap}, over every
+def _lags(p: Problem, u: _Units, device) -> dict:
+    """For one device (or a set of devices): (stage, kind) -> {(stage, kind) it must follow:
+    least gap}, over every
     dependency path of one microbatch (direct ones gap 0 or comm; through other devices, the
     durations and latencies on the path)."""
     place = p.placement_obj().routes[0]
+    devs = {device} if isinstance(device, int) else set(device)
     nodes = [(s, k) for s in range(p.stages) for k in p.kinds]
     preds: dict = {n: [] for n in nodes}
     for s, k in nodes:
@@ -220,7 +222,7 @@ def _lags(p: Problem, u: _Units, device: int) -> dict:
         if n not in memo:
             out: dict = {}
             for m, lat in preds[n]:
-                if place[m[0]] == device:
+                if place[m[0]] in devs:
                     out[m] = max(out.get(m, lat), lat)
                 for a, g in gaps(m).items():
                     v = g + u.idur[m] + lat
@@ -228,7 +230,7 @@ def _lags(p: Problem, u: _Units, device: int) -> dict:
             memo[n] = out
         return memo[n]
 
-    return {n: gaps(n) for n in nodes if place[n[0]] == device}
+    return {n: gaps(n) for n in nodes if place[n[0]] in devs}
 
 
 def lower_bound(p: Problem, u: _Units | None = None) -> tuple[int, dict]:
@@ -296,8 +298,9 @@ class _Encoding:
         # groups: FIFO chains (one per stage and kind), or one action each
         self.groups: list[tuple[int, str, tuple[int, ...]]] = []
         for s in range(S):
-            if device is not None and place[s] != device:
-                continue  # the relaxation keeps one device; the others become time lags
+            if device is not None and place[s] not in (
+                    {device} if isinstance(device, int) else set(device)):
+                continue  # the relaxation keeps its devices; the others become time lags
             for k in p.kinds:
                 if fifo:
                     self.groups.append((s, k, tuple(range(M))))
@@ -383,7 +386,8 @@ class _Encoding:
                 for (ps, pk), lag in lags.get((s, k), {}).items():
                     y = self.where[(ps, pk, i)]
                     out(f"(assert (>= {self.t(x)} (+ {self.t(y)} {dur[y[0]] + lag})))")
-                    out(f"(assert {self.before(y, x)})")
+                    if self.gdev[y[0]] == self.gdev[x[0]]:
+                        out(f"(assert {self.before(y, x)})")
         # dependencies (deps.NEEDS), per microbatch
         for (s, k, i), x in (self.where.items() if self.device is None else ()):
             for need, ps in rules.needs(Action(s, k, i), p.stages):
@@ -990,6 +994,7 @@ class _Search:
         is a lower bound.  Each device gets a share of the time; Z3 bisects on its makespan."""
         p, u = self.p, self.u
         stop = time.monotonic() + self.left() * share
+        cap = max(2.0, self.left() * share / 4)
         place = p.placement_obj().routes[0]
         est, tails = _earliest(p, u), _tails(p, u)
         # likely bottleneck first: the device whose arithmetic bound is largest
@@ -1007,22 +1012,26 @@ class _Search:
             return max(lags[(s, bk)].get((s, F), 0) for s in range(p.stages) if place[s] == d)
 
         order = sorted(range(p.devices), key=lambda d: (-weight(d), d))
-        for d in order:
+        # single devices, then neighbouring pairs (tighter, slower) from the bottleneck on
+        groups: list = list(order)
+        groups += [(d, d + 1) for d in order if d + 1 < p.devices]
+        for d in groups:
             if time.monotonic() >= stop or lb >= best:
                 break
             enc = _Encoding(p, u, fifo=self.fifo, timeout_s=max(stop - time.monotonic(), 0.01), device=d)
             lo, hi = lb, best - 1
-            t = hi  # first: can the relaxation beat the incumbent at all?
+            t = (lo + hi) // 2
             while lo <= hi and time.monotonic() < stop:
-                r, _ = enc.check(t, u.limit, max(stop - time.monotonic(), 0.01))
+                # each probe gets a slice, so one hard probe does not starve the others
+                r, _ = enc.check(t, u.limit, max(min(stop - time.monotonic(), cap), 0.01))
                 self.log.append(("relax", d, u.time(t), r, round(time.monotonic() - self.t0, 3)))
                 if r == "unsat":
                     lo = t + 1
                     if lo > lb:
                         lb = lo
                         cert["lower_bound_argument"] = {
-                            "relaxation": f"device {d} alone (other devices as time lags, memory "
-                                          f"limit kept) cannot finish by {u.time(t)}: Z3 unsat",
+                            "relaxation": f"device(s) {d} alone (other devices as time lags, "
+                                          f"memory limit kept) cannot finish by {u.time(t)}: Z3 unsat",
                             "bound": u.time(lb)}
                 elif r == "sat":
                     hi = min(t, enc.last_makespan) - 1
