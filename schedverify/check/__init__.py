@@ -63,7 +63,7 @@ class _Run:
     def metrics(self):
         if self.timeline.completed:
             return self.timeline.metrics(self.memory)
-        return order_only_metrics(self.graph, self.memory_model)
+        return order_only_metrics(self.timeline, self.memory)
 
 
 def iter_violations(schedule: Schedule, *, costs=None, memory=None, memory_limit=None,

@@ -23,13 +23,14 @@ def _num(x: float) -> float | int:
 class DeviceMetrics:
     device: int
     busy: float
-    idle: float
+    idle: float | None  # None when the schedule cannot run to the end
     peak_inflight: int
     peak_memory: float
     static_memory: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "busy": _num(self.busy), "idle": _num(self.idle),
+        return {"device": self.device, "busy": _num(self.busy),
+                "idle": None if self.idle is None else _num(self.idle),
                 "peak_inflight": self.peak_inflight, "peak_memory": _num(self.peak_memory),
                 "static_memory": _num(self.static_memory)}
 
@@ -167,9 +168,12 @@ def timeline(schedule: Schedule, *, costs=None, memory=None, comm_semantics: str
     return tl
 
 
-def order_only_metrics(graph: Graph, memory: MemoryModel) -> Metrics:
-    """Metrics of a schedule that cannot run: no timing, but memory peaks (order-only)."""
-    mem = memory_sweep(graph, memory)
-    devices = tuple(DeviceMetrics(d, 0, 0, mem.peak_inflight[d], mem.peak_memory[d], mem.static[d])
-                    for d in range(graph.schedule.devices))
-    return Metrics(None, None, None, devices)
+def order_only_metrics(timeline: Timeline, memory: MemoryResult | None = None) -> Metrics:
+    """Metrics of a schedule that cannot run to the end: each device's busy time (the sum of
+    its actions' costs) and its memory peaks (they follow the order), but no makespan, idle
+    time or bubble."""
+    mem = memory or memory_sweep(timeline.graph, timeline.memory_model)
+    busy = timeline.busy()
+    devices = tuple(DeviceMetrics(d, busy[d], None, mem.peak_inflight[d], mem.peak_memory[d], mem.static[d])
+                    for d in range(timeline.schedule.devices))
+    return Metrics(None, None, None, devices, costs=timeline.costs)

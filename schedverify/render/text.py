@@ -65,8 +65,7 @@ def grid(schedule: Schedule, marks: Iterable[tuple[int, int]] = (), *, max_steps
 def device_table(report: Report) -> str:
     m = report.metrics
     head = ("device", "busy", "idle", "peak in-flight", "peak memory")
-    rows = [(str(d.device), fmt(d.busy if m.makespan is not None else None),
-             fmt(d.idle if m.makespan is not None else None), str(d.peak_inflight), fmt(d.peak_memory))
+    rows = [(str(d.device), fmt(d.busy), fmt(d.idle), str(d.peak_inflight), fmt(d.peak_memory))
             for d in m.devices]
     widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(head)]
     out = ["  ".join(h.rjust(w) for h, w in zip(head, widths))]
