@@ -202,3 +202,24 @@ def test_1f1b_closed_form_for_any_costs(D, M, F, B, comm):
     assert m.bubble_ratio == pytest.approx(m.makespan / busy - 1)
     if comm == 0:
         assert m.makespan == (M + D - 1) * (F + B)
+
+
+def test_comm_latency_with_explicit_communication_sits_between_send_and_recv():
+    order = [["0F0", "0SEND_F0", "0RECV_B0", "0B0"], ["1RECV_F0", "1F0", "1B0", "1SEND_B0"]]
+    t = times(sv.timeline(Schedule.build(order), costs={"comm": 1}))
+    assert t["0SEND_F0"] == (1, 1) and t["1RECV_F0"] == (2, 2) and t["1F0"] == (2, 3)
+    assert t["1SEND_B0"] == (5, 5) and t["0RECV_B0"] == (6, 6) and t["0B0"] == (6, 8)
+
+
+def test_rendezvous_send_waits_until_its_receive_is_posted():
+    # device 1 posts the receive of microbatch 1 only after 1B0; under rendezvous the send on
+    # device 0 cannot happen before that, under eager it returns at once.
+    order = [["0F0", "0SEND_F0", "0F1", "0SEND_F1", "0RECV_B0", "0B0", "0RECV_B1", "0B1"],
+             ["1RECV_F0", "1F0", "1B0", "1RECV_F1", "1SEND_B0", "1F1", "1B1", "1SEND_B1"]]
+    s = Schedule.build(order)
+    eager = times(sv.timeline(s, comm_semantics="eager"))
+    rdv = times(sv.timeline(s, comm_semantics="rendezvous"))
+    assert eager["0SEND_F1"] == (2, 2)  # a send never blocks
+    # 1RECV_F1 is posted when 1B0 ends (at 4): the send starts then
+    assert rdv["0SEND_F1"] == (4, 4)
+    assert rdv["0RECV_B0"][0] >= rdv["0SEND_F1"][1]
