@@ -64,7 +64,7 @@ def load(path: str | os.PathLike, **csv_options) -> Schedule:
     CSV cannot say.
     """
     text = read_text(path)
-    name = str(path)
+    name = "<stdin>" if str(path) == "-" else str(path)
     suffix = Path(name).suffix.lower()
     if suffix == ".json" and not text.lstrip().startswith("{"):
         return jsonfmt.loads(text, name)  # says exactly what is wrong with it as JSON

@@ -21,6 +21,13 @@ def fmt(x) -> str:
     return str(x)
 
 
+def plural(count: int, word: str) -> str:
+    """``1 device``, ``4 devices``, ``1 microbatch``, ``8 microbatches``."""
+    if count == 1:
+        return f"1 {word}"
+    return f"{count} {word}{'es' if word.endswith(('ch', 's')) else 's'}"
+
+
 def costs_text(costs) -> str:
     """``F=1 B=2 I=1 W=1 comm=0``, plus any overlap or communication cost that is set;
     a per-stage cost reads ``F=1:1:2:2``, as ``--costs`` takes it."""
@@ -76,8 +83,9 @@ def device_table(report: Report) -> str:
 def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: bool = False,
                 max_path: int = 12) -> str:
     s = schedule
-    what = f"{s.name + ': ' if s.name else ''}{s.devices} devices, {s.stages} stages, " \
-           f"{s.microbatches} microbatches, {s.num_actions} actions"
+    what = f"{s.name + ': ' if s.name else ''}" + ", ".join(
+        plural(k, w) for k, w in ((s.devices, "device"), (s.stages, "stage"),
+                                  (s.microbatches, "microbatch"), (s.num_actions, "action")))
     n = len(report.violations) + report.truncated
     verdict = report.verdict.value.upper()
     least = "" if report.truncated_exact else "at least "
@@ -324,8 +332,9 @@ def _legend(view, level: int | None) -> str:
 def headline(source: str, view) -> str:
     """``FILE: VERDICT, n violations  (name: D devices, S stages, M microbatches, N actions)``."""
     s, report = view.schedule, view.report
-    what = f"{s.name + ': ' if s.name else ''}{s.devices} devices, {s.stages} stages, " \
-           f"{s.microbatches} microbatches, {s.num_actions} actions"
+    what = f"{s.name + ': ' if s.name else ''}" + ", ".join(
+        plural(k, w) for k, w in ((s.devices, "device"), (s.stages, "stage"),
+                                  (s.microbatches, "microbatch"), (s.num_actions, "action")))
     n = len(report.violations) + report.truncated
     verdict = report.verdict.value.upper()
     return f"{source}: {verdict}" + (f", {n} violation{'s' * (n != 1)}" if n else "") + f"  ({what})"
