@@ -30,7 +30,7 @@ costs_st = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=40)
+@settings(max_examples=20)
 @given(family=st.sampled_from(FAMILIES), p=st.integers(2, 8), m=st.integers(1, 24), costs=costs_st)
 def test_makespan_and_bubbles_match_the_timeline(family, p, m, costs):
     tl = _simulated(family, p, m, costs)
@@ -48,7 +48,7 @@ def test_makespan_and_bubbles_match_the_timeline(family, p, m, costs):
         Fraction(met.makespan - busy[d])
 
 
-@settings(max_examples=40)
+@settings(max_examples=20)
 @given(family=st.sampled_from(FAMILIES), p=st.integers(2, 8), m=st.integers(1, 24),
        d=st.integers(0, 7))
 def test_peaks_match_the_timeline(family, p, m, d):
@@ -69,7 +69,7 @@ def test_interleaved_on_its_cost_slice_matches_the_timeline():
         assert f.evaluate({"p": p, "m": m, "v": v}, costs) == Fraction(tl.makespan)
 
 
-@settings(max_examples=30)
+@settings(max_examples=15)
 @given(family=st.sampled_from(FAMILIES), p=st.integers(2, 6), m=st.integers(1, 12), costs=costs_st)
 def test_symbolic_timeline_is_exact_for_every_cost(family, p, m, costs):
     """The max-of-linear-forms makespan at one size evaluates to the simulated makespan."""
