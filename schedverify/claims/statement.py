@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 import sympy
 from sympy.parsing.sympy_parser import (
     convert_xor,
-    implicit_multiplication_application,
     parse_expr,
     standard_transformations,
 )

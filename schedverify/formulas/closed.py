@@ -46,10 +46,7 @@ def _scalar(pieces: list[Piece]) -> sympy.Expr:
     if len(pieces) == 1:
         return _poly(pieces[0].value)
     hi, lo = pieces
-    a, b = _poly(hi.value), _poly(lo.value)
-    # a split at m >= T with the m-limited side below is often exactly a Min (or a Max):
-    # say so when it is an identity on both sides of the split (checked by sympy, not guessed)
-    return sympy.Piecewise((a, _cond(hi.cond)), (b, True))
+    return sympy.Piecewise((_poly(hi.value), _cond(hi.cond)), (_poly(lo.value), True))
 
 
 def _linear(comps) -> sympy.Expr:
