@@ -95,7 +95,7 @@ def infer_placement(order, devices: int, stages: int, microbatches: int) -> Plac
     # Only microbatches that have actions get a map (a dict, not a list of M dicts: M can be
     # large while the file is small); the others follow route 0.
     seen: dict[int, dict[int, int]] = {}
-    votes: list[Counter] = [Counter() for _ in range(stages)]
+    votes: dict[int, Counter] = {}  # only the stages that appear: S can be large, the file small
     for d, row in enumerate(order):
         for a in row:
             if a is None:
@@ -103,10 +103,13 @@ def infer_placement(order, devices: int, stages: int, microbatches: int) -> Plac
             for x in a.leaves():
                 if x.stage is None or not 0 <= x.stage < stages:
                     continue
-                votes[x.stage][d] += 1
+                votes.setdefault(x.stage, Counter())[d] += 1
                 if x.microbatch is not None and 0 <= x.microbatch < microbatches:
                     seen.setdefault(x.microbatch, {}).setdefault(x.stage, d)
-    majority = tuple(v.most_common(1)[0][0] if v else s % devices for s, v in enumerate(votes))
+    majority_list = [s % devices for s in range(stages)]
+    for s, v in votes.items():
+        majority_list[s] = v.most_common(1)[0][0]
+    majority = tuple(majority_list)
 
     groups: list[dict[int, int]] = []
     route_of: dict[int, int] = {}
