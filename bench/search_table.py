@@ -120,10 +120,15 @@ def findings(time_limit: float) -> None:
         return rep.metrics.makespan if rep.is_valid else f"invalid ({' '.join(rep.codes())})"
 
     cost_grid = [dict(F=1, I=1, W=1), dict(F=2, I=2, W=1), dict(F=1, I=2, W=1), dict(F=2, I=1, W=1),
-                 dict(F=1, I=1, W=2), dict(F=1, I=1, W=1, comm=1)]
+                 dict(F=1, I=1, W=2), dict(F=1, I=1, W=1, comm=1), dict(F=1, I=1, W=1, comm=2),
+                 dict(F=(1, 1, 1, 2), I=(1, 1, 1, 2), W=(1, 1, 1, 2))]
+
+    def fmt(costs):
+        return ",".join(f"{k}={':'.join(map(str, v)) if isinstance(v, tuple) else v}"
+                        for k, v in costs.items())
     print("\n## ZB-H1 under 1F1B's memory (limit D), ZB-H2 under 2D-1, against the optimum")
     print(f"{'D x M':7} {'costs':22} {'limit':>5} {'family':6} {'family T':>9} {'optimum':>8} "
-          f"{'status':>9} {'gap %':>6} {'s':>6}")
+          f"{'status':>9} {'LB':>6} {'gap %':>6} {'s':>6}")
     for D, M in ((4, 8), (4, 16)):
         for costs in cost_grid:
             for fam, limit in (("zb-h1", D), ("zb-h2", 2 * D - 1)):
@@ -131,12 +136,13 @@ def findings(time_limit: float) -> None:
                 r = search(D, M, split_backward=True, costs=costs, memory_limit=limit,
                            time_limit=time_limit)
                 gap = (100 * (fT - r.makespan) / r.makespan) if isinstance(fT, (int, float)) else None
-                cs = ",".join(f"{k}={v}" for k, v in costs.items())
+                cs = fmt(costs)
                 print(f"{D}x{M:<5} {cs:22} {limit:>5} {fam:6} {fT!s:>9} {r.makespan!s:>8} "
-                      f"{r.status:>9} {'-' if gap is None else f'{gap:.1f}':>6} {r.seconds:6.1f}",
+                      f"{r.status:>9} {r.lower_bound!s:>6} {'-' if gap is None else f'{gap:.1f}':>6} "
+                      f"{r.seconds:6.1f}",
                       flush=True)
     print("\n## Optimum against the best hand-designed family (same memory limit)")
-    print(f"{'D x M':7} {'costs':22} {'limit':>5} {'best family':>22} {'optimum':>8} {'status':>9}")
+    print(f"{'D x M':7} {'costs':22} {'limit':>5} {'best family':>22} {'optimum':>8} {'status':>9} {'LB':>6}")
     for D, M in ((4, 8),):
         for costs in cost_grid:
             for limit in (None, D, 2 * D - 1):
@@ -151,9 +157,10 @@ def findings(time_limit: float) -> None:
                         best = (n, row["makespan"])
                 r = search(D, M, split_backward=True, costs=costs, memory_limit=limit,
                            time_limit=time_limit)
-                cs = ",".join(f"{k}={v}" for k, v in costs.items())
+                cs = fmt(costs)
                 bf = f"{best[0]}={best[1]}" if best else "none fits"
-                print(f"{D}x{M:<5} {cs:22} {limit!s:>5} {bf:>22} {r.makespan!s:>8} {r.status:>9}",
+                print(f"{D}x{M:<5} {cs:22} {limit!s:>5} {bf:>22} {r.makespan!s:>8} {r.status:>9} "
+                      f"{r.lower_bound!s:>6}",
                       flush=True)
 
 
