@@ -34,9 +34,11 @@ t2 = time.perf_counter()
 r = schedverify.check(s)
 t3 = time.perf_counter()
 assert r.is_valid, r.violations[:3]
+# VmHWM is this process's own peak (ru_maxrss on Linux carries the parent's over exec)
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")]
+rss = int(hwm[0].split()[1]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"import": t1 - t0, "load": t2 - t1, "check": t3 - t2, "total": t3 - t1,
-                  "makespan": r.metrics.makespan, "actions": s.num_actions,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "makespan": r.metrics.makespan, "actions": s.num_actions, "rss_mb": rss}))
 """
 
 _TORCH_CHILD = r"""
@@ -84,12 +86,9 @@ def main() -> None:
                     help="largest size PyTorch's simulator is timed on (it is quadratic)")
     ap.add_argument("--torch-timeout", type=float, default=300)
     args = ap.parse_args()
-    try:
-        import torch  # noqa: F401
+    import importlib.util
 
-        have_torch = True
-    except ImportError:
-        have_torch = False
+    have_torch = importlib.util.find_spec("torch") is not None  # not imported: it is large
 
     print(f"schedverify check: 1F1B, {args.devices} devices, full check + timeline, best of {args.repeat}")
     print("| actions | file MB | load s | check s | total s | actions/s | peak RSS MB |"
