@@ -34,6 +34,7 @@ from .model import (
     W,
     Action,
     Schedule,
+    malformation,
     per_stage,
 )
 
@@ -256,7 +257,7 @@ def _index(g: Graph, S: int, M: int) -> None:
         code = code_of(a.kind)
         s, mb = a.stage, a.microbatch
         if code is None or type(s) is not int or type(mb) is not int or s < 0 or mb < 0:
-            g.malformed.append((i, _malformed_reason(a)))
+            g.malformed.append((i, malformation(a)))
             return
         if s >= S or mb >= M:
             g.out_of_range.append((i, a))
@@ -289,7 +290,7 @@ def _index(g: Graph, S: int, M: int) -> None:
             if sub is None:
                 if a.kind in BOOKKEEPING_KINDS:
                     if type(a.stage) is not int or a.stage < 0 or a.microbatch is not None:
-                        g.malformed.append((i, _malformed_reason(a)))
+                        g.malformed.append((i, malformation(a)))
                     elif a.stage >= S:
                         g.out_of_range.append((i, a))
                     else:
@@ -302,32 +303,11 @@ def _index(g: Graph, S: int, M: int) -> None:
                 leaf(i, a, d)
             elif (a.kind != OVERLAP_F_B or len(sub) != 2 or sub[0].kind != F
                   or sub[1].kind not in (B, I) or any(x.sub is not None for x in sub)):
-                g.malformed.append((i, _malformed_reason(a)))
+                g.malformed.append((i, malformation(a)))
             else:
                 leaf(i, sub[0], d)
                 leaf(i, sub[1], d)
     starts.append(len(acts))
-
-
-def _malformed_reason(a: Action) -> str:
-    from .model import ALL_KINDS
-
-    if a.sub is not None or a.kind == OVERLAP_F_B:
-        if a.kind != OVERLAP_F_B:
-            return f"only OVERLAP_F_B has sub-actions, not {a.kind!r}"
-        subs = a.sub or ()
-        kinds = [x.kind for x in subs]
-        if len(subs) != 2 or kinds[0] != F or kinds[1] not in (B, I):
-            return (f"OVERLAP_F_B must hold one forward then one backward (F;B or F;I), "
-                    f"got {';'.join(map(str, subs)) or 'nothing'}")
-        return "sub-actions cannot themselves overlap"
-    if a.kind not in ALL_KINDS:
-        return f"unknown action type {a.kind!r}"
-    if type(a.stage) is not int or a.stage < 0:
-        return f"stage index must be a whole number >= 0, got {a.stage!r}"
-    if a.kind in BOOKKEEPING_KINDS:
-        return f"{a.kind} takes no microbatch index, got {a.microbatch!r}"
-    return f"microbatch index must be a whole number >= 0, got {a.microbatch!r}"
 
 
 def _link(g: Graph, S: int, M: int) -> None:

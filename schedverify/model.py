@@ -71,6 +71,27 @@ def overlap(forward: Action, backward: Action) -> Action:
     return Action(None, OVERLAP_F_B, None, (forward, backward))
 
 
+def malformation(a: Action) -> str:
+    """Why ``a`` is not a well-formed action (SPEC.md 3.1), for an action already known not
+    to be: the one wording both checking engines use."""
+    if a.sub is not None or a.kind == OVERLAP_F_B:
+        if a.kind != OVERLAP_F_B:
+            return f"only OVERLAP_F_B has sub-actions, not {a.kind!r}"
+        subs = a.sub or ()
+        kinds = [x.kind for x in subs]
+        if len(subs) != 2 or kinds[0] != F or kinds[1] not in (B, I):
+            return (f"OVERLAP_F_B must hold one forward then one backward (F;B or F;I), "
+                    f"got {';'.join(map(str, subs)) or 'nothing'}")
+        return "sub-actions cannot themselves overlap"
+    if a.kind not in ALL_KINDS:
+        return f"unknown action type {a.kind!r}"
+    if type(a.stage) is not int or a.stage < 0:
+        return f"stage index must be a whole number >= 0, got {a.stage!r}"
+    if a.kind in BOOKKEEPING_KINDS:
+        return f"{a.kind} takes no microbatch index, got {a.microbatch!r}"
+    return f"microbatch index must be a whole number >= 0, got {a.microbatch!r}"
+
+
 # --------------------------------------------------------------------------- placement
 
 PlacementSpec = Union[str, Sequence[int]]

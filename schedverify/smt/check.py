@@ -37,7 +37,6 @@ from .. import diagnostics as dx
 from ..diagnostics import Location, Report, Verdict, Violation
 from ..errors import SchedverifyError, UsageError
 from ..model import (
-    ALL_KINDS,
     B,
     BOOKKEEPING_KINDS,
     COMM_KINDS,
@@ -45,12 +44,11 @@ from ..model import (
     F,
     I,
     OVERLAP_F_B,
-    RECV_B,
-    RECV_F,
     REDUCE_GRAD,
     W,
     Action,
     Schedule,
+    malformation,
     per_stage,
     resolve_costs,
     resolve_memory,
@@ -90,12 +88,12 @@ class _Index:
                     subs = a.sub or ()
                     if (a.kind != OVERLAP_F_B or len(subs) != 2 or subs[0].kind != F
                             or subs[1].kind not in (B, I) or any(x.sub is not None for x in subs)):
-                        malformed.append((e, _why_malformed(a)))
+                        malformed.append((e, malformation(a)))
                         continue
                     leaves = subs
                 elif a.kind in BOOKKEEPING_KINDS:
                     if type(a.stage) is not int or a.stage < 0 or a.microbatch is not None:
-                        malformed.append((e, _why_malformed(a)))
+                        malformed.append((e, malformation(a)))
                     elif a.stage >= S:
                         out_of_range.append((e, a))
                     else:
@@ -110,7 +108,7 @@ class _Index:
                     s, mb = x.stage, x.microbatch
                     if (x.kind not in _LEAF_KINDS or type(s) is not int or type(mb) is not int
                             or s < 0 or mb < 0):
-                        malformed.append((e, _why_malformed(x)))
+                        malformed.append((e, malformation(x)))
                         continue
                     if s >= S or mb >= M:
                         out_of_range.append((e, x))
@@ -192,19 +190,6 @@ class _Index:
             if (x.kind in _LEAF_KINDS and type(x.stage) is int and type(x.microbatch) is int
                     and 0 <= x.stage < S and 0 <= x.microbatch < M):
                 yield x
-
-
-def _why_malformed(a: Action) -> str:
-    if a.sub is not None or a.kind == OVERLAP_F_B:
-        return (f"{a.kind} with sub-actions must be OVERLAP_F_B holding one forward then one "
-                f"backward (F;B or F;I), got {a}")
-    if a.kind not in ALL_KINDS:
-        return f"unknown action type {a.kind!r}"
-    if type(a.stage) is not int or a.stage < 0:
-        return f"stage index must be a whole number >= 0, got {a.stage!r}"
-    if a.kind in BOOKKEEPING_KINDS:
-        return f"{a.kind} takes no microbatch index, got {a.microbatch!r}"
-    return f"microbatch index must be a whole number >= 0, got {a.microbatch!r}"
 
 
 class _Edges:

@@ -864,7 +864,6 @@ class _Search:
         return sched, rep
 
     def result(self, status, objective, sched, rep, lb, reason=None, warm=None, cert=None):
-        u = self.u
         ms = rep.metrics.makespan if rep is not None else None
         pk = rep.metrics.peak_memory if rep is not None else None
         if sched is not None:
@@ -996,7 +995,7 @@ class _Search:
         stop = time.monotonic() + self.left() * share
         cap = max(2.0, self.left() * share / 4)
         place = p.placement_obj().routes[0]
-        est, tails = _earliest(p, u), _tails(p, u)
+        est = _earliest(p, u)
         # likely bottleneck first: the device whose arithmetic bound is largest
         bk = I if p.split else B
 
