@@ -46,14 +46,25 @@ def non_negative_float(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e).replace("value: ", "")) from None
 
 
-def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
+def whole_number(minimum: int = 1, maximum: int | None = None, unit: str = ""):
+    """An argparse type: a whole number in ``minimum..maximum``; errors name the value."""
+    what = f"a whole number{' of ' + unit if unit else ''}"
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if v < minimum or (maximum is not None and v > maximum):
+            bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+            raise argparse.ArgumentTypeError(f"must be {bounds}{' ' + unit if unit else ''}, got {v}")
+        return v
+
+    parse.__name__ = "whole number"  # what argparse names in "invalid ... value"
+    return parse
+
+
+positive_int = whole_number(1)
 
 
 def check_costs_fit(costs: dict | None, schedule: Schedule, source: str) -> None:

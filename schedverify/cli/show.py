@@ -9,32 +9,15 @@ Exit code: 0 valid, 1 invalid (the picture is still drawn), 2 usage or input err
 
 from __future__ import annotations
 
-import argparse
 import shutil
 
 from ..errors import UsageError
 from . import EXIT_INVALID, EXIT_OK
-from .common import add_cost_options, add_input_options, check_costs_fit, load_input
+from .common import add_cost_options, add_input_options, check_costs_fit, load_input, whole_number
 
 
-def _width(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of columns, got {text!r}") from None
-    if v < 40:
-        raise argparse.ArgumentTypeError(f"must be at least 40 columns, got {v}")
-    return v
-
-
-def _dpi(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 20 <= v <= 1200:
-        raise argparse.ArgumentTypeError(f"must be between 20 and 1200, got {v}")
-    return v
+_width = whole_number(40, unit="columns")
+_dpi = whole_number(20, 1200)
 
 
 def register(sub) -> None:
