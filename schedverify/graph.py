@@ -86,6 +86,7 @@ class Graph:
     missing_recv: list[tuple[int, int, Action]] = field(default_factory=list)  # (i, producer j, recv)
     reduce_grads: list[int] = field(default_factory=list)
     counts: list[int] = field(default_factory=lambda: [0] * NCODES)
+    vectorised: bool = False  # built by the bulk path (_compile_fast), not action by action
     code: list[int] = field(default_factory=list)  # kind code of each plain action, else -1
     stage: list[int] = field(default_factory=list)  # stage of each plain action, else -1
     mixed: list[int] = field(default_factory=list)  # i of an I/B that meets its pair's B/I
@@ -208,6 +209,7 @@ def _compile_fast(g: Graph, S: int, M: int) -> bool:
     g.inversions = inversions
     g.code = codes
     g.stage = stg
+    g.vectorised = True
     return True
 
 
