@@ -9,6 +9,7 @@ action; it is skipped above --torch-max actions because it is quadratic.
 
     python bench/check_scaling.py                # 10k, 100k, 1M actions
     python bench/check_scaling.py --sizes 10000 --torch-max 100000
+    python bench/check_scaling.py --sizes 1000000 --repeat 1 --phases   # where the time goes
 """
 
 from __future__ import annotations
@@ -39,6 +40,26 @@ hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")]
 rss = int(hwm[0].split()[1]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"import": t1 - t0, "load": t2 - t1, "check": t3 - t2, "total": t3 - t1,
                   "makespan": r.metrics.makespan, "actions": s.num_actions, "rss_mb": rss}))
+"""
+
+_PHASES_CHILD = r"""
+import json, sys, time
+from schedverify import load
+from schedverify.cost.memory import memory_sweep
+from schedverify.graph import compile_graph, durations_for, sweep
+from schedverify.cost.timeline import Timeline
+from schedverify.model import resolve_costs, resolve_memory
+clock = time.perf_counter
+t = [clock()]
+s = load(sys.argv[1]); t.append(clock())
+g = compile_graph(s); t.append(clock())
+costs, memory = resolve_costs(s), resolve_memory(s)
+d = durations_for(g, costs); t.append(clock())
+r = sweep(g, d, costs.comm); t.append(clock())
+m = memory_sweep(g, memory); t.append(clock())
+Timeline(g, costs, memory, d, r).metrics(m); t.append(clock())
+names = ["load", "compile", "durations", "sweep", "memory", "metrics"]
+print(json.dumps({n: t[k + 1] - t[k] for k, n in enumerate(names)} | {"vectorised": g.vectorised}))
 """
 
 _TORCH_CHILD = r"""
@@ -85,6 +106,8 @@ def main() -> None:
     ap.add_argument("--torch-max", type=int, default=100_000,
                     help="largest size PyTorch's simulator is timed on (it is quadratic)")
     ap.add_argument("--torch-timeout", type=float, default=300)
+    ap.add_argument("--phases", action="store_true",
+                    help="also print where the time goes, phase by phase, for each size")
     args = ap.parse_args()
     import importlib.util
 
@@ -115,6 +138,10 @@ def main() -> None:
                 else:
                     row += " skipped | - | - |"
             print(row, flush=True)
+            if args.phases:
+                ph = run_child(_PHASES_CHILD, path, 600)
+                print("|   phases: " + ", ".join(f"{k} {v:.2f} s" if isinstance(v, float) else f"{k} {v}"
+                                                for k, v in ph.items()) + " |", flush=True)
 
 
 if __name__ == "__main__":
