@@ -1,9 +1,11 @@
 """The compiled dependency graph and the as-soon-as-possible sweep.
 
-``compile_graph`` flattens a schedule into arrays indexed by action (device, position,
-cross-device dependencies) in one pass, reading the rules from :mod:`schedverify.deps`.
-It records raw facts (duplicates, misplaced actions, same-device inversions, ...) as
-indices; :mod:`schedverify.check` turns them into Violations.
+``compile_graph`` flattens a schedule into columns indexed by action (device, position,
+kind, stage, the cross-device action each one waits for), reading the rules from
+:mod:`schedverify.deps`.  Plain compute-only schedules are compiled in bulk, column by
+column with C-level builtins; anything else action by action; both give the same Graph
+(tests/test_graph.py).  It records raw facts (duplicates, misplaced actions, same-device
+inversions, ...) as indices; :mod:`schedverify.check` turns them into Violations.
 
 ``sweep`` runs every device's list in order, each action as soon as its device is free and
 its dependencies have ended (SPEC.md section 4).  It is both the timeline and the deadlock
@@ -14,8 +16,8 @@ since a same-device dependency that comes earlier is implied by device order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections import deque
+from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
 from operator import add, and_, eq, gt, itemgetter, lt, mul, ne
 
@@ -373,13 +375,6 @@ _RECV_KIND = {KIND_CODE[RECV_F]: RECV_F, KIND_CODE[RECV_B]: RECV_B}
 
 
 # --------------------------------------------------------------------------- the sweep
-
-
-@dataclass
-class Stall:
-    """Where a sweep stopped: each blocked device's head action and what it waits for."""
-
-    blocked: dict[int, tuple[int, int]]  # device -> (head i, awaited j as stored in waits)
 
 
 @dataclass
