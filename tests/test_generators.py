@@ -16,7 +16,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from schedverify import Costs, UnsupportedSize, check, loads
+from schedverify import Costs, UnsupportedSize, loads
 from schedverify.cli import run
 from schedverify.cost import timeline
 from schedverify.generators import (
@@ -32,19 +32,10 @@ from schedverify.generators import (
 from schedverify.generators._build import megatron_schedule_table
 from schedverify.model import B, F, I, W
 
+from _helpers import assert_valid, cost, inflight
+
 sizes = st.integers(1, 7)
 mbs = st.integers(1, 16)
-cost = st.integers(1, 12).map(lambda n: Fraction(n, 4))
-
-
-def assert_valid(schedule, **kw):
-    report = check(schedule, **kw)
-    assert report.verdict.value == "valid", [str(v) for v in report.violations[:5]]
-    return report
-
-
-def inflight(schedule):
-    return [d.peak_inflight for d in check(schedule).metrics.devices]
 
 
 def kinds_before_first(row, kind, counted):

@@ -29,17 +29,8 @@ from schedverify.generators.classic import one_f_one_b
 from schedverify.generators.vshape import v_half, v_min, zb_v
 from schedverify.model import B, F, I, OVERLAP_F_B, W
 
-cost = st.integers(1, 12).map(lambda n: Fraction(n, 4))
+from _helpers import assert_valid, cost, inflight as peaks
 
-
-def assert_valid(schedule, **kw):
-    report = check(schedule, **kw)
-    assert report.verdict.value == "valid", [str(v) for v in report.violations[:5]]
-    return report
-
-
-def peaks(schedule):
-    return [d.peak_inflight for d in check(schedule).metrics.devices]
 
 
 def leaves(schedule):

@@ -63,6 +63,9 @@ class Family:
         return self.generate(devices, microbatches, **options)
 
 
+_GROUP_SIZE = Option("group_size", int, "D",
+                     "microbatches per group (Megatron's microbatch_group_size_per_vp_stage)")
+
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("gpipe", gpipe,
            "GPipe (Huang et al. 2019): all forwards, then all backwards",
@@ -73,8 +76,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("interleaved-1f1b", interleaved_1f1b,
            "Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): depth-first over chunks in microbatch groups",
            "V >= 2, D <= group size <= M, M % group size is 0 or >= D (Megatron's rules)",
-           options=(Option("group_size", int, "D", "microbatches per group (Megatron's "
-                           "microbatch_group_size_per_vp_stage)"),),
+           options=(_GROUP_SIZE,),
            chunks=True),
     Family("looped-bfs", looped_bfs,
            "Looped breadth-first (Lamy-Poirier 2023): each chunk's forwards for all microbatches, then backwards",
@@ -82,8 +84,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("zb-h1", zb_h1,
            "ZB-H1 (Qi et al. 2024): 1F1B with split backward, W delayed d steps on device d; 1F1B's peak",
            "D >= 1, M >= 1; with V >= 2 chunks (PyTorch's InterleavedZeroBubble) interleaved-1f1b's group rules",
-           options=(Option("group_size", int, "D", "microbatches per group (Megatron's "
-                           "microbatch_group_size_per_vp_stage)"),),
+           options=(_GROUP_SIZE,),
            chunks=True),
     Family("zb-h2", zb_h2,
            "ZB-H2 (Qi et al. 2024): 2(D-1-d) warm-up forwards, W delayed 2d steps; 2D-1 in flight",

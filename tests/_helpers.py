@@ -1,0 +1,22 @@
+"""Assertions shared by the generator test files (imported as ``_helpers``: pytest puts
+this folder on sys.path)."""
+
+from fractions import Fraction
+
+from hypothesis import strategies as st
+
+from schedverify import check
+
+#: costs in quarters, which floating point represents exactly
+cost = st.integers(1, 12).map(lambda n: Fraction(n, 4))
+
+
+def assert_valid(schedule, **kw):
+    report = check(schedule, **kw)
+    assert report.verdict.value == "valid", [str(v) for v in report.violations[:5]]
+    return report
+
+
+def inflight(schedule):
+    """Peak in-flight microbatches per device."""
+    return [d.peak_inflight for d in check(schedule).metrics.devices]
