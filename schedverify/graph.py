@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
 from operator import add, and_, eq, gt, itemgetter, lt, mul, ne
 
+from . import _accel
 from . import deps as rules
 from .model import (
     B,
@@ -78,7 +79,7 @@ class Graph:
     #: further waits of the few actions that have more: i -> ((j, rendezvous?), ...).  A
     #: rendezvous wait (a SEND until its RECV is posted: until j ends on the peer) has no latency.
     more_waits: dict[int, tuple[tuple[int, bool], ...]] = field(default_factory=dict)
-    producer: dict[int, int] = field(default_factory=dict)  # key(stage, mb, kind) -> i
+    _producer: dict[int, int] | None = field(default=None, repr=False)  # see producer
     # raw facts for the checker
     malformed: list[tuple[int, str]] = field(default_factory=list)
     out_of_range: list[tuple[int, Action]] = field(default_factory=list)
@@ -94,6 +95,18 @@ class Graph:
     mixed: list[int] = field(default_factory=list)  # i of an I/B that meets its pair's B/I
 
     _waits: list | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def producer(self) -> dict[int, int]:
+        """key(stage, microbatch, kind) -> action index, for every compute action.  The
+        compiled kernel does not build it (its own table is dense); then it is built from the
+        columns on first use."""
+        if self._producer is None:
+            M = self.schedule.microbatches
+            mbs = map(_MB, self.acts)
+            self._producer = {(s * M + mb) * NCODES + c: i
+                              for i, (s, mb, c) in enumerate(zip(self.stage, mbs, self.code))}
+        return self._producer
 
     @property
     def waits(self) -> list[tuple[int, ...]]:
@@ -126,11 +139,24 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
     vectorised path (:func:`_compile_fast`); anything else, or ``fast=False``, the general
     per-action one.  Both build the same Graph (a property test holds them to it)."""
     S, M = schedule.stages, schedule.microbatches
+    kernel = _accel.kernel
+    if fast and kernel is not None and type(schedule.order) is tuple:
+        pl = schedule.placement
+        columns = kernel.compile_plain(schedule.order, S, M, tuple(map(tuple, pl.routes)),
+                                       None if pl.microbatch_route is None else tuple(pl.microbatch_route),
+                                       _FAST_SLOTS, _PLAIN)
+        if columns is not None:  # only F/B/I/W, so no explicit communication
+            g = Graph(schedule, False, False)
+            (g.acts, g.dev, g.pos, g.starts, g.wait, g.counts, g.inversions, g.code,
+             g.stage) = columns
+            g.vectorised = True
+            return g
     explicit = schedule.has_explicit_comm
     g = Graph(schedule, explicit, explicit and comm_semantics == "rendezvous")
     if fast and not explicit and _compile_fast(g, S, M):
         return g
     g = Graph(schedule, explicit, explicit and comm_semantics == "rendezvous")
+    g._producer = {}
     _index(g, S, M)
     _link(g, S, M)
     g.code = [KIND_CODE.get(a.kind, -1) if a.sub is None and a.microbatch is not None
@@ -207,7 +233,7 @@ def _compile_fast(g: Graph, S: int, M: int) -> bool:
         deque(map(wait.__setitem__, compress(range(n), cross), compress(js, cross)), maxlen=0)
     inversions.sort(key=_FIRST)
     g.acts, g.dev, g.pos, g.starts = acts, dev, pos, starts
-    g.wait, g.producer, g.counts = wait, producer, counts + [0] * (NCODES - 4)
+    g.wait, g._producer, g.counts = wait, producer, counts + [0] * (NCODES - 4)
     g.inversions = inversions
     g.code = codes
     g.stage = stg
@@ -245,7 +271,8 @@ def _fast_slots():
     return slots
 
 
-_FAST_SLOTS = _fast_slots()
+_FAST_SLOTS = tuple(_fast_slots())
+_PLAIN = tuple(_FAST_CODE)  # F, B, I, W in code order, for the kernel
 
 
 def _index(g: Graph, S: int, M: int) -> None:
@@ -396,6 +423,11 @@ def sweep(g: Graph, durations: list[float], comm: float = 0, *, max_cycles: int 
     when it crosses devices), or ``(i, ~j)``: a rendezvous SEND waits until its RECV is
     posted, that is until ``j`` has ended on the receiver's device (no latency).
     """
+    kernel = _accel.kernel
+    if kernel is not None and not g.more_waits and type(durations) is list:
+        timed = kernel.sweep_plain(g.starts, g.wait, durations, comm)
+        if timed is not None:  # it ran to the end: no cycle to find
+            return SweepResult(timed[0], timed[1], [])
     n = len(g.acts)
     starts, dev = g.starts, g.dev
     wait, more = g.wait, g.more_waits
@@ -529,6 +561,8 @@ def durations_for(g: Graph, costs) -> list[float]:
         S = g.schedule.stages
         table = [[per_stage(v, s) for s in range(S)] for v in values]
         out = [table[c][s] if c >= 0 else 0 for c, s in zip(g.code, g.stage)]
+    if g.vectorised:
+        return out  # only F/B/I/W: every code is a table index
     for i in compress(range(len(out)), map(lt, g.code, repeat(0))):
         try:
             out[i] = costs.of(g.acts[i])

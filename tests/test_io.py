@@ -353,3 +353,18 @@ def test_schema_itself_is_valid_and_accepts_the_examples():
         doc = json.loads(path.read_text())
         assert VALIDATOR.is_valid(doc), path
         sv.load(path)  # and the reader reads them
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "pure-python"])
+def test_interleaved_digits_are_an_input_error_not_other_actions(kernel, monkeypatch):
+    """The bulk row parser once read ["0SE1ND_F2", "F1"] as 0SEND_F1 and 2F1: with the digits
+    deleted both cells name a kind, and the row still had two numbers per cell."""
+    from schedverify import _accel
+
+    if not kernel:
+        monkeypatch.setattr(_accel, "kernel", None)
+    elif _accel.kernel is None:
+        pytest.skip("the compiled kernel is not built")
+    doc = {"format": "schedverify/1", "order": [["0SE1ND_F2", "F1"]]}
+    with pytest.raises(sv.InputError, match=r"order\[0\]\[[01]\]"):
+        sv.loads(json.dumps(doc))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from itertools import accumulate, compress, repeat
 from operator import add, gt, lt, sub
 
+from .. import _accel
 from ..graph import KIND_CODE, Graph
 from ..model import B, F, I, W, MemoryModel, per_stage
 
@@ -52,6 +53,16 @@ def _effects(model: MemoryModel, kind: str, activation: float) -> tuple[float, f
     return 0, 0, 0, 0
 
 
+def _effect_tables(g: Graph, model: MemoryModel) -> tuple[list, list, list, list]:
+    """For the kernel: alloc and free as flat tables [code * S + stage] over F, B, I, W, and
+    the in-flight changes per code."""
+    S = g.schedule.stages
+    rows = [[_effects(model, k, per_stage(model.activation, s)) for s in range(S)] for k in (F, B, I, W)]
+    alloc = [e[0] for row in rows for e in row]
+    free = [e[1] for row in rows for e in row]
+    return alloc, free, [row[0][2] if S else 0 for row in rows], [row[0][3] if S else 0 for row in rows]
+
+
 def per_action_effects(g: Graph, model: MemoryModel) -> list[list]:
     """Four columns over the actions: alloc, free, in-flight start, in-flight end."""
     S = g.schedule.stages
@@ -77,9 +88,15 @@ def per_action_effects(g: Graph, model: MemoryModel) -> list[list]:
 
 def memory_sweep(g: Graph, model: MemoryModel, start=None, end=None) -> MemoryResult:
     """Peaks per device; with ``start``/``end`` (a timeline) also the memory-over-time steps."""
-    alloc, free, n_in, n_out = per_action_effects(g, model)
     static = static_memory(g, model)
     limit = model.limit
+    kernel = _accel.kernel
+    if kernel is not None and start is None:
+        peaks = kernel.memory_plain(g.starts, g.code, g.stage, *_effect_tables(g, model),
+                                    static, limit)
+        if peaks is not None:  # every action plain (F/B/I/W)
+            return MemoryResult(static, *peaks)
+    alloc, free, n_in, n_out = per_action_effects(g, model)
     peaks_n, peaks_m, peak_at, over = [], [], [], []
     series = [] if start is not None else None
     for d in range(g.schedule.devices):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import _accel
 from ..errors import SchedverifyError
 from ..graph import Graph, SweepResult, compile_graph, durations_for, sweep
 from ..model import Costs, MemoryModel, Schedule, resolve_costs, resolve_memory
@@ -115,9 +116,14 @@ class Timeline:
         if not g.acts:
             return []
         start, end, comm = self.start, self.end, self.costs.comm
+        tol = 1e-9 * max(1.0, self.makespan)
+        kernel = _accel.kernel
+        if kernel is not None and not g.more_waits:
+            path = kernel.critical_path_plain(g.starts, g.dev, g.wait, start, end, comm, tol)
+            if path is not None:
+                return path
         i = max(range(len(end)), key=end.__getitem__)
         path = [i]
-        tol = 1e-9 * max(1.0, self.makespan)
         while True:
             st = start[i]
             nxt = None
@@ -148,7 +154,7 @@ class Timeline:
             DeviceMetrics(d, busy[d], T - busy[d], mem.peak_inflight[d], mem.peak_memory[d], mem.static[d])
             for d in range(D)
         )
-        path = tuple(str(self.graph.acts[i]) for i in self.critical_path())
+        path = tuple(map(str, map(self.graph.acts.__getitem__, self.critical_path())))
         return Metrics(T, frac, ratio, devices, path, self.costs)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from itertools import repeat
 
+from .. import _accel
 from ..model import (
     ALL_KINDS,
     BOOKKEEPING_KINDS,
@@ -32,7 +33,10 @@ _ANY = re.compile(r"(-?\d*)([A-Za-z_]*)(\d*)(.*)", re.DOTALL)  # a cell may hold
 
 
 _new = tuple.__new__
-_PLAIN_BYTES = {k.encode(): k for k in (F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B)}
+_PLAIN_KINDS = (F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B)
+_PLAIN_BYTES = {k.encode(): k for k in _PLAIN_KINDS}
+_PLAIN_CELL = rb"[0-9]+(?:" + b"|".join(_PLAIN_BYTES) + rb")[0-9]+"
+_PLAIN_ROW = re.compile(_PLAIN_CELL + rb"(?:," + _PLAIN_CELL + rb")*")
 _NON_DIGITS_TO_SPACE = bytes(b if 48 <= b <= 57 else 32 for b in range(256))
 
 
@@ -93,23 +97,26 @@ def _parse_slow(text: str) -> Action:
 
 def parse_row(cells: list) -> list[Action] | None:
     """Parse a row of plain actions (``3F1``, ``0SEND_B2``: no bookkeeping, no overlap, no
-    idle slot) in bulk, with byte-level translate/split over the whole row instead of a
-    regex per cell.  Returns None when any cell needs :func:`parse_action`.
+    idle slot) in bulk.  Returns None when any cell needs :func:`parse_action` (which then
+    says what is wrong with it).
 
-    Why the checks suffice: when every cell with its digits deleted is exactly one plain
-    kind, each cell reads ``digits KIND digits`` with either digit run possibly empty; a
-    cell contributes at most two numbers, so ``2 * len(cells)`` numbers means none is empty.
+    The compiled kernel does it in one pass when it is built; otherwise a single regular
+    expression checks that the whole row reads ``digits KIND digits`` cell by cell, and
+    byte-level translate/split cut out the kinds and the numbers.
     """
+    kernel = _accel.kernel
+    if kernel is not None and type(cells) is list:
+        return kernel.parse_row(cells, Action, _PLAIN_KINDS)
+    if not cells:
+        return []
     try:
         raw = ",".join(cells).encode("ascii")
     except (TypeError, UnicodeEncodeError):  # a None, a non-string, a non-ASCII character
         return None
+    if _PLAIN_ROW.fullmatch(raw) is None:
+        return None
     kinds = raw.translate(None, b"0123456789").split(b",")
-    if len(kinds) != len(cells) or not _PLAIN_BYTES.keys() >= set(kinds):
-        return None
     numbers = list(map(int, raw.translate(_NON_DIGITS_TO_SPACE).split()))
-    if len(numbers) != 2 * len(cells):
-        return None
     return list(map(_new, repeat(Action),
                     zip(numbers[0::2], map(_PLAIN_BYTES.__getitem__, kinds), numbers[1::2], repeat(None))))
 
