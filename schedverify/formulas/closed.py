@@ -37,16 +37,16 @@ def _poly(poly) -> sympy.Expr:
     return fit.to_sympy(poly, _BASIS)
 
 
-def _cond(text: str):
-    lhs, rhs = text.split(">=", 1)
-    return sympy.Ge(parse(lhs), parse(rhs))
+def _pieces(pieces: list[Piece], one) -> sympy.Expr:
+    """A decision list as a sympy Piecewise (first matching condition wins)."""
+    if len(pieces) == 1:
+        return one(pieces[0].value)
+    return sympy.Piecewise(*[(one(pc.value), True if pc.cond is None else parse(pc.cond))
+                             for pc in pieces])
 
 
 def _scalar(pieces: list[Piece]) -> sympy.Expr:
-    if len(pieces) == 1:
-        return _poly(pieces[0].value)
-    hi, lo = pieces
-    return sympy.Piecewise((_poly(hi.value), _cond(hi.cond)), (_poly(lo.value), True))
+    return _pieces(pieces, _poly)
 
 
 def _linear(comps) -> sympy.Expr:
@@ -60,10 +60,13 @@ def _tropical(pieces: list[Piece]) -> sympy.Expr:
         forms = [sympy.factor_terms(sympy.collect(sympy.expand(f), COSTS)) for f in forms]
         return sympy.Max(*forms) if len(forms) > 1 else forms[0]
 
-    if len(pieces) == 1:
-        return one(pieces[0].value)
-    hi, lo = pieces
-    return sympy.Piecewise((one(hi.value), _cond(hi.cond)), (one(lo.value), True))
+    return _pieces(pieces, one)
+
+
+def _need(der: Derivation, pieces, key: str):
+    if pieces is None:
+        raise NotDerived(der.failures.get(key, f"{der.family}: {key}: not derived"))
+    return pieces
 
 
 def _tidy(e):
@@ -130,28 +133,25 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
     if metric == "busy" and device is None:
         device = "d"
     der: Derivation = derive(family)
-    T = _tropical(der.makespan)
-    busy_d = _linear(der.busy[0].value)
-    busiest = _tropical(der.busiest)
-    total = _linear(der.total_busy[0].value)
     per_device = device is not None
-    if metric == "makespan":
-        expr = T
-    elif metric == "busy":
-        expr = busy_d
-    elif metric == "bubble_time":
-        expr = T - (busy_d if per_device else busiest)
-    elif metric == "bubble_ratio":
-        expr = (T - busiest) / busiest
-    elif metric == "bubble_fraction":
-        expr = 1 - total / (p * T)
-    else:
+    if metric == "busy":
+        expr = _linear(_need(der, der.busy, "busy")[0].value)
+    elif metric in ("peak_inflight", "peak_memory"):
         key = metric + ("(d)" if per_device else "")
         pieces = {"peak_inflight": der.peak_inflight, "peak_inflight(d)": der.peak_inflight_d,
                   "peak_memory": der.peak_memory, "peak_memory(d)": der.peak_memory_d}[key]
-        if pieces is None:
-            raise NotDerived(der.failures.get(key, f"{family}: {key}: not derived"))
-        expr = _scalar(pieces)
+        expr = _scalar(_need(der, pieces, key))
+    else:
+        T = _tropical(_need(der, der.makespan, "makespan"))
+        if metric == "makespan":
+            expr = T
+        elif metric == "bubble_fraction":
+            expr = 1 - _linear(_need(der, der.total_busy, "total_busy")[0].value) / (p * T)
+        elif metric == "bubble_time" and per_device:
+            expr = T - _linear(_need(der, der.busy, "busy")[0].value)
+        else:
+            busiest = _tropical(_need(der, der.busiest, "busiest"))
+            expr = T - busiest if metric == "bubble_time" else (T - busiest) / busiest
     if per_device and device != "d":
         try:
             dv = int(device)
@@ -171,11 +171,12 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
     notes = []
     if timing:
         conds += ["t_F > 0", "t_B > 0", "t_I > 0", "t_W > 0"]
-        conds += list(der.slice) if der.slice else []
-        if "c == 0" not in der.slice:
+        slice_ = () if metric == "busy" else der.slice
+        conds += list(slice_)
+        if "c == 0" not in slice_:
             conds.append("c >= 0")
         notes.append("uniform costs per action kind; an OVERLAP_F_B action costs its two parts' sum")
-        for why in der.slice_failures:
+        for why in (() if metric == "busy" else der.slice_failures):
             notes.append("not derived on a wider cost domain: " + why)
     if metric == "peak_memory":
         notes.append("memory model: activation 1 per stage, w = 1/2, no static memory")

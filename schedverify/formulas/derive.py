@@ -5,16 +5,21 @@ metrics (makespan as a max of linear forms in the costs, busy time per device, p
 :mod:`.fit` generalises them over the sizes:
 
 - a number (a peak, a coefficient) becomes the lowest-degree polynomial in ``p, m, v, d``
-  that reproduces every point, or two polynomials split at ``m >= threshold`` for a
-  threshold from a short list (``p``, ``p - d``, ``p*v``...);
+  (and, when no polynomial fits, a few quasi-periodic features entering linearly:
+  ``floor((m - 1)/p)``, ``ceiling((m - 1)/p)``, ``Mod(m, 2)``) that reproduces every point;
 - a max of linear forms is fitted term by term: for each of a few generic cost directions,
   the term that is maximal there is followed across sizes and each of its coefficients
-  fitted; the formula is the max of the fitted terms.
+  fitted; the formula is the max of the fitted terms;
+- where no single form fits, the sizes are split into regions by a *decision list* of up to
+  three pieces: conditions ``m >= T`` / ``m < T`` for thresholds ``T`` from a short list
+  (``p``, ``2*p - 1``, ``p - d``, ``p*v``...) and the parity of ``m``, tried in turn, each
+  region fitted on its own (a sympy ``Piecewise``, first matching condition wins).
 
 Every candidate is then *confirmed*: evaluated at every supported size of a larger range and
 compared exactly with the schedule (equal term sets, or equal functions of the costs by a
-Z3 query when the sets differ only by redundant terms).  A candidate that fails anywhere is
-rejected; if nothing survives the metric is reported as not derived, never guessed.
+Z3 query when the sets differ only by redundant terms, after a cheap numeric pre-check).  A
+candidate that fails anywhere is rejected and the next one tried; if nothing survives the
+metric is reported as not derived, with the sizes that broke the last candidate, never guessed.
 """
 
 from __future__ import annotations
@@ -22,11 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..errors import UsageError
 from . import fit
-from .sizes import family, has_chunks, supported
+from .sizes import family, has_chunks, order_supported, supported
 from .tropical import C_ZERO, COST_SYMBOLS, IDENTITY, NDIM, UNIT_SPLIT, TooComplex, Tropical, prune
 
 METRICS = ("makespan", "bubble_time", "bubble_fraction", "bubble_ratio", "peak_inflight",
@@ -34,7 +39,9 @@ METRICS = ("makespan", "bubble_time", "bubble_fraction", "bubble_ratio", "peak_i
 DEVICE_METRICS = ("bubble_time", "peak_inflight", "peak_memory", "busy")
 
 #: Where a derivation is fitted and where it is confirmed (sizes the family refuses are skipped).
-TRAIN_P = range(2, 6)
+#: Training takes p = 2, 3, ... until TRAIN_DISTINCT_P supported device counts (at most
+#: TRAIN_P_MAX: families such as DualPipe accept even p only); the confirmation range is wider.
+TRAIN_P_MIN, TRAIN_P_MAX, TRAIN_DISTINCT_P = 2, 8, 4
 TRAIN_M_MAX = 16
 CONFIRM_P = range(2, 9)
 CONFIRM_M = range(1, 25)
@@ -43,31 +50,73 @@ CHUNKS = (1, 2, 3)
 #: Thresholds m >= T at which a piecewise form may split: (text, T(p, v, d)).
 THRESHOLDS: tuple[tuple[str, Callable[[int, int, int], int]], ...] = (
     ("p", lambda p, v, d: p),
+    ("2*p - 1", lambda p, v, d: 2 * p - 1),
+    ("2", lambda p, v, d: 2),
     ("p - d", lambda p, v, d: p - d),
     ("p - 1", lambda p, v, d: p - 1),
     ("p - d - 1", lambda p, v, d: p - d - 1),
     ("2*p", lambda p, v, d: 2 * p),
-    ("2*p - 1", lambda p, v, d: 2 * p - 1),
     ("2*(p - d)", lambda p, v, d: 2 * (p - d)),
     ("2*(p - d) - 1", lambda p, v, d: 2 * (p - d) - 1),
     ("p*v", lambda p, v, d: p * v),
     ("p + 1", lambda p, v, d: p + 1),
     ("2*p + 1", lambda p, v, d: 2 * p + 1),
+    ("2*p - 2", lambda p, v, d: 2 * p - 2),
+    ("d + 1", lambda p, v, d: d + 1),
+    ("2*p - d - 1", lambda p, v, d: 2 * p - d - 1),
+    ("floor(p/2) + 1", lambda p, v, d: p // 2 + 1),
 )
 
-#: Generic cost directions (t_F, t_B, t_I, t_W, c) used to follow makespan terms across sizes.
-PROBES = (
-    (1009, 1013, 1019, 1021, 1), (1009, 1013, 1019, 1021, 997), (3, 5, 7, 11, 10007),
-    (3001, 1013, 1019, 1021, 1), (1009, 3011, 1019, 1021, 2), (1009, 1013, 3019, 1021, 3),
-    (1009, 1013, 1019, 3023, 5), (1009, 1013, 1019, 101, 7), (1009, 1013, 101, 1021, 11),
-    (101, 1013, 1019, 1021, 13), (1009, 1013, 1019, 1021, 4999),
-)
+
+def _atoms():
+    out = []
+    for text, th in THRESHOLDS:
+        out.append((f"m >= {text}", lambda p, m, v, d, th=th: m >= th(p, v, d)))
+        out.append((f"m < {text}", lambda p, m, v, d, th=th: m < th(p, v, d)))
+    out.append(("2*d < p", lambda p, m, v, d: 2 * d < p))
+    out.append(("Eq(Mod(m, 2), 0)", lambda p, m, v, d: m % 2 == 0))
+    out.append(("Eq(Mod(m, 2), 1)", lambda p, m, v, d: m % 2 == 1))
+    return tuple(out)
+
+
+#: Conditions a piece of a decision list may carry (sympy-parseable text, predicate).
+ATOMS: tuple[tuple[str, Callable[[int, int, int, int], bool]], ...] = _atoms()
+_ATOM = dict(ATOMS)
+MAX_PIECES = 3
+#: How many fitted candidates (per metric) are confirmed before giving up.
+MAX_CANDIDATES = 24
+
+def _probes() -> tuple:
+    """Cost directions (t_F, t_B, t_I, t_W, c) whose maximal term is followed across sizes:
+    hand-picked generic ones, near-lexicographic ones (one symbol dominating the next, which
+    single out the stable vertices) and seeded pseudo-random ones for the cones in between."""
+    import random
+    from itertools import permutations
+
+    hand = ((1009, 1013, 1019, 1021, 1), (1009, 1013, 1019, 1021, 997), (3, 5, 7, 11, 10007),
+            (3001, 1013, 1019, 1021, 1), (1009, 3011, 1019, 1021, 2), (1009, 1013, 3019, 1021, 3),
+            (1009, 1013, 1019, 3023, 5), (1009, 1013, 1019, 101, 7), (1009, 1013, 101, 1021, 11),
+            (101, 1013, 1019, 1021, 13), (1009, 1013, 1019, 1021, 4999))
+    lex = tuple(tuple(w) + (1,) for w in permutations((10**6, 10**4, 10**2, 1)))
+    rng = random.Random(20240)
+    rand = tuple(tuple(rng.randint(100, 3000) for _ in range(4)) + (rng.randint(0, 5000),)
+                 for _ in range(30))
+    return hand + lex + rand
+
+
+#: Generic cost directions used to follow makespan terms across sizes.
+PROBES = _probes()
+#: Cost vectors for the numeric pre-check of two maxima (a difference there is a proof).
+CHECKS = PROBES[:11] + PROBES[-12:] + ((1, 1, 1, 1, 0), (2, 3, 5, 7, 1), (7, 5, 3, 2, 0), (1, 9, 2, 8, 3),
+                   (13, 1, 11, 2, 5), (5, 5, 1, 1, 9))
 
 VARS = ("p", "m", "v", "d")
-#: Features that may enter a fit linearly when no polynomial does (quasi-periodic in m mod p).
+#: Features that may enter a fit linearly when no polynomial does (quasi-periodic in m).
 EXTRAS: tuple[tuple[str, Callable[[int, int, int, int], int]], ...] = (
     ("floor((m - 1)/p)", lambda p, m, v, d: (m - 1) // p),
     ("ceiling((m - 1)/p)", lambda p, m, v, d: -((1 - m) // p)),
+    ("Mod(m, 2)", lambda p, m, v, d: m % 2),
+    ("Mod(p, 2)", lambda p, m, v, d: p % 2),
 )
 
 
@@ -75,10 +124,19 @@ def _key(p: int, m: int, v: int, d: int = 0) -> tuple:
     return (p, m, v, d) + tuple(f(p, m, v, d) for _, f in EXTRAS)
 
 
+_FITS: dict = {}
+
+
 def _fit(data: dict):
+    key = tuple(sorted(data.items()))
+    if key in _FITS:
+        return _FITS[key]
     poly = fit.fit_poly(data, 4)
     if poly is None:
         poly = fit.fit_poly(data, 4, n_extra=len(EXTRAS))
+    if len(_FITS) > 20000:
+        _FITS.clear()
+    _FITS[key] = poly
     return poly
 
 
@@ -88,8 +146,8 @@ class NotDerived(UsageError):
 
 @dataclass(frozen=True)
 class Piece:
-    """One region of a piecewise form: ``cond`` (text, None = otherwise) and its value:
-    a polynomial (scalar) or a list of term polynomials, one per cost symbol (tropical)."""
+    """One region of a piecewise form: ``cond`` (sympy-parseable text, None = otherwise) and
+    its value: a polynomial (scalar) or a list of term polynomials, one per cost symbol."""
 
     cond: str | None
     value: object
@@ -97,85 +155,107 @@ class Piece:
 
 @dataclass
 class Derivation:
-    """Everything derived for one family, plus the ranges it was fitted and confirmed on."""
+    """Everything derived for one family, plus the ranges it was fitted and confirmed on.
+
+    A metric that no form fits is None, and ``failures`` says why (which sizes broke it)."""
 
     family: str
     chunks: bool
-    makespan: list[Piece]
-    busiest: list[Piece]
-    total_busy: list[Piece]
-    busy: list[Piece]
-    peak_inflight: list[Piece]
-    peak_inflight_d: list[Piece]
-    peak_memory: list[Piece]
-    peak_memory_d: list[Piece]
+    makespan: list[Piece] | None
+    busiest: list[Piece] | None
+    total_busy: list[Piece] | None
+    busy: list[Piece] | None
+    peak_inflight: list[Piece] | None
+    peak_inflight_d: list[Piece] | None
+    peak_memory: list[Piece] | None
+    peak_memory_d: list[Piece] | None
     trained: int
     confirmed: int
     skipped: list[tuple[int, int, int]] = field(default_factory=list)
     confirm_range: dict = field(default_factory=dict)
     failures: dict = field(default_factory=dict)  # metric -> why no form was found
-    slice: tuple[str, ...] = ()  # cost conditions the forms hold under (empty: all costs >= 0)
+    slice: tuple[str, ...] = ()  # cost conditions the makespan holds under (empty: all costs >= 0)
     slice_failures: list = field(default_factory=list)  # why wider slices failed
+    seconds: float = 0.0  # process CPU time of the derivation
 
 
-# --------------------------------------------------------------------------- grids
+# --------------------------------------------------------------------------- decision lists
 
 
-#: Cost slices tried in turn: all costs; latency 0; latency 0 and t_I = t_W = t_F.
-SLICES = ((IDENTITY, ()), (C_ZERO, ("c == 0",)),
-          (UNIT_SPLIT, ("c == 0", "t_I == t_F", "t_W == t_F")))
-MAX_TERMS = 40
-
-
-def _grid(name: str, ps, ms_of, vs, merge=IDENTITY) -> tuple[dict, list]:
-    out, skipped = {}, []
-    for p in ps:
-        for v in vs:
-            for m in ms_of(p):
-                sm = supported(name, p, m, v if has_chunks(name) else None, merge, MAX_TERMS)
-                if sm is None:
-                    skipped.append((p, m, v))
-                    continue
-                out[(p, m, sm.v)] = sm
-    return out, skipped
-
-
-def _cond_ok(cond: tuple[str, Callable] | None, x) -> bool:
+def holds(cond: str | None, x) -> bool:
     if cond is None:
         return True
     p, m, v, d = (tuple(x) + (0,))[:4]
-    return m >= cond[1](p, v, d)
+    return _ATOM[cond](p, m, v, d)
+
+
+def _candidates(data: dict, fit_one: Callable[[dict], object | None],
+                depth: int = MAX_PIECES) -> Iterator[list[Piece]]:
+    """Decision lists of up to ``depth`` pieces, each fitting its region of ``data`` exactly,
+    fewest pieces first."""
+    for n in range(1, depth + 1):
+        yield from _lists(data, fit_one, n)
+
+
+def _lists(data: dict, fit_one, n: int) -> Iterator[list[Piece]]:
+    """Decision lists of exactly ``n`` pieces: a region by one condition, then the rest."""
+    if n == 1:
+        whole = fit_one(data)
+        if whole is not None:
+            yield [Piece(None, whole)]
+        return
+    for text, pred in ATOMS:
+        sel = {x: y for x, y in data.items() if pred(*x[:4])}
+        if not sel or len(sel) == len(data):
+            continue
+        first = fit_one(sel)
+        if first is None:
+            continue
+        rest = {x: y for x, y in data.items() if not pred(*x[:4])}
+        for tail in _lists(rest, fit_one, n - 1):
+            yield [Piece(text, first)] + tail
+
+
+def _confirmed(label: str, train: dict, full: dict, fit_one, agrees) -> list[Piece]:
+    """The first candidate fitted on ``train`` that ``agrees`` with every point of ``full``."""
+    seen, bad, tried = set(), None, 0
+    for pieces in _candidates(train, fit_one):
+        key = repr(pieces)
+        if key in seen:
+            continue
+        seen.add(key)
+        tried += 1
+        miss = next((x for x, y in full.items() if not agrees(pieces, x, y)), None)
+        if miss is None:
+            return pieces
+        bad = bad or miss
+        if tried >= MAX_CANDIDATES:
+            break
+    if bad is None:
+        raise NotDerived(f"{label}: no form of up to {MAX_PIECES} pieces (polynomials in p, m, v, "
+                         f"d and {', '.join(t for t, _ in EXTRAS)}, split at m >= thresholds, "
+                         f"2*d < p or the parity of m) fits the {len(train)} training sizes")
+    raise NotDerived(f"{label}: {tried} fitted forms, each fails in the confirmation range "
+                     f"(the first at {_where(bad)})")
+
+
+def _where(x) -> str:
+    return f"p={x[0]}, m={x[1]}, v={x[2]}" + (f", d={x[3]}" if x[3] else "")
 
 
 # --------------------------------------------------------------------------- scalars
 
 
-def _scalar_pieces(data: dict) -> list[Piece] | None:
-    poly = _fit(data)
-    if poly is not None:
-        return [Piece(None, poly)]
-    for text, th in THRESHOLDS:
-        hi = {x: y for x, y in data.items() if x[1] >= th(x[0], x[2], x[3])}
-        lo = {x: y for x, y in data.items() if x[1] < th(x[0], x[2], x[3])}
-        if not hi or not lo:
-            continue
-        ph, pl = _fit(hi), _fit(lo)
-        if ph is not None and pl is not None:
-            return [Piece(f"m >= {text}", ph), Piece(None, pl)]
-    return None
-
-
 def _scalar_value(pieces: list[Piece], x) -> Fraction:
     for pc in pieces:
-        if pc.cond is None or _holds(pc.cond, x):
+        if holds(pc.cond, x):
             return fit.evaluate(pc.value, x)
     raise AssertionError("no piece applies")
 
 
-def _holds(cond: str, x) -> bool:
-    text = cond.split(">=", 1)[1].strip()
-    th = dict(THRESHOLDS)[text]
-    return x[1] >= th(x[0], x[2], x[3])
+def _scalar(label: str, train: dict, full: dict) -> list[Piece]:
+    return _confirmed(label, train, full, _fit,
+                      lambda pieces, x, y: _scalar_value(pieces, x) == y)
 
 
 # --------------------------------------------------------------------------- tropical
@@ -186,19 +266,27 @@ def _argmax(terms: Tropical, u) -> tuple:
 
 
 def _fit_terms(data: dict) -> list | None:
-    """Term polynomials (one per cost symbol per term) following each probe, or None."""
-    found = []
+    """Term polynomials (one per cost symbol per term) following each probe whose maximal
+    term has polynomial coefficients across the sizes; None if no probe does.  Probes with
+    the same maximal term at every size are fitted once."""
+    found, done = [], set()
+    pts = sorted(data)
     for u in PROBES:
+        track = tuple(_argmax(data[x], u) for x in pts)
+        if track in done:
+            continue
+        done.add(track)
         comps = []
         for k in range(NDIM):
-            poly = _fit({x: Fraction(_argmax(t, u)[k]) for x, t in data.items()})
+            poly = _fit({x: Fraction(t[k]) for x, t in zip(pts, track)})
             if poly is None:
-                return None
+                break
             comps.append(poly)
-        key = tuple(tuple(sorted(c.items())) for c in comps)
-        if key not in [f[0] for f in found]:
-            found.append((key, comps))
-    return [c for _, c in found]
+        else:
+            key = tuple(tuple(sorted(c.items())) for c in comps)
+            if key not in [f[0] for f in found]:
+                found.append((key, comps))
+    return [c for _, c in found] or None
 
 
 def _terms_at(terms: list, x) -> Tropical:
@@ -209,153 +297,192 @@ def _terms_at(terms: list, x) -> Tropical:
     return prune(vals)
 
 
+def _value(terms, u):
+    return max(sum(k * c for k, c in zip(t, u)) for t in terms)
+
+
 def _tropical_equal(a: Tropical, b: Tropical) -> bool:
     if a == b:
         return True
+    if any(_value(a, u) != _value(b, u) for u in CHECKS):
+        return False
     if any(not all(isinstance(k, int) or k.denominator == 1 for k in t) for t in a | b):
         return False
-    from ..smt.costproofs import tropical_equal
+    # only the terms one side lacks need a proof; most are dominated by a term of the other
+    # side or by a point between two of its terms (exact certificates), the rest go to Z3
+    only_a = [t for t in a if t not in b and not _covered(t, b)]
+    only_b = [t for t in b if t not in a and not _covered(t, a)]
+    if not only_a and not only_b:
+        return True
+    from ..smt.costproofs import tropical_leq
 
-    return tropical_equal(a, b, len(COST_SYMBOLS))
+    n = len(COST_SYMBOLS)
+    return tropical_leq(only_a, b, n) and tropical_leq(only_b, a, n)
 
 
-def _tropical_pieces(data: dict) -> list[Piece] | None:
-    def attempt(sub):
-        terms = _fit_terms(sub)
-        if terms is None:
-            return None
-        if all(_tropical_equal(_terms_at(terms, x), t) for x, t in sub.items()):
-            return terms
-        return None
+def _covered(t, terms) -> bool:
+    from .tropical import _between, dominates
 
-    whole = attempt(data)
-    if whole is not None:
-        return [Piece(None, whole)]
-    for text, th in THRESHOLDS:
-        hi = {x: y for x, y in data.items() if x[1] >= th(x[0], x[2], x[3])}
-        lo = {x: y for x, y in data.items() if x[1] < th(x[0], x[2], x[3])}
-        if not hi or not lo:
-            continue
-        th_terms = attempt(hi)
-        if th_terms is None:
-            continue
-        tl_terms = attempt(lo)
-        if tl_terms is not None:
-            return [Piece(f"m >= {text}", th_terms), Piece(None, tl_terms)]
-    return None
+    terms = list(terms)
+    return any(dominates(k, t) for k in terms) or _between(t, terms, -1)
 
 
 def _tropical_at(pieces: list[Piece], x) -> Tropical:
     for pc in pieces:
-        if pc.cond is None or _holds(pc.cond, x):
+        if holds(pc.cond, x):
             return _terms_at(pc.value, x)
     raise AssertionError("no piece applies")
 
 
+def _tropical(label: str, train: dict, full: dict) -> list[Piece]:
+    cache: dict = {}
+
+    def fit_one(sub):
+        key = tuple(sorted(sub))
+        if key not in cache:
+            terms = _fit_terms(sub)
+            ok = terms is not None and all(_tropical_equal(_terms_at(terms, x), t)
+                                           for x, t in sub.items())
+            cache[key] = terms if ok else None
+        return cache[key]
+
+    return _confirmed(label, train, full, fit_one,
+                      lambda pieces, x, y: _tropical_equal(_tropical_at(pieces, x), y))
+
+
 # --------------------------------------------------------------------------- derivation
+
+#: Cost slices tried in turn for the makespan: all costs; latency 0; latency 0 and
+#: t_I = t_W = t_F.
+SLICES = ((IDENTITY, ()), (C_ZERO, ("c == 0",)),
+          (UNIT_SPLIT, ("c == 0", "t_I == t_F", "t_W == t_F")))
+MAX_TERMS = 40
 
 
 def _train_ms(p: int):
     return range(1, min(TRAIN_M_MAX, 4 * p) + 1)
 
 
+def _sizes(name: str, vs, confirm_p, confirm_m):
+    """(training sizes, confirmation sizes, skipped): {(p, m, v): OrderMetrics}, keyed by the
+    v the schedule has (ZB-V: 2)."""
+    chunks = has_chunks(name)
+    skipped = []
+
+    def grid(ps, ms_of):
+        out = {}
+        for p in ps:
+            for v in vs:
+                for m in ms_of(p):
+                    om = order_supported(name, p, m, v if chunks else None)
+                    if om is None:
+                        skipped.append((p, m, v))
+                        continue
+                    out[(p, m, om.v)] = (om, v if chunks else None)
+        return out
+
+    train, distinct = {}, 0
+    for p in range(TRAIN_P_MIN, TRAIN_P_MAX + 1):
+        got = grid((p,), _train_ms)
+        train.update(got)
+        distinct += bool(got)
+        if distinct >= TRAIN_DISTINCT_P:
+            break
+    top = max((x[0] for x in train), default=confirm_p[1])
+    cp = range(confirm_p[0], max(confirm_p[1], top + 2) + 1)
+    confirm = grid(cp, lambda p: range(confirm_m[0], confirm_m[1] + 1))
+    return train, confirm, sorted(set(skipped)), cp
+
+
 @lru_cache(maxsize=64)
 def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_P.stop - 1),
            confirm_m: tuple[int, int] = (CONFIRM_M.start, CONFIRM_M.stop - 1)) -> Derivation:
-    """Derive and confirm every metric of family ``name`` on the widest cost slice where a
-    form survives (all costs, then c == 0, then c == 0 with t_I = t_W = t_F); NotDerived
-    with every slice's reason otherwise."""
+    """Derive and confirm every metric of family ``name``.  The makespan is taken on the
+    widest cost slice where a form survives (all costs, then c == 0, then c == 0 with
+    t_I = t_W = t_F); a metric that no form fits is None, with the reason in ``failures``."""
+    import time
+
     family(name)
-    reasons = []
-    for merge, conds in SLICES:
-        try:
-            der = _derive(name, merge, confirm_p, confirm_m)
-        except (NotDerived, TooComplex) as e:
-            reasons.append(f"[{', '.join(conds) or 'all costs'}] {e}")
-            continue
-        der.slice = conds
-        der.slice_failures = reasons
-        return der
-    raise NotDerived("; ".join(reasons))
-
-
-def _derive(name, merge, confirm_p, confirm_m) -> Derivation:
+    t0 = time.process_time()
     chunks = has_chunks(name)
     vs = CHUNKS if chunks else (1,)
-    train, skipped = _grid(name, TRAIN_P, _train_ms, vs, merge)
+    train, confirm, skipped, cp = _sizes(name, vs, confirm_p, confirm_m)
     if len(train) < 8:
         raise NotDerived(f"{name}: only {len(train)} supported sizes in the training grid "
-                         f"p={TRAIN_P.start}..{TRAIN_P.stop - 1}, m=1..{TRAIN_M_MAX}")
-    cp = range(confirm_p[0], confirm_p[1] + 1)
-    cm = range(confirm_m[0], confirm_m[1] + 1)
-    confirm, skipped_c = _grid(name, cp, lambda p: cm, vs, merge)
+                         f"p={TRAIN_P_MIN}..{TRAIN_P_MAX}, m=1..{TRAIN_M_MAX}")
     allpts = {**confirm, **train}
-
-    def per_size(fn):
-        return ({_key(*x): fn(sm) for x, sm in allpts.items()},
-                {_key(*x): fn(sm) for x, sm in train.items()})
-
-    def per_device(fn):
-        full = {_key(*x, d): fn(sm, d) for x, sm in allpts.items() for d in range(x[0])}
-        tr = {_key(*x, d): fn(sm, d) for x, sm in train.items() for d in range(x[0])}
-        return full, tr
-
-    def scalar(label, full, tr):
-        tr4, full4 = tr, full
-        pieces = _scalar_pieces(tr4)
-        if pieces is None:
-            raise NotDerived(f"{name}: {label}: no polynomial or split-polynomial form fits the "
-                             f"{len(tr4)} training sizes")
-        bad = next((x for x, y in full4.items() if _scalar_value(pieces, x) != y), None)
-        if bad is not None:
-            raise NotDerived(f"{name}: {label}: the fitted form fails at p={bad[0]}, m={bad[1]}, "
-                             f"v={bad[2]}" + (f", d={bad[3]}" if label.endswith("(d)") else ""))
-        return pieces
-
-    def tropical(label, full, tr):
-        tr4, full4 = tr, full
-        pieces = _tropical_pieces(tr4)
-        if pieces is None:
-            raise NotDerived(f"{name}: {label}: no max-of-linear-forms fits the training sizes")
-        bad = next((x for x, y in full4.items() if not _tropical_equal(_tropical_at(pieces, x), y)),
-                   None)
-        if bad is not None:
-            raise NotDerived(f"{name}: {label}: the fitted form fails at p={bad[0]}, m={bad[1]}, "
-                             f"v={bad[2]}")
-        return pieces
-
-    def term_components(label, full, tr, device: bool):
-        comps = []
-        for k in range(NDIM):
-            f = {x: Fraction(t[k]) for x, t in full.items()}
-            t_ = {x: Fraction(t[k]) for x, t in tr.items()}
-            comps.append(scalar(f"{label}[{COST_SYMBOLS[k]}]" + ("(d)" if device else ""), f, t_))
-        return comps
-
-    mk = tropical("makespan", *per_size(lambda sm: sm.makespan))
-    busiest = tropical("busiest device's busy time", *per_size(lambda sm: sm.busiest))
-    total = term_components("total busy", *per_size(lambda sm: sm.total_busy), False)
-    busy = term_components("busy", *per_device(lambda sm, d: sm.busy[d]), True)
     failures: dict[str, str] = {}
 
+    def per_size(fn, pts):
+        return {_key(*x): fn(v) for x, v in pts.items()}
+
+    def per_device(fn, pts):
+        return {_key(*x, d): fn(v, d) for x, v in pts.items() for d in range(x[0])}
+
+    def data(fn, device=False):
+        f = per_device if device else per_size
+        return f(fn, train), f(fn, allpts)
+
     def optional(label, fn):
-        # the peaks do not depend on costs: one that fits no form is reported, not fatal
         try:
             return fn()
         except NotDerived as e:
             failures[label] = str(e)
             return None
 
-    pin = optional("peak_inflight", lambda: scalar(
-        "peak_inflight", *per_size(lambda sm: Fraction(max(sm.peak_inflight)))))
-    pin_d = optional("peak_inflight(d)", lambda: scalar(
-        "peak_inflight(d)", *per_device(lambda sm, d: Fraction(sm.peak_inflight[d]))))
-    pmem = optional("peak_memory", lambda: scalar(
-        "peak_memory", *per_size(lambda sm: Fraction(max(sm.peak_memory)))))
-    pmem_d = optional("peak_memory(d)", lambda: scalar(
-        "peak_memory(d)", *per_device(lambda sm, d: Fraction(sm.peak_memory[d]))))
-    return Derivation(name, chunks, mk, busiest, [Piece(None, total)], [Piece(None, busy)], pin,
-                      pin_d, pmem, pmem_d, len(train), len(allpts), sorted(set(skipped + skipped_c)),
-                      {"p": [cp.start, cp.stop - 1], "m": [cm.start, cm.stop - 1],
-                       "v": [min(vs), max(vs)] if chunks else sorted({x[2] for x in allpts})},
-                      failures=failures)
+    def components(label, fn, device):
+        tr, full = data(fn, device)
+        return [_scalar(f"{name}: {label}[{COST_SYMBOLS[k]}]" + ("(d)" if device else ""),
+                        {x: Fraction(t[k]) for x, t in tr.items()},
+                        {x: Fraction(t[k]) for x, t in full.items()}) for k in range(NDIM)]
+
+    om = lambda val: val[0]  # noqa: E731  (the order metrics of a grid entry)
+    total = optional("total_busy", lambda: components(
+        "total busy", lambda val: _total(om(val).busy), False))
+    busy = optional("busy", lambda: components("busy", lambda val, d: om(val).busy[d], True))
+    busiest = optional("busiest", lambda: _tropical(
+        f"{name}: busiest device's busy time", *data(lambda val: prune(om(val).busy))))
+    pin = optional("peak_inflight", lambda: _scalar(
+        f"{name}: peak_inflight", *data(lambda val: Fraction(max(om(val).peak_inflight)))))
+    pin_d = optional("peak_inflight(d)", lambda: _scalar(
+        f"{name}: peak_inflight(d)", *data(lambda val, d: Fraction(om(val).peak_inflight[d]), True)))
+    pmem = optional("peak_memory", lambda: _scalar(
+        f"{name}: peak_memory", *data(lambda val: Fraction(max(om(val).peak_memory)))))
+    pmem_d = optional("peak_memory(d)", lambda: _scalar(
+        f"{name}: peak_memory(d)", *data(lambda val, d: Fraction(om(val).peak_memory[d]), True)))
+
+    mk, conds, reasons = None, (), []
+    for merge, slice_conds in SLICES:
+        try:
+            mk = _makespan(name, merge, train, allpts)
+        except (NotDerived, TooComplex) as e:
+            reasons.append(f"[{', '.join(slice_conds) or 'all costs'}] {e}")
+            continue
+        conds = slice_conds
+        break
+    if mk is None:
+        failures["makespan"] = "; ".join(reasons)
+    rng = {"p": [cp.start, cp.stop - 1], "m": [confirm_m[0], confirm_m[1]],
+           "v": [min(vs), max(vs)] if chunks else sorted({x[2] for x in allpts})}
+    return Derivation(name, chunks, mk, busiest, total and [Piece(None, total)],
+                      busy and [Piece(None, busy)], pin,
+                      pin_d, pmem, pmem_d, len(train), len(allpts), skipped, rng,
+                      failures=failures, slice=conds, slice_failures=reasons if mk else [],
+                      seconds=time.process_time() - t0)
+
+
+def _total(busy) -> tuple:
+    return tuple(sum(b[k] for b in busy) for k in range(NDIM))
+
+
+def _makespan(name: str, merge: tuple, train: dict, allpts: dict) -> list[Piece]:
+    def sym(pts):
+        out = {}
+        for (p, m, v), (_, varg) in pts.items():
+            sm = supported(name, p, m, varg, merge, MAX_TERMS)
+            if sm is None:
+                raise NotDerived(f"{name}: p={p}, m={m}, v={v} not supported")
+            out[_key(p, m, v)] = sm.makespan
+        return out
+
+    return _tropical(f"{name}: makespan", sym(train), sym(allpts))

@@ -2,13 +2,15 @@
 
 A value known exactly at many sizes (a coefficient of a makespan term, a peak) is fitted by
 the lowest-degree polynomial in the size symbols that reproduces *every* point exactly
-(rational Gaussian elimination on a subset, then checked on all points).  Nothing is
+(pivots found modulo a prime, the square block inverted over the rationals once per point
+set and basis, every point then checked in integers).  Nothing is
 approximate: a fit either reproduces all points or is rejected.  Pure Python, no sympy.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
+from math import gcd
 from itertools import combinations_with_replacement
 from typing import Mapping, Sequence
 
@@ -41,33 +43,92 @@ def evaluate(poly: Poly, x: Point) -> Fraction:
     return sum((c * _mono(e, x) for e, c in poly.items()), Fraction(0))
 
 
-def _solve(rows: list[list[Fraction]], rhs: list[Fraction], k: int) -> list[Fraction] | None:
-    """Exact solution of an overdetermined system (free variables 0); None if inconsistent."""
-    a = [r[:] + [b] for r, b in zip(rows, rhs)]
-    pivots = []
-    r = 0
-    for col in range(k):
-        piv = next((i for i in range(r, len(a)) if a[i][col] != 0), None)
-        if piv is None:
-            continue
-        a[r], a[piv] = a[piv], a[r]
-        pv = a[r][col]
-        a[r] = [x / pv for x in a[r]]
-        for i in range(len(a)):
-            if i != r and a[i][col] != 0:
-                f = a[i][col]
-                a[i] = [x - f * y for x, y in zip(a[i], a[r])]
-        pivots.append(col)
-        r += 1
-        if r == len(a):
-            break
-    for i in range(r, len(a)):
-        if a[i][k] != 0:
-            return None
-    sol = [Fraction(0)] * k
-    for i, col in enumerate(pivots):
-        sol[col] = a[i][k]
-    return sol
+class _System:
+    """The linear system of one point set and one basis, reduced once for many right-hand
+    sides: ``rows`` independent points, ``cols`` pivot monomials and the exact inverse of that
+    square block, so a fit is a matrix-vector product plus an integer check of every point."""
+
+    __slots__ = ("basis", "matrix", "rows", "cols", "inverse", "den")
+
+    def __init__(self, pts: list[Point], basis: list[tuple[int, ...]]):
+        self.basis = basis
+        self.matrix = [[_mono(e, x) for e in basis] for x in pts]
+        k = len(basis)
+        # pivot rows and columns by elimination modulo a large prime (integers, fast)...
+        P = 2**61 - 1
+        work = [[a % P for a in row] for row in self.matrix]
+        order = list(range(len(pts)))
+        rows, cols, r = [], [], 0
+        for col in range(k):
+            piv = next((i for i in range(r, len(work)) if work[i][col]), None)
+            if piv is None:
+                continue
+            work[r], work[piv] = work[piv], work[r]
+            order[r], order[piv] = order[piv], order[r]
+            inv = pow(work[r][col], P - 2, P)
+            pr = [(a * inv) % P for a in work[r]]
+            work[r] = pr
+            for i in range(r + 1, len(work)):
+                f = work[i][col]
+                if f:
+                    work[i] = [(a - f * b) % P for a, b in zip(work[i], pr)]
+            rows.append(order[r])
+            cols.append(col)
+            r += 1
+            if r == k:
+                break
+        # ...then the exact inverse of the square block: fraction-free Gauss-Jordan in
+        # integers (each row kept divided by its gcd), one common denominator at the end
+        n = len(rows)
+        aug = [[self.matrix[i][c] for c in cols] + [int(j == q) for j in range(n)]
+               for q, i in enumerate(rows)]
+        for c in range(n):
+            piv = next(i for i in range(c, n) if aug[i][c])
+            aug[c], aug[piv] = aug[piv], aug[c]
+            pr = aug[c]
+            pv = pr[c]
+            for i in range(n):
+                f = aug[i][c]
+                if i != c and f:
+                    row = [pv * x - f * y for x, y in zip(aug[i], pr)]
+                    g = gcd(*row)
+                    aug[i] = [x // g for x in row] if g > 1 else row
+        den = 1
+        for i in range(n):
+            den = den * abs(aug[i][i]) // gcd(den, aug[i][i])
+        self.rows, self.cols, self.den = rows, cols, den
+        self.inverse = [[x * (den // aug[i][i]) for x in aug[i][n:]] for i in range(n)]
+
+    def solve(self, ys: list[Fraction]) -> Poly | None:
+        yd = 1
+        for y in ys:
+            if y.denominator != 1:
+                yd = yd * y.denominator // gcd(yd, y.denominator)
+        yint = [int(y * yd) for y in ys]
+        rhs = [yint[i] for i in self.rows]
+        nums = [sum(a * b for a, b in zip(row, rhs)) for row in self.inverse]
+        den = self.den * yd  # solution_j = nums[j] / den
+        ints = [(c, s) for c, s in zip(self.cols, nums) if s]
+        for row, y in zip(self.matrix, yint):
+            tot = 0
+            for c, s in ints:
+                tot += row[c] * s
+            if tot != y * self.den:
+                return None
+        return {self.basis[c]: Fraction(s, den) for c, s in ints}
+
+
+_SYSTEMS: dict = {}
+
+
+def _system(pts: tuple, basis: tuple) -> _System:
+    key = (pts, basis)
+    sysm = _SYSTEMS.get(key)
+    if sysm is None:
+        if len(_SYSTEMS) > 4096:
+            _SYSTEMS.clear()
+        sysm = _SYSTEMS[key] = _System(list(pts), list(basis))
+    return sysm
 
 
 def fit_poly(data: Mapping[Point, Fraction], nvars: int, max_degree: int = 3,
@@ -76,31 +137,28 @@ def fit_poly(data: Mapping[Point, Fraction], nvars: int, max_degree: int = 3,
 
     Points have ``nvars`` size coordinates and then ``n_extra`` derived features (such as
     ``floor((m-1)/p)``) that enter linearly only, after the pure polynomials have failed.
+    The reduced system of a point set is cached, so fitting many values over the same sizes
+    (the coefficients of every cost symbol, every probe) costs one elimination.
     """
     if not data:
         return None
-    pts = sorted(data)
+    pts = tuple(sorted(data))
+    ys = [Fraction(data[x]) for x in pts]
     varying = [len({x[i] for x in pts}) > 1 for i in range(nvars)]
+    extra = [len({x[nvars + j] for x in pts}) > 1 for j in range(n_extra)]
     for degree in range(max_degree + 1):
         basis = monomials(nvars, degree, varying)
-        if n_extra:
-            basis = [b + (0,) * n_extra for b in basis]
-            for j in range(n_extra):
-                e = [0] * (nvars + n_extra)
+        tail = len(pts[0]) - nvars
+        basis = [b + (0,) * tail for b in basis]
+        for j in range(n_extra):
+            if extra[j]:
+                e = [0] * (nvars + tail)
                 e[nvars + j] = 1
                 basis.append(tuple(e))
-        k = len(basis)
-        if k > len(pts):
+        if len(basis) > len(pts) and degree > 0:
             break
-        # solve on a spread-out subset, then check on every point
-        step = max(1, len(pts) // (4 * k))
-        subset = pts[::step]
-        rows = [[Fraction(_mono(e, x)) for e in basis] for x in subset]
-        sol = _solve(rows, [Fraction(data[x]) for x in subset], k)
-        if sol is None:
-            continue
-        poly = {e: c for e, c in zip(basis, sol) if c != 0}
-        if all(evaluate(poly, x) == data[x] for x in pts):
+        poly = _system(pts, tuple(basis)).solve(ys)
+        if poly is not None:
             return poly
     return None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..errors import UnsupportedSize, UsageError
-from .tropical import IDENTITY, SizeMetrics, size_metrics
+from .tropical import IDENTITY, OrderMetrics, SizeMetrics, order_metrics, size_metrics
 
 
 def family(name: str):
@@ -51,5 +51,18 @@ def supported(name: str, p: int, m: int, v: int | None = None, merge: tuple = ID
               max_terms: int | None = None) -> SizeMetrics | None:
     try:
         return metrics_at(name, p, m, v, merge, max_terms)
+    except UnsupportedSize:
+        return None
+
+
+@lru_cache(maxsize=8192)
+def order_at(name: str, p: int, m: int, v: int | None = None) -> OrderMetrics:
+    """Busy terms and peaks of ``name`` at (p, m, v), without the timeline; UnsupportedSize."""
+    return order_metrics(build(name, p, m, v))
+
+
+def order_supported(name: str, p: int, m: int, v: int | None = None) -> OrderMetrics | None:
+    try:
+        return order_at(name, p, m, v)
     except UnsupportedSize:
         return None

@@ -61,7 +61,10 @@ def prune(terms: Iterable[Term]) -> Tropical:
 
 
 def _between(t: Term, terms: list[Term], skip: int) -> bool:
-    """Is t <= lam*a + (1-lam)*b componentwise for some a, b (not t) and lam in [0, 1]?"""
+    """Is t <= lam*a + (1-lam)*b componentwise for some a, b (not t) and lam in [0, 1]?
+
+    The interval of lam is kept as two fractions num/den (den > 0) compared by
+    cross-multiplication: integers only, this runs at every action of the timeline."""
     n = len(terms)
     for i in range(n):
         if i == skip:
@@ -71,22 +74,26 @@ def _between(t: Term, terms: list[Term], skip: int) -> bool:
             if j == skip:
                 continue
             b = terms[j]
-            lo, hi = Fraction(0), Fraction(1)
+            ln, ld, hn, hd = 0, 1, 1, 1  # lo = ln/ld <= lam <= hn/hd = hi
+            ok = True
             for tk, ak, bk in zip(t, a, b):
                 # tk <= bk + lam*(ak - bk)
                 diff = ak - bk
                 need = tk - bk
                 if diff == 0:
                     if need > 0:
-                        lo, hi = Fraction(1), Fraction(0)
+                        ok = False
                         break
-                elif diff > 0:
-                    lo = max(lo, Fraction(need, diff))
-                else:
-                    hi = min(hi, Fraction(need, diff))
-                if lo > hi:
+                    continue
+                if diff > 0:
+                    if need * ld > ln * diff:
+                        ln, ld = need, diff
+                elif -need * hd < hn * -diff:
+                    hn, hd = -need, -diff
+                if ln * hd > hn * ld:
+                    ok = False
                     break
-            if lo <= hi:
+            if ok:
                 return True
     return False
 
@@ -206,6 +213,51 @@ def symbolic_timeline(schedule: Schedule, *, merge: tuple = IDENTITY,
     return end, dur  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class OrderMetrics:
+    """What does not need the timeline: busy time per device (a term, every cost kept) and
+    the peaks and warm-up counts per device, which depend on the order only."""
+
+    devices: int
+    stages: int
+    busy: tuple[Term, ...]
+    peak_inflight: tuple[int, ...]
+    peak_memory: tuple[Fraction, ...]
+    warmup: tuple[int, ...]
+
+    @property
+    def v(self) -> int:
+        return self.stages // self.devices
+
+
+def order_metrics(schedule: Schedule) -> OrderMetrics:
+    g = compile_graph(schedule)
+    D = schedule.devices
+    busy = []
+    for d in range(D):
+        b = ZERO
+        for i in range(g.starts[d], g.starts[d + 1]):
+            b = add(b, duration(g.acts[i]))
+        busy.append(b)
+    pin, pmem, warm = _order_parts(g, D)
+    return OrderMetrics(D, schedule.stages, tuple(busy), pin, pmem, warm)
+
+
+def _order_parts(g, D: int):
+    mem = memory_sweep(g, MemoryModel())
+    warm = []
+    for d in range(D):
+        count = 0
+        for i in range(g.starts[d], g.starts[d + 1]):
+            leaves = g.acts[i].leaves()
+            if any(x.kind in (B, I) for x in leaves):
+                break
+            count += sum(1 for x in leaves if x.kind == F)
+        warm.append(count)
+    return (tuple(mem.peak_inflight),
+            tuple(Fraction(x).limit_denominator(10**6) for x in mem.peak_memory), tuple(warm))
+
+
 def size_metrics(schedule: Schedule, *, merge: tuple = IDENTITY,
                  max_terms: int | None = None) -> SizeMetrics:
     end, dur = symbolic_timeline(schedule, merge=merge, max_terms=max_terms)
@@ -219,17 +271,6 @@ def size_metrics(schedule: Schedule, *, merge: tuple = IDENTITY,
         for i in range(g.starts[d], g.starts[d + 1]):
             b = add(b, dur[i])
         busy.append(b)
-    mem = memory_sweep(g, MemoryModel())
-    warm = []
-    for d in range(D):
-        count = 0
-        for i in range(g.starts[d], g.starts[d + 1]):
-            leaves = g.acts[i].leaves()
-            if any(x.kind in (B, I) for x in leaves):
-                break
-            count += sum(1 for x in leaves if x.kind == F)
-        warm.append(count)
+    pin, pmem, warm = _order_parts(g, D)
     return SizeMetrics(D, schedule.stages, schedule.microbatches, makespan, tuple(busy),
-                       tuple(mem.peak_inflight),
-                       tuple(Fraction(x).limit_denominator(10**6) for x in mem.peak_memory),
-                       tuple(warm))
+                       pin, pmem, warm)
