@@ -12,6 +12,7 @@
  *   sweep_plain        graph.py sweep                     ASAP start/end, no deadlock
  *   memory_plain       cost/memory.py memory_sweep        peaks per device
  *   critical_path_plain cost/timeline.py critical_path    the path's action indices
+ *   format_plain       model.py Action.__str__            the path's action names
  *
  * Built by setup.py as an optional extension: without a C compiler the package installs
  * and works, only slower.
@@ -802,80 +803,136 @@ done:
 static PyObject *
 k_critical_path_plain(PyObject *self, PyObject *args)
 {
-    PyObject *starts_o, *dev_o, *wait_o, *start_o, *end_o, *comm_o;
-    double tol;
-    if (!PyArg_ParseTuple(args, "OOOO!O!Od", &starts_o, &dev_o, &wait_o, &PyList_Type, &start_o,
-                          &PyList_Type, &end_o, &comm_o, &tol))
+    /* reads only the elements the walk visits: the path is a small part of the schedule */
+    PyObject *starts, *dev, *wait, *start, *end, *comm_o;
+    double tol, comm = 0;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!Od", &PyList_Type, &starts, &PyList_Type, &dev,
+                          &PyList_Type, &wait, &PyList_Type, &start, &PyList_Type, &end, &comm_o, &tol))
         return NULL;
     int ok = 1, all_int = 1;
-    Py_ssize_t D1 = 0, n = 0, n2 = 0;
-    long long *starts = int_array(starts_o, &D1, &ok);
-    long long *dev = starts ? int_array(dev_o, &n, &ok) : NULL;
-    long long *wait = dev ? int_array(wait_o, &n2, &ok) : NULL;
-    double *st = NULL, *en = NULL, comm = 0;
-    long long *path = NULL;
-    PyObject *result = NULL;
-    if (wait == NULL)
-        goto done;
-    if (!ok || n2 != n || n == 0 || PyList_GET_SIZE(start_o) != n || PyList_GET_SIZE(end_o) != n ||
-        !as_double(comm_o, &comm, &all_int))
-        goto not_plain;
-    st = PyMem_Malloc(sizeof(double) * (size_t)n);
-    en = PyMem_Malloc(sizeof(double) * (size_t)n);
-    path = PyMem_Malloc(sizeof(long long) * (size_t)n);
-    if (!st || !en || !path) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    Py_ssize_t n = PyList_GET_SIZE(end), D = PyList_GET_SIZE(starts) - 1;
+    if (n == 0 || PyList_GET_SIZE(start) != n || PyList_GET_SIZE(dev) != n ||
+        PyList_GET_SIZE(wait) != n || D < 1 || !as_double(comm_o, &comm, &all_int))
+        Py_RETURN_NONE;
     Py_ssize_t last = 0;
+    double best = 0, e;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!as_double(PyList_GET_ITEM(start_o, i), &st[i], &all_int) ||
-            !as_double(PyList_GET_ITEM(end_o, i), &en[i], &all_int) ||
-            dev[i] < 0 || dev[i] >= D1 - 1 || wait[i] < 0 || wait[i] > n)
-            goto not_plain;
-        if (en[i] > en[last])
+        if (!as_double(PyList_GET_ITEM(end, i), &e, &all_int))
+            Py_RETURN_NONE;
+        if (i == 0 || e > best) {
+            best = e;
             last = i;
+        }
     }
-    Py_ssize_t len = 0;
+    PyObject *path = PyList_New(0);
+    if (path == NULL)
+        return NULL;
     long long i = last;
-    path[len++] = i;
-    while (len < n) {
-        long long k = wait[i], next = -1;
-        double s = st[i];
-        if (k < n && fabs(en[k] + comm - s) <= tol)
-            next = k;
-        if (next < 0 && i > starts[dev[i]] && fabs(en[i - 1] - s) <= tol)
-            next = i - 1;
+    for (Py_ssize_t len = 0; len < n; len++) {
+        PyObject *x = PyLong_FromLongLong(i);
+        if (x == NULL || PyList_Append(path, x) < 0) {
+            Py_XDECREF(x);
+            Py_DECREF(path);
+            return NULL;
+        }
+        Py_DECREF(x);
+        double s, ej;
+        long long k = exact_int(PyList_GET_ITEM(wait, i), &ok), d, next = -1;
+        d = exact_int(PyList_GET_ITEM(dev, i), &ok);
+        if (!ok || k < 0 || k > n || d < 0 || d >= D || !as_double(PyList_GET_ITEM(start, i), &s, &all_int))
+            goto not_plain;
+        if (k < n) {
+            if (!as_double(PyList_GET_ITEM(end, k), &ej, &all_int))
+                goto not_plain;
+            if (fabs(ej + comm - s) <= tol)
+                next = k;
+        }
+        if (next < 0) {
+            long long first = exact_int(PyList_GET_ITEM(starts, d), &ok);
+            if (!ok)
+                goto not_plain;
+            if (i > first) {
+                if (!as_double(PyList_GET_ITEM(end, i - 1), &ej, &all_int))
+                    goto not_plain;
+                if (fabs(ej - s) <= tol)
+                    next = i - 1;
+            }
+        }
         if (next < 0)
             break;
-        path[len++] = next;
         i = next;
     }
-    result = PyList_New(len);
-    if (result == NULL)
-        goto done;
-    for (Py_ssize_t k = 0; k < len; k++) {
-        PyObject *x = PyLong_FromLongLong(path[len - 1 - k]);
-        if (x == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyList_SET_ITEM(result, k, x);
+    if (PyList_Reverse(path) < 0) {
+        Py_DECREF(path);
+        return NULL;
     }
-    goto done;
+    return path;
 not_plain:
-    if (!PyErr_Occurred()) {
-        result = Py_None;
-        Py_INCREF(result);
+    Py_DECREF(path);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ format_plain */
+
+/* format_plain(acts, indices) -> list[str] | None
+ *
+ * The twin of ``[str(acts[i]) for i in indices]`` for plain actions (int stage, str kind,
+ * int microbatch, no sub-actions): Action.__str__ writes those as stage, kind, microbatch. */
+/* Write v >= 0 in decimal at buf; returns the number of characters. */
+static Py_ssize_t
+put_int(char *buf, long long v)
+{
+    char tmp[24];
+    Py_ssize_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    for (Py_ssize_t k = 0; k < n; k++)
+        buf[k] = tmp[n - 1 - k];
+    return n;
+}
+
+static PyObject *
+k_format_plain(PyObject *self, PyObject *args)
+{
+    PyObject *acts, *indices;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &acts, &PyList_Type, &indices))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(indices), na = PyList_GET_SIZE(acts);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int ok = 1;
+        long long i = exact_int(PyList_GET_ITEM(indices, k), &ok);
+        if (!ok || i < 0 || i >= na)
+            goto not_plain;
+        PyObject *a = PyList_GET_ITEM(acts, i);
+        if (!PyTuple_Check(a) || PyTuple_GET_SIZE(a) != 4 || PyTuple_GET_ITEM(a, 3) != Py_None)
+            goto not_plain;
+        long long stage = exact_int(PyTuple_GET_ITEM(a, 0), &ok);
+        long long mb = exact_int(PyTuple_GET_ITEM(a, 2), &ok);
+        PyObject *kind = PyTuple_GET_ITEM(a, 1);
+        if (!ok || stage < 0 || mb < 0 || !PyUnicode_CheckExact(kind) || !PyUnicode_IS_ASCII(kind) ||
+            PyUnicode_GET_LENGTH(kind) > 32)
+            goto not_plain;
+        char buf[96];
+        Py_ssize_t len = put_int(buf, stage);
+        memcpy(buf + len, PyUnicode_1BYTE_DATA(kind), (size_t)PyUnicode_GET_LENGTH(kind));
+        len += PyUnicode_GET_LENGTH(kind);
+        len += put_int(buf + len, mb);
+        PyObject *text = PyUnicode_FromStringAndSize(buf, len);
+        if (text == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k, text);
     }
-done:
-    PyMem_Free(starts);
-    PyMem_Free(dev);
-    PyMem_Free(wait);
-    PyMem_Free(st);
-    PyMem_Free(en);
-    PyMem_Free(path);
-    return result;
+    return out;
+not_plain:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
 }
 
 /* ------------------------------------------------------------------ module */
@@ -891,6 +948,8 @@ static PyMethodDef methods[] = {
      "memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit) -> tuple | None."},
     {"critical_path_plain", k_critical_path_plain, METH_VARARGS,
      "critical_path_plain(starts, dev, wait, start, end, comm, tol) -> list | None."},
+    {"format_plain", k_format_plain, METH_VARARGS,
+     "format_plain(acts, indices) -> list[str] | None: str() of plain actions."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -170,7 +170,8 @@ def test_kernel_equals_python_on_valid_plain_schedules(schedule, data):
     costs = data.draw(float_costs())
     memory = data.draw(float_memory(schedule.stages))
     answered = assert_same_everything(schedule, costs, memory)
-    assert {"compile_plain", "sweep_plain", "memory_plain", "critical_path_plain"} <= answered.keys()
+    assert {"compile_plain", "sweep_plain", "memory_plain", "critical_path_plain",
+            "format_plain"} <= answered.keys()
 
 
 @given(plain.flatmap(mutations), st.data())

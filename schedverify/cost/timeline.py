@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .. import _accel
@@ -90,7 +91,7 @@ class Timeline:
     def schedule(self) -> Schedule:
         return self.graph.schedule
 
-    @property
+    @cached_property
     def makespan(self) -> float:
         return max(self.end, default=0)
 
@@ -108,6 +109,12 @@ class Timeline:
         g = self.graph
         for i in range(g.starts[device], g.starts[device + 1]):
             yield g.acts[i], self.start[i], self.end[i]
+
+    def action_names(self, indices: list[int]) -> list[str]:
+        """``str`` of each of these actions."""
+        kernel = _accel.kernel
+        names = kernel.format_plain(self.graph.acts, indices) if kernel is not None else None
+        return names if names is not None else list(map(str, map(self.graph.acts.__getitem__, indices)))
 
     def critical_path(self) -> list[int]:
         """Action indices from the first to the last-ending action, each starting exactly
@@ -154,7 +161,7 @@ class Timeline:
             DeviceMetrics(d, busy[d], T - busy[d], mem.peak_inflight[d], mem.peak_memory[d], mem.static[d])
             for d in range(D)
         )
-        path = tuple(map(str, map(self.graph.acts.__getitem__, self.critical_path())))
+        path = tuple(self.action_names(self.critical_path()))
         return Metrics(T, frac, ratio, devices, path, self.costs)
 
 
