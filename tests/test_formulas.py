@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 
 import pytest
 from hypothesis import given, settings
@@ -133,3 +134,134 @@ def test_bad_formula_input_is_exit_2(argv):
     err = io.StringIO()
     assert run(argv, io.StringIO(), err) == 2
     assert "error" in err.getvalue()
+
+
+# --------------------------------------------------------------------------- every family
+
+#: What is derived for each family (and on which cost slice the makespan holds): a regression
+#: in the fitter shows up here, and the property below checks every form that is derived.
+DERIVED = {
+    "gpipe": ((), {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
+    "1f1b": ((), {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
+    "zb-h2": (("c == 0",), {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
+    "zb-v": (("c == 0", "t_I == t_F", "t_W == t_F"),
+             {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
+    "v-half": (None, {"peak_inflight", "peak_memory"}),
+    "dualpipe": (("c == 0", "t_I == t_F", "t_W == t_F"),
+                 {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
+    "dualpipe-v": (("c == 0", "t_I == t_F", "t_W == t_F"),
+                   {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
+    "chimera": (("c == 0",), {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
+}
+PEAKS = ("peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)")
+
+
+@lru_cache(maxsize=None)
+def _supported(family: str) -> tuple:
+    """The (p, m, v) the family accepts in the confirmation range p=2..8, m=1..24."""
+    from schedverify.errors import UnsupportedSize
+
+    out = []
+    for p in range(2, 9):
+        for m in range(1, 25):
+            try:
+                sched = build(family, p, m)
+            except UnsupportedSize:
+                continue
+            out.append((p, m, sched.stages // sched.devices))
+    return tuple(out)
+
+
+def _costs_in_slice(costs: dict, slice_: tuple) -> dict:
+    costs = dict(costs)
+    if "c == 0" in slice_:
+        costs["c"] = 0
+    if "t_I == t_F" in slice_:
+        costs["t_I"] = costs["t_W"] = costs["t_F"]
+    return costs
+
+
+@pytest.mark.parametrize("family", sorted(DERIVED))
+def test_what_is_derived(family):
+    from schedverify.formulas import NotDerived
+
+    slice_, peaks = DERIVED[family]
+    if slice_ is None:
+        with pytest.raises(NotDerived):
+            formula(family, "makespan")
+    else:
+        f = formula(family, "makespan")
+        assert tuple(c for c in f.conditions if c in ("c == 0", "t_I == t_F", "t_W == t_F")) == slice_
+    for key in PEAKS:
+        metric, dev = (key[:-3], "d") if key.endswith("(d)") else (key, None)
+        if key in peaks:
+            formula(family, metric, dev)
+        else:
+            with pytest.raises(NotDerived):
+                formula(family, metric, dev)
+
+
+@settings(max_examples=40)
+@given(family=st.sampled_from(sorted(DERIVED)), data=st.data(), costs=costs_st)
+def test_every_derived_form_matches_the_timeline(family, data, costs):
+    """For a random supported size and random costs on the form's cost slice, every derived
+    metric of every family equals the timeline simulation exactly."""
+    p, m, v = data.draw(st.sampled_from(_supported(family)), label="p, m, v")
+    d = data.draw(st.integers(0, p - 1), label="d")
+    slice_, peaks = DERIVED[family]
+    sizes = {"p": p, "m": m, "v": v, "d": d}
+    if slice_ is not None:
+        costs = _costs_in_slice(costs, slice_)
+        tl = _simulated(family, p, m, costs)
+        met, busy = tl.metrics(), tl.busy()
+        mk = Fraction(met.makespan)
+        assert formula(family, "makespan").evaluate(sizes, costs) == mk
+        assert formula(family, "bubble_fraction").evaluate(sizes, costs) == \
+            1 - Fraction(sum(busy)) / (p * mk)
+        assert formula(family, "bubble_ratio").evaluate(sizes, costs) == \
+            (mk - Fraction(max(busy))) / Fraction(max(busy))
+        assert formula(family, "bubble_time", "d").evaluate(sizes, costs) == mk - Fraction(busy[d])
+    met = _simulated(family, p, m, dict.fromkeys(COST_KEYS, 1)).metrics()
+    want = {"peak_inflight": met.peak_inflight, "peak_memory": max(Fraction(x.peak_memory)
+                                                                   for x in met.devices),
+            "peak_inflight(d)": met.devices[d].peak_inflight,
+            "peak_memory(d)": Fraction(met.devices[d].peak_memory)}
+    for key in peaks:
+        metric, dev = (key[:-3], "d") if key.endswith("(d)") else (key, None)
+        assert formula(family, metric, dev).evaluate(sizes) == want[key], key
+
+
+def test_zb_h2_form_uses_the_parity_of_m():
+    """ZB-H2's makespan below m = 2p - 1 depends on the parity of m: the derived form says so,
+    and a form without it could not match both m = 4 and m = 5 at p = 4."""
+    f = formula("zb-h2", "makespan")
+    assert f.expression.has(parse("Mod(m, 2)"))
+    costs = {"t_F": 3, "t_B": 1, "t_I": 4, "t_W": 2, "c": 0}
+    for m in (4, 5):
+        assert f.evaluate({"p": 4, "m": m, "v": 1}, costs) == \
+            Fraction(_simulated("zb-h2", 4, m, costs).makespan)
+
+
+def test_learned_threshold_parses_and_round_trips():
+    """ZB-V's makespan splits at a threshold fitted from the schedules (not from a fixed list);
+    the JSON expression parses back to the same function."""
+    import io
+    import json
+
+    out = io.StringIO()
+    assert run(["formula", "zb-v", "--metric", "makespan", "--format", "json"], out,
+               io.StringIO()) == 0
+    doc = json.loads(out.getvalue())
+    expr = parse(doc["expression"])
+    assert "t_I == t_F" in doc["domain"]["conditions"]
+    for p, m in ((4, 5), (4, 6), (5, 7), (5, 8), (8, 11), (8, 12)):
+        costs = {"t_F": 2, "t_B": 1, "t_I": 2, "t_W": 2, "c": 0}
+        val = expr.subs({parse(k): x for k, x in {**costs, "p": p, "m": m, "v": 2}.items()})
+        assert val == Fraction(_simulated("zb-v", p, m, costs).makespan)
+
+
+def test_not_derived_says_which_sizes_broke_it():
+    from schedverify.formulas import NotDerived
+
+    with pytest.raises(NotDerived, match=r"v-min: peak_inflight: .*(fails|fits)"):
+        formula("v-min", "peak_inflight")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import sympy
@@ -121,6 +122,7 @@ class Formula:
         return Fraction(int(val.p), int(val.q))
 
 
+@lru_cache(maxsize=1024)
 def formula(family: str, metric: str, device: int | str | None = None) -> Formula:
     """The derived closed form of ``metric`` for ``family`` (per device when ``device`` is
     given: ``"d"`` for the general form, or a number)."""

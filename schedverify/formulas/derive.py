@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
+from itertools import chain, islice
 from typing import Callable, Iterator
 
 from ..errors import UsageError
@@ -40,8 +41,9 @@ DEVICE_METRICS = ("bubble_time", "peak_inflight", "peak_memory", "busy")
 
 #: Where a derivation is fitted and where it is confirmed (sizes the family refuses are skipped).
 #: Training takes p = 2, 3, ... until TRAIN_DISTINCT_P supported device counts (at most
-#: TRAIN_P_MAX: families such as DualPipe accept even p only); the confirmation range is wider.
-TRAIN_P_MIN, TRAIN_P_MAX, TRAIN_DISTINCT_P = 2, 8, 4
+#: TRAIN_P_MAX: families such as DualPipe accept even p only), first 4 of them and, for a metric
+#: that no form fits there, 6; the confirmation range always reaches 2 past the training.
+TRAIN_P_MIN, TRAIN_P_MAX, TRAIN_DISTINCT_P = 2, 10, (4, 6)
 TRAIN_M_MAX = 16
 CONFIRM_P = range(2, 9)
 CONFIRM_M = range(1, 25)
@@ -141,7 +143,14 @@ def _fit(data: dict):
 
 
 class NotDerived(UsageError):
-    """No candidate form survived confirmation; the message says what was tried."""
+    """No candidate form survived confirmation; the message says what was tried.
+
+    ``refuted``: forms fitted the training sizes but each failed at a size of the
+    confirmation range (a wider training grid may still find one)."""
+
+    def __init__(self, message: str, refuted: bool = False):
+        super().__init__(message)
+        self.refuted = refuted
 
 
 @dataclass(frozen=True)
@@ -186,7 +195,12 @@ def holds(cond: str | None, x) -> bool:
     if cond is None:
         return True
     p, m, v, d = (tuple(x) + (0,))[:4]
-    return _ATOM[cond](p, m, v, d)
+    pred = _ATOM.get(cond) or _LEARNED[cond]
+    return pred(p, m, v, d)
+
+
+#: Conditions ``m >= T(p, v, d)`` whose threshold was itself fitted (text -> predicate).
+_LEARNED: dict[str, Callable[[int, int, int, int], bool]] = {}
 
 
 def _candidates(data: dict, fit_one: Callable[[dict], object | None],
@@ -216,15 +230,74 @@ def _lists(data: dict, fit_one, n: int) -> Iterator[list[Piece]]:
             yield [Piece(text, first)] + tail
 
 
-def _confirmed(label: str, train: dict, full: dict, fit_one, agrees) -> list[Piece]:
-    """The first candidate fitted on ``train`` that ``agrees`` with every point of ``full``."""
+def _learned_split(data: dict, fit_one, agrees) -> Iterator[list[Piece]]:
+    """Two pieces split at a threshold fitted from the data: a form fitted on the largest m of
+    every (p, v, d) is followed down in m while it agrees; the first m where it does, per
+    (p, v, d), is fitted as a polynomial T(p, v, d) (with the Mod features), and the sizes
+    below it are fitted on their own.  Finds splits such as m >= (3*p - Mod(p, 2))/2 that no
+    fixed list of thresholds holds."""
+    groups: dict = {}
+    for x in data:
+        groups.setdefault((x[0], x[2], x[3]), []).append(x)
+    for g in groups.values():
+        g.sort(key=lambda x: x[1])
+    top = {x: data[x] for g in groups.values() for x in g[-3:]}
+    if len(top) == len(data):
+        return
+    tail = fit_one(top)
+    if tail is None:
+        return
+    first = {}
+    for key, g in groups.items():
+        low = None
+        for x in reversed(g):
+            if not agrees(tail, x, data[x]):
+                break
+            low = x[1]
+        if low is None:
+            return
+        first[key] = low
+    pts = {(p, v, d) + (p % 2,): Fraction(m0) for (p, v, d), m0 in first.items()}
+    poly = fit.fit_poly(pts, 3) or fit.fit_poly(pts, 3, n_extra=1)
+    if poly is None:
+        return
+    head = {x: y for x, y in data.items() if x[1] < fit.evaluate(poly, (x[0], x[2], x[3], x[0] % 2))}
+    if not head:
+        return
+    lo = fit_one(head)
+    if lo is None:
+        return
+    text = "m >= " + _poly_text(poly, ("p", "v", "d", "Mod(p, 2)"))
+    _LEARNED[text] = lambda p, m, v, d, poly=poly: m >= fit.evaluate(poly, (p, v, d, p % 2))
+    yield [Piece(text, tail), Piece(None, lo)]
+
+
+def _poly_text(poly: dict, names) -> str:
+    """A polynomial as sympy-parseable text (no sympy here)."""
+    parts = []
+    for e, c in sorted(poly.items(), reverse=True):
+        mono = "*".join(n if k == 1 else f"{n}**{k}" for n, k in zip(names, e) if k)
+        coef = f"({c.numerator}/{c.denominator})" if c.denominator != 1 else f"({c.numerator})"
+        parts.append(coef + ("*" + mono if mono else ""))
+    return " + ".join(parts) or "0"
+
+
+def _confirmed(label: str, train: dict, full, fit_one, agrees) -> list[Piece]:
+    """The first candidate fitted on ``train`` that ``agrees`` with every point of ``full``
+    (a dict, or a function returning it, called only once a candidate exists)."""
     seen, bad, tried = set(), None, 0
-    for pieces in _candidates(train, fit_one):
+    one = lambda val, x, y: agrees([Piece(None, val)], x, y)  # noqa: E731
+    # the whole and the two-piece lists first, then a learned split, then three pieces
+    cands = chain(islice(_candidates(train, fit_one, 2), 4 * MAX_CANDIDATES),
+                  _learned_split(train, fit_one, one), _lists(train, fit_one, 3))
+    for pieces in cands:
         key = repr(pieces)
         if key in seen:
             continue
         seen.add(key)
         tried += 1
+        if callable(full):  # the confirmation sizes, computed only once there is a candidate
+            full = full()
         miss = next((x for x, y in full.items() if not agrees(pieces, x, y)), None)
         if miss is None:
             return pieces
@@ -236,7 +309,7 @@ def _confirmed(label: str, train: dict, full: dict, fit_one, agrees) -> list[Pie
                          f"d and {', '.join(t for t, _ in EXTRAS)}, split at m >= thresholds, "
                          f"2*d < p or the parity of m) fits the {len(train)} training sizes")
     raise NotDerived(f"{label}: {tried} fitted forms, each fails in the confirmation range "
-                     f"(the first at {_where(bad)})")
+                     f"(the first at {_where(bad)})", refuted=True)
 
 
 def _where(x) -> str:
@@ -363,7 +436,7 @@ def _train_ms(p: int):
     return range(1, min(TRAIN_M_MAX, 4 * p) + 1)
 
 
-def _sizes(name: str, vs, confirm_p, confirm_m):
+def _sizes(name: str, vs, confirm_p, confirm_m, distinct: int):
     """(training sizes, confirmation sizes, skipped): {(p, m, v): OrderMetrics}, keyed by the
     v the schedule has (ZB-V: 2)."""
     chunks = has_chunks(name)
@@ -381,12 +454,12 @@ def _sizes(name: str, vs, confirm_p, confirm_m):
                     out[(p, m, om.v)] = (om, v if chunks else None)
         return out
 
-    train, distinct = {}, 0
+    train, count = {}, 0
     for p in range(TRAIN_P_MIN, TRAIN_P_MAX + 1):
         got = grid((p,), _train_ms)
         train.update(got)
-        distinct += bool(got)
-        if distinct >= TRAIN_DISTINCT_P:
+        count += bool(got)
+        if count >= distinct:
             break
     top = max((x[0] for x in train), default=confirm_p[1])
     cp = range(confirm_p[0], max(confirm_p[1], top + 2) + 1)
@@ -406,12 +479,13 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
     t0 = time.process_time()
     chunks = has_chunks(name)
     vs = CHUNKS if chunks else (1,)
-    train, confirm, skipped, cp = _sizes(name, vs, confirm_p, confirm_m)
+    grids = [_sizes(name, vs, confirm_p, confirm_m, n) for n in TRAIN_DISTINCT_P]
+    train, confirm, skipped, cp = grids[0]
     if len(train) < 8:
         raise NotDerived(f"{name}: only {len(train)} supported sizes in the training grid "
                          f"p={TRAIN_P_MIN}..{TRAIN_P_MAX}, m=1..{TRAIN_M_MAX}")
-    allpts = {**confirm, **train}
     failures: dict[str, str] = {}
+    used = {"cp": cp, "sizes": {**confirm, **train}}
 
     def per_size(fn, pts):
         return {_key(*x): fn(v) for x, v in pts.items()}
@@ -419,9 +493,26 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
     def per_device(fn, pts):
         return {_key(*x, d): fn(v, d) for x, v in pts.items() for d in range(x[0])}
 
-    def data(fn, device=False):
-        f = per_device if device else per_size
-        return f(fn, train), f(fn, allpts)
+    def widening(fit_fn):
+        """Fit on the narrow training grid; if no form survives, on the wider one (which
+        also widens the confirmation range beyond it)."""
+        def run(fn, device=False):
+            f = per_device if device else per_size
+            err = None
+            for tr, co, _, cp_ in grids:
+                allpts = {**co, **tr}
+                try:
+                    out = fit_fn(f(fn, tr), f(fn, allpts))
+                except NotDerived as e:
+                    err = err or e
+                    if not e.refuted:
+                        break  # nothing fits the narrow grid: more sizes will not help
+                    continue
+                if cp_.stop > used["cp"].stop:
+                    used["cp"], used["sizes"] = cp_, allpts
+                return out
+            raise err
+        return run
 
     def optional(label, fn):
         try:
@@ -431,37 +522,50 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
             return None
 
     def components(label, fn, device):
-        tr, full = data(fn, device)
-        return [_scalar(f"{name}: {label}[{COST_SYMBOLS[k]}]" + ("(d)" if device else ""),
-                        {x: Fraction(t[k]) for x, t in tr.items()},
-                        {x: Fraction(t[k]) for x, t in full.items()}) for k in range(NDIM)]
+        return [widening(lambda tr, full, k=k: _scalar(
+            f"{name}: {label}[{COST_SYMBOLS[k]}]" + ("(d)" if device else ""),
+            {x: Fraction(t[k]) for x, t in tr.items()},
+            {x: Fraction(t[k]) for x, t in full.items()}))(fn, device) for k in range(NDIM)]
+
+    def scalar(label):
+        return widening(lambda tr, full: _scalar(f"{name}: {label}", tr, full))
 
     om = lambda val: val[0]  # noqa: E731  (the order metrics of a grid entry)
     total = optional("total_busy", lambda: components(
         "total busy", lambda val: _total(om(val).busy), False))
     busy = optional("busy", lambda: components("busy", lambda val, d: om(val).busy[d], True))
-    busiest = optional("busiest", lambda: _tropical(
-        f"{name}: busiest device's busy time", *data(lambda val: prune(om(val).busy))))
-    pin = optional("peak_inflight", lambda: _scalar(
-        f"{name}: peak_inflight", *data(lambda val: Fraction(max(om(val).peak_inflight)))))
-    pin_d = optional("peak_inflight(d)", lambda: _scalar(
-        f"{name}: peak_inflight(d)", *data(lambda val, d: Fraction(om(val).peak_inflight[d]), True)))
-    pmem = optional("peak_memory", lambda: _scalar(
-        f"{name}: peak_memory", *data(lambda val: Fraction(max(om(val).peak_memory)))))
-    pmem_d = optional("peak_memory(d)", lambda: _scalar(
-        f"{name}: peak_memory(d)", *data(lambda val, d: Fraction(om(val).peak_memory[d]), True)))
+    busiest = optional("busiest", lambda: widening(lambda tr, full: _tropical(
+        f"{name}: busiest device's busy time", tr, full))(lambda val: prune(om(val).busy)))
+    pin = optional("peak_inflight", lambda: scalar("peak_inflight")(
+        lambda val: Fraction(max(om(val).peak_inflight))))
+    pin_d = optional("peak_inflight(d)", lambda: scalar("peak_inflight(d)")(
+        lambda val, d: Fraction(om(val).peak_inflight[d]), True))
+    pmem = optional("peak_memory", lambda: scalar("peak_memory")(
+        lambda val: Fraction(max(om(val).peak_memory))))
+    pmem_d = optional("peak_memory(d)", lambda: scalar("peak_memory(d)")(
+        lambda val, d: Fraction(om(val).peak_memory[d]), True))
 
     mk, conds, reasons = None, (), []
     for merge, slice_conds in SLICES:
-        try:
-            mk = _makespan(name, merge, train, allpts)
-        except (NotDerived, TooComplex) as e:
-            reasons.append(f"[{', '.join(slice_conds) or 'all costs'}] {e}")
-            continue
-        conds = slice_conds
-        break
+        why = []
+        for tr, co, _, cp_ in grids:
+            try:
+                mk = _makespan(name, merge, tr, {**co, **tr})
+            except (NotDerived, TooComplex) as e:
+                why.append(str(e))
+                if not getattr(e, "refuted", False):
+                    break
+                continue
+            if cp_.stop > used["cp"].stop:
+                used["cp"], used["sizes"] = cp_, {**co, **tr}
+            break
+        if mk is not None:
+            conds = slice_conds
+            break
+        reasons.append(f"[{', '.join(slice_conds) or 'all costs'}] " + "; wider: ".join(why))
     if mk is None:
         failures["makespan"] = "; ".join(reasons)
+    cp, allpts = used["cp"], used["sizes"]
     rng = {"p": [cp.start, cp.stop - 1], "m": [confirm_m[0], confirm_m[1]],
            "v": [min(vs), max(vs)] if chunks else sorted({x[2] for x in allpts})}
     return Derivation(name, chunks, mk, busiest, total and [Piece(None, total)],
@@ -485,4 +589,4 @@ def _makespan(name: str, merge: tuple, train: dict, allpts: dict) -> list[Piece]
             out[_key(p, m, v)] = sm.makespan
         return out
 
-    return _tropical(f"{name}: makespan", sym(train), sym(allpts))
+    return _tropical(f"{name}: makespan", sym(train), lambda: sym(allpts))
