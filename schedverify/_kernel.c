@@ -8,7 +8,7 @@
  * tests/test_kernel.py holds every function equal to its twin.
  *
  *   parse_row          io/actions.py parse_row            plain action strings -> Actions
- *   compile_plain      graph.py _compile_fast             the compiled graph's columns
+ *   compile_plain      graph.py _index + _link            the compiled graph's columns
  *   sweep_plain        graph.py sweep                     ASAP start/end, no deadlock
  *   memory_plain       cost/memory.py memory_sweep        peaks per device
  *   critical_path_plain cost/timeline.py critical_path    the path's action indices
@@ -24,7 +24,6 @@
 #include <string.h>
 #include <math.h>
 
-#define NPLAIN 4 /* F, B, I, W: the kinds of a compute-only schedule */
 #define MAX_DIGITS 18 /* longer indices are left to Python's unbounded ints */
 
 /* ------------------------------------------------------------------ parse_row */
@@ -248,30 +247,85 @@ list_of_int32(const int32_t *v, Py_ssize_t n)
 
 /* ------------------------------------------------------------------ compile_plain */
 
-/* compile_plain(order, S, M, routes, mroute, slots, kinds)
+#define NCODES 8  /* graph.KIND_CODE: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B */
+#define MAX_NEEDS 4
+
+typedef struct {
+    int count;
+    long long offset[MAX_NEEDS];
+    int kinds[MAX_NEEDS][2]; /* producer codes; the second -1 when there is no alternative */
+    int recv[MAX_NEEDS];     /* the RECV code that stands in across devices, or -1 */
+} needs_t;
+
+/* compile_plain(order, S, M, routes, mroute, needs, match, kinds, allow_comm)
  *
- * The twin of graph._compile_fast: every entry an Action of kind F/B/I/W (``kinds``, in code
- * order) with int indices in range, on the device its route places it, no duplicate, no pair
- * mixing B with I/W.  ``slots`` is graph._FAST_SLOTS: per need slot, (offset, codediff, alt),
- * each indexed by kind code, offset None for "no such need".  Returns (acts, dev, pos, starts,
- * wait, counts, inversions, code, stage), or None when the schedule is not such a case (also
- * when its declared sizes are so much larger than its action count that a dense table would
- * waste memory: graph.py's dict-based path takes those). */
+ * The twin of graph._index + graph._link for the common case: every entry an Action of one
+ * of the eight kinds (``kinds``, in graph.KIND_CODE order) with int indices in range, on the
+ * device its route places it, no duplicate, no pair mixing B with I/W, at most one wait on
+ * another device per action; with SEND/RECV (only when ``allow_comm``: eager semantics) also
+ * every SEND/RECV matched (``match``: graph._MATCH as a per-code (peer code, offset) or None)
+ * and every input from another device received on the consumer's own device.  ``needs`` is
+ * graph._NEEDS as per-code tuples of (offset, producer codes, recv code or -1), so the rules
+ * stay those of deps.NEEDS.  Returns (acts, dev, pos, starts, wait, counts, inversions, code,
+ * stage, explicit), or None when the schedule is not such a case (also when its declared sizes
+ * are so much larger than its action count that a dense table would waste memory). */
 static PyObject *
 k_compile_plain(PyObject *self, PyObject *args)
 {
-    PyObject *order, *routes, *mroute, *slots, *kinds;
+    PyObject *order, *routes, *mroute, *needs_o, *match_o, *kinds;
     long long S, M;
-    if (!PyArg_ParseTuple(args, "O!LLO!OO!O!", &PyTuple_Type, &order, &S, &M, &PyTuple_Type,
-                          &routes, &mroute, &PyTuple_Type, &slots, &PyTuple_Type, &kinds))
+    int allow_comm;
+    if (!PyArg_ParseTuple(args, "O!LLO!OO!O!O!p", &PyTuple_Type, &order, &S, &M, &PyTuple_Type,
+                          &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type, &match_o,
+                          &PyTuple_Type, &kinds, &allow_comm))
         return NULL;
-    if (PyTuple_GET_SIZE(kinds) != NPLAIN || S <= 0 || M <= 0) {
+    if (PyTuple_GET_SIZE(kinds) != NCODES || PyTuple_GET_SIZE(needs_o) != NCODES ||
+        PyTuple_GET_SIZE(match_o) != NCODES || S <= 0 || M <= 0) {
         PyErr_SetString(PyExc_ValueError, "compile_plain: bad arguments");
         return NULL;
     }
-    PyObject *kind_obj[NPLAIN];
-    for (int c = 0; c < NPLAIN; c++)
+    PyObject *kind_obj[NCODES];
+    for (int c = 0; c < NCODES; c++)
         kind_obj[c] = PyTuple_GET_ITEM(kinds, c);
+
+    /* the rules, as C tables */
+    needs_t needs[NCODES];
+    long long match_code[NCODES], match_off[NCODES];
+    int ok = 1;
+    for (int c = 0; c < NCODES; c++) {
+        PyObject *list = PyTuple_GET_ITEM(needs_o, c), *m = PyTuple_GET_ITEM(match_o, c);
+        if (!PyTuple_Check(list) || PyTuple_GET_SIZE(list) > MAX_NEEDS) {
+            PyErr_SetString(PyExc_ValueError, "compile_plain: bad needs table");
+            return NULL;
+        }
+        needs[c].count = (int)PyTuple_GET_SIZE(list);
+        for (int k = 0; k < needs[c].count; k++) {
+            PyObject *need = PyTuple_GET_ITEM(list, k), *codes;
+            if (!PyTuple_Check(need) || PyTuple_GET_SIZE(need) != 3 ||
+                !PyTuple_Check(codes = PyTuple_GET_ITEM(need, 1)) || PyTuple_GET_SIZE(codes) < 1 ||
+                PyTuple_GET_SIZE(codes) > 2) {
+                PyErr_SetString(PyExc_ValueError, "compile_plain: bad needs table");
+                return NULL;
+            }
+            needs[c].offset[k] = exact_int(PyTuple_GET_ITEM(need, 0), &ok);
+            needs[c].kinds[k][0] = (int)exact_int(PyTuple_GET_ITEM(codes, 0), &ok);
+            needs[c].kinds[k][1] = PyTuple_GET_SIZE(codes) > 1 ? (int)exact_int(PyTuple_GET_ITEM(codes, 1), &ok) : -1;
+            needs[c].recv[k] = (int)exact_int(PyTuple_GET_ITEM(need, 2), &ok);
+        }
+        if (m == Py_None) {
+            match_code[c] = -1;
+            match_off[c] = 0;
+        } else if (PyTuple_Check(m) && PyTuple_GET_SIZE(m) == 2) {
+            match_code[c] = exact_int(PyTuple_GET_ITEM(m, 0), &ok);
+            match_off[c] = exact_int(PyTuple_GET_ITEM(m, 1), &ok);
+        } else {
+            ok = 0;
+        }
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "compile_plain: bad rule tables");
+        return NULL;
+    }
 
     Py_ssize_t D = PyTuple_GET_SIZE(order), n = 0;
     for (Py_ssize_t d = 0; d < D; d++) {
@@ -281,19 +335,18 @@ k_compile_plain(PyObject *self, PyObject *args)
         for (Py_ssize_t p = 0; p < PyTuple_GET_SIZE(row); p++)
             n += PyTuple_GET_ITEM(row, p) != Py_None;
     }
-    /* a dense producer table of S*M*4 entries, only when that is not absurd for n actions */
+    /* a dense producer table of S*M*8 entries, only when that is not absurd for n actions */
     if (S > (4LL * n + 1024) / M + 1 || S * M > 4LL * n + 1024 || n >= INT32_MAX)
         Py_RETURN_NONE;
-    Py_ssize_t table_size = (Py_ssize_t)(S * M * NPLAIN);
+    Py_ssize_t table_size = (Py_ssize_t)(S * M * NCODES);
 
-    /* routes: stage -> device per route; mroute: microbatch -> route (None: one route) */
     Py_ssize_t R = PyTuple_GET_SIZE(routes);
     int32_t *route_dev = NULL, *mr = NULL, *table = NULL, *devs = NULL, *waitv = NULL;
     int8_t *code = NULL;
     long long *stage = NULL, *mbs = NULL, *pos = NULL, *starts = NULL, *inv = NULL;
     PyObject *acts = NULL, *result = NULL;
     Py_ssize_t ninv = 0, inv_cap = 0;
-    int ok = 1;
+    int explicit = 0;
 
     route_dev = PyMem_Malloc(sizeof(int32_t) * (size_t)(R * S + 1));
     if (route_dev == NULL)
@@ -321,7 +374,7 @@ k_compile_plain(PyObject *self, PyObject *args)
             }
         }
     }
-    if (!ok)
+    if (!ok || R < 1)
         goto not_plain;
 
     code = PyMem_Malloc((size_t)n + 1);
@@ -334,7 +387,7 @@ k_compile_plain(PyObject *self, PyObject *args)
     if (!code || !stage || !mbs || !pos || !devs || !starts || !acts)
         goto nomem;
 
-    long long counts[NPLAIN] = {0, 0, 0, 0};
+    long long counts[NCODES] = {0};
     Py_ssize_t i = 0;
     for (Py_ssize_t d = 0; d < D; d++) {
         PyObject *row = PyTuple_GET_ITEM(order, d);
@@ -347,7 +400,7 @@ k_compile_plain(PyObject *self, PyObject *args)
                 goto not_plain;
             PyObject *kind = PyTuple_GET_ITEM(a, 1);
             int c = -1;
-            for (int k = 0; k < NPLAIN; k++)
+            for (int k = 0; k < NCODES; k++)
                 if (kind == kind_obj[k]) {
                     c = k;
                     break;
@@ -355,7 +408,7 @@ k_compile_plain(PyObject *self, PyObject *args)
             if (c < 0) { /* not the interned object: compare the text */
                 if (!PyUnicode_Check(kind))
                     goto not_plain;
-                for (int k = 0; k < NPLAIN && c < 0; k++) {
+                for (int k = 0; k < NCODES && c < 0; k++) {
                     int eq = PyUnicode_Compare(kind, kind_obj[k]);
                     if (eq == -1 && PyErr_Occurred())
                         goto fail;
@@ -365,12 +418,16 @@ k_compile_plain(PyObject *self, PyObject *args)
                 if (c < 0)
                     goto not_plain;
             }
+            if (c >= 4) {
+                if (!allow_comm)
+                    goto not_plain;
+                explicit = 1;
+            }
             long long s = exact_int(PyTuple_GET_ITEM(a, 0), &ok);
             long long m = exact_int(PyTuple_GET_ITEM(a, 2), &ok);
             if (!ok || s < 0 || s >= S || m < 0 || m >= M)
                 goto not_plain;
-            int32_t expected = route_dev[(mr ? mr[m] : 0) * S + s];
-            if (expected != d)
+            if (route_dev[(mr ? mr[m] : 0) * S + s] != d)
                 goto not_plain;
             code[i] = (int8_t)c;
             stage[i] = s;
@@ -393,57 +450,37 @@ k_compile_plain(PyObject *self, PyObject *args)
         goto nomem;
     memset(table, 0xff, sizeof(int32_t) * (size_t)table_size); /* -1: no action */
     for (i = 0; i < n; i++) {
-        Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mbs[i]) * NPLAIN + code[i]);
+        Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mbs[i]) * NCODES + code[i]);
         if (table[key] != -1)
             goto not_plain; /* a duplicate */
         table[key] = (int32_t)i;
         waitv[i] = (int32_t)n;
     }
-
-    /* the need slots, as C tables indexed [slot][code] */
-    Py_ssize_t nslots = PyTuple_GET_SIZE(slots);
-    long long first_backward = counts[1] ? 1 : 2;
-    int has_need[8][NPLAIN];
-    long long offset[8][NPLAIN], codediff[8][NPLAIN], alt[8][NPLAIN];
-    if (nslots > 8)
-        goto not_plain;
-    for (Py_ssize_t k = 0; k < nslots; k++) {
-        PyObject *slot = PyTuple_GET_ITEM(slots, k);
-        if (!PyTuple_Check(slot) || PyTuple_GET_SIZE(slot) != 3)
-            goto not_plain;
-        for (int c = 0; c < NPLAIN; c++) {
-            PyObject *o = PySequence_GetItem(PyTuple_GET_ITEM(slot, 0), c);
-            PyObject *cd = o ? PySequence_GetItem(PyTuple_GET_ITEM(slot, 1), c) : NULL;
-            PyObject *al = cd ? PySequence_GetItem(PyTuple_GET_ITEM(slot, 2), c) : NULL;
-            if (al == NULL) {
-                Py_XDECREF(o);
-                Py_XDECREF(cd);
-                goto fail;
-            }
-            has_need[k][c] = o != Py_None;
-            offset[k][c] = has_need[k][c] ? exact_int(o, &ok) : 0;
-            codediff[k][c] = exact_int(cd, &ok);
-            alt[k][c] = exact_int(al, &ok);
-            Py_DECREF(o);
-            Py_DECREF(cd);
-            Py_DECREF(al);
-        }
-    }
-    if (!ok)
-        goto not_plain;
+#define LOOKUP(st, mb, c) table[((st) * M + (mb)) * NCODES + (c)]
 
     for (i = 0; i < n; i++) {
-        int c = code[i];
-        for (Py_ssize_t k = 0; k < nslots; k++) {
-            if (!has_need[k][c])
-                continue;
-            long long ps = stage[i] + offset[k][c];
-            long long pc = c + codediff[k][c] + (alt[k][c] ? first_backward - 1 : 0);
-            if (ps < 0 || ps >= S || pc < 0 || pc >= NPLAIN)
-                continue; /* no such need (graph.py: a key no action has) */
-            int32_t j = table[(ps * M + mbs[i]) * NPLAIN + pc];
+        int c = code[i], found = 0;
+        long long s = stage[i], m = mbs[i];
+        if (explicit && match_code[c] >= 0) { /* a SEND or RECV without its peer */
+            long long ps = s + match_off[c];
+            if (ps < 0 || ps >= S || LOOKUP(ps, m, match_code[c]) < 0)
+                goto not_plain;
+        }
+        for (int k = 0; k < needs[c].count; k++) {
+            long long ps = s + needs[c].offset[k];
+            if (ps < 0 || ps >= S)
+                continue; /* no such need */
+            int32_t j = LOOKUP(ps, m, needs[c].kinds[k][0]);
+            if (j < 0 && needs[c].kinds[k][1] >= 0)
+                j = LOOKUP(ps, m, needs[c].kinds[k][1]);
             if (j < 0)
                 continue; /* missing: the completeness rule reports it */
+            if (explicit && needs[c].recv[k] >= 0 && devs[j] != devs[i]) {
+                int32_t r = LOOKUP(s, m, needs[c].recv[k]);
+                if (r < 0)
+                    goto not_plain; /* no RECV for an input from another device */
+                j = r;
+            }
             if (devs[j] == devs[i]) {
                 if (j > i) { /* i needs an action that comes later on its own device */
                     if (ninv == inv_cap) {
@@ -457,19 +494,21 @@ k_compile_plain(PyObject *self, PyObject *args)
                     inv[2 * ninv + 1] = j;
                     ninv++;
                 }
-            } else {
-                waitv[i] = j; /* placement is right, so at most one need is on another device */
+                continue;
             }
+            if (found++)
+                goto not_plain; /* a second wait on another device: graph.more_waits */
+            waitv[i] = j;
         }
     }
+#undef LOOKUP
 
     {
         PyObject *dev_l = list_of_int32(devs, n);
         PyObject *pos_l = list_of_ints(pos, n);
         PyObject *starts_l = list_of_ints(starts, D + 1);
         PyObject *wait_l = list_of_int32(waitv, n);
-        long long counts8[8] = {counts[0], counts[1], counts[2], counts[3], 0, 0, 0, 0};
-        PyObject *counts_l = list_of_ints(counts8, 8);
+        PyObject *counts_l = list_of_ints(counts, NCODES);
         PyObject *inv_l = PyList_New(ninv);
         PyObject *code_l = PyList_New(n);
         PyObject *stage_l = list_of_ints(stage, n);
@@ -492,8 +531,8 @@ k_compile_plain(PyObject *self, PyObject *args)
             }
         }
         if (dev_l && pos_l && starts_l && wait_l && counts_l && inv_l && code_l && stage_l) {
-            result = PyTuple_Pack(9, acts, dev_l, pos_l, starts_l, wait_l, counts_l, inv_l,
-                                  code_l, stage_l);
+            result = Py_BuildValue("(OOOOOOOOOO)", acts, dev_l, pos_l, starts_l, wait_l, counts_l,
+                                   inv_l, code_l, stage_l, explicit ? Py_True : Py_False);
         }
         Py_XDECREF(dev_l);
         Py_XDECREF(pos_l);
@@ -672,7 +711,7 @@ done:
 /* memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit)
  *   -> (peak_inflight, peak_memory, peak_at, over_limit) | None
  *
- * The twin of cost/memory.memory_sweep without a timeline, for plain actions (code 0..3):
+ * The twin of cost/memory.memory_sweep without a timeline, for plain actions (code 0..7):
  * ``alloc``/``free`` are flat tables [code * S + stage], ``n_in``/``n_out`` per code,
  * ``static`` per device, ``limit`` a number or None.  Sums run in the order Python's
  * accumulate runs them, so the floats are bit for bit the same. */
@@ -698,12 +737,12 @@ k_memory_plain(PyObject *self, PyObject *args)
     if (nout == NULL)
         goto done;
     Py_ssize_t T = PyList_GET_SIZE(alloc_o);
-    if (!ok || n2 != n || ni != NPLAIN || no != NPLAIN || T % NPLAIN || PyList_GET_SIZE(free_o) != T ||
+    if (!ok || n2 != n || ni != NCODES || no != NCODES || T % NCODES || PyList_GET_SIZE(free_o) != T ||
         D1 < 1 || starts[D1 - 1] != n || PyList_GET_SIZE(static_o) != D1 - 1)
         goto not_plain;
     if (has_limit && !as_double(limit_o, &limit, &all_int))
         goto not_plain;
-    Py_ssize_t S = T / NPLAIN, D = D1 - 1;
+    Py_ssize_t S = T / NCODES, D = D1 - 1;
     alloc = PyMem_Malloc(sizeof(double) * (size_t)(T + 1));
     freed = PyMem_Malloc(sizeof(double) * (size_t)(T + 1));
     if (!alloc || !freed) {
@@ -715,7 +754,7 @@ k_memory_plain(PyObject *self, PyObject *args)
             !as_double(PyList_GET_ITEM(free_o, k), &freed[k], &all_int))
             goto not_plain;
     for (Py_ssize_t i = 0; i < n; i++)
-        if (code[i] < 0 || code[i] >= NPLAIN || stage[i] < 0 || stage[i] >= S)
+        if (code[i] < 0 || code[i] >= NCODES || stage[i] < 0 || stage[i] >= S)
             goto not_plain;
     pn = PyList_New(D);
     pm = PyList_New(D);

@@ -60,6 +60,11 @@ def _compiled_needs():
 
 _NEEDS = _compiled_needs()
 _MATCH = {KIND_CODE[k]: (KIND_CODE[v[0]], v[1]) for k, v in rules.MATCH.items()}
+# the same rules as plain tuples indexed by kind code, for the compiled kernel
+_KINDS_BY_CODE = tuple(sorted(KIND_CODE, key=KIND_CODE.__getitem__))
+_KERNEL_NEEDS = tuple(tuple((off, codes, recv) for off, codes, recv, _ in _NEEDS.get(k, ()))
+                      for k in _KINDS_BY_CODE)
+_KERNEL_MATCH = tuple(_MATCH.get(c) for c in range(NCODES))
 
 
 @dataclass
@@ -89,7 +94,8 @@ class Graph:
     missing_recv: list[tuple[int, int, Action]] = field(default_factory=list)  # (i, producer j, recv)
     reduce_grads: list[int] = field(default_factory=list)
     counts: list[int] = field(default_factory=lambda: [0] * NCODES)
-    vectorised: bool = False  # built by the bulk path (_compile_fast), not action by action
+    vectorised: bool = False  # built in bulk (_compile_fast or the kernel), not action by action
+    comm_matched: bool = False  # every SEND/RECV is known to have its peer (the kernel checked)
     code: list[int] = field(default_factory=list)  # kind code of each plain action, else -1
     stage: list[int] = field(default_factory=list)  # stage of each plain action, else -1
     mixed: list[int] = field(default_factory=list)  # i of an I/B that meets its pair's B/I
@@ -144,12 +150,14 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
         pl = schedule.placement
         columns = kernel.compile_plain(schedule.order, S, M, tuple(map(tuple, pl.routes)),
                                        None if pl.microbatch_route is None else tuple(pl.microbatch_route),
-                                       _FAST_SLOTS, _PLAIN)
-        if columns is not None:  # only F/B/I/W, so no explicit communication
-            g = Graph(schedule, False, False)
+                                       _KERNEL_NEEDS, _KERNEL_MATCH, _KINDS_BY_CODE,
+                                       comm_semantics == "eager")
+        if columns is not None:
+            g = Graph(schedule, columns[-1], False)
             (g.acts, g.dev, g.pos, g.starts, g.wait, g.counts, g.inversions, g.code,
-             g.stage) = columns
+             g.stage) = columns[:-1]
             g.vectorised = True
+            g.comm_matched = g.explicit_comm  # the kernel declines unmatched SEND/RECV
             return g
     explicit = schedule.has_explicit_comm
     g = Graph(schedule, explicit, explicit and comm_semantics == "rendezvous")
@@ -271,8 +279,7 @@ def _fast_slots():
     return slots
 
 
-_FAST_SLOTS = tuple(_fast_slots())
-_PLAIN = tuple(_FAST_CODE)  # F, B, I, W in code order, for the kernel
+_FAST_SLOTS = _fast_slots()
 
 
 def _index(g: Graph, S: int, M: int) -> None:
@@ -562,7 +569,7 @@ def durations_for(g: Graph, costs) -> list[float]:
         table = [[per_stage(v, s) for s in range(S)] for v in values]
         out = [table[c][s] if c >= 0 else 0 for c, s in zip(g.code, g.stage)]
     if g.vectorised:
-        return out  # only F/B/I/W: every code is a table index
+        return out  # built in bulk: no overlap, bookkeeping or malformed action (code -1)
     for i in compress(range(len(out)), map(lt, g.code, repeat(0))):
         try:
             out[i] = costs.of(g.acts[i])

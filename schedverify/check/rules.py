@@ -177,7 +177,7 @@ def communication(g: Graph) -> Iterator[Violation]:
     if not g.explicit_comm:
         return
     S = g.schedule.stages
-    for i, a in enumerate(g.acts):
+    for i, a in enumerate(() if g.comm_matched else g.acts):
         if a.kind not in COMM_KINDS or type(a.stage) is not int or a.microbatch is None:
             continue
         peer_kind, off = MATCH[a.kind]

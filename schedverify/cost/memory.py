@@ -54,10 +54,11 @@ def _effects(model: MemoryModel, kind: str, activation: float) -> tuple[float, f
 
 
 def _effect_tables(g: Graph, model: MemoryModel) -> tuple[list, list, list, list]:
-    """For the kernel: alloc and free as flat tables [code * S + stage] over F, B, I, W, and
-    the in-flight changes per code."""
+    """For the kernel: alloc and free as flat tables [code * S + stage] over the kind codes,
+    and the in-flight changes per code."""
     S = g.schedule.stages
-    rows = [[_effects(model, k, per_stage(model.activation, s)) for s in range(S)] for k in (F, B, I, W)]
+    kinds = sorted(KIND_CODE, key=KIND_CODE.__getitem__)
+    rows = [[_effects(model, k, per_stage(model.activation, s)) for s in range(S)] for k in kinds]
     alloc = [e[0] for row in rows for e in row]
     free = [e[1] for row in rows for e in row]
     return alloc, free, [row[0][2] if S else 0 for row in rows], [row[0][3] if S else 0 for row in rows]
