@@ -55,7 +55,10 @@ def build_parser(out: TextIO | None = None) -> argparse.ArgumentParser:
         prog="schedverify",
         description="Verify pipeline-parallel training schedules and compute what they cost.",
     )
-    parser.add_argument("--version", action="version", version=f"schedverify {__version__}")
+    from .. import _accel
+
+    engine = "compiled kernel" if _accel.kernel is not None else "pure Python, no compiled kernel"
+    parser.add_argument("--version", action="version", version=f"schedverify {__version__} ({engine})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f".{name}", __name__).register(sub)
