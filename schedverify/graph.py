@@ -104,9 +104,9 @@ class Graph:
 
     @property
     def producer(self) -> dict[int, int]:
-        """key(stage, microbatch, kind) -> action index, for every compute action.  The
-        compiled kernel does not build it (its own table is dense); then it is built from the
-        columns on first use."""
+        """key(stage, microbatch, kind) -> action index, for every action with a kind code.
+        The compiled kernel does not build it (its own table is dense); then it is built from
+        the columns on first use."""
         if self._producer is None:
             M = self.schedule.microbatches
             mbs = map(_MB, self.acts)
@@ -141,9 +141,11 @@ class Graph:
 
 
 def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bool = True) -> Graph:
-    """Compile ``schedule``.  Well-formed, complete-looking compute-only schedules take a
-    vectorised path (:func:`_compile_fast`); anything else, or ``fast=False``, the general
-    per-action one.  Both build the same Graph (a property test holds them to it)."""
+    """Compile ``schedule``.  The common case (well-formed, placed, no duplicates, no
+    overlaps or bookkeeping; SEND/RECV only under eager semantics, all matched) goes to the
+    compiled kernel when it is built; compute-only schedules otherwise take a vectorised path
+    (:func:`_compile_fast`); anything else, or ``fast=False``, the general per-action one.
+    All build the same Graph (tests/test_graph.py and tests/test_kernel.py hold them to it)."""
     S, M = schedule.stages, schedule.microbatches
     kernel = _accel.kernel
     if fast and kernel is not None and type(schedule.order) is tuple:

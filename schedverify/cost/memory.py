@@ -95,7 +95,7 @@ def memory_sweep(g: Graph, model: MemoryModel, start=None, end=None) -> MemoryRe
     if kernel is not None and start is None:
         peaks = kernel.memory_plain(g.starts, g.code, g.stage, *_effect_tables(g, model),
                                     static, limit)
-        if peaks is not None:  # every action plain (F/B/I/W)
+        if peaks is not None:  # no overlap or bookkeeping action: one kind code each
             return MemoryResult(static, *peaks)
     alloc, free, n_in, n_out = per_action_effects(g, model)
     peaks_n, peaks_m, peak_at, over = [], [], [], []
