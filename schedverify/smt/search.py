@@ -16,13 +16,24 @@ The encoding (one Z3 solver, used incrementally):
   implications to the start times;
 - memory as pseudo-Boolean constraints at every forward's start: the activations of the
   forwards that came before it on its device minus what the backwards before it freed;
-- redundant "energy" cuts that make proofs short: an action starts no earlier than its
+- optionally (``cuts=True``) redundant "energy" cuts: an action starts no earlier than its
   device's earliest possible start plus the work ordered before it, and the work ordered
   after it still has to fit before the makespan.
 
+Without the cuts every arithmetic atom is a difference constraint ``t_x >= t_y + c`` (or a
+bound on one variable), so the solver uses Z3's difference-logic theory (``arith.solver=1``,
+Bellman-Ford) instead of the general simplex.  Measured on the memory-tight split 4x16
+instances (cold solver, CPU seconds), the proof "no order finishes by T-1" takes 1.4-10.4 s
+that way; on the hardest (mem 2) it took 20 s with the cuts added (their sums are not
+difference constraints), 67 s with the simplex and the cuts, and had not finished after 78 s
+with the simplex alone, so the cuts are off by default.
+
 The makespan is bounded through assumption literals (``T <= t``), so the solver keeps what it
-learned while the bound descends from the warm start (the best generator in
-:data:`schedverify.generators.FAMILIES` that fits) to the lower bound.
+learned between checks.  The search starts from the best generator in
+:data:`schedverify.generators.FAMILIES` that fits (and randomised list schedules), raises the
+arithmetic lower bound with device relaxations (:meth:`_Search.relaxation_bound`), then
+alternates a proof attempt at ``best - 1`` (budget doubling after each unknown) with a pass of
+large-neighbourhood search that re-orders the actions inside one time window.
 
 Symmetry breaking (the default class ``"fifo"``): within each (stage, kind) the microbatches
 run in increasing order.  This loses no optimum, so "optimal" in class ``fifo`` is optimal over
