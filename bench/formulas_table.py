@@ -85,7 +85,9 @@ def main(argv=None) -> int:
             print(f"| {r['family']} | " + " | ".join("error" for _ in cols) + f" | {r['error']} | |")
             continue
         c = r["confirm"]
-        where = f"p={c['p'][0]}..{c['p'][1]}, m={c['m'][0]}..{c['m'][1]}, v={c['v']} ({r['sizes']} sizes)"
+        vs = c["v"]
+        v = f"{vs[0]}..{vs[1]}" if len(vs) == 2 else ",".join(map(str, vs))
+        where = f"p={c['p'][0]}..{c['p'][1]}, m={c['m'][0]}..{c['m'][1]}, v={v} ({r['sizes']} sizes)"
         print(f"| {r['family']} | " + " | ".join(_cell(r["rows"][k]) for k in cols)
               + f" | {where} | {r['cpu']:.1f} ({r['wall']:.1f}) |")
     return 0

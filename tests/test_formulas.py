@@ -263,5 +263,5 @@ def test_learned_threshold_parses_and_round_trips():
 def test_not_derived_says_which_sizes_broke_it():
     from schedverify.formulas import NotDerived
 
-    with pytest.raises(NotDerived, match=r"v-min: peak_inflight: .*(fails|fits)"):
-        formula("v-min", "peak_inflight")
+    with pytest.raises(NotDerived, match=r"v-half: peak_inflight\(d\): .*(fails at|fits the)"):
+        formula("v-half", "peak_inflight", "d")

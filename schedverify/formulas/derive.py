@@ -12,8 +12,12 @@ metrics (makespan as a max of linear forms in the costs, busy time per device, p
   fitted; the formula is the max of the fitted terms;
 - where no single form fits, the sizes are split into regions by a *decision list* of up to
   three pieces: conditions ``m >= T`` / ``m < T`` for thresholds ``T`` from a short list
-  (``p``, ``2*p - 1``, ``p - d``, ``p*v``...) and the parity of ``m``, tried in turn, each
-  region fitted on its own (a sympy ``Piecewise``, first matching condition wins).
+  (``p``, ``2*p - 1``, ``p - d``, ``p*v``...), ``2*d < p``, ``v < 2`` and the parity of
+  ``m``, tried in turn, each region fitted on its own (a sympy ``Piecewise``, first matching
+  condition wins); or two pieces split at a threshold that is itself fitted from where a
+  form fitted on the largest m stops holding (ZB-V: ``m >= (3*p - Mod(p, 2))/2``).
+- terms of a max are matched across sizes by following probe directions and, where every
+  size has the same number of terms, by rank in lexicographic orders.
 
 Every candidate is then *confirmed*: evaluated at every supported size of a larger range and
 compared exactly with the schedule (equal term sets, or equal functions of the costs by a
@@ -76,6 +80,7 @@ def _atoms():
         out.append((f"m >= {text}", lambda p, m, v, d, th=th: m >= th(p, v, d)))
         out.append((f"m < {text}", lambda p, m, v, d, th=th: m < th(p, v, d)))
     out.append(("2*d < p", lambda p, m, v, d: 2 * d < p))
+    out.append(("v < 2", lambda p, m, v, d: v < 2))
     out.append(("Eq(Mod(m, 2), 0)", lambda p, m, v, d: m % 2 == 0))
     out.append(("Eq(Mod(m, 2), 1)", lambda p, m, v, d: m % 2 == 1))
     return tuple(out)
@@ -87,6 +92,7 @@ _ATOM = dict(ATOMS)
 MAX_PIECES = 3
 #: How many fitted candidates (per metric) are confirmed before giving up.
 MAX_CANDIDATES = 24
+
 
 def _probes() -> tuple:
     """Cost directions (t_F, t_B, t_I, t_W, c) whose maximal term is followed across sizes:
@@ -100,6 +106,7 @@ def _probes() -> tuple:
             (1009, 1013, 1019, 3023, 5), (1009, 1013, 1019, 101, 7), (1009, 1013, 101, 1021, 11),
             (101, 1013, 1019, 1021, 13), (1009, 1013, 1019, 1021, 4999))
     lex = tuple(tuple(w) + (1,) for w in permutations((10**6, 10**4, 10**2, 1)))
+    lex += tuple(tuple(w) + (10**8,) for w in permutations((10**6, 10**4, 10**2, 1)))
     rng = random.Random(20240)
     rand = tuple(tuple(rng.randint(100, 3000) for _ in range(4)) + (rng.randint(0, 5000),)
                  for _ in range(30))
@@ -109,8 +116,9 @@ def _probes() -> tuple:
 #: Generic cost directions used to follow makespan terms across sizes.
 PROBES = _probes()
 #: Cost vectors for the numeric pre-check of two maxima (a difference there is a proof).
-CHECKS = PROBES[:11] + PROBES[-12:] + ((1, 1, 1, 1, 0), (2, 3, 5, 7, 1), (7, 5, 3, 2, 0), (1, 9, 2, 8, 3),
-                   (13, 1, 11, 2, 5), (5, 5, 1, 1, 9))
+CHECKS = PROBES[:11] + PROBES[-12:] + PROBES[40:44] + (
+    (1, 1, 1, 1, 0), (2, 3, 5, 7, 1), (7, 5, 3, 2, 0), (1, 9, 2, 8, 3), (13, 1, 11, 2, 5),
+    (5, 5, 1, 1, 9))
 
 VARS = ("p", "m", "v", "d")
 #: Features that may enter a fit linearly when no polynomial does (quasi-periodic in m).
@@ -306,8 +314,9 @@ def _confirmed(label: str, train: dict, full, fit_one, agrees) -> list[Piece]:
             break
     if bad is None:
         raise NotDerived(f"{label}: no form of up to {MAX_PIECES} pieces (polynomials in p, m, v, "
-                         f"d and {', '.join(t for t, _ in EXTRAS)}, split at m >= thresholds, "
-                         f"2*d < p or the parity of m) fits the {len(train)} training sizes")
+                         f"d and {', '.join(t for t, _ in EXTRAS)}; split at listed or fitted "
+                         f"thresholds of m, 2*d < p, v < 2 or the parity of m) fits the "
+                         f"{len(train)} training sizes")
     raise NotDerived(f"{label}: {tried} fitted forms, each fails in the confirmation range "
                      f"(the first at {_where(bad)})", refuted=True)
 
@@ -359,6 +368,28 @@ def _fit_terms(data: dict) -> list | None:
             key = tuple(tuple(sorted(c.items())) for c in comps)
             if key not in [f[0] for f in found]:
                 found.append((key, comps))
+    # A term that is maximal only in a cone whose position moves with the sizes is never
+    # followed by one probe.  Where every size has the same number of terms, terms are also
+    # matched by rank in a lexicographic order (each cost symbol leading once).  Every fitted
+    # term is a real term of every size, so the union is never too large; confirmation
+    # checks that it is not too small.
+    counts = {len(data[x]) for x in pts}
+    if len(counts) == 1:
+        n = counts.pop()
+        for lead in range(NDIM):
+            order = (lead,) + tuple(k for k in range(NDIM) if k != lead)
+            ranked = {x: sorted(data[x], key=lambda t: tuple(t[k] for k in order)) for x in pts}
+            for i in range(n):
+                comps = []
+                for k in range(NDIM):
+                    poly = _fit({x: Fraction(ranked[x][i][k]) for x in pts})
+                    if poly is None:
+                        break
+                    comps.append(poly)
+                else:
+                    key = tuple(tuple(sorted(c.items())) for c in comps)
+                    if key not in [f[0] for f in found]:
+                        found.append((key, comps))
     return [c for _, c in found] or None
 
 
@@ -567,7 +598,8 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
         failures["makespan"] = "; ".join(reasons)
     cp, allpts = used["cp"], used["sizes"]
     rng = {"p": [cp.start, cp.stop - 1], "m": [confirm_m[0], confirm_m[1]],
-           "v": [min(vs), max(vs)] if chunks else sorted({x[2] for x in allpts})}
+           "v": ([min(x[2] for x in allpts), max(x[2] for x in allpts)] if chunks
+                 else sorted({x[2] for x in allpts}))}
     return Derivation(name, chunks, mk, busiest, total and [Piece(None, total)],
                       busy and [Piece(None, busy)], pin,
                       pin_d, pmem, pmem_d, len(train), len(allpts), skipped, rng,
