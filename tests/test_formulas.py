@@ -151,7 +151,7 @@ DERIVED = {
                  {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
     "dualpipe-v": (("c == 0", "t_I == t_F", "t_W == t_F"),
                    {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
-    "chimera": (("c == 0",), {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
+    "chimera": ((), {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
 }
 PEAKS = ("peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)")
 

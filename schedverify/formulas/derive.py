@@ -12,7 +12,7 @@ metrics (makespan as a max of linear forms in the costs, busy time per device, p
   fitted; the formula is the max of the fitted terms;
 - where no single form fits, the sizes are split into regions by a *decision list* of up to
   three pieces: conditions ``m >= T`` / ``m < T`` for thresholds ``T`` from a short list
-  (``p``, ``2*p - 1``, ``p - d``, ``p*v``...), ``2*d < p``, ``v < 2`` and the parity of
+  (``p``, ``2*p - 1``, ``p - d``, ``p*v``...), ``2*d < p``, ``v < 2``, ``p < 3`` and the parity of
   ``m``, tried in turn, each region fitted on its own (a sympy ``Piecewise``, first matching
   condition wins); or two pieces split at a threshold that is itself fitted from where a
   form fitted on the largest m stops holding (ZB-V: ``m >= (3*p - Mod(p, 2))/2``).
@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
-from itertools import chain, islice
+from itertools import chain, islice, product
 from typing import Callable, Iterator
 
 from ..errors import UsageError
@@ -81,6 +81,7 @@ def _atoms():
         out.append((f"m < {text}", lambda p, m, v, d, th=th: m < th(p, v, d)))
     out.append(("2*d < p", lambda p, m, v, d: 2 * d < p))
     out.append(("v < 2", lambda p, m, v, d: v < 2))
+    out.append(("p < 3", lambda p, m, v, d: p < 3))
     out.append(("Eq(Mod(m, 2), 0)", lambda p, m, v, d: m % 2 == 0))
     out.append(("Eq(Mod(m, 2), 1)", lambda p, m, v, d: m % 2 == 1))
     return tuple(out)
@@ -91,7 +92,7 @@ ATOMS: tuple[tuple[str, Callable[[int, int, int, int], bool]], ...] = _atoms()
 _ATOM = dict(ATOMS)
 MAX_PIECES = 3
 #: How many fitted candidates (per metric) are confirmed before giving up.
-MAX_CANDIDATES = 24
+MAX_CANDIDATES = 80
 
 
 def _probes() -> tuple:
@@ -135,19 +136,31 @@ def _key(p: int, m: int, v: int, d: int = 0) -> tuple:
 
 
 _FITS: dict = {}
+#: Two ways to rank the fits of one set of values: polynomials of every degree before the
+#: features, or the features at each degree (fewer parameters).  Each can be right where the
+#: other over-fits; both are offered to confirmation.
+MODES = (False, True)
 
 
-def _fit(data: dict):
-    key = tuple(sorted(data.items()))
+def _fit(data: dict, features_first: bool = False):
+    key = (tuple(sorted(data.items())), features_first)
     if key in _FITS:
         return _FITS[key]
-    poly = fit.fit_poly(data, 4)
-    if poly is None:
-        poly = fit.fit_poly(data, 4, n_extra=len(EXTRAS))
+    poly = fit.fit_poly(data, 4, n_extra=len(EXTRAS), features_first=features_first)
     if len(_FITS) > 20000:
         _FITS.clear()
     _FITS[key] = poly
     return poly
+
+
+def _fits(data: dict) -> list:
+    """The distinct fits of ``data`` (see MODES)."""
+    out = []
+    for mode in MODES:
+        poly = _fit(data, mode)
+        if poly is not None and poly not in out:
+            out.append(poly)
+    return out
 
 
 class NotDerived(UsageError):
@@ -211,7 +224,7 @@ def holds(cond: str | None, x) -> bool:
 _LEARNED: dict[str, Callable[[int, int, int, int], bool]] = {}
 
 
-def _candidates(data: dict, fit_one: Callable[[dict], object | None],
+def _candidates(data: dict, fit_one: Callable[[dict], list],
                 depth: int = MAX_PIECES) -> Iterator[list[Piece]]:
     """Decision lists of up to ``depth`` pieces, each fitting its region of ``data`` exactly,
     fewest pieces first."""
@@ -222,20 +235,20 @@ def _candidates(data: dict, fit_one: Callable[[dict], object | None],
 def _lists(data: dict, fit_one, n: int) -> Iterator[list[Piece]]:
     """Decision lists of exactly ``n`` pieces: a region by one condition, then the rest."""
     if n == 1:
-        whole = fit_one(data)
-        if whole is not None:
+        for whole in fit_one(data):
             yield [Piece(None, whole)]
         return
     for text, pred in ATOMS:
         sel = {x: y for x, y in data.items() if pred(*x[:4])}
         if not sel or len(sel) == len(data):
             continue
-        first = fit_one(sel)
-        if first is None:
+        firsts = fit_one(sel)
+        if not firsts:
             continue
         rest = {x: y for x, y in data.items() if not pred(*x[:4])}
         for tail in _lists(rest, fit_one, n - 1):
-            yield [Piece(text, first)] + tail
+            for first in firsts:
+                yield [Piece(text, first)] + tail
 
 
 def _learned_split(data: dict, fit_one, agrees) -> Iterator[list[Piece]]:
@@ -252,9 +265,10 @@ def _learned_split(data: dict, fit_one, agrees) -> Iterator[list[Piece]]:
     top = {x: data[x] for g in groups.values() for x in g[-3:]}
     if len(top) == len(data):
         return
-    tail = fit_one(top)
-    if tail is None:
+    tails = fit_one(top)
+    if not tails:
         return
+    tail = tails[0]
     first = {}
     for key, g in groups.items():
         low = None
@@ -272,12 +286,10 @@ def _learned_split(data: dict, fit_one, agrees) -> Iterator[list[Piece]]:
     head = {x: y for x, y in data.items() if x[1] < fit.evaluate(poly, (x[0], x[2], x[3], x[0] % 2))}
     if not head:
         return
-    lo = fit_one(head)
-    if lo is None:
-        return
     text = "m >= " + _poly_text(poly, ("p", "v", "d", "Mod(p, 2)"))
     _LEARNED[text] = lambda p, m, v, d, poly=poly: m >= fit.evaluate(poly, (p, v, d, p % 2))
-    yield [Piece(text, tail), Piece(None, lo)]
+    for lo in fit_one(head):
+        yield [Piece(text, tail), Piece(None, lo)]
 
 
 def _poly_text(poly: dict, names) -> str:
@@ -306,6 +318,8 @@ def _confirmed(label: str, train: dict, full, fit_one, agrees) -> list[Piece]:
         tried += 1
         if callable(full):  # the confirmation sizes, computed only once there is a candidate
             full = full()
+        if not _every_piece_tested(pieces, train, full):
+            continue
         miss = next((x for x, y in full.items() if not agrees(pieces, x, y)), None)
         if miss is None:
             return pieces
@@ -315,10 +329,24 @@ def _confirmed(label: str, train: dict, full, fit_one, agrees) -> list[Piece]:
     if bad is None:
         raise NotDerived(f"{label}: no form of up to {MAX_PIECES} pieces (polynomials in p, m, v, "
                          f"d and {', '.join(t for t, _ in EXTRAS)}; split at listed or fitted "
-                         f"thresholds of m, 2*d < p, v < 2 or the parity of m) fits the "
+                         f"thresholds of m, 2*d < p, v < 2, p < 3 or the parity of m) fits the "
                          f"{len(train)} training sizes")
     raise NotDerived(f"{label}: {tried} fitted forms, each fails in the confirmation range "
                      f"(the first at {_where(bad)})", refuted=True)
+
+
+def _every_piece_tested(pieces: list[Piece], train: dict, full: dict) -> bool:
+    """Does every piece apply at some size it was not fitted on?  A piece fitted on a few
+    sizes and never met again in the confirmation range is an unconfirmed guess."""
+    untested = set(range(len(pieces)))
+    for x in full:
+        if x in train:
+            continue
+        i = next(i for i, pc in enumerate(pieces) if holds(pc.cond, x))
+        untested.discard(i)
+        if not untested:
+            return True
+    return False
 
 
 def _where(x) -> str:
@@ -336,7 +364,7 @@ def _scalar_value(pieces: list[Piece], x) -> Fraction:
 
 
 def _scalar(label: str, train: dict, full: dict) -> list[Piece]:
-    return _confirmed(label, train, full, _fit,
+    return _confirmed(label, train, full, _fits,
                       lambda pieces, x, y: _scalar_value(pieces, x) == y)
 
 
@@ -347,49 +375,55 @@ def _argmax(terms: Tropical, u) -> tuple:
     return max(terms, key=lambda t: (sum(a * b for a, b in zip(t, u)), t))
 
 
-def _fit_terms(data: dict) -> list | None:
-    """Term polynomials (one per cost symbol per term) following each probe whose maximal
-    term has polynomial coefficients across the sizes; None if no probe does.  Probes with
-    the same maximal term at every size are fitted once."""
-    found, done = [], set()
-    pts = sorted(data)
-    for u in PROBES:
-        track = tuple(_argmax(data[x], u) for x in pts)
-        if track in done:
-            continue
-        done.add(track)
+@lru_cache(maxsize=65536)
+def _argmaxes(terms: Tropical) -> tuple:
+    """The maximal term of ``terms`` in each probe direction (cached: the same sizes recur
+    in many regions and both fitting modes)."""
+    return tuple(_argmax(terms, u) for u in PROBES)
+
+
+def _fit_terms(data: dict, mode: bool = False, ranked: bool = False) -> list | None:
+    """Term polynomials (one per cost symbol per term) matched across the sizes; None if
+    none fits.
+
+    By probes (``ranked`` False): the term maximal in a probe direction is followed across
+    the sizes, for every probe where its coefficients are polynomials.  By rank (``ranked``
+    True, where every size has the same number of terms): the i-th term in a lexicographic
+    order, each cost symbol leading once; this finds terms that are maximal only in a cone
+    whose position moves with the sizes, which no single probe follows.  Each fitted term is
+    a real term at every training size; confirmation checks the rest."""
+    found = []
+
+    def add(comps_of):
         comps = []
         for k in range(NDIM):
-            poly = _fit({x: Fraction(t[k]) for x, t in zip(pts, track)})
+            poly = _fit(comps_of(k), mode)
             if poly is None:
-                break
+                return
             comps.append(poly)
-        else:
-            key = tuple(tuple(sorted(c.items())) for c in comps)
-            if key not in [f[0] for f in found]:
-                found.append((key, comps))
-    # A term that is maximal only in a cone whose position moves with the sizes is never
-    # followed by one probe.  Where every size has the same number of terms, terms are also
-    # matched by rank in a lexicographic order (each cost symbol leading once).  Every fitted
-    # term is a real term of every size, so the union is never too large; confirmation
-    # checks that it is not too small.
+        key = tuple(tuple(sorted(c.items())) for c in comps)
+        if key not in [f[0] for f in found]:
+            found.append((key, comps))
+
+    pts = sorted(data)
+    if not ranked:
+        done = set()
+        tops = [_argmaxes(data[x]) for x in pts]
+        for i in range(len(PROBES)):
+            track = tuple(top[i] for top in tops)
+            if track not in done:
+                done.add(track)
+                add(lambda k, track=track: {x: Fraction(t[k]) for x, t in zip(pts, track)})
+        return [c for _, c in found] or None
     counts = {len(data[x]) for x in pts}
-    if len(counts) == 1:
-        n = counts.pop()
-        for lead in range(NDIM):
-            order = (lead,) + tuple(k for k in range(NDIM) if k != lead)
-            ranked = {x: sorted(data[x], key=lambda t: tuple(t[k] for k in order)) for x in pts}
-            for i in range(n):
-                comps = []
-                for k in range(NDIM):
-                    poly = _fit({x: Fraction(ranked[x][i][k]) for x in pts})
-                    if poly is None:
-                        break
-                    comps.append(poly)
-                else:
-                    key = tuple(tuple(sorted(c.items())) for c in comps)
-                    if key not in [f[0] for f in found]:
-                        found.append((key, comps))
+    if len(counts) != 1:
+        return None
+    n = counts.pop()
+    for lead in range(NDIM):
+        order = (lead,) + tuple(k for k in range(NDIM) if k != lead)
+        rank = {x: sorted(data[x], key=lambda t: tuple(t[k] for k in order)) for x in pts}
+        for i in range(n):
+            add(lambda k, i=i: {x: Fraction(rank[x][i][k]) for x in pts})
     return [c for _, c in found] or None
 
 
@@ -444,10 +478,13 @@ def _tropical(label: str, train: dict, full: dict) -> list[Piece]:
     def fit_one(sub):
         key = tuple(sorted(sub))
         if key not in cache:
-            terms = _fit_terms(sub)
-            ok = terms is not None and all(_tropical_equal(_terms_at(terms, x), t)
-                                           for x, t in sub.items())
-            cache[key] = terms if ok else None
+            alts = []
+            for mode, ranked in product(MODES, (False, True)):
+                terms = _fit_terms(sub, mode, ranked)
+                if terms is not None and terms not in alts and all(
+                        _tropical_equal(_terms_at(terms, x), t) for x, t in sub.items()):
+                    alts.append(terms)
+            cache[key] = alts
         return cache[key]
 
     return _confirmed(label, train, full, fit_one,
@@ -485,16 +522,20 @@ def _sizes(name: str, vs, confirm_p, confirm_m, distinct: int):
                     out[(p, m, om.v)] = (om, v if chunks else None)
         return out
 
-    train, count = {}, 0
+    train, count, sparse = {}, 0, False
     for p in range(TRAIN_P_MIN, TRAIN_P_MAX + 1):
         got = grid((p,), _train_ms)
+        if 0 < len(got) < 3 * len(vs):  # a sparse family (Chimera: m a multiple of p)
+            sparse = True
+            got = grid((p,), lambda p: range(1, 6 * p + 1))
         train.update(got)
         count += bool(got)
         if count >= distinct:
             break
     top = max((x[0] for x in train), default=confirm_p[1])
     cp = range(confirm_p[0], max(confirm_p[1], top + 2) + 1)
-    confirm = grid(cp, lambda p: range(confirm_m[0], confirm_m[1] + 1))
+    # a sparse family is trained up to m = 6p, so it is confirmed that far too
+    confirm = grid(cp, lambda p: range(confirm_m[0], max(confirm_m[1], 6 * p if sparse else 0) + 1))
     return train, confirm, sorted(set(skipped)), cp
 
 
@@ -597,7 +638,7 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
     if mk is None:
         failures["makespan"] = "; ".join(reasons)
     cp, allpts = used["cp"], used["sizes"]
-    rng = {"p": [cp.start, cp.stop - 1], "m": [confirm_m[0], confirm_m[1]],
+    rng = {"p": [cp.start, cp.stop - 1], "m": [confirm_m[0], max(x[1] for x in allpts)],
            "v": ([min(x[2] for x in allpts), max(x[2] for x in allpts)] if chunks
                  else sorted({x[2] for x in allpts}))}
     return Derivation(name, chunks, mk, busiest, total and [Piece(None, total)],

@@ -132,11 +132,12 @@ def _system(pts: tuple, basis: tuple) -> _System:
 
 
 def fit_poly(data: Mapping[Point, Fraction], nvars: int, max_degree: int = 3,
-             n_extra: int = 0) -> Poly | None:
+             n_extra: int = 0, features_first: bool = True) -> Poly | None:
     """The lowest-degree polynomial reproducing every point of ``data`` exactly, or None.
 
     Points have ``nvars`` size coordinates and then ``n_extra`` derived features (such as
-    ``floor((m-1)/p)``) that enter linearly only, after the pure polynomials have failed.
+    ``floor((m-1)/p)``) that enter linearly only: after the pure polynomial of the same degree
+    has failed (``features_first``), or only after pure polynomials of every degree have.
     The reduced system of a point set is cached, so fitting many values over the same sizes
     (the coefficients of every cost symbol, every probe) costs one elimination.
     """
@@ -146,20 +147,29 @@ def fit_poly(data: Mapping[Point, Fraction], nvars: int, max_degree: int = 3,
     ys = [Fraction(data[x]) for x in pts]
     varying = [len({x[i] for x in pts}) > 1 for i in range(nvars)]
     extra = [len({x[nvars + j] for x in pts}) > 1 for j in range(n_extra)]
+    tail = len(pts[0]) - nvars
+    if not features_first and n_extra:
+        return fit_poly(data, nvars, max_degree) or fit_poly(data, nvars, max_degree, n_extra)
     for degree in range(max_degree + 1):
-        basis = monomials(nvars, degree, varying)
-        tail = len(pts[0]) - nvars
-        basis = [b + (0,) * tail for b in basis]
-        for j in range(n_extra):
-            if extra[j]:
-                e = [0] * (nvars + tail)
-                e[nvars + j] = 1
-                basis.append(tuple(e))
-        if len(basis) > len(pts) and degree > 0:
-            break
-        poly = _system(pts, tuple(basis)).solve(ys)
-        if poly is not None:
-            return poly
+        basis = [b + (0,) * tail for b in monomials(nvars, degree, varying)]
+        # at each degree the polynomial alone, then with the features: fewer parameters
+        # first, so three device counts are not interpolated by a cubic in p when a
+        # feature such as floor((m - 1)/p) states the rule
+        for with_extra in (False, True):
+            full = list(basis)
+            if with_extra:
+                if not any(extra):
+                    continue
+                for j in range(n_extra):
+                    if extra[j]:
+                        e = [0] * (nvars + tail)
+                        e[nvars + j] = 1
+                        full.append(tuple(e))
+            if len(full) > len(pts) and degree > 0:
+                return None
+            poly = _system(pts, tuple(full)).solve(ys)
+            if poly is not None:
+                return poly
     return None
 
 
