@@ -712,7 +712,8 @@ done:
  *   -> (peak_inflight, peak_memory, peak_at, over_limit) | None
  *
  * The twin of cost/memory.memory_sweep without a timeline, for plain actions (code 0..7):
- * ``alloc``/``free`` are flat tables [code * S + stage], ``n_in``/``n_out`` per code,
+ * ``alloc``/``free`` are flat tables [code * S + stage] (S = 1: the same for every stage),
+ * ``n_in``/``n_out`` per code,
  * ``static`` per device, ``limit`` a number or None.  Sums run in the order Python's
  * accumulate runs them, so the floats are bit for bit the same. */
 static PyObject *
@@ -754,7 +755,7 @@ k_memory_plain(PyObject *self, PyObject *args)
             !as_double(PyList_GET_ITEM(free_o, k), &freed[k], &all_int))
             goto not_plain;
     for (Py_ssize_t i = 0; i < n; i++)
-        if (code[i] < 0 || code[i] >= NCODES || stage[i] < 0 || stage[i] >= S)
+        if (code[i] < 0 || code[i] >= NCODES || stage[i] < 0 || (S > 1 && stage[i] >= S))
             goto not_plain;
     pn = PyList_New(D);
     pm = PyList_New(D);
@@ -773,7 +774,7 @@ k_memory_plain(PyObject *self, PyObject *args)
         double over_value = 0;
         int any = 0;
         for (long long i = starts[d]; i < starts[d + 1]; i++) {
-            Py_ssize_t k = (Py_ssize_t)(code[i] * S + stage[i]);
+            Py_ssize_t k = (Py_ssize_t)(code[i] * S + (S > 1 ? stage[i] : 0));
             double a = alloc[k], f = freed[k];
             double during = before + a;
             long long n_during = inflight + nin[code[i]];

@@ -252,3 +252,19 @@ def test_sparse_declared_sizes_leave_the_kernel_to_python():
         g = compile_graph(s)
     assert "compile_plain" not in spy.answered and g.vectorised
     assert_same_everything(s)
+
+
+def test_memory_tables_do_not_grow_with_declared_stages():
+    """The kernel's memory tables have one column unless the activation is per stage: a file
+    declaring 10**7 stages once made them 8 * 10**7 entries long (a minute, gigabytes)."""
+    from schedverify.cost.memory import _effect_tables
+
+    alloc, free, n_in, n_out = _effect_tables(MemoryModel(activation=2, w=0.25))
+    assert len(alloc) == len(free) == len(n_in) == len(n_out) == 8
+    assert alloc[:4] == [2, 0, 0, 0] and free[:4] == [0, 2, 1.5, 0.5]
+    per_stage, *_ = _effect_tables(MemoryModel(activation=(1, 2, 3)))
+    assert len(per_stage) == 8 * 3 and per_stage[:3] == [1, 2, 3]
+    s = schedverify.Schedule.build([["0F0", "0B0"], []], stages=10**5, microbatches=1)
+    with spying() as spy:
+        mem = memory_sweep(compile_graph(s), MemoryModel())
+    assert spy.answered == {"memory_plain": 1} and mem.peak_memory == [1.0, 0.0]

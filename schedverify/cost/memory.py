@@ -53,15 +53,16 @@ def _effects(model: MemoryModel, kind: str, activation: float) -> tuple[float, f
     return 0, 0, 0, 0
 
 
-def _effect_tables(g: Graph, model: MemoryModel) -> tuple[list, list, list, list]:
-    """For the kernel: alloc and free as flat tables [code * S + stage] over the kind codes,
-    and the in-flight changes per code."""
-    S = g.schedule.stages
+def _effect_tables(model: MemoryModel) -> tuple[list, list, list, list]:
+    """For the kernel: alloc and free as flat tables [code * S + stage] over the kind codes
+    (one column, S = 1, unless the activation is given per stage), and the in-flight changes
+    per code."""
+    per = model.activation if isinstance(model.activation, tuple) else (model.activation,)
     kinds = sorted(KIND_CODE, key=KIND_CODE.__getitem__)
-    rows = [[_effects(model, k, per_stage(model.activation, s)) for s in range(S)] for k in kinds]
+    rows = [[_effects(model, k, a) for a in per] for k in kinds]
     alloc = [e[0] for row in rows for e in row]
     free = [e[1] for row in rows for e in row]
-    return alloc, free, [row[0][2] if S else 0 for row in rows], [row[0][3] if S else 0 for row in rows]
+    return alloc, free, [row[0][2] for row in rows], [row[0][3] for row in rows]
 
 
 def per_action_effects(g: Graph, model: MemoryModel) -> list[list]:
@@ -93,7 +94,7 @@ def memory_sweep(g: Graph, model: MemoryModel, start=None, end=None) -> MemoryRe
     limit = model.limit
     kernel = _accel.kernel
     if kernel is not None and start is None:
-        peaks = kernel.memory_plain(g.starts, g.code, g.stage, *_effect_tables(g, model),
+        peaks = kernel.memory_plain(g.starts, g.code, g.stage, *_effect_tables(model),
                                     static, limit)
         if peaks is not None:  # no overlap or bookkeeping action: one kind code each
             return MemoryResult(static, *peaks)
