@@ -265,3 +265,25 @@ def test_not_derived_says_which_sizes_broke_it():
 
     with pytest.raises(NotDerived, match=r"v-half: peak_inflight\(d\): .*(fails at|fits the)"):
         formula("v-half", "peak_inflight", "d")
+
+
+def test_a_piece_no_confirmation_size_tests_is_not_accepted():
+    """A piece fitted on a few training sizes and met nowhere else is an unconfirmed guess."""
+    from schedverify.formulas.derive import Piece, _every_piece_tested
+
+    pieces = [Piece("m >= p", {}), Piece(None, {})]
+    train = {(p, m, 1, 0): 0 for p in (2, 3) for m in range(1, 7)}
+    beyond_hi = {**train, (4, 9, 1, 0): 0}
+    assert not _every_piece_tested(pieces, train, beyond_hi)  # the m < p piece is never tested
+    assert _every_piece_tested(pieces, train, {**beyond_hi, (4, 2, 1, 0): 0})
+
+
+def test_fit_offers_the_polynomial_and_the_feature_form():
+    """Where m < p on few sizes, 2*m and 2 + 2*ceiling((m - 1)/p) agree; both are offered,
+    polynomial first, and only the polynomial survives m = 3 at p = 8."""
+    from schedverify.formulas.derive import _fits, _key, fit
+
+    data = {_key(p, m, 2): Fraction(2 * m) for p in range(2, 6) for m in (1, 2) if m < p // 2 + 1}
+    alts = _fits(data)
+    assert len(alts) == 2
+    assert fit.evaluate(alts[0], _key(8, 3, 2)) == 6 and fit.evaluate(alts[1], _key(8, 3, 2)) == 4
