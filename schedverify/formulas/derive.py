@@ -570,20 +570,20 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
         also widens the confirmation range beyond it)."""
         def run(fn, device=False):
             f = per_device if device else per_size
-            err = None
+            errs = []
             for tr, co, _, cp_ in grids:
                 allpts = {**co, **tr}
                 try:
                     out = fit_fn(f(fn, tr), f(fn, allpts))
                 except NotDerived as e:
-                    err = err or e
+                    errs.append(str(e))
                     if not e.refuted:
                         break  # nothing fits the narrow grid: more sizes will not help
                     continue
                 if cp_.stop > used["cp"].stop:
                     used["cp"], used["sizes"] = cp_, allpts
                 return out
-            raise err
+            raise NotDerived("; trained wider: ".join(errs))
         return run
 
     def optional(label, fn):
