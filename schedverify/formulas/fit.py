@@ -43,6 +43,34 @@ def evaluate(poly: Poly, x: Point) -> Fraction:
     return sum((c * _mono(e, x) for e, c in poly.items()), Fraction(0))
 
 
+def _pivots(matrix: list[list[int]], candidates, k: int) -> tuple[list[int], list[int]]:
+    """Independent rows (indices into ``matrix``, from ``candidates``) and their pivot
+    columns, by elimination modulo a prime (independent there means independent over Q)."""
+    P = 2**61 - 1
+    order = list(candidates)
+    work = [[a % P for a in matrix[i]] for i in order]
+    rows, cols, r = [], [], 0
+    for col in range(k):
+        piv = next((i for i in range(r, len(work)) if work[i][col]), None)
+        if piv is None:
+            continue
+        work[r], work[piv] = work[piv], work[r]
+        order[r], order[piv] = order[piv], order[r]
+        inv = pow(work[r][col], P - 2, P)
+        pr = [(a * inv) % P for a in work[r]]
+        work[r] = pr
+        for i in range(r + 1, len(work)):
+            f = work[i][col]
+            if f:
+                work[i] = [(a - f * b) % P for a, b in zip(work[i], pr)]
+        rows.append(order[r])
+        cols.append(col)
+        r += 1
+        if r == k:
+            break
+    return rows, cols
+
+
 class _System:
     """The linear system of one point set and one basis, reduced once for many right-hand
     sides: ``rows`` independent points, ``cols`` pivot monomials and the exact inverse of that
@@ -54,29 +82,13 @@ class _System:
         self.basis = basis
         self.matrix = [[_mono(e, x) for e in basis] for x in pts]
         k = len(basis)
-        # pivot rows and columns by elimination modulo a large prime (integers, fast)...
-        P = 2**61 - 1
-        work = [[a % P for a in row] for row in self.matrix]
-        order = list(range(len(pts)))
-        rows, cols, r = [], [], 0
-        for col in range(k):
-            piv = next((i for i in range(r, len(work)) if work[i][col]), None)
-            if piv is None:
-                continue
-            work[r], work[piv] = work[piv], work[r]
-            order[r], order[piv] = order[piv], order[r]
-            inv = pow(work[r][col], P - 2, P)
-            pr = [(a * inv) % P for a in work[r]]
-            work[r] = pr
-            for i in range(r + 1, len(work)):
-                f = work[i][col]
-                if f:
-                    work[i] = [(a - f * b) % P for a, b in zip(work[i], pr)]
-            rows.append(order[r])
-            cols.append(col)
-            r += 1
-            if r == k:
-                break
+        # pivot rows and columns by elimination modulo a large prime (integers, fast), on a
+        # spread-out subset of the points first, on all of them if the subset lacks rank...
+        n_pts = len(pts)
+        step = max(1, n_pts // (3 * k))
+        rows, cols = _pivots(self.matrix, range(0, n_pts, step), k)
+        if len(rows) < k and step > 1:
+            rows, cols = _pivots(self.matrix, range(n_pts), k)
         # ...then the exact inverse of the square block: fraction-free Gauss-Jordan in
         # integers (each row kept divided by its gcd), one common denominator at the end
         n = len(rows)
