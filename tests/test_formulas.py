@@ -287,3 +287,14 @@ def test_fit_offers_the_polynomial_and_the_feature_form():
     alts = _fits(data)
     assert len(alts) == 2
     assert fit.evaluate(alts[0], _key(8, 3, 2)) == 6 and fit.evaluate(alts[1], _key(8, 3, 2)) == 4
+
+
+def test_costs_outside_the_forms_slice_are_refused():
+    """ZB-V's makespan is derived for c = 0 and t_I = t_W = t_F only: evaluating it elsewhere
+    is an error (exit 2), not a wrong number."""
+    import io
+
+    err = io.StringIO()
+    assert run(["formula", "zb-v", "--at", "p=4,m=8", "--costs", "t_F=1,t_I=2"], io.StringIO(),
+               err) == 2
+    assert "t_I == t_F" in err.getvalue()

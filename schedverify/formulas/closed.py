@@ -84,6 +84,9 @@ def _tidy(e):
     return lin(num) / lin(den)
 
 
+_SLICE_CONDITIONS = ("c == 0", "t_I == t_F", "t_W == t_F")
+
+
 @dataclass(frozen=True)
 class Formula:
     family: str
@@ -114,6 +117,13 @@ class Formula:
         """The exact value at ``sizes`` (p, m, v, d) and ``costs`` (t_F, ..., c)."""
         subs = {SYMBOLS[k]: sympy.Rational(str(x)) for k, x in {**sizes, **(costs or {})}.items()
                 if k in SYMBOLS}
+        for cond in self.conditions:  # the cost slice the form was derived on
+            if cond in _SLICE_CONDITIONS and costs:
+                lhs, rhs = (parse(t) for t in cond.split("=="))
+                if lhs.xreplace(subs) != rhs.xreplace(subs):
+                    given = ", ".join(f"{k}={x}" for k, x in costs.items())
+                    raise UsageError(f"{self.family} {self.metric}: the form holds for {cond} "
+                                     f"only; the costs {given} are outside it")
         val = sympy.sympify(self.expression).xreplace(subs)
         val = sympy.nsimplify(val) if not val.is_Rational else val
         if not val.is_Rational:
