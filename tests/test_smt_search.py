@@ -245,3 +245,34 @@ def test_memory_tight_split_pipeline_is_proven_optimal():
     assert rep.is_valid and rep.metrics.makespan == r.makespan and rep.metrics.peak_memory <= 2
     assert r.makespan > smt_search.lower_bound(smt_search.make_problem(
         4, 8, split_backward=True, costs=Costs(F=1, I=1, W=1), memory_limit=2))[0]
+
+
+@pytest.mark.parametrize("placement", ["v", "loop"])
+def test_greedy_keeps_room_for_an_in_flight_microbatch_later_stage(placement):
+    # two stages per device and room for exactly one microbatch's activations: a greedy
+    # that starts a new microbatch on a device before the in-flight one's later forward
+    # locks itself out; the lookahead keeps it going, and the result is a valid schedule
+    p = smt_search.make_problem(4, 8, chunks=2, placement=placement, split_backward=True,
+                                costs=Costs(F=1, I=1, W=1), memory_limit=2)
+    for prio in smt_search.GREEDY_POLICIES:
+        s = smt_search.greedy(p, prio)
+        assert s is not None, prio
+        rep = smt_search.evaluate(p, s)
+        assert rep.is_valid and rep.metrics.peak_memory <= 2
+        assert rep.metrics.makespan <= smt_search.evaluate(p, smt_search.sequential(p)).metrics.makespan
+
+
+def test_device_relaxation_counts_idle_time_under_a_memory_limit():
+    # 4 x 16 split, F=1 I=2 W=1, 1F1B's memory (4): device 0 runs 4 forwards, then memory
+    # blocks the 5th until microbatch 0's round trip (4 forwards, 4 input gradients = 12)
+    # returns, and it has nothing else to do meanwhile: 6 idle units + 64 of work = 70, which
+    # ZB-H1 reaches.  The arithmetic bound says 67; the one-device relaxation (energy cuts
+    # on) must find the 70, which makes ZB-H1 provably optimal here.
+    costs = Costs(F=1, I=2, W=1)
+    p = smt_search.make_problem(4, 16, split_backward=True, costs=costs, memory_limit=4)
+    s = smt_search._Search(p, fifo=True, time_limit=60, warm_start=False)
+    arithmetic = smt_search.lower_bound(p, s.u)[0]
+    zb = check(smt_search._convert_split(FAMILIES["zb-h1"](4, 16), True), costs=costs,
+               memory_limit=4)
+    assert zb.is_valid and zb.metrics.makespan == 70 and arithmetic == 67
+    assert s.relaxation_bound(70, arithmetic, {}, share=1.0) == 70

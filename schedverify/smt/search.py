@@ -655,7 +655,10 @@ def greedy(p: Problem, priority: tuple[str, ...] = GREEDY_POLICIES[0], *, rng=No
            slack: int = 0, reserve: int = 0) -> Schedule | None:
     """A list schedule: whenever a device is free, run the ready action (microbatches in
     order per stage and kind) that can start first, preferring kinds by ``priority``; a
-    forward waits while it would exceed the memory limit.  With ``rng``, an action that can
+    forward waits while it would exceed the memory limit, and (with several stages per
+    device) a microbatch's first forward on a device waits until the forwards still to come
+    there of every microbatch already started on it fit too, so an in-flight microbatch is
+    never locked out of its own later stage.  With ``rng``, an action that can
     start within ``slack`` (scaled time) of the earliest one competes too, and ties are
     broken at random (a randomised restart of the heuristic); ``reserve`` (scaled memory)
     keeps a forward waiting unless that much room is left after it, which makes room for
@@ -672,6 +675,10 @@ def greedy(p: Problem, priority: tuple[str, ...] = GREEDY_POLICIES[0], *, rng=No
     end: dict[tuple[int, str, int], int] = {}
     free = [0] * p.devices
     mem = list(u.static)
+    # per device: microbatch -> activation its forwards on the device still allocate
+    todo: list[dict[int, int]] = [{} for _ in range(p.devices)]
+    dev_alloc = [sum(u.alloc[s] for s in range(p.stages) if place[s] == d)
+                 for d in range(p.devices)]
     rows: list[list[Action]] = [[] for _ in range(p.devices)]
     rank = {k: n for n, k in enumerate(priority)}
     left = len(chains) * M
@@ -695,6 +702,9 @@ def greedy(p: Problem, priority: tuple[str, ...] = GREEDY_POLICIES[0], *, rng=No
                     continue
                 if k == F and u.limit is not None and mem[d] + u.alloc[s] > u.limit:
                     continue
+                if (k == F and u.limit is not None and i not in todo[d]
+                        and mem[d] + sum(todo[d].values()) + dev_alloc[d] > u.limit):
+                    continue
                 if (k == F and reserve and u.limit is not None
                         and mem[d] + u.alloc[s] + reserve > u.limit and mem[d] > u.static[d]):
                     continue
@@ -712,6 +722,12 @@ def greedy(p: Problem, priority: tuple[str, ...] = GREEDY_POLICIES[0], *, rng=No
         end[(s, k, i)] = ready + u.idur[(s, k)]
         free[d] = end[(s, k, i)]
         mem[d] += u.alloc[s] if k == F else -u.free[(s, k)]
+        if k == F:
+            left_d = todo[d].get(i, dev_alloc[d]) - u.alloc[s]
+            if left_d:
+                todo[d][i] = left_d
+            else:
+                todo[d].pop(i, None)
         rows[d].append(Action(s, k, i))
         nxt[(s, k)] += 1
         left -= 1
@@ -1043,7 +1059,12 @@ class _Search:
         for d in groups:
             if time.monotonic() >= stop or lb >= best:
                 break
-            enc = _Encoding(p, u, fifo=self.fifo, timeout_s=max(stop - time.monotonic(), 0.01), device=d)
+            # with the energy cuts (and so the simplex): a device's idle time while memory
+            # blocks its forwards and no backward is ready is exactly what they count; on
+            # 4x16 split F=1,I=2,W=1 mem 4 device 0's relaxation proves 69 impossible in
+            # 0.8 s with them and is still open after 60 s without
+            enc = _Encoding(p, u, fifo=self.fifo, timeout_s=max(stop - time.monotonic(), 0.01),
+                            device=d, cuts=True)
             lo, hi = lb, best - 1
             t = (lo + hi) // 2
             while lo <= hi and time.monotonic() < stop:
