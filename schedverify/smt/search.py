@@ -18,7 +18,11 @@ The encoding (one Z3 solver, used incrementally):
   forwards that came before it on its device minus what the backwards before it freed;
 - optionally (``cuts=True``) redundant "energy" cuts: an action starts no earlier than its
   device's earliest possible start plus the work ordered before it, and the work ordered
-  after it still has to fit before the makespan.
+  after it still has to fit before the makespan.  Both hold in every schedule: each action
+  of a device needs a forward of the device first, and whatever the device runs last still
+  has at least the least tail of its kinds to wait for.  The one-device relaxations use
+  them (they count the idle time of a device whose forwards memory blocks); the whole
+  problem does not (next paragraph).
 
 Without the cuts every arithmetic atom is a difference constraint ``t_x >= t_y + c`` (or a
 bound on one variable), so the solver uses Z3's difference-logic theory (``arith.solver=1``,
@@ -935,7 +939,7 @@ class _Search:
         status, reason = "feasible", None
         # quick randomised list schedules before the solver
         if self.warm and best > lb:
-            for s2, r2 in randomised_greedy(p, min(3.0, self.left() / 20)):
+            for s2, r2 in randomised_greedy(p, min(1.5, self.left() / 40)):
                 ms = round(r2.metrics.makespan * u.tscale)
                 if ms < best:
                     best, best_s, best_r = ms, s2, r2
@@ -972,7 +976,7 @@ class _Search:
             if not probed and best - lb > 2:
                 probed = True
                 t = (lb + best - 1) // 2
-                r, value = enc.check(t, limit, min(left, max(2.0, left / 10)))
+                r, value = enc.check(t, limit, min(left, max(2.0, left / 20)))
             elif prove:
                 prove = False
                 t = best - 1
@@ -1032,7 +1036,10 @@ class _Search:
         """Raise ``lb`` with one-device relaxations: device d alone, its actions' dependencies
         through other devices replaced by the least time those paths take, memory limit kept.
         Any schedule's restriction to d satisfies the relaxation, so the relaxation's optimum
-        is a lower bound.  Each device gets a share of the time; Z3 bisects on its makespan."""
+        is a lower bound.  (The same holds for a pair of neighbouring devices.)  The energy
+        cuts added to one-device relaxations hold in every schedule too (module docstring),
+        so they cut no schedule's restriction away.  Each device gets a share of the time; Z3
+        bisects on its makespan, and only an unsat raises the bound."""
         p, u = self.p, self.u
         stop = time.monotonic() + self.left() * share
         cap = max(1.0, self.left() * share / 10)
@@ -1059,12 +1066,13 @@ class _Search:
         for d in groups:
             if time.monotonic() >= stop or lb >= best:
                 break
-            # with the energy cuts (and so the simplex): a device's idle time while memory
-            # blocks its forwards and no backward is ready is exactly what they count; on
-            # 4x16 split F=1,I=2,W=1 mem 4 device 0's relaxation proves 69 impossible in
-            # 0.8 s with them and is still open after 60 s without
+            # one device with the energy cuts (and so the simplex): a device's idle time while
+            # memory blocks its forwards and no backward is ready is exactly what they count;
+            # on 4x16 split F=1,I=2,W=1 mem 4 device 0's relaxation proves 69 impossible in
+            # 0.8 s with them and is still open after 60 s without.  Pairs of devices are
+            # solved faster without them, on difference logic, like the whole problem.
             enc = _Encoding(p, u, fifo=self.fifo, timeout_s=max(stop - time.monotonic(), 0.01),
-                            device=d, cuts=True)
+                            device=d, cuts=isinstance(d, int))
             lo, hi = lb, best - 1
             t = (lo + hi) // 2
             while lo <= hi and time.monotonic() < stop:
