@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import schedverify as sv
 from schedverify import Action, Costs, MemoryModel, Placement, Schedule, overlap
 from schedverify.io import jsonfmt
+from schedverify.strategies import mutations, valid_schedules
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -165,6 +166,19 @@ def test_csv_inference_reads_its_own_output(s):
     leaves = [x for row in s.order for a in row if a is not None for x in a.leaves()]
     assert back.stages == max(s.devices, 1 + max(a.stage for a in leaves))
     assert back.microbatches == 1 + max((a.microbatch for a in leaves if a.microbatch is not None), default=0)
+
+
+@given(st.one_of(schedules(with_extras=False), valid_schedules(placements=["loop", "v", "list"]),
+                 valid_schedules(placements=["loop", "v"]).flatmap(mutations).map(lambda m: m.schedule)))
+def test_csv_placement_shortcut_concludes_what_the_vote_concludes(s):
+    """infer_placement first tries "every action where loop (or v) puts it", in bulk; that
+    shortcut must give what the per-action vote gives whenever it answers."""
+    from schedverify.io.csvfmt import _uniform_placement, _vote_placement, infer_placement
+
+    args = (s.order, s.devices, s.stages)
+    assert infer_placement(*args, s.microbatches) == _vote_placement(*args, s.microbatches)
+    if _uniform_placement(*args) is not None:
+        assert _vote_placement(*args, s.microbatches).specs == (_uniform_placement(*args),)
 
 
 def test_csv_as_pytorch_writes_it():

@@ -10,10 +10,11 @@ from __future__ import annotations
 import csv
 import io
 from collections import Counter
+from operator import attrgetter
 
 from ..errors import InputError
 from ..model import Placement, PlacementSpec, Schedule, stage_devices
-from .actions import ActionSyntaxError, parse_action
+from .actions import ActionSyntaxError, parse_action, parse_row
 from .jsonfmt import MAX_REPORTED, MAX_SIZE, refuse_huge_index
 
 
@@ -36,17 +37,19 @@ def loads(
         raise InputError(f"not valid CSV: {e}", source=source) from None
     order, errors = [], []
     for d, row in enumerate(rows):
-        out = []
-        for p, cell in enumerate(row):
-            cell = cell.strip()
-            if not cell:
-                out.append(None)
-                continue
-            try:
-                out.append(parse_action(cell))
-            except ActionSyntaxError as e:
-                errors.append(f"row {d + 1}, column {p + 1}: {e}")
-                out.append(None)
+        cells = list(map(str.strip, row))
+        out = _parse_plain(cells)
+        if out is None:
+            out = []
+            for p, cell in enumerate(cells):
+                if not cell:
+                    out.append(None)
+                    continue
+                try:
+                    out.append(parse_action(cell))
+                except ActionSyntaxError as e:
+                    errors.append(f"row {d + 1}, column {p + 1}: {e}")
+                    out.append(None)
         order.append(tuple(out))
     if errors:
         if len(errors) == 1:
@@ -65,11 +68,12 @@ def loads(
         raise InputError(f"the file has {len(order)} rows (one per device) but devices is {devices}",
                          source=source)
     order += [()] * (devices - len(order))
-    leaves = [x for row in order for a in row if a is not None for x in a.leaves()]
-    if stages is None:
-        stages = max(devices, 1 + max((a.stage for a in leaves), default=0))
-    if microbatches is None:
-        microbatches = 1 + max((a.microbatch for a in leaves if a.microbatch is not None), default=0)
+    if stages is None or microbatches is None:
+        top_stage, top_mb = _largest_indices(order)
+        if stages is None:
+            stages = max(devices, 1 + top_stage)
+        if microbatches is None:
+            microbatches = 1 + top_mb
     if max(stages, microbatches, devices) > MAX_SIZE:
         refuse_huge_index(order, source, lambda d, p: f"row {d + 1}, column {p + 1}")
         raise InputError(f"{len(order)} rows is absurdly many devices (at most {MAX_SIZE})", source=source)
@@ -83,6 +87,62 @@ def loads(
     return Schedule(devices, stages, microbatches, tuple(order), pl, metadata={"source_format": "pytorch-csv"})
 
 
+def _parse_plain(cells: list[str]) -> list | None:
+    """A row of plain actions and empty cells (idle slots) in bulk, or None."""
+    if "" not in cells:
+        return parse_row(cells)
+    keep = [k for k, c in enumerate(cells) if c]
+    fast = parse_row([cells[k] for k in keep])
+    if fast is None:
+        return None
+    out = [None] * len(cells)
+    for k, a in zip(keep, fast):
+        out[k] = a
+    return out
+
+
+def _leaf_rows(order):
+    """Each row's actions as leaves (an overlap's two sub-actions), idle slots dropped."""
+    for row in order:
+        acts = list(filter(None, row))
+        if any(map(_SUB, acts)):
+            acts = [x for a in acts for x in a.leaves()]
+        yield acts
+
+
+def _largest_indices(order) -> tuple[int, int]:
+    """The largest stage and microbatch index any action names (0 when none does)."""
+    stages, mbs = [0], [0]
+    for acts in _leaf_rows(order):
+        stages.append(max(map(_STAGE, acts), default=0))
+        named = list(map(_MB, acts))
+        if None in named:  # bookkeeping actions name no microbatch
+            named = [m for m in named if m is not None]
+        mbs.append(max(named, default=0))
+    return max(stages), max(mbs)
+
+
+def _uniform_placement(order, devices: int, stages: int) -> PlacementSpec | None:
+    """``"loop"`` or ``"v"`` when every action (with every stage appearing, for ``"v"``)
+    sits where that placement puts it: what :func:`infer_placement` would conclude, found
+    with one set of stages per row instead of a vote per action."""
+    per_row = [set(map(_STAGE, acts)) for acts in _leaf_rows(order)]
+    everything = set().union(*per_row)
+    if not everything <= set(range(stages)):
+        return None  # None stages (malformed) or out of range: let the vote handle them
+    for spec in ("loop", "v"):
+        where = stage_devices(spec, devices, stages)
+        if all(where[s] == d for d, row in enumerate(per_row) for s in row):
+            if spec == "loop" or len(everything) == stages:
+                return spec
+    return None
+
+
+_SUB = attrgetter("sub")
+_STAGE = attrgetter("stage")
+_MB = attrgetter("microbatch")
+
+
 def infer_placement(order, devices: int, stages: int, microbatches: int) -> Placement:
     """Guess the placement from where the actions sit.
 
@@ -92,6 +152,13 @@ def infer_placement(order, devices: int, stages: int, microbatches: int) -> Plac
     Otherwise every stage goes to the device most of its actions use, and the checker
     reports the actions elsewhere.
     """
+    uniform = _uniform_placement(order, devices, stages)
+    if uniform is not None:
+        return Placement.of(uniform, devices, stages)
+    return _vote_placement(order, devices, stages, microbatches)
+
+
+def _vote_placement(order, devices: int, stages: int, microbatches: int) -> Placement:
     # Only microbatches that have actions get a map (a dict, not a list of M dicts: M can be
     # large while the file is small); the others follow route 0.
     seen: dict[int, dict[int, int]] = {}
