@@ -40,6 +40,7 @@ INSTANCES = [
     ("4x16 split 2-2-1 mem3", 4, 16, dict(split_backward=True, costs=dict(F=2, I=2, W=1), memory_limit=3)),
     ("4x16 split 2-2-1 mem4", 4, 16, dict(split_backward=True, costs=dict(F=2, I=2, W=1), memory_limit=4)),
     ("4x16 split 1-2-1 mem4", 4, 16, dict(split_backward=True, costs=dict(F=1, I=2, W=1), memory_limit=4)),
+    ("4x16 split 1-1-2 mem3", 4, 16, dict(split_backward=True, costs=dict(F=1, I=1, W=2), memory_limit=3)),
     ("4x8 v2 split", 4, 8, dict(chunks=2, placement="v", split_backward=True, costs=dict(F=1, I=1, W=1))),
     ("4x8 v2 split mem2", 4, 8, dict(chunks=2, placement="v", split_backward=True,
                                      costs=dict(F=1, I=1, W=1), memory_limit=2)),
