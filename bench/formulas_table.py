@@ -39,7 +39,8 @@ for metric, device in (("makespan", None), ("bubble_fraction", None), ("bubble_r
         rows[key] = {"derived": False, "why": str(e)}
         continue
     timing = metric.startswith(("makespan", "bubble"))
-    rows[key] = {"derived": True, "slice": list(der.slice) if timing else []}
+    rows[key] = {"derived": True, "slice": list(der.slice) if timing else [],
+                 "sizes": list(f.restricted)}
 print(json.dumps({"family": name, "cpu": cpu, "wall": wall, "confirm": der.confirm_range,
                   "sizes": der.confirmed, "rows": rows}))
 """
@@ -58,9 +59,12 @@ def _cell(row: dict) -> str:
     if not row["derived"]:
         return "no"
     slice_ = row["slice"]
-    if not slice_:
-        return "yes"
-    return "yes, " + ("c=0, t_I=t_W=t_F" if len(slice_) == 3 else "c=0")
+    out = "yes"
+    if slice_:
+        out += ", " + ("c=0, t_I=t_W=t_F" if len(slice_) == 3 else "c=0")
+    for cond in row.get("sizes", ()):  # a restricted size domain (irregular small m left out)
+        out += ", " + cond.replace(" ", "")
+    return out
 
 
 def main(argv=None) -> int:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedverify import Costs, timeline
+from schedverify.errors import UsageError
 from schedverify.cli import run
 from schedverify.formulas import formula, parse, smallest_m
 from schedverify.formulas.sizes import build, metrics_at
@@ -146,7 +147,9 @@ DERIVED = {
     "zb-h2": (("c == 0",), {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
     "zb-v": (("c == 0", "t_I == t_F", "t_W == t_F"),
              {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
-    "v-half": (None, {"peak_inflight", "peak_memory"}),
+    "v-half": (("c == 0", "t_I == t_F", "t_W == t_F"),
+               {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
+    "v-min": (("c == 0", "t_I == t_F", "t_W == t_F"), {"peak_inflight", "peak_memory"}),
     "dualpipe": (("c == 0", "t_I == t_F", "t_W == t_F"),
                  {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
     "dualpipe-v": (("c == 0", "t_I == t_F", "t_W == t_F"),
@@ -154,6 +157,25 @@ DERIVED = {
     "chimera": ((), {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
 }
 PEAKS = ("peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)")
+#: Forms derived on a restricted size domain only (the schedule is irregular at small m):
+#: family -> {metric key: the domain's condition}.  Every other form holds for every m.
+DOMAINS = {
+    "v-half": {"makespan": "m >= 2*p - 1", "peak_inflight(d)": "m >= p + 1",
+               "peak_memory(d)": "m >= p + 1"},
+    "v-min": {"makespan": "m >= p + 1", "peak_memory": "m >= floor(p/2) + 1"},
+}
+_TIMING = ("bubble_fraction", "bubble_ratio", "bubble_time(d)")
+
+
+def _domain(family: str, key: str) -> tuple:
+    dom = DOMAINS.get(family, {})
+    return (dom["makespan"],) if key in _TIMING and "makespan" in dom else \
+        tuple(x for x in (dom.get(key),) if x)
+
+
+def _inside(family: str, key: str, sizes: dict) -> bool:
+    return all(bool(parse(c).subs({parse(k): x for k, x in sizes.items()}))
+               for c in _domain(family, key))
 
 
 @lru_cache(maxsize=None)
@@ -192,10 +214,16 @@ def test_what_is_derived(family):
     else:
         f = formula(family, "makespan")
         assert tuple(c for c in f.conditions if c in ("c == 0", "t_I == t_F", "t_W == t_F")) == slice_
+        assert f.restricted == _domain(family, "makespan")
+        for key in _TIMING:
+            metric, dev = (key[:-3], "d") if key.endswith("(d)") else (key, None)
+            assert formula(family, metric, dev).restricted == _domain(family, key)
     for key in PEAKS:
         metric, dev = (key[:-3], "d") if key.endswith("(d)") else (key, None)
         if key in peaks:
-            formula(family, metric, dev)
+            f = formula(family, metric, dev)
+            assert f.restricted == _domain(family, key), key
+            assert all(c in f.conditions for c in f.restricted)
         else:
             with pytest.raises(NotDerived):
                 formula(family, metric, dev)
@@ -210,7 +238,11 @@ def test_every_derived_form_matches_the_timeline(family, data, costs):
     d = data.draw(st.integers(0, p - 1), label="d")
     slice_, peaks = DERIVED[family]
     sizes = {"p": p, "m": m, "v": v, "d": d}
-    if slice_ is not None:
+    if slice_ is not None and not _inside(family, "makespan", sizes):
+        # outside its stated domain a form refuses to answer rather than guess
+        with pytest.raises(UsageError, match="holds for m >= "):
+            formula(family, "makespan").evaluate(sizes, _costs_in_slice(costs, slice_))
+    elif slice_ is not None:
         costs = _costs_in_slice(costs, slice_)
         tl = _simulated(family, p, m, costs)
         met, busy = tl.metrics(), tl.busy()
@@ -228,6 +260,10 @@ def test_every_derived_form_matches_the_timeline(family, data, costs):
             "peak_memory(d)": Fraction(met.devices[d].peak_memory)}
     for key in peaks:
         metric, dev = (key[:-3], "d") if key.endswith("(d)") else (key, None)
+        if not _inside(family, key, sizes):
+            with pytest.raises(UsageError, match="holds for m >= "):
+                formula(family, metric, dev).evaluate(sizes)
+            continue
         assert formula(family, metric, dev).evaluate(sizes) == want[key], key
 
 
@@ -263,8 +299,42 @@ def test_learned_threshold_parses_and_round_trips():
 def test_not_derived_says_which_sizes_broke_it():
     from schedverify.formulas import NotDerived
 
-    with pytest.raises(NotDerived, match=r"v-half: peak_inflight\(d\): .*(fails at|fits the)"):
-        formula("v-half", "peak_inflight", "d")
+    with pytest.raises(NotDerived, match=r"v-min: peak_inflight\(d\): .*(fails at|fits the)"):
+        formula("v-min", "peak_inflight", "d")
+
+
+def test_v_min_peak_is_periodic_in_p_beyond_the_confirmation_range():
+    """V-Min's peak is fitted with a feature of period 3 in p (its cap grows by 2 every third
+    device count); the derived form holds well past the sizes it was fitted and confirmed on."""
+    f = formula("v-min", "peak_inflight")
+    assert f.expression.has(parse("floor((p + 1)/3)"))
+    for p in (10, 11, 12, 13):
+        for m in (1, 2, 4, 5, 30):
+            met = _simulated("v-min", p, m, dict.fromkeys(COST_KEYS, 1)).metrics()
+            assert f.evaluate({"p": p, "m": m, "v": 2}) == met.peak_inflight, (p, m)
+
+
+def test_restricted_domain_is_needed_and_enforced():
+    """V-Half's makespan is derived on m >= 2p - 1 only.  Below it the schedule is irregular
+    (at p = 7 the makespan falls from m = 7 to m = 8): the form without its domain would be
+    wrong there, so evaluating it there is refused (exit 2), while inside it is exact."""
+    import io
+
+    f = formula("v-half", "makespan")
+    assert f.restricted == ("m >= 2*p - 1",)
+    costs = {"t_F": 1, "t_B": 1, "t_I": 1, "t_W": 1, "c": 0}
+    mk7 = _simulated("v-half", 7, 7, costs).makespan
+    assert _simulated("v-half", 7, 8, costs).makespan < mk7  # not monotone in m
+    raw = f.expression.subs({parse(k): x for k, x in {**costs, "p": 7, "m": 7, "v": 2}.items()})
+    assert raw != mk7  # the domain is honest: the large-m form does not hold there
+    with pytest.raises(UsageError, match="m >= 2\\*p - 1"):
+        f.evaluate({"p": 7, "m": 7, "v": 2}, costs)
+    assert f.evaluate({"p": 7, "m": 13, "v": 2}, costs) == \
+        Fraction(_simulated("v-half", 7, 13, costs).makespan)
+    err = io.StringIO()
+    assert run(["formula", "v-half", "--metric", "makespan", "--at", "p=7,m=7"],
+               io.StringIO(), err) == 2
+    assert "m >= 2*p - 1" in err.getvalue()
 
 
 def test_a_piece_no_confirmation_size_tests_is_not_accepted():

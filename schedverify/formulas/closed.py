@@ -16,7 +16,7 @@ import sympy
 
 from ..errors import UsageError
 from . import fit
-from .derive import DEVICE_METRICS, EXTRAS, METRICS, Derivation, NotDerived, Piece, derive
+from .derive import DEVICE_METRICS, FEATURES, MAX_PIECES, METRICS, Derivation, NotDerived, Piece, derive
 from .sizes import family as _family
 from .tropical import COST_SYMBOLS
 
@@ -25,7 +25,7 @@ t_F, t_B, t_I, t_W, c = sympy.symbols("t_F t_B t_I t_W c")
 COSTS = (t_F, t_B, t_I, t_W, c)
 SYMBOLS = {s.name: s for s in (p, m, v, d, t_F, t_B, t_I, t_W, c)}
 _LOCALS = dict(SYMBOLS)
-_FEATURES = tuple(sympy.sympify(text, locals=_LOCALS) for text, _ in EXTRAS)
+_FEATURES = tuple(sympy.sympify(text, locals=_LOCALS) for text, _ in FEATURES)
 _BASIS = (p, m, v, d) + _FEATURES
 
 
@@ -97,6 +97,9 @@ class Formula:
     confirmed: dict
     notes: tuple[str, ...] = field(default=())
     generator_domain: str = ""
+    #: size conditions (also in ``conditions``) outside which no form was derived: the
+    #: schedule is irregular at small m there (V-Half, V-Min)
+    restricted: tuple[str, ...] = field(default=())
 
     def text(self) -> str:
         return sympy.sstr(self.expression)
@@ -124,6 +127,13 @@ class Formula:
                     given = ", ".join(f"{k}={x}" for k, x in costs.items())
                     raise UsageError(f"{self.family} {self.metric}: the form holds for {cond} "
                                      f"only; the costs {given} are outside it")
+        for cond in self.restricted:  # the sizes the form was derived on
+            holds = parse(cond).xreplace(subs)
+            if holds is not sympy.true:
+                given = ", ".join(f"{k}={x}" for k, x in sizes.items())
+                raise UsageError(f"{self.family} {self.metric}: the form holds for {cond} only "
+                                 f"(smaller m are irregular and not derived); the sizes {given} "
+                                 "are outside it")
         val = sympy.sympify(self.expression).xreplace(subs)
         val = sympy.nsimplify(val) if not val.is_Rational else val
         if not val.is_Rational:
@@ -171,6 +181,24 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
             raise UsageError(f"--device: expected a device index or 'd', got {device!r}") from None
         expr = expr.subs(d, dv)
     expr = _tidy(expr)
+    # the restricted size domains of the parts the expression is made of
+    keys = ({"makespan": ("makespan",), "bubble_fraction": ("makespan",),
+             "bubble_time": ("makespan",) if per_device else ("makespan", "busiest"),
+             "bubble_ratio": ("makespan", "busiest")}.get(metric)
+            or (metric + ("(d)" if per_device else ""),))
+    restricted = []
+    for key in keys:
+        cond = der.domains.get(key)
+        if cond is None:
+            continue
+        e = parse(cond)
+        if not key.endswith("(d)"):
+            e = e.subs(d, 0)  # a whole-schedule metric was fitted at d = 0
+        elif device != "d":
+            e = e.subs(d, int(device))
+        text = sympy.sstr(e)
+        if text not in restricted:
+            restricted.append(text)
     rng = der.confirm_range
     conds = ["p >= 2", "m >= 1"]
     if der.chunks:
@@ -179,6 +207,7 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
         conds.append(f"v == {rng['v'][0]}" if len(rng["v"]) == 1 else f"v in {rng['v']}")
     if per_device:
         conds.append("0 <= d <= p - 1")
+    conds += restricted
     timing = metric in ("makespan", "bubble_time", "bubble_ratio", "bubble_fraction", "busy")
     notes = []
     if timing:
@@ -190,6 +219,9 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
         notes.append("uniform costs per action kind; an OVERLAP_F_B action costs its two parts' sum")
         for why in (() if metric == "busy" else der.slice_failures):
             notes.append("not derived on a wider cost domain: " + why)
+    if restricted:
+        notes.append("derived on " + " and ".join(restricted) + " only: no form of up to "
+                     f"{MAX_PIECES} pieces holds for every m (the schedule is irregular at small m)")
     if metric == "peak_memory":
         notes.append("memory model: activation 1 per stage, w = 1/2, no static memory")
     if der.skipped:
@@ -197,7 +229,8 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
                      "and were skipped")
     confirmed = {"p": rng["p"], "m": rng["m"], "v": rng["v"], "sizes": der.confirmed}
     return Formula(family, metric, None if device is None else str(device), expr, tuple(conds),
-                   confirmed, tuple(notes), getattr(_family(family), "domain", ""))
+                   confirmed, tuple(notes), getattr(_family(family), "domain", ""),
+                   tuple(restricted))
 
 
 def smallest_m(family: str, p_value: int, below: float, *, metric: str = "bubble_fraction",

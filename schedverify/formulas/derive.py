@@ -129,10 +129,35 @@ EXTRAS: tuple[tuple[str, Callable[[int, int, int, int], int]], ...] = (
     ("Mod(m, 2)", lambda p, m, v, d: m % 2),
     ("Mod(p, 2)", lambda p, m, v, d: p % 2),
 )
+#: Features of period 3 in p (with p and 1 they span every period-3 function of p), offered
+#: only on the wider training grid after every form with EXTRAS alone has failed: on a few
+#: device counts they would interpolate anything in p (V-Min: peak 2*floor((p + 1)/3) + 2).
+LATE_EXTRAS: tuple[tuple[str, Callable[[int, int, int, int], int]], ...] = (
+    ("floor(p/3)", lambda p, m, v, d: p // 3),
+    ("floor((p + 1)/3)", lambda p, m, v, d: (p + 1) // 3),
+)
+#: Every feature, in the order of a point's coordinates after (p, m, v, d).
+FEATURES = EXTRAS + LATE_EXTRAS
+#: Whether the fits may use LATE_EXTRAS (set for one attempt by :func:`_late`).
+_LATE = [False]
 
 
 def _key(p: int, m: int, v: int, d: int = 0) -> tuple:
-    return (p, m, v, d) + tuple(f(p, m, v, d) for _, f in EXTRAS)
+    return (p, m, v, d) + tuple(f(p, m, v, d) for _, f in FEATURES)
+
+
+class _late:
+    """Within the block, fits may use the LATE_EXTRAS features."""
+
+    def __init__(self, on: bool = True):
+        self.on = on
+
+    def __enter__(self):
+        self.old = _LATE[0]
+        _LATE[0] = self.on
+
+    def __exit__(self, *exc):
+        _LATE[0] = self.old
 
 
 _FITS: dict = {}
@@ -143,10 +168,18 @@ MODES = (False, True)
 
 
 def _fit(data: dict, features_first: bool = False):
-    key = (tuple(sorted(data.items())), features_first)
+    late = _LATE[0]
+    key = (tuple(sorted(data.items())), features_first, late)
     if key in _FITS:
         return _FITS[key]
-    poly = fit.fit_poly(data, 4, n_extra=len(EXTRAS), features_first=features_first)
+    if late and features_first:
+        # every feature at each degree: on a few device counts a cubic in p would otherwise
+        # interpolate what floor((p + 1)/3) states
+        poly = fit.fit_poly(data, 4, n_extra=len(FEATURES), features_first=True)
+    else:
+        poly = fit.fit_poly(data, 4, n_extra=len(EXTRAS), features_first=features_first)
+        if poly is None and late:
+            poly = fit.fit_poly(data, 4, n_extra=len(FEATURES), features_first=features_first)
     if len(_FITS) > 20000:
         _FITS.clear()
     _FITS[key] = poly
@@ -207,6 +240,9 @@ class Derivation:
     slice: tuple[str, ...] = ()  # cost conditions the makespan holds under (empty: all costs >= 0)
     slice_failures: list = field(default_factory=list)  # why wider slices failed
     seconds: float = 0.0  # process CPU time of the derivation
+    #: metric key -> size condition (``m >= T``) a form was derived on, where no form holds
+    #: for every m (keys: makespan, busiest, peak_inflight, peak_inflight(d), ...)
+    domains: dict = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- decision lists
@@ -265,10 +301,11 @@ def _learned_split(data: dict, fit_one, agrees) -> Iterator[list[Piece]]:
     top = {x: data[x] for g in groups.values() for x in g[-3:]}
     if len(top) == len(data):
         return
-    tails = fit_one(top)
-    if not tails:
-        return
-    tail = tails[0]
+    for tail in fit_one(top)[:2]:
+        yield from _split_below(data, fit_one, agrees, groups, tail)
+
+
+def _split_below(data: dict, fit_one, agrees, groups: dict, tail) -> Iterator[list[Piece]]:
     first = {}
     for key, g in groups.items():
         low = None
@@ -279,15 +316,24 @@ def _learned_split(data: dict, fit_one, agrees) -> Iterator[list[Piece]]:
         if low is None:
             return
         first[key] = low
-    pts = {(p, v, d) + (p % 2,): Fraction(m0) for (p, v, d), m0 in first.items()}
-    poly = fit.fit_poly(pts, 3) or fit.fit_poly(pts, 3, n_extra=1)
+    def feats(p, v, d):  # Mod(p, 2), and the period-3 features where they are allowed
+        return (p % 2,) + ((p // 3, (p + 1) // 3) if _LATE[0] else ())
+
+    pts = {(p, v, d) + feats(p, v, d): Fraction(m0) for (p, v, d), m0 in first.items()}
+    if _LATE[0]:  # every feature at each degree (a cubic in p interpolates few device counts)
+        poly = fit.fit_poly(pts, 3, n_extra=3, features_first=True)
+    else:
+        poly = fit.fit_poly(pts, 3) or fit.fit_poly(pts, 3, n_extra=1)
     if poly is None:
         return
-    head = {x: y for x, y in data.items() if x[1] < fit.evaluate(poly, (x[0], x[2], x[3], x[0] % 2))}
+    head = {x: y for x, y in data.items()
+            if x[1] < fit.evaluate(poly, (x[0], x[2], x[3]) + feats(x[0], x[2], x[3]))}
     if not head:
         return
-    text = "m >= " + _poly_text(poly, ("p", "v", "d", "Mod(p, 2)"))
-    _LEARNED[text] = lambda p, m, v, d, poly=poly: m >= fit.evaluate(poly, (p, v, d, p % 2))
+    names = ("p", "v", "d", "Mod(p, 2)") + tuple(t for t, _ in LATE_EXTRAS)
+    text = "m >= " + _poly_text(poly, names)
+    _LEARNED[text] = lambda p, m, v, d, poly=poly, late=_LATE[0]: m >= fit.evaluate(
+        poly, (p, v, d, p % 2) + ((p // 3, (p + 1) // 3) if late else ()))
     for lo in fit_one(head):
         yield [Piece(text, tail), Piece(None, lo)]
 
@@ -302,14 +348,23 @@ def _poly_text(poly: dict, names) -> str:
     return " + ".join(parts) or "0"
 
 
-def _confirmed(label: str, train: dict, full, fit_one, agrees) -> list[Piece]:
+def _confirmed(label: str, train: dict, full, fit_one, agrees,
+               three: bool | None = None) -> list[Piece]:
     """The first candidate fitted on ``train`` that ``agrees`` with every point of ``full``
-    (a dict, or a function returning it, called only once a candidate exists)."""
+    (a dict, or a function returning it, called only once a candidate exists).
+
+    ``three``: whether to search three-piece lists (default: except with the period-3
+    features over every m, where the listed three-piece lists already failed without them
+    and the exhaustive search over many more fits would cost most of the derivation)."""
     seen, bad, tried = set(), None, 0
     one = lambda val, x, y: agrees([Piece(None, val)], x, y)  # noqa: E731
+    if three is None:
+        three = not _LATE[0]
     # the whole and the two-piece lists first, then a learned split, then three pieces
     cands = chain(islice(_candidates(train, fit_one, 2), 4 * MAX_CANDIDATES),
-                  _learned_split(train, fit_one, one), _lists(train, fit_one, 3))
+                  _learned_split(train, fit_one, one), _lists(train, fit_one, 3) if three else ())
+    if _LATE[0]:  # the last attempts: the fitted split first, the listed ones had their turn
+        cands = chain(_learned_split(train, fit_one, one), cands)
     for pieces in cands:
         key = repr(pieces)
         if key in seen:
@@ -327,12 +382,71 @@ def _confirmed(label: str, train: dict, full, fit_one, agrees) -> list[Piece]:
         if tried >= MAX_CANDIDATES:
             break
     if bad is None:
-        raise NotDerived(f"{label}: no form of up to {MAX_PIECES} pieces (polynomials in p, m, v, "
-                         f"d and {', '.join(t for t, _ in EXTRAS)}; split at listed or fitted "
-                         f"thresholds of m, 2*d < p, v < 2, p < 3 or the parity of m) fits the "
-                         f"{len(train)} training sizes")
+        feats = EXTRAS + (LATE_EXTRAS if _LATE[0] else ())
+        raise NotDerived(f"{label}: no form of up to {MAX_PIECES if three else 2} pieces "
+                         f"(polynomials in p, m, v, d and {', '.join(t for t, _ in feats)}; "
+                         f"split at listed or fitted thresholds of m, 2*d < p, v < 2, p < 3 or "
+                         f"the parity of m) fits the {len(train)} training sizes")
     raise NotDerived(f"{label}: {tried} fitted forms, each fails in the confirmation range "
                      f"(the first at {_where(bad)})", refuted=True)
+
+
+#: How many listed thresholds a restricted domain tries (fewest excluded sizes first).
+MAX_DOMAINS = 3
+
+
+def _restricted(label: str, train: dict, full, fit_one, agrees) -> tuple[str, list[Piece]]:
+    """A form on a restricted domain ``m >= T(p, v, d)`` where no form holds for every m.
+
+    A form fitted on the largest m of every (p, v, d) is followed down in m while it agrees;
+    ``T`` is a listed threshold at or above the first agreeing m of every training (p, v, d)
+    (the ones excluding fewest training sizes first).  The sizes of that domain are fitted
+    and confirmed like a whole family (decision lists included), and the confirmed form is
+    returned with the domain's condition.  Small m where the schedule is irregular are left
+    out, stated, rather than the metric being not derived at all."""
+    groups: dict = {}
+    for x in train:
+        groups.setdefault((x[0], x[2], x[3]), []).append(x)
+    for g in groups.values():
+        g.sort(key=lambda x: x[1])
+    top = {x: train[x] for g in groups.values() for x in g[-3:]}
+    one = lambda val, x, y: agrees([Piece(None, val)], x, y)  # noqa: E731
+    tried, errs = set(), []
+    for tail in fit_one(top)[:2]:
+        first = {}
+        for key, g in groups.items():
+            low = None
+            for x in reversed(g):
+                if not one(tail, x, train[x]):
+                    break
+                low = x[1]
+            if low is None:
+                break
+            first[key] = low
+        else:
+            ranked = []
+            for text, th in THRESHOLDS:
+                if all(th(p, v, d) >= m0 for (p, v, d), m0 in first.items()):
+                    cut = sum(1 for x in train if x[1] < th(x[0], x[2], x[3]))
+                    if cut < len(train) - len(top):
+                        ranked.append((cut, text))
+            for _, text in sorted(ranked)[:MAX_DOMAINS]:
+                cond = f"m >= {text}"
+                if cond in tried:
+                    continue
+                tried.add(cond)
+                pred = _ATOM[cond]
+                sub = {x: y for x, y in train.items() if pred(*x[:4])}
+                if callable(full):
+                    full = full()
+                within = {x: y for x, y in full.items() if pred(*x[:4])}
+                try:
+                    return cond, _confirmed(f"{label} on {cond}", sub, within, fit_one, agrees,
+                                            three=True)
+                except NotDerived as e:
+                    errs.append(str(e))
+    raise NotDerived(f"{label}: no restricted domain m >= T (listed T) either"
+                     + (": " + "; ".join(errs) if errs else ""), refuted=bool(errs))
 
 
 def _every_piece_tested(pieces: list[Piece], train: dict, full: dict) -> bool:
@@ -363,9 +477,10 @@ def _scalar_value(pieces: list[Piece], x) -> Fraction:
     raise AssertionError("no piece applies")
 
 
-def _scalar(label: str, train: dict, full: dict) -> list[Piece]:
-    return _confirmed(label, train, full, _fits,
-                      lambda pieces, x, y: _scalar_value(pieces, x) == y)
+def _scalar(label: str, train: dict, full: dict, restrict: bool = False):
+    """Confirmed pieces; with ``restrict``, (domain condition, pieces) on a restricted domain."""
+    how = _restricted if restrict else _confirmed
+    return how(label, train, full, _fits, lambda pieces, x, y: _scalar_value(pieces, x) == y)
 
 
 # --------------------------------------------------------------------------- tropical
@@ -472,7 +587,7 @@ def _tropical_at(pieces: list[Piece], x) -> Tropical:
     raise AssertionError("no piece applies")
 
 
-def _tropical(label: str, train: dict, full: dict) -> list[Piece]:
+def _tropical(label: str, train: dict, full: dict, restrict: bool = False):
     cache: dict = {}
 
     def fit_one(sub):
@@ -487,8 +602,9 @@ def _tropical(label: str, train: dict, full: dict) -> list[Piece]:
             cache[key] = alts
         return cache[key]
 
-    return _confirmed(label, train, full, fit_one,
-                      lambda pieces, x, y: _tropical_equal(_tropical_at(pieces, x), y))
+    how = _restricted if restrict else _confirmed
+    return how(label, train, full, fit_one,
+               lambda pieces, x, y: _tropical_equal(_tropical_at(pieces, x), y))
 
 
 # --------------------------------------------------------------------------- derivation
@@ -557,6 +673,7 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
         raise NotDerived(f"{name}: only {len(train)} supported sizes in the training grid "
                          f"p={TRAIN_P_MIN}..{TRAIN_P_MAX}, m=1..{TRAIN_M_MAX}")
     failures: dict[str, str] = {}
+    domains: dict[str, str] = {}
     used = {"cp": cp, "sizes": {**confirm, **train}}
 
     def per_size(fn, pts):
@@ -565,25 +682,30 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
     def per_device(fn, pts):
         return {_key(*x, d): fn(v, d) for x, v in pts.items() for d in range(x[0])}
 
-    def widening(fit_fn):
+    def widening(fit_fn, domain_key: str | None = None):
         """Fit on the narrow training grid; if no form survives, on the wider one (which
-        also widens the confirmation range beyond it)."""
+        also widens the confirmation range beyond it); then on the wider one with the
+        period-3 features; then (for ``domain_key``) on a restricted domain of m."""
         def run(fn, device=False):
             f = per_device if device else per_size
             errs = []
-            for tr, co, _, cp_ in grids:
+            for tr, co, cp_, late, restrict in chain(_attempts(grids, errs, 0),
+                                                      _attempts(grids, errs, 1)):
+                if restrict and domain_key is None:
+                    continue
                 allpts = {**co, **tr}
                 try:
-                    out = fit_fn(f(fn, tr), f(fn, allpts))
+                    with _late(late):
+                        out = fit_fn(f(fn, tr), f(fn, allpts), restrict)
                 except NotDerived as e:
-                    errs.append(str(e))
-                    if not e.refuted:
-                        break  # nothing fits the narrow grid: more sizes will not help
+                    errs.append((str(e), e.refuted))
                     continue
+                if restrict:
+                    domains[domain_key], out = out
                 if cp_.stop > used["cp"].stop:
                     used["cp"], used["sizes"] = cp_, allpts
                 return out
-            raise NotDerived("; trained wider: ".join(errs))
+            raise NotDerived("; then: ".join(e for e, _ in errs))
         return run
 
     def optional(label, fn):
@@ -594,20 +716,22 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
             return None
 
     def components(label, fn, device):
-        return [widening(lambda tr, full, k=k: _scalar(
+        return [widening(lambda tr, full, restrict, k=k: _scalar(
             f"{name}: {label}[{COST_SYMBOLS[k]}]" + ("(d)" if device else ""),
             {x: Fraction(t[k]) for x, t in tr.items()},
             {x: Fraction(t[k]) for x, t in full.items()}))(fn, device) for k in range(NDIM)]
 
     def scalar(label):
-        return widening(lambda tr, full: _scalar(f"{name}: {label}", tr, full))
+        return widening(lambda tr, full, restrict: _scalar(f"{name}: {label}", tr, full, restrict),
+                        label)
 
     om = lambda val: val[0]  # noqa: E731  (the order metrics of a grid entry)
     total = optional("total_busy", lambda: components(
         "total busy", lambda val: _total(om(val).busy), False))
     busy = optional("busy", lambda: components("busy", lambda val, d: om(val).busy[d], True))
-    busiest = optional("busiest", lambda: widening(lambda tr, full: _tropical(
-        f"{name}: busiest device's busy time", tr, full))(lambda val: prune(om(val).busy)))
+    busiest = optional("busiest", lambda: widening(lambda tr, full, restrict: _tropical(
+        f"{name}: busiest device's busy time", tr, full, restrict), "busiest")(
+            lambda val: prune(om(val).busy)))
     pin = optional("peak_inflight", lambda: scalar("peak_inflight")(
         lambda val: Fraction(max(om(val).peak_inflight))))
     pin_d = optional("peak_inflight(d)", lambda: scalar("peak_inflight(d)")(
@@ -617,24 +741,38 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
     pmem_d = optional("peak_memory(d)", lambda: scalar("peak_memory(d)")(
         lambda val, d: Fraction(om(val).peak_memory[d]), True))
 
-    mk, conds, reasons = None, (), []
-    for merge, slice_conds in SLICES:
-        why = []
-        for tr, co, _, cp_ in grids:
-            try:
-                mk = _makespan(name, merge, tr, {**co, **tr})
-            except (NotDerived, TooComplex) as e:
-                why.append(str(e))
-                if not getattr(e, "refuted", False):
-                    break
+    # every slice with the plain fits first, then every slice with the period-3 features
+    # and a restricted domain of m: a family derived before keeps its form and its time
+    mk, conds, chosen = None, (), len(SLICES)
+    why: dict = {i: [] for i in range(len(SLICES))}
+    complex_ = set()
+    for phase in (0, 1):
+        for i, (merge, slice_conds) in enumerate(SLICES):
+            if i in complex_:
                 continue
-            if cp_.stop > used["cp"].stop:
-                used["cp"], used["sizes"] = cp_, {**co, **tr}
-            break
+            for tr, co, cp_, late, restrict in _attempts(grids, why[i], phase):
+                try:
+                    with _late(late):
+                        mk = _makespan(name, merge, tr, {**co, **tr}, restrict)
+                except TooComplex as e:
+                    why[i].append((str(e), False))
+                    complex_.add(i)
+                    break  # the schedule's own timeline is too complex on this slice
+                except NotDerived as e:
+                    why[i].append((str(e), e.refuted))
+                    continue
+                if restrict:
+                    domains["makespan"], mk = mk
+                if cp_.stop > used["cp"].stop:
+                    used["cp"], used["sizes"] = cp_, {**co, **tr}
+                break
+            if mk is not None:
+                conds, chosen = slice_conds, i
+                break
         if mk is not None:
-            conds = slice_conds
             break
-        reasons.append(f"[{', '.join(slice_conds) or 'all costs'}] " + "; wider: ".join(why))
+    reasons = [f"[{', '.join(SLICES[i][1]) or 'all costs'}] " + "; then: ".join(w for w, _ in why[i])
+               for i in range(chosen)]
     if mk is None:
         failures["makespan"] = "; ".join(reasons)
     cp, allpts = used["cp"], used["sizes"]
@@ -645,14 +783,32 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
                       busy and [Piece(None, busy)], pin,
                       pin_d, pmem, pmem_d, len(train), len(allpts), skipped, rng,
                       failures=failures, slice=conds, slice_failures=reasons if mk else [],
-                      seconds=time.process_time() - t0)
+                      seconds=time.process_time() - t0, domains=domains)
 
 
 def _total(busy) -> tuple:
     return tuple(sum(b[k] for b in busy) for k in range(NDIM))
 
 
-def _makespan(name: str, merge: tuple, train: dict, allpts: dict) -> list[Piece]:
+def _attempts(grids, errs: list, phase: int) -> Iterator[tuple]:
+    """(training sizes, confirmation sizes, confirmation p range, late features, restricted
+    domain) to try in turn; ``errs`` collects (message, refuted) of the failed ones.  Phase
+    0: the narrow grid, and the wider one after a refuted narrow fit; phase 1 (after phase 0
+    failed): the wider grid with the period-3 features, then on a restricted domain."""
+    if phase == 0:
+        tr, co, _, cp = grids[0]
+        yield tr, co, cp, False, False
+        tr, co, _, cp = grids[-1]
+        if errs and errs[-1][1]:
+            yield tr, co, cp, False, False
+        return
+    tr, co, _, cp = grids[-1]
+    yield tr, co, cp, True, False
+    yield tr, co, cp, True, True
+
+
+def _makespan(name: str, merge: tuple, train: dict, allpts: dict,
+              restrict: bool = False) -> list[Piece]:
     def sym(pts):
         out = {}
         for (p, m, v), (_, varg) in pts.items():
@@ -662,4 +818,4 @@ def _makespan(name: str, merge: tuple, train: dict, allpts: dict) -> list[Piece]
             out[_key(p, m, v)] = sm.makespan
         return out
 
-    return _tropical(f"{name}: makespan", sym(train), lambda: sym(allpts))
+    return _tropical(f"{name}: makespan", sym(train), lambda: sym(allpts), restrict)
