@@ -98,6 +98,7 @@ rows = st.lists(st.one_of(plain_cells, plain_cells, odd_cells), max_size=8)
 
 
 @example(["0SE1ND_F2", "F1"])  # once read as 0SEND_F1 and 2F1 by the bulk parser
+@example(["0F1,0F2"])  # one cell, not two actions
 @example(["1F", "2F3", "F4"])
 @example([])
 @given(rows)

@@ -116,6 +116,8 @@ def parse_row(cells: list) -> list[Action] | None:
     if _PLAIN_ROW.fullmatch(raw) is None:
         return None
     kinds = raw.translate(None, b"0123456789").split(b",")
+    if len(kinds) != len(cells):  # a cell held a comma
+        return None
     numbers = list(map(int, raw.translate(_NON_DIGITS_TO_SPACE).split()))
     return list(map(_new, repeat(Action),
                     zip(numbers[0::2], map(_PLAIN_BYTES.__getitem__, kinds), numbers[1::2], repeat(None))))
