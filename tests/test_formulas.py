@@ -149,7 +149,8 @@ DERIVED = {
              {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
     "v-half": (("c == 0", "t_I == t_F", "t_W == t_F"),
                {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
-    "v-min": (("c == 0", "t_I == t_F", "t_W == t_F"), {"peak_inflight", "peak_memory"}),
+    "v-min": (("c == 0", "t_I == t_F", "t_W == t_F"),
+              {"peak_inflight", "peak_inflight(d)", "peak_memory"}),
     "dualpipe": (("c == 0", "t_I == t_F", "t_W == t_F"),
                  {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
     "dualpipe-v": (("c == 0", "t_I == t_F", "t_W == t_F"),
@@ -162,7 +163,8 @@ PEAKS = ("peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)")
 DOMAINS = {
     "v-half": {"makespan": "m >= 2*p - 1", "peak_inflight(d)": "m >= p + 1",
                "peak_memory(d)": "m >= p + 1"},
-    "v-min": {"makespan": "m >= p + 1", "peak_memory": "m >= floor(p/2) + 1"},
+    "v-min": {"makespan": "m >= p + 1", "peak_memory": "m >= floor(p/2) + 1",
+              "peak_inflight(d)": "m >= p"},
 }
 _TIMING = ("bubble_fraction", "bubble_ratio", "bubble_time(d)")
 
@@ -299,8 +301,8 @@ def test_learned_threshold_parses_and_round_trips():
 def test_not_derived_says_which_sizes_broke_it():
     from schedverify.formulas import NotDerived
 
-    with pytest.raises(NotDerived, match=r"v-min: peak_inflight\(d\): .*(fails at|fits the)"):
-        formula("v-min", "peak_inflight", "d")
+    with pytest.raises(NotDerived, match=r"v-min: peak_memory\(d\): .*(fails in|fits the)"):
+        formula("v-min", "peak_memory", "d")
 
 
 def test_v_min_peak_is_periodic_in_p_beyond_the_confirmation_range():

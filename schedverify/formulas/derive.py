@@ -89,7 +89,14 @@ def _atoms():
 
 #: Conditions a piece of a decision list may carry (sympy-parseable text, predicate).
 ATOMS: tuple[tuple[str, Callable[[int, int, int, int], bool]], ...] = _atoms()
-_ATOM = dict(ATOMS)
+#: Conditions offered only on a restricted domain (the last attempt), so the search of every
+#: family derived without it is unchanged (and a failing search stays affordable): the first
+#: device, and p modulo 3.
+LATE_ATOMS: tuple[tuple[str, Callable[[int, int, int, int], bool]], ...] = (
+    ("d < 1", lambda p, m, v, d: d < 1),
+    ("d >= 1", lambda p, m, v, d: d >= 1),
+) + tuple((f"Eq(Mod(p, 3), {k})", lambda p, m, v, d, k=k: p % 3 == k) for k in range(3))
+_ATOM = dict(ATOMS + LATE_ATOMS)
 MAX_PIECES = 3
 #: How many fitted candidates (per metric) are confirmed before giving up.
 MAX_CANDIDATES = 80
@@ -138,8 +145,10 @@ LATE_EXTRAS: tuple[tuple[str, Callable[[int, int, int, int], int]], ...] = (
 )
 #: Every feature, in the order of a point's coordinates after (p, m, v, d).
 FEATURES = EXTRAS + LATE_EXTRAS
-#: Whether the fits may use LATE_EXTRAS (set for one attempt by :func:`_late`).
-_LATE = [False]
+#: Whether the fits may use LATE_EXTRAS (set for one attempt by :func:`_late`); RESTRICTED
+#: on a restricted domain, where the decision lists may also use LATE_ATOMS.
+_LATE: list = [False]
+RESTRICTED = 2
 
 
 def _key(p: int, m: int, v: int, d: int = 0) -> tuple:
@@ -168,7 +177,7 @@ MODES = (False, True)
 
 
 def _fit(data: dict, features_first: bool = False):
-    late = _LATE[0]
+    late = bool(_LATE[0])
     key = (tuple(sorted(data.items())), features_first, late)
     if key in _FITS:
         return _FITS[key]
@@ -274,7 +283,7 @@ def _lists(data: dict, fit_one, n: int) -> Iterator[list[Piece]]:
         for whole in fit_one(data):
             yield [Piece(None, whole)]
         return
-    for text, pred in ATOMS:
+    for text, pred in (ATOMS + LATE_ATOMS if _LATE[0] == RESTRICTED else ATOMS):
         sel = {x: y for x, y in data.items() if pred(*x[:4])}
         if not sel or len(sel) == len(data):
             continue
@@ -396,6 +405,11 @@ MAX_DOMAINS = 3
 
 
 def _restricted(label: str, train: dict, full, fit_one, agrees) -> tuple[str, list[Piece]]:
+    with _late(RESTRICTED):
+        return _restricted_in(label, train, full, fit_one, agrees)
+
+
+def _restricted_in(label: str, train: dict, full, fit_one, agrees) -> tuple[str, list[Piece]]:
     """A form on a restricted domain ``m >= T(p, v, d)`` where no form holds for every m.
 
     A form fitted on the largest m of every (p, v, d) is followed down in m while it agrees;
@@ -410,14 +424,14 @@ def _restricted(label: str, train: dict, full, fit_one, agrees) -> tuple[str, li
     for g in groups.values():
         g.sort(key=lambda x: x[1])
     top = {x: train[x] for g in groups.values() for x in g[-3:]}
-    one = lambda val, x, y: agrees([Piece(None, val)], x, y)  # noqa: E731
     tried, errs = set(), []
-    for tail in fit_one(top)[:2]:
+    # the form at the largest m: whole first, else a list of two pieces (such as d < 1)
+    for tail in islice(_candidates(top, fit_one, 2), 2):
         first = {}
         for key, g in groups.items():
             low = None
             for x in reversed(g):
-                if not one(tail, x, train[x]):
+                if not agrees(tail, x, train[x]):
                     break
                 low = x[1]
             if low is None:
@@ -441,8 +455,10 @@ def _restricted(label: str, train: dict, full, fit_one, agrees) -> tuple[str, li
                     full = full()
                 within = {x: y for x, y in full.items() if pred(*x[:4])}
                 try:
+                    # two pieces (and a fitted split): with the extra conditions and
+                    # features an exhaustive three-piece search costs minutes per metric
                     return cond, _confirmed(f"{label} on {cond}", sub, within, fit_one, agrees,
-                                            three=True)
+                                            three=False)
                 except NotDerived as e:
                     errs.append(str(e))
     raise NotDerived(f"{label}: no restricted domain m >= T (listed T) either"
