@@ -19,6 +19,21 @@ metrics (makespan as a max of linear forms in the costs, busy time per device, p
 - terms of a max are matched across sizes by following probe directions and, where every
   size has the same number of terms, by rank in lexicographic orders.
 
+Only where every such form has failed (on the narrow and the wider training grid), two last
+attempts on the wider grid, so every family derived without them keeps its form and its time:
+
+- features of period 3 in ``p`` (``floor(p/3)``, ``floor((p + 1)/3)``: with ``p`` and 1 they
+  span every period-3 function of ``p``), fitted before the cubics that would otherwise
+  interpolate a few device counts (V-Min's peak ``2*floor((p + 1)/3) + 2``), and fitted
+  thresholds that may use them (``m >= floor((p + 1)/3) + 1``);
+- a *restricted domain* ``m >= T`` for a listed threshold ``T``: where the schedule is
+  irregular at small m (V-Half's makespan is not even monotone in m there), the form that
+  holds at large m is followed down in m, ``T`` is the smallest listed threshold covering
+  where it holds at every training (p, v, d), and the sizes of that domain are fitted
+  (decision lists of two pieces, which may also split on ``d < 1`` and ``p`` modulo 3) and
+  confirmed.  The domain is part of the result (``Derivation.domains``), stated in the
+  formula's conditions and enforced when it is evaluated.
+
 Every candidate is then *confirmed*: evaluated at every supported size of a larger range and
 compared exactly with the schedule (equal term sets, or equal functions of the costs by a
 Z3 query when the sets differ only by redundant terms, after a cheap numeric pre-check).  A
