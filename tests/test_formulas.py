@@ -337,6 +337,12 @@ def test_restricted_domain_is_needed_and_enforced():
     assert run(["formula", "v-half", "--metric", "makespan", "--at", "p=7,m=7"],
                io.StringIO(), err) == 2
     assert "m >= 2*p - 1" in err.getvalue()
+    # inside the domain, --at shows the schedule's own value next to the form's: computed on
+    # the form's cost slice (with every cost free it once ran for over ten minutes)
+    out = io.StringIO()
+    assert run(["formula", "v-half", "--metric", "makespan", "--at", "p=7,m=13",
+                "--costs", "t_F=1,t_B=1,t_I=1,t_W=1,c=0"], out, io.StringIO()) == 0
+    assert "formula 95, schedule 95" in out.getvalue()
 
 
 def test_a_piece_no_confirmation_size_tests_is_not_accepted():
