@@ -276,3 +276,70 @@ def test_device_relaxation_counts_idle_time_under_a_memory_limit():
                memory_limit=4)
     assert zb.is_valid and zb.metrics.makespan == 70 and arithmetic == 67
     assert s.relaxation_bound(70, arithmetic, {}, share=1.0) == 70
+
+
+def fifo_device_orders(p):
+    """Per device, every order of its actions with microbatches in order per (stage, kind)
+    that keeps each same-device dependency (the others are for the graph checker to judge)."""
+    from schedverify import deps
+
+    place = p.placement_obj().routes[0]
+    out = []
+    for d in range(p.devices):
+        chains = [(s, k) for s in range(p.stages) if place[s] == d for k in p.kinds]
+        orders = []
+
+        def extend(done, row):
+            if len(row) == len(chains) * p.microbatches:
+                orders.append(tuple(row))
+                return
+            for s, k in chains:
+                i = done[(s, k)]
+                if i == p.microbatches:
+                    continue
+                a = Action(s, k, i)
+                ok = True
+                for need, ps in deps.needs(a, p.stages):
+                    pk = next(c for c in need.kinds if c in p.kinds)
+                    if place[ps] == d and done[(ps, pk)] <= i:
+                        ok = False
+                if ok:
+                    done[(s, k)] += 1
+                    extend(done, row + [a])
+                    done[(s, k)] -= 1
+
+        extend({c: 0 for c in chains}, [])
+        out.append(orders)
+    return out
+
+
+@pytest.mark.parametrize("D,M,V,placement,split,limit,w", [
+    (2, 3, 1, "loop", True, 1.5, 0.5),
+    (2, 3, 1, "loop", True, 2, 0.25),
+    (2, 3, 1, "loop", False, 2, 0.5),
+    (1, 3, 2, "loop", False, 2.5, 0.5),
+    (1, 2, 2, "loop", True, 2.5, 0.25),
+    (2, 2, 2, "v", False, 2, 0.5),
+])
+def test_memory_precedences_hold_in_every_valid_fifo_schedule(D, M, V, placement, split, limit, w):
+    # the orders a memory limit forces (added to every memory-limited encoding, so also to
+    # the device relaxations the bound property above exercises) are kept by every FIFO
+    # schedule the graph checker accepts under the limit, and some pairs are forced at all
+    p = smt_search.make_problem(D, M, chunks=V, placement=placement, split_backward=split,
+                                costs=Costs(F=1, I=1, W=1), memory=MemoryModel(w=w),
+                                memory_limit=limit)
+    u = smt_search._Units(p)
+    pairs = smt_search.memory_precedences(p, u, u.limit)
+    assert any(y is not None for y, _ in pairs)
+    valid = 0
+    for rows in itertools.product(*fifo_device_orders(p)):
+        rep = smt_search.evaluate(p, Schedule(D, D * V, M, rows, p.placement_obj(), "x",
+                                              costs=p.costs, memory=p.memory))
+        if not rep.is_valid:
+            continue
+        valid += 1
+        pos = {a[:3]: n for row in rows for n, a in enumerate(row)}
+        for y, x in pairs:
+            assert y is not None, (x, rows)
+            assert pos[y[:3]] < pos[x[:3]], (y, x, rows)
+    assert valid
