@@ -119,19 +119,12 @@ def duration(action: Action) -> Term:
 
 
 @dataclass(frozen=True)
-class SizeMetrics:
-    """Everything the formulas and the prover need about one generated schedule.
-
-    ``makespan`` is a tropical polynomial; ``busy[d]`` the (linear) busy time of device
-    ``d`` as a term; ``peak_inflight`` and ``peak_memory`` (default memory model:
-    activation 1 per stage, ``w`` = 1/2, no static memory) and ``warmup`` (forwards before
-    the first backward) per device depend on the order only.
-    """
+class OrderMetrics:
+    """What does not need the timeline: busy time per device (a term, every cost kept) and
+    the peaks and warm-up counts per device, which depend on the order only."""
 
     devices: int
     stages: int
-    microbatches: int
-    makespan: Tropical
     busy: tuple[Term, ...]
     peak_inflight: tuple[int, ...]
     peak_memory: tuple[Fraction, ...]
@@ -152,6 +145,21 @@ class SizeMetrics:
         for b in self.busy:
             out = add(out, b)
         return out
+
+
+@dataclass(frozen=True)
+class SizeMetrics(OrderMetrics):
+    """Everything the formulas and the prover need about one generated schedule: the order
+    metrics, and the makespan as a tropical polynomial.
+
+    ``busy[d]`` is the (linear) busy time of device ``d`` as a term; ``peak_inflight`` and
+    ``peak_memory`` (default memory model: activation 1 per stage, ``w`` = 1/2, no static
+    memory) and ``warmup`` (forwards before the first backward) per device depend on the
+    order only.
+    """
+
+    microbatches: int = 0
+    makespan: Tropical = frozenset()
 
 
 #: A projection of the cost symbols: ``merge[k]`` is where symbol k's count goes (None: the
@@ -213,34 +221,22 @@ def symbolic_timeline(schedule: Schedule, *, merge: tuple = IDENTITY,
     return end, dur  # type: ignore[return-value]
 
 
-@dataclass(frozen=True)
-class OrderMetrics:
-    """What does not need the timeline: busy time per device (a term, every cost kept) and
-    the peaks and warm-up counts per device, which depend on the order only."""
-
-    devices: int
-    stages: int
-    busy: tuple[Term, ...]
-    peak_inflight: tuple[int, ...]
-    peak_memory: tuple[Fraction, ...]
-    warmup: tuple[int, ...]
-
-    @property
-    def v(self) -> int:
-        return self.stages // self.devices
-
-
 def order_metrics(schedule: Schedule) -> OrderMetrics:
     g = compile_graph(schedule)
     D = schedule.devices
+    busy = _busy(g, D, list(map(duration, g.acts)))
+    return OrderMetrics(D, schedule.stages, busy, *_order_parts(g, D))
+
+
+def _busy(g, D: int, dur: list) -> tuple[Term, ...]:
+    """Each device's busy time: the sum of its actions' duration terms."""
     busy = []
     for d in range(D):
         b = ZERO
         for i in range(g.starts[d], g.starts[d + 1]):
-            b = add(b, duration(g.acts[i]))
+            b = add(b, dur[i])
         busy.append(b)
-    pin, pmem, warm = _order_parts(g, D)
-    return OrderMetrics(D, schedule.stages, tuple(busy), pin, pmem, warm)
+    return tuple(busy)
 
 
 def _order_parts(g, D: int):
@@ -265,12 +261,5 @@ def size_metrics(schedule: Schedule, *, merge: tuple = IDENTITY,
     D = schedule.devices
     lasts = [end[g.starts[d + 1] - 1] for d in range(D) if g.starts[d + 1] > g.starts[d]]
     makespan = prune(t for p in lasts for t in p) if lasts else frozenset([ZERO])
-    busy = []
-    for d in range(D):
-        b = ZERO
-        for i in range(g.starts[d], g.starts[d + 1]):
-            b = add(b, dur[i])
-        busy.append(b)
-    pin, pmem, warm = _order_parts(g, D)
-    return SizeMetrics(D, schedule.stages, schedule.microbatches, makespan, tuple(busy),
-                       pin, pmem, warm)
+    return SizeMetrics(D, schedule.stages, _busy(g, D, dur), *_order_parts(g, D),
+                       microbatches=schedule.microbatches, makespan=makespan)
