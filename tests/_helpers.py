@@ -20,3 +20,14 @@ def assert_valid(schedule, **kw):
 def inflight(schedule):
     """Peak in-flight microbatches per device."""
     return [d.peak_inflight for d in check(schedule).metrics.devices]
+
+
+def generated(family: str, devices: int, microbatches: int):
+    """``FAMILIES[family]`` at these sizes, or None where the family refuses them."""
+    from schedverify import UnsupportedSize
+    from schedverify.generators import FAMILIES
+
+    try:
+        return FAMILIES[family].generate(devices, microbatches)
+    except UnsupportedSize:
+        return None
