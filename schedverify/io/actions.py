@@ -7,6 +7,7 @@ must parse.
 from __future__ import annotations
 
 import re
+from operator import attrgetter
 from itertools import repeat
 
 from .. import _accel
@@ -121,6 +122,33 @@ def parse_row(cells: list) -> list[Action] | None:
     numbers = list(map(int, raw.translate(_NON_DIGITS_TO_SPACE).split()))
     return list(map(_new, repeat(Action),
                     zip(numbers[0::2], map(_PLAIN_BYTES.__getitem__, kinds), numbers[1::2], repeat(None))))
+
+
+def leaf_rows(order):
+    """Each row's actions as leaves (an overlap's two sub-actions), idle slots dropped."""
+    for row in order:
+        acts = list(filter(None, row))
+        if any(map(_SUB, acts)):
+            acts = [x for a in acts for x in a.leaves()]
+        yield acts
+
+
+def largest_indices(order) -> tuple[int, int]:
+    """The largest stage and microbatch index any action names (0 when none does): what
+    both file formats infer the sizes from when the file does not give them."""
+    stages, mbs = [0], [0]
+    for acts in leaf_rows(order):
+        stages.append(max(map(_STAGE, acts), default=0))
+        named = list(map(_MB, acts))
+        if None in named:  # bookkeeping actions name no microbatch
+            named = [m for m in named if m is not None]
+        mbs.append(max(named, default=0))
+    return max(stages), max(mbs)
+
+
+_SUB = attrgetter("sub")
+_STAGE = attrgetter("stage")
+_MB = attrgetter("microbatch")
 
 
 def format_action(action: Action | None) -> str:

@@ -14,7 +14,7 @@ from operator import attrgetter
 
 from ..errors import InputError
 from ..model import Placement, PlacementSpec, Schedule, stage_devices
-from .actions import ActionSyntaxError, parse_action, parse_row
+from .actions import ActionSyntaxError, largest_indices, leaf_rows, parse_action, parse_row
 from .jsonfmt import MAX_REPORTED, MAX_SIZE, refuse_huge_index
 
 
@@ -69,7 +69,7 @@ def loads(
                          source=source)
     order += [()] * (devices - len(order))
     if stages is None or microbatches is None:
-        top_stage, top_mb = _largest_indices(order)
+        top_stage, top_mb = largest_indices(order)
         if stages is None:
             stages = max(devices, 1 + top_stage)
         if microbatches is None:
@@ -101,32 +101,11 @@ def _parse_plain(cells: list[str]) -> list | None:
     return out
 
 
-def _leaf_rows(order):
-    """Each row's actions as leaves (an overlap's two sub-actions), idle slots dropped."""
-    for row in order:
-        acts = list(filter(None, row))
-        if any(map(_SUB, acts)):
-            acts = [x for a in acts for x in a.leaves()]
-        yield acts
-
-
-def _largest_indices(order) -> tuple[int, int]:
-    """The largest stage and microbatch index any action names (0 when none does)."""
-    stages, mbs = [0], [0]
-    for acts in _leaf_rows(order):
-        stages.append(max(map(_STAGE, acts), default=0))
-        named = list(map(_MB, acts))
-        if None in named:  # bookkeeping actions name no microbatch
-            named = [m for m in named if m is not None]
-        mbs.append(max(named, default=0))
-    return max(stages), max(mbs)
-
-
 def _uniform_placement(order, devices: int, stages: int) -> PlacementSpec | None:
     """``"loop"`` or ``"v"`` when every action (with every stage appearing, for ``"v"``)
     sits where that placement puts it: what :func:`infer_placement` would conclude, found
     with one set of stages per row instead of a vote per action."""
-    per_row = [set(map(_STAGE, acts)) for acts in _leaf_rows(order)]
+    per_row = [set(map(_STAGE, acts)) for acts in leaf_rows(order)]
     everything = set().union(*per_row)
     if not everything <= set(range(stages)):
         return None  # None stages (malformed) or out of range: let the vote handle them
@@ -138,9 +117,7 @@ def _uniform_placement(order, devices: int, stages: int) -> PlacementSpec | None
     return None
 
 
-_SUB = attrgetter("sub")
 _STAGE = attrgetter("stage")
-_MB = attrgetter("microbatch")
 
 
 def infer_placement(order, devices: int, stages: int, microbatches: int) -> Placement:
