@@ -124,8 +124,7 @@ def main() -> None:
     sys.path.insert(0, ROOT)
     from schedverify import _accel
 
-    engine = "compiled kernel" if _accel.kernel is not None else "pure Python"
-    print(f"schedverify check ({engine}): 1F1B, {args.devices} devices, full check + timeline, "
+    print(f"schedverify check ({_accel.describe()}): 1F1B, {args.devices} devices, full check + timeline, "
           f"best of {args.repeat}")
     print("| actions | file MB | load s | check s | total s | actions/s | peak RSS MB |"
           + (" lowered actions | PyTorch sim s | schedverify s, lowered | speed-up, same input |"

@@ -17,3 +17,8 @@ if not os.environ.get("SCHEDVERIFY_PURE_PYTHON"):
         from . import _kernel as kernel  # noqa: F811
     except ImportError:  # not built: the pure-Python paths run
         kernel = None
+
+
+def describe() -> str:
+    """Which paths ``check`` runs, for ``--version`` and the benchmarks."""
+    return "compiled kernel" if kernel is not None else "pure Python, no compiled kernel"

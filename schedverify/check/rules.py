@@ -177,6 +177,7 @@ def communication(g: Graph) -> Iterator[Violation]:
     if not g.explicit_comm:
         return
     S = g.schedule.stages
+    # the kernel compiles a graph with communication only when every SEND/RECV has its peer
     for i, a in enumerate(() if g.comm_matched else g.acts):
         if a.kind not in COMM_KINDS or type(a.stage) is not int or a.microbatch is None:
             continue

@@ -57,8 +57,8 @@ def build_parser(out: TextIO | None = None) -> argparse.ArgumentParser:
     )
     from .. import _accel
 
-    engine = "compiled kernel" if _accel.kernel is not None else "pure Python, no compiled kernel"
-    parser.add_argument("--version", action="version", version=f"schedverify {__version__} ({engine})")
+    parser.add_argument("--version", action="version",
+                        version=f"schedverify {__version__} ({_accel.describe()})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f".{name}", __name__).register(sub)
