@@ -68,15 +68,13 @@ def _effect_tables(model: MemoryModel) -> tuple[list, list, list, list]:
 def per_action_effects(g: Graph, model: MemoryModel) -> list[list]:
     """Four columns over the actions: alloc, free, in-flight start, in-flight end."""
     S = g.schedule.stages
-    kinds = [k for k, _ in sorted(KIND_CODE.items(), key=lambda kv: kv[1])]
-    if isinstance(model.activation, tuple):
-        table = [[_effects(model, k, model.activation[s]) for s in range(S)] for k in kinds]
-        rows = [table[c][s] if c >= 0 else (0, 0, 0, 0) for c, s in zip(g.code, g.stage)]
-        cols = [list(col) for col in zip(*rows)] if rows else [[], [], [], []]
-    else:
-        table = [_effects(model, k, model.activation) for k in kinds] + [(0, 0, 0, 0)]
-        # one lookup table per column; code -1 (index -1) is the zero row, patched below
-        cols = [list(map([t[k] for t in table].__getitem__, g.code)) for k in range(4)]
+    alloc, free, n_in, n_out = _effect_tables(model)
+    width = len(alloc) // len(n_in)  # 1, or S when the activation is per stage
+    # index -1 (code -1: an overlap, bookkeeping, a malformed action) reads the 0 appended
+    # to each table, and is patched below
+    at = g.code if width == 1 else [c * width + s if c >= 0 else -1 for c, s in zip(g.code, g.stage)]
+    cols = [list(map((alloc + [0]).__getitem__, at)), list(map((free + [0]).__getitem__, at)),
+            list(map((n_in + [0]).__getitem__, g.code)), list(map((n_out + [0]).__getitem__, g.code))]
     for i in compress(range(len(g.code)), map(lt, g.code, repeat(0))):
         total = [0, 0, 0, 0]
         for x in g.acts[i].leaves():
