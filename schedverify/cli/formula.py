@@ -109,9 +109,9 @@ def _evaluate(f, family: str, metric: str, device, sizes: dict, costs: dict) -> 
 
     from ..claims.prover import metric_value
     from ..errors import UsageError
-    from ..formulas.derive import MAX_TERMS, SLICES
+    from ..formulas.derive import MAX_TERMS
     from ..formulas.sizes import has_chunks, metrics_at
-    from ..formulas.tropical import IDENTITY, TooComplex
+    from ..formulas.tropical import TooComplex
 
     p, m = int(sizes["p"]), int(sizes["m"])
     v = int(sizes["v"]) if "v" in sizes else None
@@ -125,12 +125,8 @@ def _evaluate(f, family: str, metric: str, device, sizes: dict, costs: dict) -> 
     val = f.evaluate(full, costs)  # refuses sizes and costs outside the form's domain
     # The schedule's own value, computed on the form's cost slice: with every cost a free
     # symbol some schedules (V-Half, V-Min) have far too many linear pieces to enumerate.
-    merge = IDENTITY
-    for slice_merge, slice_conditions in SLICES:
-        if slice_conditions and set(slice_conditions) <= set(f.conditions):
-            merge = slice_merge  # SLICES goes from the widest to the narrowest
     try:
-        sm = metrics_at(family, p, m, v if has_chunks(family) else None, merge, MAX_TERMS)
+        sm = metrics_at(family, p, m, v if has_chunks(family) else None, f.merge, MAX_TERMS)
     except TooComplex as e:
         raise UsageError(f"the schedule's own value at these sizes is too complex to compute "
                          f"symbolically ({e}); the formula gives {val}") from None

@@ -16,7 +16,8 @@ import sympy
 
 from ..errors import UsageError
 from . import fit
-from .derive import DEVICE_METRICS, FEATURES, MAX_PIECES, METRICS, Derivation, NotDerived, Piece, derive
+from .derive import (DEVICE_METRICS, FEATURES, MAX_PIECES, METRICS, SLICES, Derivation, NotDerived,
+                     Piece, derive)
 from .sizes import family as _family
 from .tropical import COST_SYMBOLS
 
@@ -84,9 +85,6 @@ def _tidy(e):
     return lin(num) / lin(den)
 
 
-_SLICE_CONDITIONS = ("c == 0", "t_I == t_F", "t_W == t_F")
-
-
 @dataclass(frozen=True)
 class Formula:
     family: str
@@ -100,6 +98,13 @@ class Formula:
     #: size conditions (also in ``conditions``) outside which no form was derived: the
     #: schedule is irregular at small m there (V-Half, V-Min)
     restricted: tuple[str, ...] = field(default=())
+    #: the cost slice (also in ``conditions``) the form was derived on: one of derive.SLICES
+    cost_slice: tuple[str, ...] = field(default=())
+
+    @property
+    def merge(self) -> tuple:
+        """The projection of the cost symbols onto that slice (see tropical.IDENTITY)."""
+        return next(merge for merge, conds in SLICES if tuple(conds) == self.cost_slice)
 
     def text(self) -> str:
         return sympy.sstr(self.expression)
@@ -120,13 +125,12 @@ class Formula:
         """The exact value at ``sizes`` (p, m, v, d) and ``costs`` (t_F, ..., c)."""
         subs = {SYMBOLS[k]: sympy.Rational(str(x)) for k, x in {**sizes, **(costs or {})}.items()
                 if k in SYMBOLS}
-        for cond in self.conditions:  # the cost slice the form was derived on
-            if cond in _SLICE_CONDITIONS and costs:
-                lhs, rhs = (parse(t) for t in cond.split("=="))
-                if lhs.xreplace(subs) != rhs.xreplace(subs):
-                    given = ", ".join(f"{k}={x}" for k, x in costs.items())
-                    raise UsageError(f"{self.family} {self.metric}: the form holds for {cond} "
-                                     f"only; the costs {given} are outside it")
+        for cond in self.cost_slice if costs else ():  # the cost slice it was derived on
+            lhs, rhs = (parse(t) for t in cond.split("=="))
+            if lhs.xreplace(subs) != rhs.xreplace(subs):
+                given = ", ".join(f"{k}={x}" for k, x in costs.items())
+                raise UsageError(f"{self.family} {self.metric}: the form holds for {cond} "
+                                 f"only; the costs {given} are outside it")
         for cond in self.restricted:  # the sizes the form was derived on
             holds = parse(cond).xreplace(subs)
             if holds is not sympy.true:
@@ -210,6 +214,7 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
     conds += restricted
     timing = metric in ("makespan", "bubble_time", "bubble_ratio", "bubble_fraction", "busy")
     notes = []
+    slice_ = ()
     if timing:
         conds += ["t_F > 0", "t_B > 0", "t_I > 0", "t_W > 0"]
         slice_ = () if metric == "busy" else der.slice
@@ -230,7 +235,7 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
     confirmed = {"p": rng["p"], "m": rng["m"], "v": rng["v"], "sizes": der.confirmed}
     return Formula(family, metric, None if device is None else str(device), expr, tuple(conds),
                    confirmed, tuple(notes), getattr(_family(family), "domain", ""),
-                   tuple(restricted))
+                   tuple(restricted), tuple(slice_))
 
 
 def smallest_m(family: str, p_value: int, below: float, *, metric: str = "bubble_fraction",
