@@ -139,6 +139,7 @@ def test_bad_formula_input_is_exit_2(argv):
 
 # --------------------------------------------------------------------------- every family
 
+PEAKS = ("peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)")
 #: What is derived for each family (and on which cost slice the makespan holds): a regression
 #: in the fitter shows up here, and the property below checks every form that is derived.
 DERIVED = {
@@ -149,30 +150,28 @@ DERIVED = {
              {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
     "v-half": (("c == 0", "t_I == t_F", "t_W == t_F"),
                {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
-    "v-min": (("c == 0", "t_I == t_F", "t_W == t_F"),
-              {"peak_inflight", "peak_inflight(d)", "peak_memory"}),
+    "v-min": (("c == 0", "t_I == t_F", "t_W == t_F"), set(PEAKS)),
     "dualpipe": (("c == 0", "t_I == t_F", "t_W == t_F"),
                  {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
     "dualpipe-v": (("c == 0", "t_I == t_F", "t_W == t_F"),
                    {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
     "chimera": ((), {"peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)"}),
 }
-PEAKS = ("peak_inflight", "peak_inflight(d)", "peak_memory", "peak_memory(d)")
-#: Forms derived on a restricted size domain only (the schedule is irregular at small m):
-#: family -> {metric key: the domain's condition}.  Every other form holds for every m.
+#: Forms derived on a restricted size domain only (the schedule is irregular at small m, or
+#: at one device count): family -> {metric key: the domain's conditions}.  Every other form
+#: holds for every size.
 DOMAINS = {
-    "v-half": {"makespan": "m >= 2*p - 1", "peak_inflight(d)": "m >= p + 1",
-               "peak_memory(d)": "m >= p + 1"},
-    "v-min": {"makespan": "m >= p + 1", "peak_memory": "m >= floor(p/2) + 1",
-              "peak_inflight(d)": "m >= p"},
+    "v-half": {"makespan": ("m >= 2*p - 1",), "peak_inflight(d)": ("m >= p + 1",),
+               "peak_memory(d)": ("m >= p + 1",)},
+    "v-min": {"makespan": ("m >= p + 1",), "peak_memory": ("m >= floor(p/2) + 1",),
+              "peak_inflight(d)": ("m >= p",), "peak_memory(d)": ("m >= p", "Ne(p, 5)")},
 }
 _TIMING = ("bubble_fraction", "bubble_ratio", "bubble_time(d)")
 
 
 def _domain(family: str, key: str) -> tuple:
     dom = DOMAINS.get(family, {})
-    return (dom["makespan"],) if key in _TIMING and "makespan" in dom else \
-        tuple(x for x in (dom.get(key),) if x)
+    return dom["makespan"] if key in _TIMING and "makespan" in dom else dom.get(key, ())
 
 
 def _inside(family: str, key: str, sizes: dict) -> bool:
@@ -242,7 +241,7 @@ def test_every_derived_form_matches_the_timeline(family, data, costs):
     sizes = {"p": p, "m": m, "v": v, "d": d}
     if slice_ is not None and not _inside(family, "makespan", sizes):
         # outside its stated domain a form refuses to answer rather than guess
-        with pytest.raises(UsageError, match="holds for m >= "):
+        with pytest.raises(UsageError, match="holds for (m >= |Ne)"):
             formula(family, "makespan").evaluate(sizes, _costs_in_slice(costs, slice_))
     elif slice_ is not None:
         costs = _costs_in_slice(costs, slice_)
@@ -263,7 +262,7 @@ def test_every_derived_form_matches_the_timeline(family, data, costs):
     for key in peaks:
         metric, dev = (key[:-3], "d") if key.endswith("(d)") else (key, None)
         if not _inside(family, key, sizes):
-            with pytest.raises(UsageError, match="holds for m >= "):
+            with pytest.raises(UsageError, match="holds for (m >= |Ne)"):
                 formula(family, metric, dev).evaluate(sizes)
             continue
         assert formula(family, metric, dev).evaluate(sizes) == want[key], key
@@ -299,10 +298,42 @@ def test_learned_threshold_parses_and_round_trips():
 
 
 def test_not_derived_says_which_sizes_broke_it():
+    """A form that fits the training sizes but not one confirmation size is rejected, and the
+    error names that size; values no form fits are reported as such, never guessed."""
     from schedverify.formulas import NotDerived
+    from schedverify.formulas.derive import _key, _scalar
 
-    with pytest.raises(NotDerived, match=r"v-min: peak_memory\(d\): .*(fails in|fits the)"):
-        formula("v-min", "peak_memory", "d")
+    train = {_key(p, m, 1): Fraction(p * m + 1) for p in range(2, 6) for m in range(1, 9)}
+    full = {**train, _key(7, 3, 1): Fraction(22), _key(7, 4, 1): Fraction(30)}  # 7*4 + 1 = 29
+    with pytest.raises(NotDerived, match=r"each fails in the confirmation range \(the first at "
+                                         r"p=7, m=4, v=1\)") as e:
+        _scalar("toy: peak", train, full)
+    assert e.value.refuted
+    noise = {_key(p, m, 1): Fraction((p * 7919 + m * 104729) % 13) for p in range(2, 8)
+             for m in range(1, 17)}
+    with pytest.raises(NotDerived, match="fits the 96 training sizes") as e:
+        _scalar("toy: noise", noise, noise)
+    assert not e.value.refuted
+
+
+def test_v_min_peak_memory_leaves_out_the_one_irregular_device_count():
+    """V-Min's per-device peak memory is derived on m >= p without p = 5: the greedy squeeze
+    of warm-up and cool-down (as the paper's reference implementation does it) leaves device 2
+    one activation below the cap there, at every m, and at no other device count.  The form
+    says so in its domain, refuses p = 5, and holds a full period of p past its training."""
+    f = formula("v-min", "peak_memory", "d")
+    assert f.restricted == ("m >= p", "Ne(p, 5)")
+    ones = dict.fromkeys(COST_KEYS, 1)
+    raw = f.expression.subs({parse("p"): 5, parse("d"): 2})
+    for m in (5, 9, 17):
+        assert Fraction(_simulated("v-min", 5, m, ones).metrics().devices[2].peak_memory) == raw - 1
+        with pytest.raises(UsageError, match=r"holds for Ne\(p, 5\) only"):
+            f.evaluate({"p": 5, "m": m, "v": 2, "d": 2})
+    for p in (8, 11, 12, 13):
+        met = _simulated("v-min", p, p + 3, ones).metrics()
+        for d in range(p):
+            assert f.evaluate({"p": p, "m": p + 3, "v": 2, "d": d}) == \
+                Fraction(met.devices[d].peak_memory), (p, d)
 
 
 def test_v_min_peak_is_periodic_in_p_beyond_the_confirmation_range():
@@ -376,3 +407,18 @@ def test_costs_outside_the_forms_slice_are_refused():
     assert run(["formula", "zb-v", "--at", "p=4,m=8", "--costs", "t_F=1,t_I=2"], io.StringIO(),
                err) == 2
     assert "t_I == t_F" in err.getvalue()
+
+
+def test_at_evaluates_a_peak_from_the_order_with_the_familys_own_v():
+    """``--at`` on a peak needs no timeline (V-Min's symbolic timeline at p = 8 has more pieces
+    than the budget), and a family without a chunks option is evaluated at the v it builds."""
+    import io
+    import json
+
+    out = io.StringIO()
+    assert run(["formula", "v-min", "--metric", "peak_memory", "--device", "d",
+                "--at", "p=8,m=9,d=1", "--format", "json"], out, io.StringIO()) == 0
+    at = json.loads(out.getvalue())["at"]
+    assert at["sizes"] == {"p": 8, "m": 9, "v": 2, "d": 1}
+    want = _simulated("v-min", 8, 9, dict.fromkeys(COST_KEYS, 1)).metrics().devices[1].peak_memory
+    assert at["formula"] == at["schedule"] == str(Fraction(want))

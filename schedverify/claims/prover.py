@@ -30,7 +30,7 @@ from ..errors import UnsupportedSize, UsageError
 from ..formulas.sizes import family as family_of
 from ..formulas.sizes import has_chunks, metrics_at
 from ..formulas.tropical import COST_SYMBOLS as TERM_ORDER
-from ..formulas.tropical import SizeMetrics
+from ..formulas.tropical import NO_COSTS, OrderMetrics, SizeMetrics
 from .statement import ALL, COST_SYMBOLS, Claim, Parsed, parse_assumptions, parse_claim, parse_domain
 
 PROVED, REFUTED, UNKNOWN = "PROVED", "REFUTED", "UNKNOWN"
@@ -77,15 +77,23 @@ def _max(terms) -> sympy.Expr:
     return sympy.Max(*forms) if len(forms) > 1 else forms[0]
 
 
-def metric_value(sm: SizeMetrics, metric: str, device) -> sympy.Expr:
-    """The exact value of ``metric`` at one size (``device`` an int, or None = whole pipeline)."""
+def metric_value(sm: SizeMetrics | OrderMetrics, metric: str, device) -> sympy.Expr:
+    """The exact value of ``metric`` at one size (``device`` an int, or None = whole pipeline).
+
+    The peaks and busy times need only the order (:class:`OrderMetrics`); the rest need the
+    timeline (:class:`SizeMetrics`)."""
     if device is not None and not 0 <= device < sm.devices:
         raise UsageError(f"device index {device} is out of range 0..{sm.devices - 1}")
+    if metric in ORDER_ONLY:
+        table = {"peak_inflight": sm.peak_inflight, "peak_memory": sm.peak_memory,
+                 "fwd_before_bwd": sm.warmup}[metric]
+        val = table[device] if device is not None else max(table)
+        return sympy.Rational(Fraction(val).numerator, Fraction(val).denominator)
+    if metric == "busy":
+        return _lin(sm.busy[device]) if device is not None else _max(sm.busiest)
     T = _max(sm.makespan)
     if metric == "makespan":
         return T
-    if metric == "busy":
-        return _lin(sm.busy[device]) if device is not None else _max(sm.busiest)
     if metric == "bubble_time":
         return T - (_lin(sm.busy[device]) if device is not None else _max(sm.busiest))
     if metric == "bubble_ratio":
@@ -95,10 +103,7 @@ def metric_value(sm: SizeMetrics, metric: str, device) -> sympy.Expr:
         if device is not None:
             return (T - _lin(sm.busy[device])) / T
         return 1 - _lin(sm.total_busy) / (sm.devices * T)
-    table = {"peak_inflight": sm.peak_inflight, "peak_memory": sm.peak_memory,
-             "fwd_before_bwd": sm.warmup}[metric]
-    val = table[device] if device is not None else max(table)
-    return sympy.Rational(Fraction(val).numerator, Fraction(val).denominator)
+    raise UsageError(f"unknown metric {metric!r}")
 
 
 # --------------------------------------------------------------------------- sympy -> tree
@@ -156,7 +161,7 @@ def _prepare(claim: Claim) -> _Prepared:
     syms = parsed.symbols | {s for a in assumptions for s in a.symbols}
     merge = _merge(assumptions)
     if all(r.metric in ORDER_ONLY for r in parsed.refs.values()):
-        merge = (None,) * len(TERM_ORDER)  # no timing needed: skip the symbolic makespan
+        merge = NO_COSTS  # no timing needed: skip the symbolic makespan
     return _Prepared(parsed, assumptions, fams, dom, "d" in syms, "v" in dom, merge)
 
 

@@ -107,15 +107,17 @@ def _evaluate(f, family: str, metric: str, device, sizes: dict, costs: dict) -> 
     """The formula's value and the schedule's own (exact symbolic timeline) at one point."""
     import sympy
 
-    from ..claims.prover import metric_value
+    from ..claims.prover import ORDER_ONLY, metric_value
     from ..errors import UsageError
     from ..formulas.derive import MAX_TERMS
     from ..formulas.sizes import has_chunks, metrics_at
-    from ..formulas.tropical import TooComplex
+    from ..formulas.tropical import NO_COSTS, TooComplex
 
     p, m = int(sizes["p"]), int(sizes["m"])
     v = int(sizes["v"]) if "v" in sizes else None
-    full = {"p": p, "m": m, "v": v if v is not None else (2 if has_chunks(family) else 1)}
+    # a family without a chunks option has the v its generator builds (ZB-V, V-Min: 2)
+    full = {"p": p, "m": m, "v": v if v is not None else (2 if has_chunks(family)
+                                                            else f.confirmed["v"][0])}
     dev = None
     if device is not None:
         dev = int(sizes["d"]) if device == "d" and "d" in sizes else (None if device == "d" else int(device))
@@ -125,8 +127,10 @@ def _evaluate(f, family: str, metric: str, device, sizes: dict, costs: dict) -> 
     val = f.evaluate(full, costs)  # refuses sizes and costs outside the form's domain
     # The schedule's own value, computed on the form's cost slice: with every cost a free
     # symbol some schedules (V-Half, V-Min) have far too many linear pieces to enumerate.
+    # A peak needs no timeline at all.
+    merge = NO_COSTS if metric in ORDER_ONLY else f.merge
     try:
-        sm = metrics_at(family, p, m, v if has_chunks(family) else None, f.merge, MAX_TERMS)
+        sm = metrics_at(family, p, m, v if has_chunks(family) else None, merge, MAX_TERMS)
     except TooComplex as e:
         raise UsageError(f"the schedule's own value at these sizes is too complex to compute "
                          f"symbolically ({e}); the formula gives {val}") from None

@@ -96,7 +96,7 @@ class Formula:
     notes: tuple[str, ...] = field(default=())
     generator_domain: str = ""
     #: size conditions (also in ``conditions``) outside which no form was derived: the
-    #: schedule is irregular at small m there (V-Half, V-Min)
+    #: schedule is irregular there (V-Half, V-Min: small m; V-Min: one device count)
     restricted: tuple[str, ...] = field(default=())
     #: the cost slice (also in ``conditions``) the form was derived on: one of derive.SLICES
     cost_slice: tuple[str, ...] = field(default=())
@@ -136,8 +136,8 @@ class Formula:
             if holds is not sympy.true:
                 given = ", ".join(f"{k}={x}" for k, x in sizes.items())
                 raise UsageError(f"{self.family} {self.metric}: the form holds for {cond} only "
-                                 f"(smaller m are irregular and not derived); the sizes {given} "
-                                 "are outside it")
+                                 f"(the schedule is irregular outside it: not derived there); the "
+                                 f"sizes {given} are outside it")
         val = sympy.sympify(self.expression).xreplace(subs)
         val = sympy.nsimplify(val) if not val.is_Rational else val
         if not val.is_Rational:
@@ -200,9 +200,10 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
             e = e.subs(d, 0)  # a whole-schedule metric was fitted at d = 0
         elif device != "d":
             e = e.subs(d, int(device))
-        text = sympy.sstr(e)
-        if text not in restricted:
-            restricted.append(text)
+        for part in (e.args if isinstance(e, sympy.And) else (e,)):
+            text = sympy.sstr(part)
+            if text not in restricted:
+                restricted.append(text)
     rng = der.confirm_range
     conds = ["p >= 2", "m >= 1"]
     if der.chunks:
@@ -226,7 +227,8 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
             notes.append("not derived on a wider cost domain: " + why)
     if restricted:
         notes.append("derived on " + " and ".join(restricted) + " only: no form of up to "
-                     f"{MAX_PIECES} pieces holds for every m (the schedule is irregular at small m)")
+                     f"{MAX_PIECES} pieces holds for every size (the schedule is irregular "
+                     "outside it: at small m, or at one device count)")
     if metric == "peak_memory":
         notes.append("memory model: activation 1 per stage, w = 1/2, no static memory")
     if der.skipped:

@@ -63,6 +63,10 @@ DEVICE_METRICS = ("bubble_time", "peak_inflight", "peak_memory", "busy")
 #: TRAIN_P_MAX: families such as DualPipe accept even p only), first 4 of them and, for a metric
 #: that no form fits there, 6; the confirmation range always reaches 2 past the training.
 TRAIN_P_MIN, TRAIN_P_MAX, TRAIN_DISTINCT_P = 2, 10, (4, 6)
+#: The grid of a domain with an exceptional device count (the very last attempt, for peaks):
+#: one more device count, and confirmed a whole period of the period-3 features past the
+#: training, so every residue of p modulo 3 is confirmed at a size it was not fitted on.
+EXCEPTION_DISTINCT_P, EXCEPTION_PAST = 7, 3
 TRAIN_M_MAX = 16
 CONFIRM_P = range(2, 9)
 CONFIRM_M = range(1, 25)
@@ -110,6 +114,8 @@ ATOMS: tuple[tuple[str, Callable[[int, int, int, int], bool]], ...] = _atoms()
 LATE_ATOMS: tuple[tuple[str, Callable[[int, int, int, int], bool]], ...] = (
     ("d < 1", lambda p, m, v, d: d < 1),
     ("d >= 1", lambda p, m, v, d: d >= 1),
+    ("d < 2", lambda p, m, v, d: d < 2),
+    ("d >= 2", lambda p, m, v, d: d >= 2),
 ) + tuple((f"Eq(Mod(p, 3), {k})", lambda p, m, v, d, k=k: p % 3 == k) for k in range(3))
 _ATOM = dict(ATOMS + LATE_ATOMS)
 MAX_PIECES = 3
@@ -419,9 +425,53 @@ def _confirmed(label: str, train: dict, full, fit_one, agrees,
 MAX_DOMAINS = 3
 
 
-def _restricted(label: str, train: dict, full, fit_one, agrees) -> tuple[str, list[Piece]]:
+def _restricted(label: str, train: dict, full, fit_one, agrees,
+                exceptions: bool = False) -> tuple[str, list[Piece]]:
+    """(domain condition, pieces) on a restricted domain: ``m >= T`` (:func:`_restricted_in`);
+    with ``exceptions``, where that fails, ``m >= T`` without one device count
+    (:func:`_without_one_p`)."""
     with _late(RESTRICTED):
-        return _restricted_in(label, train, full, fit_one, agrees)
+        try:
+            return _restricted_in(label, train, full, fit_one, agrees)
+        except NotDerived as e:
+            if not exceptions:
+                raise
+            first = e
+        return _without_one_p(label, train, full, fit_one, agrees, first)
+
+
+#: Device counts a domain with an exception must still be fitted on (beside the one left out).
+MIN_P_LEFT = 4
+
+
+def _without_one_p(label: str, train: dict, full, fit_one, agrees,
+                   first: NotDerived) -> tuple[str, list[Piece]]:
+    """A restricted domain that also leaves out one device count ``q`` (``Ne(p, q)``), where
+    the schedule is irregular at every m (V-Min's greedy squeeze, as the paper's reference
+    implementation does it, gives device 2 one activation less at p = 5 only).
+
+    Each training device count is left out in turn, of training and confirmation alike; the
+    first form confirmed on the rest is returned, and only if it really fails at ``q`` (else
+    the domain states no exception).  At least MIN_P_LEFT other device counts are fitted."""
+    ps = sorted({x[0] for x in train})
+    if len(ps) <= MIN_P_LEFT:
+        raise first
+    errs = [str(first)]
+    everywhere = full() if callable(full) else full
+    for q in ps:
+        sub = {x: y for x, y in train.items() if x[0] != q}
+        rest = {x: y for x, y in everywhere.items() if x[0] != q}
+        try:
+            cond, pieces = _restricted_in(f"{label} without p = {q}", sub, rest, fit_one, agrees)
+        except NotDerived as e:
+            errs.append(str(e))
+            continue
+        pred = _ATOM[cond]
+        if all(agrees(pieces, x, y) for x, y in everywhere.items() if pred(*x[:4])):
+            return cond, pieces  # q was not the exception after all
+        return f"({cond}) & Ne(p, {q})", pieces
+    raise NotDerived(f"{label}: nor without any one device count: " + "; ".join(errs),
+                     refuted=first.refuted)
 
 
 def _restricted_in(label: str, train: dict, full, fit_one, agrees) -> tuple[str, list[Piece]]:
@@ -508,10 +558,13 @@ def _scalar_value(pieces: list[Piece], x) -> Fraction:
     raise AssertionError("no piece applies")
 
 
-def _scalar(label: str, train: dict, full: dict, restrict: bool = False):
-    """Confirmed pieces; with ``restrict``, (domain condition, pieces) on a restricted domain."""
-    how = _restricted if restrict else _confirmed
-    return how(label, train, full, _fits, lambda pieces, x, y: _scalar_value(pieces, x) == y)
+def _scalar(label: str, train: dict, full: dict, restrict: int = 0):
+    """Confirmed pieces; with ``restrict`` (a level of :func:`_attempts`), (domain
+    condition, pieces) on a restricted domain."""
+    agrees = lambda pieces, x, y: _scalar_value(pieces, x) == y  # noqa: E731
+    if restrict:
+        return _restricted(label, train, full, _fits, agrees, exceptions=restrict == EXCEPTED)
+    return _confirmed(label, train, full, _fits, agrees)
 
 
 # --------------------------------------------------------------------------- tropical
@@ -618,7 +671,7 @@ def _tropical_at(pieces: list[Piece], x) -> Tropical:
     raise AssertionError("no piece applies")
 
 
-def _tropical(label: str, train: dict, full: dict, restrict: bool = False):
+def _tropical(label: str, train: dict, full: dict, restrict: int = 0):
     cache: dict = {}
 
     def fit_one(sub):
@@ -651,9 +704,10 @@ def _train_ms(p: int):
     return range(1, min(TRAIN_M_MAX, 4 * p) + 1)
 
 
-def _sizes(name: str, vs, confirm_p, confirm_m, distinct: int):
-    """(training sizes, confirmation sizes, skipped): {(p, m, v): OrderMetrics}, keyed by the
-    v the schedule has (ZB-V: 2)."""
+def _sizes(name: str, vs, confirm_p, confirm_m, distinct: int, past: int = 2):
+    """(training sizes, confirmation sizes, skipped, confirmation p range): {(p, m, v):
+    OrderMetrics}, keyed by the v the schedule has (ZB-V: 2); the confirmation range reaches
+    ``past`` device counts beyond the training."""
     chunks = has_chunks(name)
     skipped = []
 
@@ -680,7 +734,7 @@ def _sizes(name: str, vs, confirm_p, confirm_m, distinct: int):
         if count >= distinct:
             break
     top = max((x[0] for x in train), default=confirm_p[1])
-    cp = range(confirm_p[0], max(confirm_p[1], top + 2) + 1)
+    cp = range(confirm_p[0], max(confirm_p[1], top + past) + 1)
     # a sparse family is trained up to m = 6p, so it is confirmed that far too
     confirm = grid(cp, lambda p: range(confirm_m[0], max(confirm_m[1], 6 * p if sparse else 0) + 1))
     return train, confirm, sorted(set(skipped)), cp
@@ -699,6 +753,8 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
     chunks = has_chunks(name)
     vs = CHUNKS if chunks else (1,)
     grids = [_sizes(name, vs, confirm_p, confirm_m, n) for n in TRAIN_DISTINCT_P]
+    grids.append(lru_cache(maxsize=1)(lambda: _sizes(
+        name, vs, confirm_p, confirm_m, EXCEPTION_DISTINCT_P, EXCEPTION_PAST)))
     train, confirm, skipped, cp = grids[0]
     if len(train) < 8:
         raise NotDerived(f"{name}: only {len(train)} supported sizes in the training grid "
@@ -713,15 +769,16 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
     def per_device(fn, pts):
         return {_key(*x, d): fn(v, d) for x, v in pts.items() for d in range(x[0])}
 
-    def widening(fit_fn, domain_key: str | None = None):
+    def widening(fit_fn, domain_key: str | None = None, exceptions: bool = False):
         """Fit on the narrow training grid; if no form survives, on the wider one (which
         also widens the confirmation range beyond it); then on the wider one with the
-        period-3 features; then (for ``domain_key``) on a restricted domain of m."""
+        period-3 features; then (for ``domain_key``) on a restricted domain of m; then (with
+        ``exceptions``) on one that also leaves out one device count."""
         def run(fn, device=False):
             f = per_device if device else per_size
             errs = []
             for tr, co, cp_, late, restrict in chain(_attempts(grids, errs, 0),
-                                                      _attempts(grids, errs, 1)):
+                                                      _attempts(grids, errs, 1, exceptions)):
                 if restrict and domain_key is None:
                     continue
                 allpts = {**co, **tr}
@@ -754,7 +811,7 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
 
     def scalar(label):
         return widening(lambda tr, full, restrict: _scalar(f"{name}: {label}", tr, full, restrict),
-                        label)
+                        label, exceptions=True)
 
     om = lambda val: val[0]  # noqa: E731  (the order metrics of a grid entry)
     total = optional("total_busy", lambda: components(
@@ -821,25 +878,36 @@ def _total(busy) -> tuple:
     return tuple(sum(b[k] for b in busy) for k in range(NDIM))
 
 
-def _attempts(grids, errs: list, phase: int) -> Iterator[tuple]:
+#: The restricted-domain levels of an attempt: none, ``m >= T``, and ``m >= T`` without one
+#: device count (on the exception grid).
+RESTRICTED_M, EXCEPTED = 1, 2
+
+
+def _attempts(grids, errs: list, phase: int, exceptions: bool = False) -> Iterator[tuple]:
     """(training sizes, confirmation sizes, confirmation p range, late features, restricted
-    domain) to try in turn; ``errs`` collects (message, refuted) of the failed ones.  Phase
-    0: the narrow grid, and the wider one after a refuted narrow fit; phase 1 (after phase 0
-    failed): the wider grid with the period-3 features, then on a restricted domain."""
+    domain level) to try in turn; ``errs`` collects (message, refuted) of the failed ones.
+    Phase 0: the narrow grid, and the wider one after a refuted narrow fit; phase 1 (after
+    phase 0 failed): the wider grid with the period-3 features, then on a restricted domain,
+    then (with ``exceptions``; built only now) the exception grid on a domain with an
+    exceptional device count.
+    ``grids``: the narrow and the wider grid, then a function building the exception grid."""
     if phase == 0:
         tr, co, _, cp = grids[0]
         yield tr, co, cp, False, False
-        tr, co, _, cp = grids[-1]
+        tr, co, _, cp = grids[1]
         if errs and errs[-1][1]:
             yield tr, co, cp, False, False
         return
-    tr, co, _, cp = grids[-1]
-    yield tr, co, cp, True, False
-    yield tr, co, cp, True, True
+    tr, co, _, cp = grids[1]
+    yield tr, co, cp, True, 0
+    yield tr, co, cp, True, RESTRICTED_M
+    if exceptions:
+        tr, co, _, cp = grids[2]()
+        yield tr, co, cp, True, EXCEPTED
 
 
 def _makespan(name: str, merge: tuple, train: dict, allpts: dict,
-              restrict: bool = False) -> list[Piece]:
+              restrict: int = 0) -> list[Piece]:
     def sym(pts):
         out = {}
         for (p, m, v), (_, varg) in pts.items():

@@ -168,6 +168,8 @@ IDENTITY = tuple(range(NDIM))
 C_ZERO = (0, 1, 2, 3, None)
 #: c == 0, t_I == t_F, t_W == t_F (and t_B stays): the slice papers usually draw.
 UNIT_SPLIT = (0, 1, 0, 0, None)
+#: Every symbol costs 0: no timeline to speak of, for the metrics of the order only (peaks).
+NO_COSTS = (None,) * NDIM
 
 
 class TooComplex(UsageError):
