@@ -176,13 +176,40 @@ def test_cli_infeasible_exits_1():
 
 
 def test_cli_time_limit_exits_3_with_gap():
-    # 8 x 16 under 1F1B's memory: open after minutes of search, so surely after 3 s
-    code, out, _ = _cli("search", "--devices", "8", "--microbatches", "16", "--split-backward",
-                        "--costs", "F=2,I=2,W=1", "--memory-limit", "8", "--time-limit", "3",
-                        "--format", "json")
+    # 4 x 8, two chunks in v placement, memory for one microbatch: open after a minute of
+    # search (best 101, lower bound 95), so surely after 3 s
+    code, out, _ = _cli("search", "--devices", "4", "--microbatches", "8", "--chunks", "2",
+                        "--placement", "v", "--split-backward", "--costs", "F=1,I=1,W=1",
+                        "--memory-limit", "2", "--time-limit", "3", "--format", "json")
     doc = json.loads(out)
     assert code == 3, doc
     assert doc["optimal"] is False and doc["gap"] > 0 and doc["lower_bound"] < doc["makespan"]
+
+
+def test_time_windows_prove_zb_h1_optimal_at_8x16_under_1f1b_memory():
+    # 8 x 16 split, F=2 I=2 W=1, memory 8: ZB-H1 reaches 101 and propagation refutes every
+    # makespan below it (the arithmetic bound is 94; Z3 alone left a gap after 300 s)
+    code, out, _ = _cli("search", "--devices", "8", "--microbatches", "16", "--split-backward",
+                        "--costs", "F=2,I=2,W=1", "--memory-limit", "8", "--time-limit", "30",
+                        "--format", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["optimal"] is True and doc["makespan"] == 101, doc
+    assert "time_windows" in doc["certificate"]["lower_bound_argument"]
+
+
+def test_time_windows_close_the_memory_tight_4x16_instance():
+    # 4 x 16 split, F=1 I=1 W=2, memory 3: device 0 holds three microbatches, then idles
+    # until microbatch 0's round trip returns; the device-pair relaxations reach 68 and
+    # stop there, the windows refute 68 in a fraction of a second (CP-SAT: optimum 69)
+    p = smt_search.make_problem(4, 16, split_backward=True, costs=Costs(F=1, I=1, W=2),
+                                memory_limit=3)
+    u = smt_search._Units(p)
+    arithmetic = smt_search.lower_bound(p, u)[0]
+    assert arithmetic == 67
+    assert smt_search.propagation_bound(p, u, arithmetic, 10**6) == 69
+    # without the memory limit the windows give exactly the arithmetic bound
+    q = smt_search.make_problem(4, 16, split_backward=True, costs=Costs(F=1, I=1, W=2))
+    assert smt_search.propagation_bound(q, smt_search._Units(q), 67, 10**6) == 67
 
 
 def test_cli_usage_errors():
@@ -343,3 +370,52 @@ def test_memory_precedences_hold_in_every_valid_fifo_schedule(D, M, V, placement
             assert y is not None, (x, rows)
             assert pos[y[:3]] < pos[x[:3]], (y, x, rows)
     assert valid
+
+
+@functools.lru_cache(maxsize=None)
+def _fifo_orders(D, M, V, placement, split):
+    p = smt_search.make_problem(D, M, chunks=V, placement=placement, split_backward=split)
+    return list(itertools.product(*fifo_device_orders(p)))
+
+
+#: (D, M, V, placement, split) whose FIFO device orders number a few hundred to a few thousand
+WINDOW_SIZES = [(2, 3, 1, "loop", True), (3, 2, 1, "loop", True), (2, 4, 1, "loop", False),
+                (3, 3, 1, "loop", False), (4, 2, 1, "loop", False), (2, 2, 2, "v", False),
+                (1, 3, 2, "loop", False), (1, 2, 2, "loop", True)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(WINDOW_SIZES), st.integers(1, 3), st.integers(1, 3), st.integers(0, 2),
+       st.sampled_from([0, 0, 1]), st.sampled_from([None, 1, 1.5, 2, 2.5, 3, 4]),
+       st.sampled_from([0.5, 0.25, 1.0]))
+def test_time_windows_keep_every_valid_fifo_schedule(size, f, b, w_cost, comm, limit, w):
+    # the propagation behind propagation_bound (precedences, edge finding per device, the
+    # memory rule) must never cut a schedule away: every valid FIFO schedule with makespan T
+    # starts each action inside the windows of T, so no makespan a schedule reaches is refuted
+    D, M, V, placement, split = size
+    costs = Costs(F=f, B=b + w_cost, I=b, W=w_cost, comm=comm)
+    p = smt_search.make_problem(D, M, chunks=V, placement=placement, split_backward=split,
+                                costs=costs, memory=MemoryModel(w=w), memory_limit=limit)
+    u = smt_search._Units(p)
+    tw = smt_search.TimeWindows(p, u, u.limit)
+    cache: dict = {}
+    best = None
+    for rows in _fifo_orders(D, M, V, placement, split):
+        rep = smt_search.evaluate(p, Schedule(D, D * V, M, rows, p.placement_obj(), "x",
+                                              costs=p.costs, memory=p.memory))
+        if not rep.is_valid:
+            continue
+        T = round(rep.metrics.makespan * u.tscale)
+        best = T if best is None else min(best, T)
+        if T not in cache:
+            cache[T] = tw.windows(T)
+        assert cache[T] is not None, ("refuted a reached makespan", T, rows)
+        est, lct = cache[T]
+        for d in range(D):
+            for a, start, _ in rep.timeline.entries(d):
+                x = tw.index[a[:3]]
+                t0 = round(start * u.tscale)
+                assert est[x] <= t0 and t0 + tw.dur[x] <= lct[x], (a, t0, est[x], lct[x], rows)
+    if best is not None:
+        arithmetic = smt_search.lower_bound(p, u)[0]
+        assert smt_search.propagation_bound(p, u, arithmetic, 10**6) <= best

@@ -61,6 +61,7 @@ both with exhaustive enumeration, on small sizes.
 
 from __future__ import annotations
 
+import bisect
 import inspect
 import math
 import time
@@ -349,6 +350,214 @@ def memory_precedences(p: Problem, u: _Units, limit: int) -> list[tuple[Action, 
     return out
 
 
+class _Refuted(Exception):
+    """Propagation emptied a time window: no schedule meets the makespan bound."""
+
+
+class TimeWindows:
+    """Start-time windows that every FIFO schedule finishing by ``T`` (within memory ``limit``)
+    keeps, found by constraint propagation; an empty window refutes ``T``, so the least ``T``
+    not refuted is a lower bound (:func:`propagation_bound`), and the windows of a bound that
+    survives are handed to Z3 as bounds on its start times.
+
+    Each action x gets an earliest start ``est`` and a latest end ``lct``, tightened by these
+    rules until nothing changes; every rule keeps every schedule with makespan <= T:
+
+    - start: ``est`` is the dependency chain of one microbatch (:func:`_earliest`), plus the
+      earlier microbatches of its (stage, kind) chain; end: ``lct = T - tail`` (whatever x
+      is, its dependents :func:`_tails` still have to run before T);
+    - precedences ``y`` before ``x`` (dependencies with ``comm`` across devices, the FIFO
+      chains, and the orders the memory limit forces, :func:`memory_precedences`):
+      ``est_x >= est_y + dur_y + lag`` and ``lct_y <= lct_x - dur_x - lag``;
+    - one device runs one action at a time (Vilím's disjunctive edge finding): for the set
+      Θ of its actions with ``lct <= L`` and any other action i of the device, if the
+      earliest completion of Θ ∪ {i} exceeds L, i cannot end before some action of Θ (then
+      all of Θ ∪ {i} would end by L), so i runs after all of Θ: ``est_i >= ECT(Θ)``.  If
+      ECT(Θ) > L alone, T is refuted.  The same in mirrored time bounds ``lct``.  ECT of a
+      set is computed by running it in order of ``est`` (that order minimises one machine's
+      makespan under release dates), and for Θ ∪ {i} by a lower bound of that;
+    - memory: forward i of stage s needs ``fI*nI + fW*nW >= (i+1)*a - cap`` with nI, nW the
+      stage's ``I`` (``B``) and ``W`` ordered before it, ``nW <= nI <= i`` and ``cap`` as in
+      :func:`memory_precedences` (same argument).  Whichever (nI, nW) a schedule has, it
+      dominates a least pair (na, nb); the forward then runs after forwards 0..i-1, input
+      gradients 0..na-1 and weight gradients 0..nb-1 of its stage (microbatches in order),
+      all on its device, so it starts no earlier than the least over those pairs of the
+      set's earliest completion.
+
+    Only for class ``fifo`` (the chains and the memory argument order microbatches); FIFO
+    loses no optimum (module docstring), so a refuted ``T`` bounds every schedule.
+    """
+
+    def __init__(self, p: Problem, u: _Units, limit: int | None):
+        place = p.placement_obj().routes[0]
+        M = p.microbatches
+        self.keys = [(s, k, i) for s in range(p.stages) for k in p.kinds for i in range(M)]
+        idx = {key: n for n, key in enumerate(self.keys)}
+        self.index = idx
+        n = len(self.keys)
+        self.dur = [u.idur[(s, k)] for s, k, _ in self.keys]
+        est, tails = _earliest(p, u), _tails(p, u)
+        self.est0 = [est[(s, k)] for s, k, _ in self.keys]
+        self.tail = [tails[(s, k)] for s, k, _ in self.keys]
+        succ: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        for (s, k, i), x in idx.items():
+            for need, ps in rules.needs(Action(s, k, i), p.stages):
+                pk = next(c for c in need.kinds if c in p.kinds)
+                succ[idx[(ps, pk, i)]].append((x, u.icomm if place[ps] != place[s] else 0))
+            if i:
+                succ[idx[(s, k, i - 1)]].append((x, 0))
+        self.impossible = False  # the memory limit admits some forward in no schedule
+        # forward -> the least sets of its stage's actions that must precede it (memory)
+        self.memory: list[tuple[int, list[list[int]]]] = []
+        if limit is not None:
+            for y, x in memory_precedences(p, u, limit):
+                if y is None:
+                    self.impossible = True
+                else:
+                    succ[idx[y[:3]]].append((idx[x[:3]], 0))
+            bk = I if p.split else B
+            for s in range(p.stages):
+                a = u.alloc[s]
+                cap = limit - u.static[place[s]] - sum(u.alloc[e] for e in range(s)
+                                                       if place[e] == place[s])
+                fI, fW = u.free[(s, bk)], (u.free[(s, W)] if p.split else 0)
+                for i in range(M):
+                    need = (i + 1) * a - cap
+                    if need <= 0:
+                        continue
+                    pairs = []
+                    for na in range(i + 1):
+                        rest = need - fI * na
+                        nb = 0 if rest <= 0 else (-(-rest // fW) if fW > 0 else na + 1)
+                        if nb <= na and not any(nb >= qb for _, qb in pairs):
+                            pairs.append((na, nb))  # na increases, so only smaller nb count
+                    if not pairs:
+                        self.impossible = True
+                        continue
+                    forwards = [idx[(s, F, j)] for j in range(i)]
+                    self.memory.append((idx[(s, F, i)], [
+                        forwards + [idx[(s, bk, j)] for j in range(na)]
+                        + [idx[(s, W, j)] for j in range(nb)] for na, nb in pairs]))
+        self.succ = succ
+        self.pred: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        for x in range(n):
+            for y, lag in succ[x]:
+                self.pred[y].append((x, lag))
+        indeg = [len(self.pred[x]) for x in range(n)]
+        topo = [x for x in range(n) if not indeg[x]]
+        for x in topo:
+            for y, _ in succ[x]:
+                indeg[y] -= 1
+                if not indeg[y]:
+                    topo.append(y)
+        if len(topo) != n:  # forced orders that form a cycle: no schedule at all
+            self.impossible = True
+        self.topo = topo
+        self.by_dev: dict[int, list[int]] = {}
+        for x, (s, _, _) in enumerate(self.keys):
+            self.by_dev.setdefault(place[s], []).append(x)
+
+    def windows(self, T: int) -> tuple[list[int], list[int]] | None:
+        """(earliest start, latest end) per action (indexed like ``keys``) for makespan
+        ``T``, or None when propagation refutes ``T``."""
+        if self.impossible:
+            return None
+        est = list(self.est0)
+        lct = [T - t for t in self.tail]
+        try:
+            self._propagate(est, lct)
+        except _Refuted:
+            return None
+        return est, lct
+
+    def _propagate(self, est: list[int], lct: list[int]) -> None:
+        dur = self.dur
+        while True:
+            for x in self.topo:
+                e = est[x] + dur[x]
+                for y, lag in self.succ[x]:
+                    if e + lag > est[y]:
+                        est[y] = e + lag
+            for y in reversed(self.topo):
+                e = lct[y] - dur[y]
+                for x, lag in self.pred[y]:
+                    if e - lag < lct[x]:
+                        lct[x] = e - lag
+            if any(est[x] + dur[x] > lct[x] for x in range(len(est))):
+                raise _Refuted
+            changed = False
+            for f, sets in self.memory:
+                least = min(_ect(tasks, est, dur) for tasks in sets)
+                if least > est[f]:
+                    est[f], changed = least, True
+            for tasks in self.by_dev.values():
+                changed |= _edge_find(tasks, est, lct, dur)
+                mest = {x: -lct[x] for x in tasks}
+                mlct = {x: -est[x] for x in tasks}
+                if _edge_find(tasks, mest, mlct, dur):
+                    changed = True
+                    for x in tasks:
+                        lct[x] = min(lct[x], -mest[x])
+            if not changed:
+                return
+
+
+def _ect(tasks, est, dur) -> int:
+    """Earliest completion of ``tasks`` on one machine: run them in order of release."""
+    t = 0
+    for x in sorted(tasks, key=est.__getitem__):
+        t = max(t, est[x]) + dur[x]
+    return t
+
+
+def _edge_find(tasks, est, lct, dur) -> bool:
+    """One pass of disjunctive edge finding over ``tasks`` (see :class:`TimeWindows`);
+    raises :class:`_Refuted` on overload, returns whether an ``est`` rose."""
+    by_est = sorted(tasks, key=est.__getitem__)
+    lcts = sorted({lct[x] for x in tasks})
+    raised: dict[int, int] = {}
+    for L in lcts:
+        theta = [x for x in by_est if lct[x] <= L]
+        m = len(theta)
+        suf = [0] * (m + 1)  # suf[j]: work of theta[j:]
+        for j in range(m - 1, -1, -1):
+            suf[j] = suf[j + 1] + dur[theta[j]]
+        A = [est[theta[j]] + suf[j] for j in range(m)]
+        ect = max(A, default=-math.inf)
+        if ect > L:
+            raise _Refuted
+        pre = [-math.inf] * (m + 1)
+        post = [-math.inf] * (m + 1)
+        for j in range(m):
+            pre[j + 1] = max(pre[j], A[j])
+        for j in range(m - 1, -1, -1):
+            post[j] = max(post[j + 1], A[j])
+        ests = [est[x] for x in theta]
+        for i in tasks:
+            if lct[i] <= L or est[i] >= ect:
+                continue
+            q = bisect.bisect_right(ests, est[i])  # theta[:q] released no later than i
+            # a lower bound on ECT(theta + i): i after theta[:q]'s chains, or before the rest
+            if max(post[q], est[i] + dur[i] + suf[q], pre[q] + dur[i]) > L:
+                raised[i] = max(raised.get(i, est[i]), ect)
+    for i, v in raised.items():
+        est[i] = v
+    return bool(raised)
+
+
+def propagation_bound(p: Problem, u: _Units, lb: int, hi: int, *, deadline: float | None = None,
+                      windows: TimeWindows | None = None) -> int:
+    """The least makespan in [lb, hi] that :class:`TimeWindows` does not refute (``hi`` when
+    all below are refuted or time runs out: the caller's best known makespan)."""
+    w = windows or TimeWindows(p, u, u.limit)
+    t = lb
+    while t < hi and (deadline is None or time.monotonic() < deadline):
+        if w.windows(t) is not None:
+            return t
+        t += 1
+    return t
+
+
 # --------------------------------------------------------------------------- the encoding
 
 
@@ -358,19 +567,18 @@ class _Encoding:
     Z3 in one go (building them through the Python API costs seconds)."""
 
     def __init__(self, p: Problem, u: _Units, *, fifo: bool, timeout_s: float | None,
-                 cuts: bool = False, device: int | None = None):
+                 cuts: bool = False, device: int | None = None, windows: dict | None = None):
         import z3
 
         from .solver import make_solver
 
         self.z3 = z3
         self.p, self.u, self.fifo, self.cuts, self.device = p, u, fifo, cuts, device
-        self.solver = make_solver(timeout_s=timeout_s, simple=True)
-        if not cuts:
-            # every arithmetic atom is then a difference constraint (t_x >= t_y + c): Z3's
-            # Bellman-Ford difference-logic theory proves memory-tight instances several
-            # times faster than the general simplex (4x16 split mem 2: 10 s against 67 s)
-            self.solver.set("arith.solver", 1)
+        # without the cuts every arithmetic atom is a difference constraint (t_x >= t_y + c):
+        # Z3's Bellman-Ford difference-logic theory proves memory-tight instances several
+        # times faster than the general simplex (4x16 split mem 2: 10 s against 67 s)
+        self.solver = make_solver(timeout_s=timeout_s, simple=True,
+                                  arith_solver=None if cuts else 1)
         place = p.placement_obj().routes[0]
         M, S = p.microbatches, p.stages
         # groups: FIFO chains (one per stage and kind), or one action each
@@ -395,6 +603,9 @@ class _Encoding:
             self.by_dev.setdefault(d, []).append(g)
         self._bounds: dict[int, Any] = {}
         self._mem: dict[int, Any] = {}
+        self._win: dict[tuple, Any] = {}
+        # TimeWindows per memory limit, shared with the search (``windows``) when given
+        self._tw: dict[int | None, TimeWindows] = {} if windows is None else windows
         self._pair_sizes = {(a, b): (len(self.groups[a][2]), len(self.groups[b][2]))
                             for gs in self.by_dev.values() for ai, a in enumerate(gs)
                             for b in gs[ai + 1:]}
@@ -555,20 +766,33 @@ class _Encoding:
             self._bounds[t] = lit
         return self._bounds[t]
 
-    def hint(self, report) -> None:
-        """Start the solver's search near a known schedule (Z3's initial values)."""
-        tl = getattr(report, "timeline", None)
-        if tl is None:
-            return
-        z3 = self.z3
-        for d in range(self.p.devices):
-            for a, st, _ in tl.entries(d):
-                x = self.where.get((a.stage, a.kind, a.microbatch))
-                if x is not None:
-                    try:
-                        self.solver.set_initial_value(z3.Int(self.t(x)), round(st * self.u.tscale))
-                    except z3.Z3Exception:  # this solver does not take hints: search without
-                        return
+    def window_literal(self, t: int, limit: int | None):
+        """A literal that, assumed together with ``T <= t`` (and memory within ``limit``),
+        keeps every start time inside its :class:`TimeWindows` window for that bound; None
+        when the windows refute ``t``.  Sound: the windows keep every FIFO schedule that
+        finishes by ``t`` within ``limit`` (and so its restriction to a relaxation's
+        devices); as bounds on single variables they stay difference constraints."""
+        key = (t, limit)
+        if key not in self._win:
+            tw = self._tw.get(limit)
+            if tw is None:
+                tw = self._tw[limit] = TimeWindows(self.p, self.u, limit)
+            win = tw.windows(t)
+            if win is None:
+                self._win[key] = None
+            else:
+                est, lct = win
+                name = f"win_{t}_{'none' if limit is None else limit}"
+                lines = [f"(declare-const {name} Bool)"]
+                for n, action in enumerate(tw.keys):
+                    x = self.where.get(action)
+                    if x is not None:
+                        v = self.t(x)
+                        lines.append(f"(assert (=> {name} (and (>= {v} {est[n]}) "
+                                     f"(<= {v} {lct[n] - tw.dur[n]}))))")
+                self._declare(lines)
+                self._win[key] = self.z3.Bool(name)
+        return self._win[key]
 
     def fixed_outside(self, report, lo: int, hi: int, devices=None) -> list:
         """Assumptions that keep ``report``'s device order for every pair of actions except
@@ -597,9 +821,17 @@ class _Encoding:
         return out
 
     def check(self, t: int, memory_limit: int | None, timeout_s: float, extra=()):
+        """"sat" and the device orders, "unsat" (no order in the class finishes by ``t``
+        within ``memory_limit``; with the reason "time windows" when propagation alone
+        refutes it) or "unknown" and Z3's reason."""
         assumptions = [self.bound_literal(t), *extra]
         if memory_limit is not None:
             assumptions.append(self.memory_literal(memory_limit))
+        if self.fifo:
+            win = self.window_literal(t, memory_limit)
+            if win is None:
+                return "unsat", "time windows"
+            assumptions.append(win)
         self.solver.set("timeout", max(1, int(timeout_s * 1000)))
         r = self.solver.check(*assumptions)
         z3 = self.z3
@@ -942,13 +1174,21 @@ class _Search:
         self.cls = CLASS_FIFO if fifo else CLASS_ALL
         self.log: list = []
         self.enc: _Encoding | None = None
+        self._tw: dict[int | None, TimeWindows] = {}
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
+    def encoding_windows(self, limit: int | None) -> TimeWindows:
+        """The :class:`TimeWindows` of ``limit``, shared with the encodings (built once)."""
+        if limit not in self._tw:
+            self._tw[limit] = TimeWindows(self.p, self.u, limit)
+        return self._tw[limit]
+
     def encoding(self) -> _Encoding:
         if self.enc is None:
-            self.enc = _Encoding(self.p, self.u, fifo=self.fifo, timeout_s=max(self.left(), 0.001))
+            self.enc = _Encoding(self.p, self.u, fifo=self.fifo, timeout_s=max(self.left(), 0.001),
+                                 windows=self._tw)
             self.log.append(("encoded", round(time.monotonic() - self.t0, 3)))
         return self.enc
 
@@ -1011,7 +1251,19 @@ class _Search:
                 if ms < best:
                     best, best_s, best_r = ms, s2, r2
                     self.log.append(("greedy", ms))
+        # time windows by propagation (class fifo: the argument orders microbatches), then
         # per-device relaxations (the other devices become time lags) raise the lower bound
+        if best > lb and self.fifo:
+            lb2 = propagation_bound(p, u, lb, best, deadline=time.monotonic() + 0.2 * self.left(),
+                                    windows=self.encoding_windows(limit))
+            self.log.append(("windows", u.time(lb2), round(time.monotonic() - self.t0, 3)))
+            if lb2 > lb:
+                lb = lb2
+                cert["lower_bound_argument"] = {
+                    "time_windows": f"propagation (dependencies, the orders the memory limit "
+                                    f"forces, one action at a time per device, memory before "
+                                    f"each forward) empties a start-time window for every "
+                                    f"makespan below {u.time(lb)}", "bound": u.time(lb)}
         if best > lb:
             lb = self.relaxation_bound(best, lb, cert, share=0.2)
         # The loop alternates two moves until the gap closes or time runs out:
@@ -1139,7 +1391,7 @@ class _Search:
             # 0.8 s with them and is still open after 60 s without.  Pairs of devices are
             # solved faster without them, on difference logic, like the whole problem.
             enc = _Encoding(p, u, fifo=self.fifo, timeout_s=max(stop - time.monotonic(), 0.01),
-                            device=d, cuts=isinstance(d, int))
+                            device=d, cuts=isinstance(d, int), windows=self._tw)
             lo, hi = lb, best - 1
             t = (lo + hi) // 2
             while lo <= hi and time.monotonic() < stop:

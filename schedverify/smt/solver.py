@@ -22,11 +22,13 @@ def _configure() -> None:
 
 def make_solver(*, timeout_s: float | None = DEFAULT_TIMEOUT_S, rlimit: int = DEFAULT_RLIMIT,
                 logic: str | None = None, unsat_core: bool = False, simple: bool = False,
-                core_minimize: bool = False) -> z3.Solver:
+                core_minimize: bool = False, arith_solver: int | None = None) -> z3.Solver:
     """A Z3 solver with fixed seeds, ``timeout_s`` seconds and ``rlimit`` resource units.
 
     ``simple`` gives the SMT core itself (``z3.SimpleSolver``), which accepts initial values
-    (``set_initial_value``) for warm starts; ``core_minimize`` asks for minimal unsat cores.
+    (``set_initial_value``) for warm starts; ``core_minimize`` asks for minimal unsat cores;
+    ``arith_solver`` picks Z3's arithmetic theory (``arith.solver``: 1 is difference logic,
+    for problems whose every arithmetic atom is ``x - y <= c``; None keeps Z3's default).
     """
     _configure()
     if simple:
@@ -42,6 +44,8 @@ def make_solver(*, timeout_s: float | None = DEFAULT_TIMEOUT_S, rlimit: int = DE
         s.set("unsat_core", True)
     if core_minimize:
         s.set("core.minimize", True)
+    if arith_solver is not None:
+        s.set("arith.solver", int(arith_solver))
     return s
 
 
