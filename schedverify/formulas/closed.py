@@ -224,7 +224,7 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
             conds.append("c >= 0")
         notes.append("uniform costs per action kind; an OVERLAP_F_B action costs its two parts' sum")
         for why in (() if metric == "busy" else der.slice_failures):
-            notes.append("not derived on a wider cost domain: " + why)
+            notes.append("not derived on a cost domain tried before this one: " + why)
     if restricted:
         notes.append("derived on " + " and ".join(restricted) + " only: no form of up to "
                      f"{MAX_PIECES} pieces holds for every size (the schedule is irregular "

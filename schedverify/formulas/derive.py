@@ -52,7 +52,8 @@ from typing import Callable, Iterator
 from ..errors import UsageError
 from . import fit
 from .sizes import family, has_chunks, order_supported, supported
-from .tropical import C_ZERO, COST_SYMBOLS, IDENTITY, NDIM, UNIT_SPLIT, TooComplex, Tropical, prune
+from .tropical import (C_ZERO, COST_SYMBOLS, I_IS_F, IDENTITY, NDIM, UNIT_SPLIT, W_IS_I, TooComplex,
+                       Tropical, prune)
 
 METRICS = ("makespan", "bubble_time", "bubble_fraction", "bubble_ratio", "peak_inflight",
            "peak_memory")
@@ -268,7 +269,7 @@ class Derivation:
     confirm_range: dict = field(default_factory=dict)
     failures: dict = field(default_factory=dict)  # metric -> why no form was found
     slice: tuple[str, ...] = ()  # cost conditions the makespan holds under (empty: all costs >= 0)
-    slice_failures: list = field(default_factory=list)  # why wider slices failed
+    slice_failures: list = field(default_factory=list)  # why the slices tried before failed
     seconds: float = 0.0  # process CPU time of the derivation
     #: metric key -> size condition (``m >= T``) a form was derived on, where no form holds
     #: for every m (keys: makespan, busiest, peak_inflight, peak_inflight(d), ...)
@@ -693,9 +694,13 @@ def _tropical(label: str, train: dict, full: dict, restrict: int = 0):
 
 # --------------------------------------------------------------------------- derivation
 
-#: Cost slices tried in turn for the makespan: all costs; latency 0; latency 0 and
-#: t_I = t_W = t_F.
-SLICES = ((IDENTITY, ()), (C_ZERO, ("c == 0",)),
+#: Cost slices tried in turn for the makespan: all costs; latency 0; latency 0 and one
+#: equality of the split costs (t_I = t_F, then t_W = t_I); latency 0 and t_I = t_W = t_F.
+#: Where three split costs are free the V-shaped and bidirectional schedules have a number
+#: of linear pieces that grows with p (ZB-V, c = 0, m = 2p: 6, 8, 17, 21, 81, 119, 159 for
+#: p = 2..8); with one equality most stay at 2-4.
+SLICES = ((IDENTITY, ()), (C_ZERO, ("c == 0",)), (I_IS_F, ("c == 0", "t_I == t_F")),
+          (W_IS_I, ("c == 0", "t_W == t_I")),
           (UNIT_SPLIT, ("c == 0", "t_I == t_F", "t_W == t_F")))
 MAX_TERMS = 40
 

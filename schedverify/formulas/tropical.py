@@ -166,6 +166,10 @@ class SizeMetrics(OrderMetrics):
 #: symbol costs 0).  IDENTITY keeps every symbol; others are exact on a slice of the costs.
 IDENTITY = tuple(range(NDIM))
 C_ZERO = (0, 1, 2, 3, None)
+#: c == 0, t_I == t_F (t_B, t_W stay): the input gradient costs a forward, W is free.
+I_IS_F = (0, 1, 0, 3, None)
+#: c == 0, t_W == t_I (t_F, t_B stay): the two halves of a backward cost the same.
+W_IS_I = (0, 1, 2, 2, None)
 #: c == 0, t_I == t_F, t_W == t_F (and t_B stays): the slice papers usually draw.
 UNIT_SPLIT = (0, 1, 0, 0, None)
 #: Every symbol costs 0: no timeline to speak of, for the metrics of the order only (peaks).
