@@ -60,8 +60,10 @@ def _cell(row: dict) -> str:
         return "no"
     slice_ = row["slice"]
     out = "yes"
-    if slice_:
-        out += ", " + ("c=0, t_I=t_W=t_F" if len(slice_) == 3 else "c=0")
+    if slice_ == ["c == 0", "t_I == t_F", "t_W == t_F"]:
+        out += ", c=0, t_I=t_W=t_F"
+    elif slice_:
+        out += ", " + ", ".join(cond.replace(" ", "").replace("==", "=") for cond in slice_)
     for cond in row.get("sizes", ()):  # a restricted size domain (irregular small m left out)
         out += ", " + cond.replace(" ", "")
     return out
