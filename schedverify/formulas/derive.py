@@ -30,9 +30,13 @@ attempts on the wider grid, so every family derived without them keeps its form 
   irregular at small m (V-Half's makespan is not even monotone in m there), the form that
   holds at large m is followed down in m, ``T`` is the smallest listed threshold covering
   where it holds at every training (p, v, d), and the sizes of that domain are fitted
-  (decision lists of two pieces, which may also split on ``d < 1`` and ``p`` modulo 3) and
-  confirmed.  The domain is part of the result (``Derivation.domains``), stated in the
-  formula's conditions and enforced when it is evaluated.
+  (decision lists of two pieces, which may also split on ``d < 1``, ``d < 2`` and ``p``
+  modulo 3) and confirmed.  The domain is part of the result (``Derivation.domains``), stated
+  in the formula's conditions and enforced when it is evaluated;
+- for a peak, last of all, such a domain without one device count ``q`` (``Ne(p, q)``) where
+  the schedule is irregular at every m (V-Min at p = 5): fitted on a grid with one more
+  device count, confirmed a whole period of ``p`` past it, and kept only where the form
+  really fails at ``q``.
 
 Every candidate is then *confirmed*: evaluated at every supported size of a larger range and
 compared exactly with the schedule (equal term sets, or equal functions of the costs by a
@@ -271,8 +275,8 @@ class Derivation:
     slice: tuple[str, ...] = ()  # cost conditions the makespan holds under (empty: all costs >= 0)
     slice_failures: list = field(default_factory=list)  # why the slices tried before failed
     seconds: float = 0.0  # process CPU time of the derivation
-    #: metric key -> size condition (``m >= T``) a form was derived on, where no form holds
-    #: for every m (keys: makespan, busiest, peak_inflight, peak_inflight(d), ...)
+    #: metric key -> size condition (``m >= T``, possibly ``& Ne(p, q)``) a form was derived
+    #: on, where no form holds for every size (keys: makespan, busiest, peak_inflight(d), ...)
     domains: dict = field(default_factory=dict)
 
 
@@ -898,10 +902,10 @@ def _attempts(grids, errs: list, phase: int, exceptions: bool = False) -> Iterat
     ``grids``: the narrow and the wider grid, then a function building the exception grid."""
     if phase == 0:
         tr, co, _, cp = grids[0]
-        yield tr, co, cp, False, False
+        yield tr, co, cp, False, 0
         tr, co, _, cp = grids[1]
         if errs and errs[-1][1]:
-            yield tr, co, cp, False, False
+            yield tr, co, cp, False, 0
         return
     tr, co, _, cp = grids[1]
     yield tr, co, cp, True, 0
