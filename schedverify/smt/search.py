@@ -32,6 +32,15 @@ that way; on the hardest (mem 2) it took 20 s with the cuts added (their sums ar
 difference constraints), 67 s with the simplex and the cuts, and had not finished after 78 s
 with the simplex alone, so the cuts are off by default.
 
+Under each bound ``T <= t`` (and memory limit) the start times are also kept inside the
+windows of :class:`TimeWindows` (constraint propagation: precedences, edge finding per device,
+memory before each forward; bounds on single variables, so still difference logic); when
+propagation empties a window, ``t`` is refuted without Z3.  On the memory-tight instances this
+is what closes the gap: the windows refute every makespan below the optimum of 4x16 split
+F=1,I=1,W=2 mem 3 (69) and of 8x16 split F=2,I=2,W=1 mem 8 (ZB-H1's 101) in under a second,
+where the device-pair relaxations stop one unit short and Z3 on the whole problem runs for
+minutes.
+
 The makespan is bounded through assumption literals (``T <= t``), so the solver keeps what it
 learned between checks.  The search starts from the best generator in
 :data:`schedverify.generators.FAMILIES` that fits (and randomised list schedules), raises the
@@ -63,6 +72,7 @@ from __future__ import annotations
 
 import bisect
 import inspect
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -376,14 +386,17 @@ class TimeWindows:
       ECT(Θ) > L alone, T is refuted.  The same in mirrored time bounds ``lct``.  ECT of a
       set is computed by running it in order of ``est`` (that order minimises one machine's
       makespan under release dates), and for Θ ∪ {i} by a lower bound of that;
-    - memory: forward i of stage s needs ``fI*nI + fW*nW >= (i+1)*a - cap`` with nI, nW the
-      stage's ``I`` (``B``) and ``W`` ordered before it, ``nW <= nI <= i`` and ``cap`` as in
-      :func:`memory_precedences` (same argument).  Whichever (nI, nW) a schedule has, it
-      dominates a least pair (na, nb); the forward then runs after forwards 0..i-1, input
-      gradients 0..na-1 and weight gradients 0..nb-1 of its stage (microbatches in order),
-      all on its device, so it starts no earlier than the least over those pairs of the
-      set's earliest completion.
-
+    - memory: just before forward i of stage s starts, its device holds static memory plus,
+      per stage e of the device, ``a_e*nF_e - fI_e*nI_e - fW_e*nW_e`` (the counts of e's
+      forwards, input and weight gradients ordered before it; ``nF_s = i+1`` with itself),
+      at most the limit.  Every FIFO schedule's counts also keep ``nW_e <= nI_e <= i``
+      (a backward of microbatch j needs forward j of every stage, so j < i), ``nF_e = i+1``
+      for e < s at least, ``nI_e <= nF_e <= i`` for e > s, and along the stage chain
+      ``nI_e <= nI_e'`` and ``nF_e >= nF_e'`` for e < e' (a backward needs the next stage's,
+      a forward the previous stage's).  :func:`_memory_options` lists the least count
+      vectors meeting all that; a schedule's counts dominate one of them, and (microbatches
+      in order) the forward then runs after those actions, all on its device, so it starts
+      no earlier than the least over the vectors of their earliest completion.
     Only for class ``fifo`` (the chains and the memory argument order microbatches); FIFO
     loses no optimum (module docstring), so a refuted ``T`` bounds every schedule.
     """
@@ -415,29 +428,22 @@ class TimeWindows:
                     self.impossible = True
                 else:
                     succ[idx[y[:3]]].append((idx[x[:3]], 0))
-            bk = I if p.split else B
             for s in range(p.stages):
-                a = u.alloc[s]
-                cap = limit - u.static[place[s]] - sum(u.alloc[e] for e in range(s)
-                                                       if place[e] == place[s])
-                fI, fW = u.free[(s, bk)], (u.free[(s, W)] if p.split else 0)
+                others = [e for e in range(p.stages) if place[e] == place[s] and e != s]
                 for i in range(M):
-                    need = (i + 1) * a - cap
-                    if need <= 0:
-                        continue
-                    pairs = []
-                    for na in range(i + 1):
-                        rest = need - fI * na
-                        nb = 0 if rest <= 0 else (-(-rest // fW) if fW > 0 else na + 1)
-                        if nb <= na and not any(nb >= qb for _, qb in pairs):
-                            pairs.append((na, nb))  # na increases, so only smaller nb count
-                    if not pairs:
+                    least = _memory_options(p, u, limit, s, i)
+                    if least is None:
+                        continue  # too many to enumerate: the rule is skipped (it only adds)
+                    if not least:
                         self.impossible = True
                         continue
-                    forwards = [idx[(s, F, j)] for j in range(i)]
+                    if not any(least[0].values()):
+                        continue  # nothing beyond the forward chain is needed
+                    before = ([idx[(s, F, j)] for j in range(i)]
+                              + [idx[(e, F, j)] for e in others if e < s for j in range(i + 1)])
                     self.memory.append((idx[(s, F, i)], [
-                        forwards + [idx[(s, bk, j)] for j in range(na)]
-                        + [idx[(s, W, j)] for j in range(nb)] for na, nb in pairs]))
+                        before + [idx[(e, k, j)] for (e, k), n in c.items() for j in range(n)]
+                        for c in least]))
         self.succ = succ
         self.pred: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         for x in range(n):
@@ -487,9 +493,19 @@ class TimeWindows:
                 raise _Refuted
             changed = False
             for f, sets in self.memory:
-                least = min(_ect(tasks, est, dur) for tasks in sets)
+                latest = lct[f] - dur[f]
+                ects = [_ect(tasks, est, dur) for tasks in sets]
+                least = min(ects)
                 if least > est[f]:
                     est[f], changed = least, True
+                # the actions every set that still fits before the forward's latest start
+                # shares must end by then
+                fit = [set(tasks) for tasks, e in zip(sets, ects) if e <= latest]
+                if not fit:
+                    raise _Refuted
+                for y in set.intersection(*fit):
+                    if lct[y] > latest:
+                        lct[y], changed = latest, True
             for tasks in self.by_dev.values():
                 changed |= _edge_find(tasks, est, lct, dur)
                 mest = {x: -lct[x] for x in tasks}
@@ -500,6 +516,56 @@ class TimeWindows:
                         lct[x] = min(lct[x], -mest[x])
             if not changed:
                 return
+
+
+def _memory_options(p, u, limit, s, i, most=20000):
+    """The least counts of its device's actions that every FIFO schedule within memory
+    ``limit`` runs before forward (s, i): a list of {(stage, kind): count}, every valid
+    schedule's counts dominating one of them; [] when none is possible, None when there are
+    too many combinations to enumerate (``most``)."""
+    place = p.placement_obj().routes[0]
+    d = place[s]
+    stages = [e for e in range(p.stages) if place[e] == d]
+    later = [e for e in stages if e > s]
+    bk = I if p.split else B
+    if (i + 1) ** (2 * len(stages) - 1 if p.split else len(stages)) > most:
+        return None
+    base = (u.static[d] + u.alloc[s] * (i + 1)
+            + sum(u.alloc[e] * (i + 1) for e in stages if e < s))
+    found = []
+    for nI in itertools.product(range(i + 1), repeat=len(stages)):
+        cI = dict(zip(stages, nI))
+        if any(cI[e] > cI[e2] for e in stages for e2 in stages if e < e2):
+            continue
+        nF: dict[int, int] = {}
+        for e in reversed(later):
+            nF[e] = max([cI[e]] + [nF[e2] for e2 in later if e2 > e])
+        need = (base + sum(u.alloc[e] * nF[e] for e in later)
+                - sum(u.free[(e, bk)] * cI[e] for e in stages) - limit)
+        counts = {(e, F): n for e, n in nF.items()}
+        counts.update({(e, bk): n for e, n in cI.items()})
+        if not p.split:
+            if need <= 0:
+                found.append(counts)
+            continue
+        *head, last = stages
+        for nW in itertools.product(*(range(cI[e] + 1) for e in head)):
+            rest = need - sum(u.free[(e, W)] * n for e, n in zip(head, nW))
+            fw = u.free[(last, W)]
+            w_last = 0 if rest <= 0 else (-(-rest // fw) if fw > 0 else cI[last] + 1)
+            if w_last > cI[last]:
+                continue
+            c = dict(counts)
+            c.update({(e, W): n for e, n in zip(head, nW)})
+            c[(last, W)] = w_last
+            found.append(c)
+    keys = sorted({k for c in found for k in c})
+    vecs = sorted({tuple(c.get(k, 0) for k in keys) for c in found}, key=sum)
+    least: list[tuple] = []
+    for v in vecs:
+        if not any(all(a <= b for a, b in zip(q, v)) for q in least):
+            least.append(v)
+    return [dict(zip(keys, v)) for v in least]
 
 
 def _ect(tasks, est, dur) -> int:
