@@ -422,3 +422,45 @@ def test_at_evaluates_a_peak_from_the_order_with_the_familys_own_v():
     assert at["sizes"] == {"p": 8, "m": 9, "v": 2, "d": 1}
     want = _simulated("v-min", 8, 9, dict.fromkeys(COST_KEYS, 1)).metrics().devices[1].peak_memory
     assert at["formula"] == at["schedule"] == str(Fraction(want))
+
+
+@settings(max_examples=15)
+@given(data=st.data(), t_F=st.integers(1, 9), t_W=st.integers(1, 9))
+def test_costs_outside_the_widest_forms_slice_get_the_form_of_a_slice_that_holds_them(
+        data, t_F, t_W):
+    """ZB-V's widest form needs t_I = t_W = t_F (it covers every m).  With t_W free (t_I = t_F,
+    c = 0) a form holds for m >= 2p - 1; formula_at picks it, and it equals the timeline."""
+    from schedverify.formulas import formula_at
+
+    p = data.draw(st.integers(2, 9), label="p")
+    m = data.draw(st.integers(1, 24), label="m")
+    costs = {"t_F": t_F, "t_B": 1, "t_I": t_F, "t_W": t_W, "c": 0}
+    f = formula_at("zb-v", "makespan", costs=costs)
+    if t_W == t_F:
+        assert f == formula("zb-v", "makespan")
+    else:
+        assert f.cost_slice == ("c == 0", "t_I == t_F") and f.restricted == ("m >= 2*p - 1",)
+    sizes = {"p": p, "m": m, "v": 2}
+    if m < 2 * p - 1 and t_W != t_F:
+        with pytest.raises(UsageError, match=r"holds for m >= 2\*p - 1"):
+            f.evaluate(sizes, costs)
+        return
+    assert f.evaluate(sizes, costs) == Fraction(_simulated("zb-v", p, m, costs).makespan)
+
+
+def test_no_form_for_costs_outside_every_derived_slice():
+    """Three different split costs: no slice of ZB-V's derived forms holds them, so the answer
+    is an error naming the costs (exit 2 from the CLI), not the wrong form's number."""
+    import io
+
+    from schedverify.formulas import formula_at
+
+    with pytest.raises(UsageError, match="no form holds at the costs t_F=1, t_B=1, t_I=2, t_W=3"):
+        formula_at("zb-v", "makespan", costs={"t_F": 1, "t_B": 1, "t_I": 2, "t_W": 3, "c": 0})
+    err = io.StringIO()
+    assert run(["formula", "zb-v", "--slice", "c == 1"], io.StringIO(), err) == 2
+    assert "is not one of" in err.getvalue()
+    out = io.StringIO()
+    assert run(["formula", "zb-v", "--slice", "c==0,t_I==t_F", "--format", "json"], out,
+               io.StringIO()) == 0
+    assert "t_I == t_F" in out.getvalue() and "t_W == t_F" not in out.getvalue()

@@ -4,6 +4,7 @@
     schedverify formula 1f1b --metric peak_inflight --device d
     schedverify formula 1f1b --metric bubble_fraction --at p=4,m=8 --costs t_F=1,t_B=2
     schedverify formula 1f1b --smallest-m-below 0.05 --at p=8
+    schedverify formula zb-v --slice "c == 0, t_I == t_F"
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ def register(sub) -> None:
     p.add_argument("--at", metavar="p=4,m=8[,v=2,d=0]",
                    help="also evaluate the formula at these sizes, next to the schedule's own value")
     p.add_argument("--costs", metavar="t_F=1,t_B=2,...",
-                   help="costs for --at (default t_F=1, t_B=2, t_I=1, t_W=1, c=0)")
+                   help="costs for --at (default t_F=1, t_B=2, t_I=1, t_W=1, c=0); a timing "
+                        "metric is evaluated with the form whose cost slice holds them")
+    p.add_argument("--slice", metavar="'c == 0, t_I == t_F'",
+                   help="the timing form derived on this cost slice ('all' for all costs) "
+                        "instead of the widest one found")
     p.add_argument("--smallest-m-below", type=float, metavar="X",
                    help="the smallest m whose --metric (default bubble_fraction) is below X at --at's p")
     p.set_defaults(handler=run)
@@ -58,9 +63,20 @@ def _assignments(text: str | None, where: str, allowed: tuple[str, ...]) -> dict
     return out
 
 
+def _slice(text: str) -> tuple[str, ...]:
+    """``--slice`` text as derive.SLICES spells a slice: 'c==0,t_I == t_F' -> ('c == 0', ...)."""
+    if text.strip() == "all":
+        return ()
+    out = []
+    for cond in filter(None, (t.strip() for t in text.split(","))):
+        lhs, eq, rhs = cond.partition("==")
+        out.append(f"{lhs.strip()} == {rhs.strip()}" if eq else cond)
+    return tuple(out)
+
+
 def run(args, out, err) -> int:
     from ..errors import UsageError
-    from ..formulas import formula, smallest_m
+    from ..formulas import formula, formula_at, smallest_m
 
     sizes = _assignments(args.at, "--at", ("p", "m", "v", "d"))
     costs = {"t_F": 1, "t_B": 2, "t_I": 1, "t_W": 1, "c": 0}
@@ -78,7 +94,12 @@ def run(args, out, err) -> int:
             print(f"{args.family}: smallest m with {metric} < {args.smallest_m_below:g} at "
                   f"p={int(sizes['p'])}: {mv if mv is not None else 'none up to 4096'}", file=out)
         return EXIT_OK if mv is not None else EXIT_INVALID
-    f = formula(args.family, args.metric, args.device)
+    if args.slice is not None:
+        f = formula(args.family, args.metric, args.device, _slice(args.slice))
+    elif "p" in sizes and "m" in sizes:
+        f = formula_at(args.family, args.metric, args.device, costs=costs)
+    else:
+        f = formula(args.family, args.metric, args.device)
     doc = f.to_json()
     if "p" in sizes and "m" in sizes:
         doc["at"] = _evaluate(f, args.family, args.metric, args.device, sizes, costs)

@@ -5,8 +5,8 @@ sympy.  :func:`formula` returns the derived sympy expression of a metric and its
 :mod:`.tropical` is the exact symbolic timeline at one size that everything rests on.
 """
 
-from .closed import COST_SYMBOLS, METRICS, SYMBOLS, Formula, formula, parse, smallest_m
+from .closed import COST_SYMBOLS, METRICS, SYMBOLS, Formula, formula, formula_at, parse, smallest_m
 from .derive import NotDerived, derive
 
 __all__ = ["COST_SYMBOLS", "METRICS", "SYMBOLS", "Formula", "NotDerived", "derive", "formula",
-           "parse", "smallest_m"]
+           "formula_at", "parse", "smallest_m"]

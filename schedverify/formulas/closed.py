@@ -125,12 +125,11 @@ class Formula:
         """The exact value at ``sizes`` (p, m, v, d) and ``costs`` (t_F, ..., c)."""
         subs = {SYMBOLS[k]: sympy.Rational(str(x)) for k, x in {**sizes, **(costs or {})}.items()
                 if k in SYMBOLS}
-        for cond in self.cost_slice if costs else ():  # the cost slice it was derived on
-            lhs, rhs = (parse(t) for t in cond.split("=="))
-            if lhs.xreplace(subs) != rhs.xreplace(subs):
-                given = ", ".join(f"{k}={x}" for k, x in costs.items())
-                raise UsageError(f"{self.family} {self.metric}: the form holds for {cond} "
-                                 f"only; the costs {given} are outside it")
+        cond = _outside(self.cost_slice, costs) if costs else None
+        if cond is not None:  # the cost slice it was derived on
+            given = ", ".join(f"{k}={x}" for k, x in costs.items())
+            raise UsageError(f"{self.family} {self.metric}: the form holds for {cond} "
+                             f"only; the costs {given} are outside it")
         for cond in self.restricted:  # the sizes the form was derived on
             holds = parse(cond).xreplace(subs)
             if holds is not sympy.true:
@@ -146,10 +145,45 @@ class Formula:
         return Fraction(int(val.p), int(val.q))
 
 
+def _outside(conds: tuple[str, ...], costs: dict) -> str | None:
+    """The first condition ``a == b`` of a cost slice that ``costs`` break (None: inside)."""
+    subs = {SYMBOLS[k]: sympy.Rational(str(x)) for k, x in costs.items() if k in SYMBOLS}
+    for cond in conds:
+        lhs, rhs = (parse(t) for t in cond.split("=="))
+        if lhs.xreplace(subs) != rhs.xreplace(subs):
+            return cond
+    return None
+
+
+def formula_at(family: str, metric: str, device: int | str | None = None, *,
+               costs: dict) -> Formula:
+    """The form of ``metric`` that holds at ``costs``: the widest-slice one of :func:`formula`,
+    or, when ``costs`` are outside its slice, the one derived on the first (widest) other
+    cost slice that holds them (ZB-V with t_W free: on c == 0, t_I == t_F, for m >= 2p - 1).
+    Raises what :func:`formula` raises, or UsageError when no slice that holds the costs
+    has a form."""
+    f = formula(family, metric, device)
+    if _outside(f.cost_slice, costs) is None:
+        return f
+    tried = []
+    for _, conds in SLICES:
+        if conds == f.cost_slice or _outside(conds, costs) is not None:
+            continue
+        try:
+            return formula(family, metric, device, cost_slice=conds)
+        except NotDerived as e:
+            tried.append(f"[{', '.join(conds) or 'all costs'}] {e}")
+    given = ", ".join(f"{k}={x}" for k, x in costs.items())
+    raise UsageError(f"{family} {metric}: no form holds at the costs {given}: the widest form "
+                     f"needs {', '.join(f.cost_slice)}" + "".join("; " + t for t in tried))
+
+
 @lru_cache(maxsize=1024)
-def formula(family: str, metric: str, device: int | str | None = None) -> Formula:
+def formula(family: str, metric: str, device: int | str | None = None,
+            cost_slice: tuple[str, ...] | None = None) -> Formula:
     """The derived closed form of ``metric`` for ``family`` (per device when ``device`` is
-    given: ``"d"`` for the general form, or a number)."""
+    given: ``"d"`` for the general form, or a number).  Timing metrics hold on the widest
+    cost slice where a form was found, or on ``cost_slice`` (one of derive.SLICES)."""
     _family(family)
     if metric not in METRICS and metric != "busy":
         raise UsageError(f"unknown metric {metric!r}; known: {', '.join(METRICS + ('busy',))}")
@@ -158,7 +192,7 @@ def formula(family: str, metric: str, device: int | str | None = None) -> Formul
                          f"{', '.join(DEVICE_METRICS)}")
     if metric == "busy" and device is None:
         device = "d"
-    der: Derivation = derive(family)
+    der: Derivation = derive(family, cost_slice=cost_slice)
     per_device = device is not None
     if metric == "busy":
         expr = _linear(_need(der, der.busy, "busy")[0].value)
@@ -249,8 +283,8 @@ def smallest_m(family: str, p_value: int, below: float, *, metric: str = "bubble
     from ..errors import UnsupportedSize
     from .sizes import build
 
-    f = formula(family, metric)
     base = {"t_F": 1, "t_B": 2, "t_I": 1, "t_W": 1, "c": 0, **(costs or {})}
+    f = formula_at(family, metric, costs=base)
     limit = Fraction(str(below))
     for mv in range(1, m_max + 1):
         try:
@@ -269,4 +303,5 @@ def _has_v(name: str) -> bool:
     return has_chunks(name)
 
 
-__all__ = ["COST_SYMBOLS", "Formula", "METRICS", "SYMBOLS", "formula", "parse", "smallest_m"]
+__all__ = ["COST_SYMBOLS", "Formula", "METRICS", "SYMBOLS", "formula", "formula_at", "parse",
+           "smallest_m"]

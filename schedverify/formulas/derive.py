@@ -751,13 +751,21 @@ def _sizes(name: str, vs, confirm_p, confirm_m, distinct: int, past: int = 2):
 
 @lru_cache(maxsize=64)
 def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_P.stop - 1),
-           confirm_m: tuple[int, int] = (CONFIRM_M.start, CONFIRM_M.stop - 1)) -> Derivation:
+           confirm_m: tuple[int, int] = (CONFIRM_M.start, CONFIRM_M.stop - 1),
+           cost_slice: tuple[str, ...] | None = None) -> Derivation:
     """Derive and confirm every metric of family ``name``.  The makespan is taken on the
-    widest cost slice where a form survives (all costs, then c == 0, then c == 0 with
-    t_I = t_W = t_F); a metric that no form fits is None, with the reason in ``failures``."""
+    first cost slice of SLICES where a form survives (all costs, then c == 0, ...), or on
+    ``cost_slice`` only (one of SLICES' conditions); a metric that no form fits is None,
+    with the reason in ``failures``."""
     import time
 
     family(name)
+    slices = list(enumerate(SLICES))
+    if cost_slice is not None:
+        slices = [(i, sl) for i, sl in slices if sl[1] == tuple(cost_slice)]
+        if not slices:
+            raise UsageError(f"cost slice {', '.join(cost_slice) or 'all costs'!s} is not one of "
+                             + "; ".join(", ".join(c) or "all costs" for _, c in SLICES))
     t0 = time.process_time()
     chunks = has_chunks(name)
     vs = CHUNKS if chunks else (1,)
@@ -840,11 +848,11 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
 
     # every slice with the plain fits first, then every slice with the period-3 features
     # and a restricted domain of m: a family derived before keeps its form and its time
-    mk, conds, chosen = None, (), len(SLICES)
-    why: dict = {i: [] for i in range(len(SLICES))}
+    mk, conds, chosen = None, (), len(slices)
+    why: dict = {i: [] for i, _ in slices}
     complex_ = set()
     for phase in (0, 1):
-        for i, (merge, slice_conds) in enumerate(SLICES):
+        for k, (i, (merge, slice_conds)) in enumerate(slices):
             if i in complex_:
                 continue
             for tr, co, cp_, late, restrict in _attempts(grids, why[i], phase):
@@ -864,12 +872,12 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
                     used["cp"], used["sizes"] = cp_, {**co, **tr}
                 break
             if mk is not None:
-                conds, chosen = slice_conds, i
+                conds, chosen = slice_conds, k
                 break
         if mk is not None:
             break
     reasons = [f"[{', '.join(SLICES[i][1]) or 'all costs'}] " + "; then: ".join(w for w, _ in why[i])
-               for i in range(chosen)]
+               for i, _ in slices[:chosen]]
     if mk is None:
         failures["makespan"] = "; ".join(reasons)
     cp, allpts = used["cp"], used["sizes"]
