@@ -197,6 +197,24 @@ def test_time_windows_prove_zb_h1_optimal_at_8x16_under_1f1b_memory():
     assert "time_windows" in doc["certificate"]["lower_bound_argument"]
 
 
+def test_order_search_refutes_below_the_optimum_of_a_v_shape_instance():
+    # 4 x 8, two chunks in v placement, memory 4: V-Min reaches 59; every order of device 3
+    # is refuted at 58 (Z3's device relaxation needs a minute, CP-SAT found no schedule in
+    # 60 s), while V-Min's own device order survives 59 down the tree
+    p = smt_search.make_problem(4, 8, chunks=2, placement="v", split_backward=True,
+                                costs=Costs(F=1, I=1, W=1), memory_limit=4)
+    u = smt_search._Units(p)
+    tw = smt_search.TimeWindows(p, u, u.limit)
+    assert tw.windows(58) is not None  # the windows alone do not refute 58
+    assert smt_search.order_search(tw, p, u, 58, 3, deadline=float("inf")) is True
+    vmin = FAMILIES["v-min"](4, 8)
+    assert check(vmin, costs=Costs(F=1, I=1, W=1), memory_limit=4).metrics.makespan == 59
+    rows = smt_search._convert_split(vmin, True).order
+    for d in range(4):
+        assert smt_search.order_search(tw, p, u, 59, d, deadline=float("inf"),
+                                       follow=rows[d]) is False
+
+
 def test_time_windows_close_the_memory_tight_4x16_instance():
     # 4 x 16 split, F=1 I=1 W=2, memory 3: device 0 holds three microbatches, then idles
     # until microbatch 0's round trip returns; the device-pair relaxations reach 68 and
@@ -400,6 +418,7 @@ def test_time_windows_keep_every_valid_fifo_schedule(size, f, b, w_cost, comm, l
     tw = smt_search.TimeWindows(p, u, u.limit)
     cache: dict = {}
     best = None
+    valid = []
     for rows in _fifo_orders(D, M, V, placement, split):
         rep = smt_search.evaluate(p, Schedule(D, D * V, M, rows, p.placement_obj(), "x",
                                               costs=p.costs, memory=p.memory))
@@ -407,6 +426,7 @@ def test_time_windows_keep_every_valid_fifo_schedule(size, f, b, w_cost, comm, l
             continue
         T = round(rep.metrics.makespan * u.tscale)
         best = T if best is None else min(best, T)
+        valid.append((T, rows))
         if T not in cache:
             cache[T] = tw.windows(T)
         assert cache[T] is not None, ("refuted a reached makespan", T, rows)
@@ -419,3 +439,10 @@ def test_time_windows_keep_every_valid_fifo_schedule(size, f, b, w_cost, comm, l
     if best is not None:
         arithmetic = smt_search.lower_bound(p, u)[0]
         assert smt_search.propagation_bound(p, u, arithmetic, 10**6) <= best
+    # the branching over one device's order never closes the path of a valid schedule:
+    # replay the tightest schedules (and a few others) down the tree of every device
+    valid.sort(key=lambda v: v[0])
+    for T, rows in valid[:12] + valid[12::max(1, len(valid) // 6)]:
+        for d in range(D):
+            r = smt_search.order_search(tw, p, u, T, d, deadline=float("inf"), follow=rows[d])
+            assert r is False, ("closed the path of a valid schedule", d, T, rows)
