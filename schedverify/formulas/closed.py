@@ -172,7 +172,7 @@ def formula_at(family: str, metric: str, device: int | str | None = None, *,
         try:
             return formula(family, metric, device, cost_slice=conds)
         except NotDerived as e:
-            tried.append(f"[{', '.join(conds) or 'all costs'}] {e}")
+            tried.append(str(e))  # it names the slice
     given = ", ".join(f"{k}={x}" for k, x in costs.items())
     raise UsageError(f"{family} {metric}: no form holds at the costs {given}: the widest form "
                      f"needs {', '.join(f.cost_slice)}" + "".join("; " + t for t in tried))
