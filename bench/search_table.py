@@ -46,6 +46,8 @@ INSTANCES = [
                                      costs=dict(F=1, I=1, W=1), memory_limit=2)),
     ("4x8 v2 split mem4", 4, 8, dict(chunks=2, placement="v", split_backward=True,
                                      costs=dict(F=1, I=1, W=1), memory_limit=4)),
+    ("4x16 v2 split mem4", 4, 16, dict(chunks=2, placement="v", split_backward=True,
+                                       costs=dict(F=1, I=1, W=1), memory_limit=4)),
     ("8x16 split 2-2-1 mem8", 8, 16, dict(split_backward=True, costs=dict(F=2, I=2, W=1), memory_limit=8)),
 ]
 
