@@ -53,16 +53,16 @@ INSTANCES = [
 
 
 def cpsat(p, time_limit: float):
-    """Solve problem ``p`` (a schedverify.smt.search.Problem) with CP-SAT.
+    """Solve problem ``p`` (a schedverify.smt.problem.Problem) with CP-SAT.
     Returns (makespan or None, status name, seconds, CPU seconds)."""
     try:
         from ortools.sat.python import cp_model
     except ImportError:
         return None, "not installed", 0.0, 0.0
-    from schedverify.smt.search import _Units
+    from schedverify.smt.problem import Units
 
     t0, c0 = time.monotonic(), time.process_time()
-    u = _Units(p)
+    u = Units(p)
     place = p.placement_obj().routes[0]
     M = p.microbatches
     m = cp_model.CpModel()
@@ -125,7 +125,8 @@ def findings(time_limit: float) -> None:
     """
     from schedverify import check
     from schedverify.generators import FAMILIES
-    from schedverify.smt.search import best_generator, make_problem, search
+    from schedverify.smt.problem import make_problem
+    from schedverify.smt.search import best_generator, search
 
     def fam_makespan(name, D, M, costs, limit):
         if name not in FAMILIES:
@@ -192,7 +193,8 @@ def main(argv=None) -> int:
     if args.findings:
         findings(args.time_limit)
         return 0
-    from schedverify.smt.search import make_problem, search
+    from schedverify.smt.problem import make_problem
+    from schedverify.smt.search import search
 
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average at start: {load} ({os.cpu_count()} CPUs)")

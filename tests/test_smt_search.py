@@ -19,6 +19,7 @@ from schedverify.model import B, F, I, W, Action, MemoryModel, Schedule
 
 smt_search = pytest.importorskip("schedverify.smt.search")
 search = smt_search.search
+from schedverify.smt import bounds, problem  # noqa: E402  (after z3 is known to be there)
 
 
 def local_orders(actions):
@@ -201,17 +202,17 @@ def test_order_search_refutes_below_the_optimum_of_a_v_shape_instance():
     # 4 x 8, two chunks in v placement, memory 4: V-Min reaches 59; every order of device 3
     # is refuted at 58 (Z3's device relaxation needs a minute, CP-SAT found no schedule in
     # 60 s), while V-Min's own device order survives 59 down the tree
-    p = smt_search.make_problem(4, 8, chunks=2, placement="v", split_backward=True,
+    p = problem.make_problem(4, 8, chunks=2, placement="v", split_backward=True,
                                 costs=Costs(F=1, I=1, W=1), memory_limit=4)
-    u = smt_search._Units(p)
-    tw = smt_search.TimeWindows(p, u, u.limit)
+    u = problem.Units(p)
+    tw = bounds.TimeWindows(p, u, u.limit)
     assert tw.windows(58) is not None  # the windows alone do not refute 58
-    assert smt_search.order_search(tw, p, u, 58, 3, deadline=float("inf")) is True
+    assert bounds.order_search(tw, p, u, 58, 3, deadline=float("inf")) is True
     vmin = FAMILIES["v-min"](4, 8)
     assert check(vmin, costs=Costs(F=1, I=1, W=1), memory_limit=4).metrics.makespan == 59
     rows = smt_search._convert_split(vmin, True).order
     for d in range(4):
-        assert smt_search.order_search(tw, p, u, 59, d, deadline=float("inf"),
+        assert bounds.order_search(tw, p, u, 59, d, deadline=float("inf"),
                                        follow=rows[d]) is False
 
 
@@ -219,15 +220,15 @@ def test_time_windows_close_the_memory_tight_4x16_instance():
     # 4 x 16 split, F=1 I=1 W=2, memory 3: device 0 holds three microbatches, then idles
     # until microbatch 0's round trip returns; the device-pair relaxations reach 68 and
     # stop there, the windows refute 68 in a fraction of a second (CP-SAT: optimum 69)
-    p = smt_search.make_problem(4, 16, split_backward=True, costs=Costs(F=1, I=1, W=2),
+    p = problem.make_problem(4, 16, split_backward=True, costs=Costs(F=1, I=1, W=2),
                                 memory_limit=3)
-    u = smt_search._Units(p)
-    arithmetic = smt_search.lower_bound(p, u)[0]
+    u = problem.Units(p)
+    arithmetic = bounds.lower_bound(p, u)[0]
     assert arithmetic == 67
-    assert smt_search.propagation_bound(p, u, arithmetic, 10**6) == 69
+    assert bounds.propagation_bound(p, u, arithmetic, 10**6) == 69
     # without the memory limit the windows give exactly the arithmetic bound
-    q = smt_search.make_problem(4, 16, split_backward=True, costs=Costs(F=1, I=1, W=2))
-    assert smt_search.propagation_bound(q, smt_search._Units(q), 67, 10**6) == 67
+    q = problem.make_problem(4, 16, split_backward=True, costs=Costs(F=1, I=1, W=2))
+    assert bounds.propagation_bound(q, problem.Units(q), 67, 10**6) == 67
 
 
 def test_cli_usage_errors():
@@ -240,9 +241,9 @@ def test_relaxation_lower_bound_never_exceeds_the_optimum():
     raised = 0
     for D, M, split, costs, limit in CASES:
         truth = exhaustive(D, M, split=split, costs=costs, memory_limit=limit)[0]
-        p = smt_search.make_problem(D, M, split_backward=split, costs=costs, memory_limit=limit)
+        p = problem.make_problem(D, M, split_backward=split, costs=costs, memory_limit=limit)
         s = smt_search._Search(p, fifo=True, time_limit=30, warm_start=False)
-        arithmetic = smt_search.lower_bound(p, s.u)[0]
+        arithmetic = bounds.lower_bound(p, s.u)[0]
         lb = s.relaxation_bound(round((truth + 5) * s.u.tscale), arithmetic, {}, share=1.0)
         assert arithmetic <= lb <= round(truth * s.u.tscale), (D, M, split, costs, limit)
         raised += lb > arithmetic
@@ -270,11 +271,11 @@ def test_bounds_and_optimum_agree_with_exhaustive_enumeration(size, f, b, w_cost
         assert r.status == "infeasible", r
         return
     assert r.optimal and r.makespan == truth[0], (r.status, r.makespan, truth)
-    p = smt_search.make_problem(D, M, split_backward=split, costs=costs,
+    p = problem.make_problem(D, M, split_backward=split, costs=costs,
                                 memory=MemoryModel(w=w), memory_limit=limit)
     s = smt_search._Search(p, fifo=True, time_limit=30, warm_start=False)
     opt = round(truth[0] * s.u.tscale)
-    arithmetic = smt_search.lower_bound(p, s.u)[0]
+    arithmetic = bounds.lower_bound(p, s.u)[0]
     assert arithmetic <= opt
     assert s.relaxation_bound(opt + 3 * s.u.tscale, arithmetic, {}, share=1.0) <= opt
 
@@ -288,7 +289,7 @@ def test_memory_tight_split_pipeline_is_proven_optimal():
     assert r.optimal, (r.makespan, r.lower_bound, r.reason)
     rep = check(r.schedule)
     assert rep.is_valid and rep.metrics.makespan == r.makespan and rep.metrics.peak_memory <= 2
-    assert r.makespan > smt_search.lower_bound(smt_search.make_problem(
+    assert r.makespan > bounds.lower_bound(problem.make_problem(
         4, 8, split_backward=True, costs=Costs(F=1, I=1, W=1), memory_limit=2))[0]
 
 
@@ -297,7 +298,7 @@ def test_greedy_keeps_room_for_an_in_flight_microbatch_later_stage(placement):
     # two stages per device and room for exactly one microbatch's activations: a greedy
     # that starts a new microbatch on a device before the in-flight one's later forward
     # locks itself out; the lookahead keeps it going, and the result is a valid schedule
-    p = smt_search.make_problem(4, 8, chunks=2, placement=placement, split_backward=True,
+    p = problem.make_problem(4, 8, chunks=2, placement=placement, split_backward=True,
                                 costs=Costs(F=1, I=1, W=1), memory_limit=2)
     for prio in smt_search.GREEDY_POLICIES:
         s = smt_search.greedy(p, prio)
@@ -314,9 +315,9 @@ def test_device_relaxation_counts_idle_time_under_a_memory_limit():
     # ZB-H1 reaches.  The arithmetic bound says 67; the one-device relaxation (energy cuts
     # on) must find the 70, which makes ZB-H1 provably optimal here.
     costs = Costs(F=1, I=2, W=1)
-    p = smt_search.make_problem(4, 16, split_backward=True, costs=costs, memory_limit=4)
+    p = problem.make_problem(4, 16, split_backward=True, costs=costs, memory_limit=4)
     s = smt_search._Search(p, fifo=True, time_limit=60, warm_start=False)
-    arithmetic = smt_search.lower_bound(p, s.u)[0]
+    arithmetic = bounds.lower_bound(p, s.u)[0]
     zb = check(smt_search._convert_split(FAMILIES["zb-h1"](4, 16), True), costs=costs,
                memory_limit=4)
     assert zb.is_valid and zb.metrics.makespan == 70 and arithmetic == 67
@@ -370,11 +371,11 @@ def test_memory_precedences_hold_in_every_valid_fifo_schedule(D, M, V, placement
     # the orders a memory limit forces (added to every memory-limited encoding, so also to
     # the device relaxations the bound property above exercises) are kept by every FIFO
     # schedule the graph checker accepts under the limit, and some pairs are forced at all
-    p = smt_search.make_problem(D, M, chunks=V, placement=placement, split_backward=split,
+    p = problem.make_problem(D, M, chunks=V, placement=placement, split_backward=split,
                                 costs=Costs(F=1, I=1, W=1), memory=MemoryModel(w=w),
                                 memory_limit=limit)
-    u = smt_search._Units(p)
-    pairs = smt_search.memory_precedences(p, u, u.limit)
+    u = problem.Units(p)
+    pairs = bounds.memory_precedences(p, u, u.limit)
     assert any(y is not None for y, _ in pairs)
     valid = 0
     for rows in itertools.product(*fifo_device_orders(p)):
@@ -392,7 +393,7 @@ def test_memory_precedences_hold_in_every_valid_fifo_schedule(D, M, V, placement
 
 @functools.lru_cache(maxsize=None)
 def _fifo_orders(D, M, V, placement, split):
-    p = smt_search.make_problem(D, M, chunks=V, placement=placement, split_backward=split)
+    p = problem.make_problem(D, M, chunks=V, placement=placement, split_backward=split)
     return list(itertools.product(*fifo_device_orders(p)))
 
 
@@ -412,10 +413,10 @@ def test_time_windows_keep_every_valid_fifo_schedule(size, f, b, w_cost, comm, l
     # starts each action inside the windows of T, so no makespan a schedule reaches is refuted
     D, M, V, placement, split = size
     costs = Costs(F=f, B=b + w_cost, I=b, W=w_cost, comm=comm)
-    p = smt_search.make_problem(D, M, chunks=V, placement=placement, split_backward=split,
+    p = problem.make_problem(D, M, chunks=V, placement=placement, split_backward=split,
                                 costs=costs, memory=MemoryModel(w=w), memory_limit=limit)
-    u = smt_search._Units(p)
-    tw = smt_search.TimeWindows(p, u, u.limit)
+    u = problem.Units(p)
+    tw = bounds.TimeWindows(p, u, u.limit)
     cache: dict = {}
     best = None
     valid = []
@@ -437,12 +438,12 @@ def test_time_windows_keep_every_valid_fifo_schedule(size, f, b, w_cost, comm, l
                 t0 = round(start * u.tscale)
                 assert est[x] <= t0 and t0 + tw.dur[x] <= lct[x], (a, t0, est[x], lct[x], rows)
     if best is not None:
-        arithmetic = smt_search.lower_bound(p, u)[0]
-        assert smt_search.propagation_bound(p, u, arithmetic, 10**6) <= best
+        arithmetic = bounds.lower_bound(p, u)[0]
+        assert bounds.propagation_bound(p, u, arithmetic, 10**6) <= best
     # the branching over one device's order never closes the path of a valid schedule:
     # replay the tightest schedules (and a few others) down the tree of every device
     valid.sort(key=lambda v: v[0])
     for T, rows in valid[:12] + valid[12::max(1, len(valid) // 6)]:
         for d in range(D):
-            r = smt_search.order_search(tw, p, u, T, d, deadline=float("inf"), follow=rows[d])
+            r = bounds.order_search(tw, p, u, T, d, deadline=float("inf"), follow=rows[d])
             assert r is False, ("closed the path of a valid schedule", d, T, rows)
