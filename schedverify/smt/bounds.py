@@ -174,9 +174,9 @@ def memory_precedences(p: Problem, u: Units, limit: int) -> list[tuple[Action, A
     schedule's restriction to a device relaxation) away; stated as order literals they give
     the difference-logic solver the facts without pseudo-Boolean reasoning.  Measured: a
     device pair's relaxation of 4x16 split F=1,I=1,W=2 mem 3 answers in 1.3 s instead of
-    4.1 s, but they do not close that instance (the whole problem's "no order by 68" is
-    still unknown after 120 s) nor the V=2 memory-limited 4x8 ones.  Only for class
-    ``fifo`` (the argument orders microbatches)."""
+    4.1 s, but they alone do not close that instance nor the V=2 memory-limited 4x8 ones
+    (:class:`TimeWindows`, which uses them, does).  Only for class ``fifo`` (the argument
+    orders microbatches)."""
     place = p.placement_obj().routes[0]
     out: list = []
     bk = I if p.split else B
