@@ -328,11 +328,7 @@ def _learned_split(data: dict, fit_one, agrees) -> Iterator[list[Piece]]:
     (p, v, d), is fitted as a polynomial T(p, v, d) (with the Mod features), and the sizes
     below it are fitted on their own.  Finds splits such as m >= (3*p - Mod(p, 2))/2 that no
     fixed list of thresholds holds."""
-    groups: dict = {}
-    for x in data:
-        groups.setdefault((x[0], x[2], x[3]), []).append(x)
-    for g in groups.values():
-        g.sort(key=lambda x: x[1])
+    groups = _by_size_but_m(data)
     top = {x: data[x] for g in groups.values() for x in g[-3:]}
     if len(top) == len(data):
         return
@@ -340,7 +336,19 @@ def _learned_split(data: dict, fit_one, agrees) -> Iterator[list[Piece]]:
         yield from _split_below(data, fit_one, agrees, groups, tail)
 
 
-def _split_below(data: dict, fit_one, agrees, groups: dict, tail) -> Iterator[list[Piece]]:
+def _by_size_but_m(data: dict) -> dict:
+    """The points of ``data`` grouped by (p, v, d), each group in increasing m."""
+    groups: dict = {}
+    for x in data:
+        groups.setdefault((x[0], x[2], x[3]), []).append(x)
+    for g in groups.values():
+        g.sort(key=lambda x: x[1])
+    return groups
+
+
+def _first_agreeing(data: dict, groups: dict, tail, agrees) -> dict | None:
+    """Per (p, v, d): the least m from which ``tail`` agrees with ``data`` at every larger m
+    of the group; None when it does not agree even at the largest m of some group."""
     first = {}
     for key, g in groups.items():
         low = None
@@ -349,8 +357,16 @@ def _split_below(data: dict, fit_one, agrees, groups: dict, tail) -> Iterator[li
                 break
             low = x[1]
         if low is None:
-            return
+            return None
         first[key] = low
+    return first
+
+
+def _split_below(data: dict, fit_one, agrees, groups: dict, tail) -> Iterator[list[Piece]]:
+    first = _first_agreeing(data, groups, tail, agrees)
+    if first is None:
+        return
+
     def feats(p, v, d):  # Mod(p, 2), and the period-3 features where they are allowed
         return (p % 2,) + ((p // 3, (p + 1) // 3) if _LATE[0] else ())
 
@@ -488,49 +504,37 @@ def _restricted_in(label: str, train: dict, full, fit_one, agrees) -> tuple[str,
     and confirmed like a whole family (decision lists included), and the confirmed form is
     returned with the domain's condition.  Small m where the schedule is irregular are left
     out, stated, rather than the metric being not derived at all."""
-    groups: dict = {}
-    for x in train:
-        groups.setdefault((x[0], x[2], x[3]), []).append(x)
-    for g in groups.values():
-        g.sort(key=lambda x: x[1])
+    groups = _by_size_but_m(train)
     top = {x: train[x] for g in groups.values() for x in g[-3:]}
     tried, errs = set(), []
     # the form at the largest m: whole first, else a list of two pieces (such as d < 1)
     for tail in islice(_candidates(top, fit_one, 2), 2):
-        first = {}
-        for key, g in groups.items():
-            low = None
-            for x in reversed(g):
-                if not agrees(tail, x, train[x]):
-                    break
-                low = x[1]
-            if low is None:
-                break
-            first[key] = low
-        else:
-            ranked = []
-            for text, th in THRESHOLDS:
-                if all(th(p, v, d) >= m0 for (p, v, d), m0 in first.items()):
-                    cut = sum(1 for x in train if x[1] < th(x[0], x[2], x[3]))
-                    if cut < len(train) - len(top):
-                        ranked.append((cut, text))
-            for _, text in sorted(ranked)[:MAX_DOMAINS]:
-                cond = f"m >= {text}"
-                if cond in tried:
-                    continue
-                tried.add(cond)
-                pred = _ATOM[cond]
-                sub = {x: y for x, y in train.items() if pred(*x[:4])}
-                if callable(full):
-                    full = full()
-                within = {x: y for x, y in full.items() if pred(*x[:4])}
-                try:
-                    # two pieces (and a fitted split): with the extra conditions and
-                    # features an exhaustive three-piece search costs minutes per metric
-                    return cond, _confirmed(f"{label} on {cond}", sub, within, fit_one, agrees,
-                                            three=False)
-                except NotDerived as e:
-                    errs.append(str(e))
+        first = _first_agreeing(train, groups, tail, agrees)
+        if first is None:
+            continue
+        ranked = []
+        for text, th in THRESHOLDS:
+            if all(th(p, v, d) >= m0 for (p, v, d), m0 in first.items()):
+                cut = sum(1 for x in train if x[1] < th(x[0], x[2], x[3]))
+                if cut < len(train) - len(top):
+                    ranked.append((cut, text))
+        for _, text in sorted(ranked)[:MAX_DOMAINS]:
+            cond = f"m >= {text}"
+            if cond in tried:
+                continue
+            tried.add(cond)
+            pred = _ATOM[cond]
+            sub = {x: y for x, y in train.items() if pred(*x[:4])}
+            if callable(full):
+                full = full()
+            within = {x: y for x, y in full.items() if pred(*x[:4])}
+            try:
+                # two pieces (and a fitted split): with the extra conditions and
+                # features an exhaustive three-piece search costs minutes per metric
+                return cond, _confirmed(f"{label} on {cond}", sub, within, fit_one, agrees,
+                                        three=False)
+            except NotDerived as e:
+                errs.append(str(e))
     raise NotDerived(f"{label}: no restricted domain m >= T (listed T) either"
                      + (": " + "; ".join(errs) if errs else ""), refuted=bool(errs))
 
