@@ -133,17 +133,22 @@ def leaf_rows(order):
         yield acts
 
 
-def largest_indices(order) -> tuple[int, int]:
-    """The largest stage and microbatch index any action names (0 when none does): what
-    both file formats infer the sizes from when the file does not give them."""
-    stages, mbs = [0], [0]
+def infer_sizes(order, devices: int, stages: int | None,
+                microbatches: int | None) -> tuple[int, int]:
+    """(stages, microbatches): the ones the file gives, else inferred from the largest stage
+    and microbatch index any action names (at least one stage per device).  Both file
+    formats call it; each then refuses sizes too large in its own terms."""
+    if stages is not None and microbatches is not None:
+        return stages, microbatches
+    top_stages, top_mbs = [0], [0]
     for acts in leaf_rows(order):
-        stages.append(max(map(_STAGE, acts), default=0))
+        top_stages.append(max(map(_STAGE, acts), default=0))
         named = list(map(_MB, acts))
         if None in named:  # bookkeeping actions name no microbatch
             named = [m for m in named if m is not None]
-        mbs.append(max(named, default=0))
-    return max(stages), max(mbs)
+        top_mbs.append(max(named, default=0))
+    return (max(devices, 1 + max(top_stages)) if stages is None else stages,
+            1 + max(top_mbs) if microbatches is None else microbatches)
 
 
 _SUB = attrgetter("sub")

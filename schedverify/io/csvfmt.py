@@ -14,7 +14,7 @@ from operator import attrgetter
 
 from ..errors import InputError
 from ..model import Placement, PlacementSpec, Schedule, stage_devices
-from .actions import ActionSyntaxError, largest_indices, leaf_rows, parse_action, parse_row
+from .actions import ActionSyntaxError, infer_sizes, leaf_rows, parse_action, parse_row
 from .jsonfmt import MAX_REPORTED, MAX_SIZE, refuse_huge_index
 
 
@@ -68,12 +68,7 @@ def loads(
         raise InputError(f"the file has {len(order)} rows (one per device) but devices is {devices}",
                          source=source)
     order += [()] * (devices - len(order))
-    if stages is None or microbatches is None:
-        top_stage, top_mb = largest_indices(order)
-        if stages is None:
-            stages = max(devices, 1 + top_stage)
-        if microbatches is None:
-            microbatches = 1 + top_mb
+    stages, microbatches = infer_sizes(order, devices, stages, microbatches)
     if max(stages, microbatches, devices) > MAX_SIZE:
         refuse_huge_index(order, source, lambda d, p: f"row {d + 1}, column {p + 1}")
         raise InputError(f"{len(order)} rows is absurdly many devices (at most {MAX_SIZE})", source=source)

@@ -20,7 +20,7 @@ from ..model import (
     Placement,
     Schedule,
 )
-from .actions import ActionSyntaxError, largest_indices, parse_action, parse_row
+from .actions import ActionSyntaxError, infer_sizes, parse_action, parse_row
 
 FORMAT = "schedverify/1"
 MAX_SIZE = 10_000_000
@@ -161,11 +161,7 @@ def from_document(doc: Any, source: str = "<document>") -> Schedule:
     stages = r.size(doc, "stages")
     microbatches = r.size(doc, "microbatches")
     if stages is None or microbatches is None:
-        top_stage, top_mb = largest_indices(order)
-        if stages is None:
-            stages = max(devices, 1 + top_stage)
-        if microbatches is None:
-            microbatches = 1 + top_mb
+        stages, microbatches = infer_sizes(order, devices, stages, microbatches)
         if max(stages, microbatches) > MAX_SIZE:
             refuse_huge_index(order, r.source, lambda d, p: f"order[{d}][{p}]")
     placement = _read_placement(r, doc, devices, stages, microbatches)
