@@ -7,7 +7,7 @@ Costs and activation sizes are per *device share of the model*: a family with ``
 on ``D`` devices splits each device's share into ``S/D`` chunks, so each chunk costs
 ``F/(S/D)``, ``B/(S/D)`` ... and holds ``1/(S/D)`` of an activation.  Every family then does
 the same work, and the makespans and memories compare directly.  Communication latency is
-0.  Memory is SPEC.md section 5's weighted activation memory (``W`` keeps half of an
+0.  Memory is docs/spec.md section 5's weighted activation memory (``W`` keeps half of an
 activation alive after ``I``), in units of one microbatch's activation for one device's
 share; "in flight" counts (stage, microbatch) pairs, so chunks count separately.
 """

@@ -8,7 +8,7 @@ column says "not installed" without it).  CP-SAT gets the same model: one interv
 action, microbatches in order per (stage, kind) (the FIFO class, which loses no optimum:
 see schedverify/smt/search.py), the dependencies of schedverify.deps, one no-overlap per
 device and a reservoir per device for weighted activation memory (frees at an action's end
-count before an allocation at the same moment, as SPEC.md section 5's order-based memory).
+count before an allocation at the same moment, as docs/spec.md section 5's order-based memory).
 
 Instances marked long (8 devices) get ``--long-time-limit`` (the issue's target there is a
 result within 5 minutes), the others ``--time-limit``.  The header prints the machine's load

@@ -1,4 +1,4 @@
-"""The dependency rules of SPEC.md sections 3.4 and 3.5, written once, as data.
+"""The dependency rules of docs/spec.md sections 3.4 and 3.5, written once, as data.
 
 Every engine (the graph checker, the timeline, the Z3 encodings, the formulas) reads these
 tables instead of restating the rules:

@@ -8,7 +8,7 @@ column with C-level builtins; anything else action by action; both give the same
 inversions, ...) as indices; :mod:`schedverify.check` turns them into Violations.
 
 ``sweep`` runs every device's list in order, each action as soon as its device is free and
-its dependencies have ended (SPEC.md section 4).  It is both the timeline and the deadlock
+its dependencies have ended (docs/spec.md section 4).  It is both the timeline and the deadlock
 detector: when no device can move, the devices' waits form a cycle, which is the witness.
 Everything is linear in the number of actions; only cross-device dependencies are stored,
 since a same-device dependency that comes earlier is implied by device order.

@@ -1,4 +1,4 @@
-"""The data model: actions, placements, costs, memory and schedules (SPEC.md sections 1, 2, 4-6).
+"""The data model: actions, placements, costs, memory and schedules (docs/spec.md sections 1, 2, 4-6).
 
 Everything here is immutable and free of heavy dependencies.  ``Action`` is a NamedTuple
 rather than a dataclass because a realistic schedule holds millions of them and a tuple is
@@ -72,7 +72,7 @@ def overlap(forward: Action, backward: Action) -> Action:
 
 
 def malformation(a: Action) -> str:
-    """Why ``a`` is not a well-formed action (SPEC.md 3.1), for an action already known not
+    """Why ``a`` is not a well-formed action (docs/spec.md 3.1), for an action already known not
     to be: the one wording both checking engines use."""
     if a.sub is not None or a.kind == OVERLAP_F_B:
         if a.kind != OVERLAP_F_B:
@@ -119,7 +119,7 @@ def stage_devices(spec: PlacementSpec, devices: int, stages: int) -> tuple[int, 
 
 @dataclass(frozen=True)
 class Placement:
-    """Which device runs each stage, for each route (SPEC.md section 1).
+    """Which device runs each stage, for each route (docs/spec.md section 1).
 
     Unidirectional schedules have one route.  Bidirectional ones (DualPipe, Chimera) have
     two, and ``microbatch_route[i]`` says which route microbatch ``i`` follows.  ``specs``
@@ -216,7 +216,7 @@ class Costs:
 
 @dataclass(frozen=True)
 class MemoryModel:
-    """Activation memory (SPEC.md section 5).
+    """Activation memory (docs/spec.md section 5).
 
     ``F`` allocates ``activation`` (per stage) at its start; ``B`` frees it at its end; ``I``
     frees ``(1-w)`` of it and ``W`` the remaining ``w``.  ``static`` is added, per stage, on

@@ -2,7 +2,7 @@
 
 The strategies and the record type:
 
-- :func:`valid_schedules` draws schedules that are valid by construction (SPEC.md section 3):
+- :func:`valid_schedules` draws schedules that are valid by construction (docs/spec.md section 3):
   random sizes, ``loop``/``v``/explicit-list placements, optional bidirectional routes, full
   (``B``) or split (``I``/``W``) backward, ``OVERLAP_F_B`` ops, optional explicit
   ``SEND``/``RECV`` communication (eager or rendezvous), idle slots and ``REDUCE_GRAD``.
@@ -163,7 +163,7 @@ def valid_schedules(
     with_costs: bool | SearchStrategy[Costs] = False,
     with_memory: bool | SearchStrategy[MemoryModel] = False,
 ) -> SearchStrategy[Schedule]:
-    """Random valid schedules, built by a randomized topological execution of SPEC.md's
+    """Random valid schedules, built by a randomized topological execution of docs/spec.md's
     dependency rules (so every draw is valid under its own ``comm_semantics``).
 
     Sizes are ints or strategies.  ``chunks`` is the number of stages per device for the
@@ -379,7 +379,7 @@ class Mutation(NamedTuple):
     empty ``must`` says "one or more of ``may``" (for example a deadlock in a rendezvous
     schedule, reported as SV402 or SV403 depending on which cycle the checker meets first).
 
-    The tags come from first principles (SPEC.md), not from the checker: a reorder is judged
+    The tags come from first principles (docs/spec.md), not from the checker: a reorder is judged
     by running the devices naively, so a swap that deadlocks is tagged SV402 and one that
     does not is tagged "still valid".
     """
@@ -630,7 +630,7 @@ _MUTATORS = {
 
 def _order_codes(s: Schedule) -> tuple[frozenset[str], frozenset[str]]:
     """(must, may) for a schedule whose actions are complete and placed, so only their order
-    can be wrong: judged from SPEC.md directly, by running the devices naively.
+    can be wrong: judged from docs/spec.md directly, by running the devices naively.
 
     An action placed before a same-device action it needs is SV401 (the checker may also
     find a deadlock around it); a REDUCE_GRAD before a backward of its stage is SV404; with

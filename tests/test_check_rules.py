@@ -1,4 +1,4 @@
-"""Every rule of SPEC.md section 3 on crafted schedules: each violation code, its device and
+"""Every rule of docs/spec.md section 3 on crafted schedules: each violation code, its device and
 position, the actions involved, and a message a person can act on."""
 
 from __future__ import annotations
@@ -483,7 +483,7 @@ def test_bad_arguments_raise_usage_errors():
 
 
 # ------------------------------------------------------------------ against a naive reading of SPEC
-# A deliberately simple simulator written straight from SPEC.md 3.4 and 4 (no graph, no
+# A deliberately simple simulator written straight from docs/spec.md 3.4 and 4 (no graph, no
 # compilation): repeat "run every device's next action whose inputs are done" until nothing
 # moves.  Random device orders of complete, correctly placed compute-only schedules must get
 # the same verdict from the checker, and, when they run, the same times.
@@ -613,7 +613,7 @@ def test_check_never_raises_and_its_views_agree(s, semantics, limit):
 
 
 def naive_comm_run(rows, S, split, rendezvous: bool) -> bool:
-    """SPEC.md 3.5 straight: a consumer whose producer sits elsewhere waits for the RECV on
+    """docs/spec.md 3.5 straight: a consumer whose producer sits elsewhere waits for the RECV on
     its own device; a RECV waits for its SEND; under rendezvous a SEND also waits until its
     RECV is posted (is the next action of its device)."""
     where = {(a.stage, a.kind, a.microbatch): d for d, row in enumerate(rows) for a in row}

@@ -1,7 +1,7 @@
 """The property suite: strategies, mutations, round trips, invariants, generators, and the
 timeline against a naive reference simulator.
 
-The reference simulator below restates SPEC.md sections 3.4, 3.5 and 4 on purpose, instead of
+The reference simulator below restates docs/spec.md sections 3.4, 3.5 and 4 on purpose, instead of
 reading ``schedverify.deps``: it is an independent, slow, obviously-correct second opinion, so
 a mistake in the dependency tables or in the fast sweep shows up as a disagreement.
 
@@ -46,7 +46,7 @@ def _leaf_key(x):
 
 def _wait_function(schedule, cost: Costs, semantics: str):
     """waits(d, x): (device, index, latency) of everything leaf ``x`` on device ``d`` waits
-    for, per SPEC.md 3.4 and 3.5 (indices skip idle slots)."""
+    for, per docs/spec.md 3.4 and 3.5 (indices skip idle slots)."""
     S = schedule.stages
     rows = [[a for a in row if a is not None] for row in schedule.order]
     where = {}
@@ -97,7 +97,7 @@ def _wait_function(schedule, cost: Costs, semantics: str):
 
 
 def reference_run(schedule, cost: Costs, memory: MemoryModel, semantics: str = "eager"):
-    """SPEC.md section 4, the slow way: repeatedly run any device whose next action's
+    """docs/spec.md section 4, the slow way: repeatedly run any device whose next action's
     dependencies have ended.  Returns (start, end, peak_inflight, peak_memory) with start/end
     lists per device (idle slots skipped), or None when the devices get stuck."""
     rows = [[a for a in row if a is not None] for row in schedule.order]

@@ -1,4 +1,4 @@
-"""The timeline and memory of SPEC.md sections 4 and 5 on small cases computed by hand."""
+"""The timeline and memory of docs/spec.md sections 4 and 5 on small cases computed by hand."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_1f1b_and_gpipe_makespan_and_bubble(D, M):
 @pytest.mark.parametrize("D, M", [(2, 1), (3, 2), (4, 4), (4, 8), (5, 3), (6, 12)])
 def test_1f1b_first_stage_peaks_at_min_D_M_in_flight(D, M):
     m = sv.check(one_f_one_b(D, M)).metrics
-    assert m.devices[0].peak_inflight == min(D, M)  # not D - 1 (SPEC.md 5)
+    assert m.devices[0].peak_inflight == min(D, M)  # not D - 1 (docs/spec.md 5)
     assert [d.peak_inflight for d in m.devices] == [min(D - d, M) for d in range(D)]
     assert [d.peak_memory for d in m.devices] == [min(D - d, M) for d in range(D)]
     # GPipe holds all M

@@ -1,4 +1,4 @@
-"""The fast graph checker: every rule of SPEC.md section 3, linear in the number of actions.
+"""The fast graph checker: every rule of docs/spec.md section 3, linear in the number of actions.
 
 ``check`` returns a :class:`~schedverify.diagnostics.Report` (verdict, violations, metrics);
 ``iter_violations`` yields the violations lazily; ``is_valid`` answers yes or no.  They
@@ -68,7 +68,7 @@ class _Run:
 
 def iter_violations(schedule: Schedule, *, costs=None, memory=None, memory_limit=None,
                     comm_semantics=None) -> Iterator[Violation]:
-    """Every violation of ``schedule``, rule by rule (SPEC.md section 3 order)."""
+    """Every violation of ``schedule``, rule by rule (docs/spec.md section 3 order)."""
     return _Run(schedule, costs, memory, memory_limit, comm_semantics).violations()
 
 

@@ -1,4 +1,4 @@
-"""One function per rule of SPEC.md section 3; each yields Violations from a compiled graph."""
+"""One function per rule of docs/spec.md section 3; each yields Violations from a compiled graph."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Published claims and the prover that judges them (SPEC.md section 7).
+"""Published claims and the prover that judges them (docs/spec.md section 7).
 
 ``prove(Claim(...))`` returns PROVED / REFUTED / UNKNOWN with the range, the counterexample
 or the reason; :mod:`.catalogue` reads the claim files of ``proofs/``.

@@ -1,4 +1,4 @@
-"""Claims: what they say, parsed (SPEC.md section 7).
+"""Claims: what they say, parsed (docs/spec.md section 7).
 
 A claim relates metrics and expressions in the size symbols ``p, m, v, d`` and the cost
 symbols ``t_F, t_B, t_I, t_W, c`` with one of ``==, !=, <=, >=, <, >``::
@@ -28,7 +28,7 @@ from ..errors import UsageError
 
 #: Metric -> what it means; each takes a device index or ALL (the whole pipeline).
 METRICS = {
-    "makespan": "end of the last action (SPEC.md 4)",
+    "makespan": "end of the last action (docs/spec.md 4)",
     "bubble_time": "makespan minus the busiest device's busy time; per device: makespan - busy(d)",
     "bubble_fraction": "1 - sum(busy) / (p * makespan); per device: idle(d) / makespan",
     "bubble_ratio": "(makespan - T_ideal) / T_ideal with T_ideal the busiest device's busy time",

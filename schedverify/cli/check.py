@@ -19,7 +19,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "check", help="check schedules and compute their cost",
         description="Check each schedule (schedverify/1 .json or PyTorch .csv) against every rule "
-                    "of SPEC.md section 3 and compute its makespan, bubbles and memory. Exit code: "
+                    "of docs/spec.md section 3 and compute its makespan, bubbles and memory. Exit code: "
                     "0 all valid, 1 some invalid, 2 usage or input error, 3 unknown.",
     )
     p.add_argument("files", nargs="*", metavar="FILE", help="schedule files ('-' reads standard input)")

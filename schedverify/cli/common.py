@@ -80,7 +80,7 @@ def add_cost_options(p: argparse.ArgumentParser) -> None:
                    help="costs per action type (overrides the file's); a per-stage value is "
                         "written a:b:c; comm is the latency of every cross-device dependency")
     p.add_argument("--memory-limit", type=non_negative_float, metavar="L",
-                   help="peak memory allowed on every device, in activation units (SPEC.md 5)")
+                   help="peak memory allowed on every device, in activation units (docs/spec.md 5)")
     p.add_argument("--comm-semantics", choices=("eager", "rendezvous"),
                    help="how explicit SEND/RECV pairs complete (default: the file's, else eager)")
 

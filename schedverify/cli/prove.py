@@ -19,7 +19,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "prove", help="prove or refute a claim about a schedule family (or run a catalogue)",
         description="Judge a claim exactly over a finite range of sizes and every cost the "
-                    "assumptions allow (SPEC.md section 7): PROVED (exit 0), REFUTED with the "
+                    "assumptions allow (docs/spec.md section 7): PROVED (exit 0), REFUTED with the "
                     "smallest counterexample (exit 1) or UNKNOWN with the reason (exit 3). Without "
                     "--family, the arguments are claim files or directories (proofs/).",
     )

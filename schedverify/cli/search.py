@@ -55,7 +55,7 @@ def register(sub) -> None:
     p.add_argument("--costs", type=_costs, metavar="F=1,B=2,I=1,W=1",
                    help="cost per action kind (a per-stage value is a:b:c); comm works too")
     p.add_argument("--memory-limit", type=non_negative_float, metavar="L",
-                   help="peak weighted activation memory per device (SPEC.md 5)")
+                   help="peak weighted activation memory per device (docs/spec.md 5)")
     p.add_argument("--w-share", type=_share, default=0.5, metavar="W",
                    help="share of a stage's activation that W still holds after I (default 0.5)")
     p.add_argument("--comm-latency", type=non_negative_float, metavar="C",

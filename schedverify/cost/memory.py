@@ -1,4 +1,4 @@
-"""Activation memory and in-flight microbatches per device (SPEC.md section 5).
+"""Activation memory and in-flight microbatches per device (docs/spec.md section 5).
 
 Memory on a device changes only through that device's own actions, which run one at a
 time, so peaks follow from the order alone.  Each action allocates at its start (a forward:

@@ -1,4 +1,4 @@
-"""The timeline: start and end of every action, makespan, bubbles, critical path (SPEC.md 4)."""
+"""The timeline: start and end of every action, makespan, bubbles, critical path (docs/spec.md 4)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The timeline with symbolic costs, exactly, at one concrete size (no sympy here).
 
 With uniform costs per action kind, every start and end time of the as-soon-as-possible
-execution (SPEC.md section 4) is a *max over dependency paths of sums of costs*: a tropical
+execution (docs/spec.md section 4) is a *max over dependency paths of sums of costs*: a tropical
 polynomial in the cost symbols ``t_F, t_B, t_I, t_W, c``.  A term is the vector of how many
 times each symbol occurs on one path; a time is the set of its terms, and since every cost
 is >= 0 a term that is componentwise <= another can never be the maximum, so it is dropped.

@@ -1,4 +1,4 @@
-"""The schedverify/1 JSON format (SPEC.md section 6).
+"""The schedverify/1 JSON format (docs/spec.md section 6).
 
 Reading validates every field by hand so that each message names the field, the value and
 where it is (``order[2][7]``); the shipped ``schema.json`` says the same thing for other

@@ -8,7 +8,7 @@ Top panel: one lane per device, one bar per action at its simulated start, colou
 kind (F, B, I, W, overlapped F+B, communication, bookkeeping) and shaded by microbatch
 (later microbatches lighter), labelled when the label fits, idle time hatched as bubbles,
 the critical path outlined in black and joined by a line, and actions that a violation
-names outlined in red.  Bottom panel: memory per device over time (SPEC.md section 5) and
+names outlined in red.  Bottom panel: memory per device over time (docs/spec.md section 5) and
 the limit.  A schedule that deadlocks has no timing: it is drawn by position in each
 device's order, the cycle as red arrows, and the title says so.
 """
@@ -290,7 +290,7 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
             axm.legend(handles_m, labels_m, loc="lower right", bbox_to_anchor=(1.0, 1.0),
                        ncol=len(handles_m), fontsize=7, frameon=False, borderaxespad=0.1,
                        handlelength=1.4, columnspacing=1.0)
-            axm.set_title("memory per device (activations + static, SPEC.md section 5)",
+            axm.set_title("memory per device (activations + static, docs/spec.md section 5)",
                           loc="left", fontsize=8)
 
         # ------------------------------------------------------------ legend and title

@@ -74,7 +74,7 @@ def stage_of(action: Action) -> int | None:
 class View:
     """A schedule ready to draw.
 
-    ``timed`` says whether ``start``/``end`` are the simulated times (SPEC.md section 4);
+    ``timed`` says whether ``start``/``end`` are the simulated times (docs/spec.md section 4);
     when False they are positions in the device's order (each action one unit wide) and
     ``untimed_reason`` says why.  ``marked`` holds the indices (into ``graph.acts``) of the
     actions some violation names; ``cycles`` the deadlock cycles as (stuck action, awaited

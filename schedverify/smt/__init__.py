@@ -3,7 +3,7 @@
 Import it explicitly (``import schedverify.smt``); ``import schedverify`` never loads z3, and
 neither does importing this package: z3 is loaded when a check or search first runs.
 
-- :func:`check_z3`: an independent SMT encoding of SPEC.md section 3, returning the same
+- :func:`check_z3`: an independent SMT encoding of docs/spec.md section 3, returning the same
   :class:`~schedverify.diagnostics.Report` (codes, actions) as :func:`schedverify.check`.
 - :func:`run_engine`: ``"graph"``, ``"z3"`` or ``"both"`` (raises
   :class:`EngineDisagreement` when the two engines differ).

@@ -465,7 +465,7 @@ def order_search(tw: TimeWindows, p: Problem, u: Units, T: int, device: int, *,
     A node is an order prefix of ``device``; a child places one more action next: the head
     of one of the device's (stage, kind) chains (class ``fifo``) whose same-device
     predecessors are placed, and (a forward) whose allocation keeps the device's memory
-    within the limit, counted exactly along the prefix (SPEC.md section 5: memory is
+    within the limit, counted exactly along the prefix (docs/spec.md section 5: memory is
     order-based).  The child's windows then keep each placed action after the one before it
     and the last placed action before every unplaced one, and are propagated
     (:class:`TimeWindows`); an emptied window closes the child.  Sound: any FIFO schedule

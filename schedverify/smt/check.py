@@ -1,4 +1,4 @@
-"""The Z3 checker: an independent encoding of SPEC.md section 3, verdicts from the solver.
+"""The Z3 checker: an independent encoding of docs/spec.md section 3, verdicts from the solver.
 
 This engine shares no code with the graph checker (:mod:`schedverify.graph`,
 :mod:`schedverify.check`); it reads the same rule tables (:mod:`schedverify.deps`) and
@@ -193,7 +193,7 @@ class _Index:
 
 
 class _Edges:
-    """Every wait of SPEC.md 3.4-3.5, read from deps: (consumer, producer, latency, why, kind)
+    """Every wait of docs/spec.md 3.4-3.5, read from deps: (consumer, producer, latency, why, kind)
     with kind "same" (same device), "data" or "rendezvous"; plus unmatched SEND/RECV and
     missing RECV findings."""
 

@@ -3,8 +3,8 @@
 The problem: ``D`` devices, ``V`` chunks per device (``S = D*V`` stages, placed ``loop`` or
 ``v``), ``M`` microbatches, full (``B``) or split (``I`` + ``W``) backward, costs per kind
 (optionally per stage), a latency ``comm`` on every cross-device dependency, and optionally
-a limit on weighted activation memory (SPEC.md section 5).  Find device orders whose
-as-soon-as-possible execution (SPEC.md section 4) has the least makespan, or, the dual, the
+a limit on weighted activation memory (docs/spec.md section 5).  Find device orders whose
+as-soon-as-possible execution (docs/spec.md section 4) has the least makespan, or, the dual, the
 least peak memory among orders that finish by a makespan bound.
 
 The encoding (one Z3 solver, used incrementally):
