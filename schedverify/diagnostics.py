@@ -71,6 +71,16 @@ RENDEZVOUS_DEADLOCK = _register(
 REDUCE_GRAD_TOO_EARLY = _register(
     "SV404", "reduce-grad-too-early", "2 actions",
     "A REDUCE_GRAD does not follow every backward action of its stage on its device.")
+COMM_STREAM_DEADLOCK = _register(
+    "SV405", "comm-stream-deadlock", "8.5 hangs",
+    "Under torch-nccl: a cycle that needs NCCL's communication stream order (operations run in "
+    "posting order) or a send's rendezvous with its receive; the schedule hangs on NCCL but "
+    "runs on gloo.")
+LOSS_OUT_OF_ORDER = _register(
+    "SV406", "loss-out-of-order", "8.3 runtime rules",
+    "Under torch and torch-nccl: the last stage runs its forwards out of microbatch order; "
+    "PyTorch's runtime reads microbatch i's loss from the i-th forward's, so it raises or "
+    "back-propagates another microbatch's loss.")
 UNMATCHED_SEND = _register(
     "SV501", "unmatched-send", "3.5 communication",
     "A SEND has no matching RECV (same stage pair, microbatch and direction).")
@@ -81,6 +91,11 @@ MISSING_RECV = _register(
     "SV503", "missing-recv", "3.5 communication",
     "With explicit communication, an action whose input comes from another device has no "
     "RECV for it on its own device.")
+CROSSED_MESSAGES = _register(
+    "SV504", "crossed-messages", "8.2 matching",
+    "Under torch and torch-nccl: on a pair of devices the k-th send posted is received by the "
+    "k-th receive posted, and their labels differ: one microbatch's data lands in another's "
+    "buffer (wrong numbers when the shapes agree, an abort when they do not).")
 MEMORY_LIMIT = _register(
     "SV601", "memory-limit-exceeded", "3.6 memory",
     "Peak memory on a device exceeds the limit.")
@@ -165,6 +180,10 @@ class Report:
     timeline: Any = None
     #: False when counting stopped early: there are at least ``truncated`` more violations
     truncated_exact: bool = True
+    #: the communication semantics the check used (docs/spec.md 3.5 and 8)
+    comm_semantics: str | None = None
+    #: things worth knowing that are not violations (the schedule runs), in words
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def is_valid(self) -> bool:
@@ -181,6 +200,8 @@ class Report:
             "verdict": self.verdict.value,
             "engine": self.engine,
             "reason": self.reason,
+            "comm_semantics": self.comm_semantics,
+            "warnings": list(self.warnings),
             "violations": [v.to_json() for v in self.violations],
             "violations_not_shown": self.truncated,
             "violations_not_shown_exact": self.truncated_exact,

@@ -229,7 +229,9 @@ class MemoryModel:
     limit: float | None = None
 
 
-COMM_SEMANTICS = ("eager", "rendezvous")
+#: docs/spec.md 3.5 (eager, rendezvous: abstract) and 8 (torch, torch-nccl: PyTorch's runtime
+#: over gloo and over NCCL).
+COMM_SEMANTICS = ("eager", "rendezvous", "torch", "torch-nccl")
 
 
 # --------------------------------------------------------------------------- schedule

@@ -11,11 +11,12 @@ from itertools import islice
 from typing import Iterator
 
 from ..cost.memory import memory_sweep
-from ..cost.timeline import order_only_metrics, run_timeline
+from ..cost.timeline import Timeline, order_only_metrics, run_timeline
 from ..diagnostics import Report, Verdict, Violation
 from ..errors import UsageError
-from ..graph import compile_graph
-from ..model import COMM_SEMANTICS, Schedule, resolve_costs, resolve_memory
+from ..graph import compile_graph, durations_for
+from ..model import COMM_SEMANTICS, REDUCE_GRAD, Schedule, resolve_costs, resolve_memory
+from ..runtime import RUNTIME_SEMANTICS, TORCH, TORCH_NCCL, NcclOptions, is_comm_code, simulate
 from . import rules
 
 DEFAULT_MAX_VIOLATIONS = 1000
@@ -26,18 +27,30 @@ MAX_COUNTED = 100_000
 class _Run:
     """One check's state, so that the rules and the metrics share a single graph and sweep."""
 
-    def __init__(self, schedule: Schedule, costs, memory, memory_limit, comm_semantics):
+    def __init__(self, schedule: Schedule, costs, memory, memory_limit, comm_semantics, nccl=None):
         if not isinstance(schedule, Schedule):
             raise UsageError(f"expected a Schedule, got {type(schedule).__name__}")
         sem = comm_semantics or schedule.comm_semantics or "eager"
         if sem not in COMM_SEMANTICS:
-            raise UsageError(f"comm_semantics must be 'eager' or 'rendezvous', got {sem!r}")
+            raise UsageError(f"comm_semantics must be one of {', '.join(map(repr, COMM_SEMANTICS))}, "
+                             f"got {sem!r}")
+        if nccl is not None and not isinstance(nccl, NcclOptions):
+            raise UsageError(f"nccl must be a schedverify.runtime.NcclOptions, got {type(nccl).__name__}")
         self.semantics = sem
+        self.nccl = nccl or NcclOptions()
         self.costs = resolve_costs(schedule, costs)
         self.memory_model = resolve_memory(schedule, memory, memory_limit)
-        self.graph = compile_graph(schedule, comm_semantics=sem)
-        self.timeline, self.sweep = run_timeline(self.graph, self.costs, self.memory_model)
+        self.warnings: list[str] = []
+        # PyTorch's runtime (docs/spec.md 8): the structure as under eager, the execution by
+        # the runtime model when the schedule lists its communication
+        runtime = sem in RUNTIME_SEMANTICS
+        self.graph = compile_graph(schedule, comm_semantics="eager" if runtime else sem)
         self.memory = memory_sweep(self.graph, self.memory_model)
+        self.runtime = None
+        if runtime and self.graph.explicit_comm:
+            self._run_runtime(schedule)
+            return
+        self.timeline, self.sweep = run_timeline(self.graph, self.costs, self.memory_model)
         # SV403 means "hangs only because sends wait for their receives".  When a rendezvous
         # run stalls, run eager too: if the schedule hangs under eager as well (a data
         # deadlock, SV402, or a device waiting for itself, SV401), that is what to report and
@@ -49,14 +62,40 @@ class _Run:
             if not eager_sweep.completed or eager.inversions:
                 self.deadlock_graph, self.cycles = eager, eager_sweep.cycles
 
+    def _run_runtime(self, schedule: Schedule) -> None:
+        g = self.graph
+        durations = durations_for(g, self.costs)
+        nccl_mode = self.semantics == TORCH_NCCL
+        result = simulate(g, durations, self.costs.comm, self.semantics, self.nccl)
+        compute = [0 if is_comm_code(c) else d for c, d in zip(g.code, durations)]  # busy = compute only
+        self.timeline = Timeline(g, self.costs, self.memory_model, compute, result, result.predecessor)
+        self.runtime, self.hangs, self.hang_mode = result, result, nccl_mode
+        # SV405 means "hangs only on NCCL".  When the NCCL run stalls, run the gloo model too:
+        # a schedule that hangs on gloo as well has a plain deadlock (SV402) to fix first.
+        if nccl_mode and result.cycles:
+            gloo = simulate(g, durations, self.costs.comm, TORCH, matching=result.matching)
+            if gloo.cycles:
+                self.hangs, self.hang_mode = gloo, False
+        if not any(a.kind == REDUCE_GRAD for row in schedule.order for a in row if a is not None):
+            self.warnings.append(
+                "the schedule lists its communication but no REDUCE_GRAD: PyTorch's runtime runs "
+                "it without scaling the gradients by the number of microbatches (its compute-only "
+                "lowering adds one REDUCE_GRAD per stage)")
+
     def violations(self) -> Iterator[Violation]:
         g = self.graph
         yield from rules.well_formed(g)
         yield from rules.complete(g)
         yield from rules.placed(g)
         yield from rules.ordered(g)
-        yield from rules.communication(g)
-        yield from rules.deadlocks(self.deadlock_graph, self.cycles)
+        if self.semantics in RUNTIME_SEMANTICS:
+            yield from rules.loss_order(g)
+        if self.runtime is not None:
+            yield from rules.runtime_communication(g, self.runtime.matching)
+            yield from rules.runtime_hangs(g, self.hangs, self.hang_mode)
+        else:
+            yield from rules.communication(g)
+            yield from rules.deadlocks(self.deadlock_graph, self.cycles)
         if self.memory_model.limit is not None:
             yield from rules.memory(g, self.memory, self.memory_model.limit)
 
@@ -67,9 +106,9 @@ class _Run:
 
 
 def iter_violations(schedule: Schedule, *, costs=None, memory=None, memory_limit=None,
-                    comm_semantics=None) -> Iterator[Violation]:
+                    comm_semantics=None, nccl=None) -> Iterator[Violation]:
     """Every violation of ``schedule``, rule by rule (docs/spec.md section 3 order)."""
-    return _Run(schedule, costs, memory, memory_limit, comm_semantics).violations()
+    return _Run(schedule, costs, memory, memory_limit, comm_semantics, nccl).violations()
 
 
 def is_valid(schedule: Schedule, **options) -> bool:
@@ -77,14 +116,17 @@ def is_valid(schedule: Schedule, **options) -> bool:
 
 
 def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, comm_semantics=None,
-          max_violations: int = DEFAULT_MAX_VIOLATIONS) -> Report:
+          nccl=None, max_violations: int = DEFAULT_MAX_VIOLATIONS) -> Report:
     """Check ``schedule`` against every rule and compute what it costs.
 
     ``costs`` and ``memory`` override the file's (a :class:`Costs`/:class:`MemoryModel`, or a
     mapping of the fields to change); ``memory_limit`` sets the limit alone.  At most
-    ``max_violations`` are kept; ``Report.truncated`` counts the rest.
+    ``max_violations`` are kept; ``Report.truncated`` counts the rest.  ``comm_semantics`` is
+    one of ``eager``, ``rendezvous`` (docs/spec.md 3.5), ``torch`` or ``torch-nccl`` (PyTorch's
+    runtime over gloo or NCCL, section 8; ``nccl``, a :class:`~schedverify.runtime.NcclOptions`,
+    says how NCCL runs point-to-point).
     """
-    run = _Run(schedule, costs, memory, memory_limit, comm_semantics)
+    run = _Run(schedule, costs, memory, memory_limit, comm_semantics, nccl)
     found = run.violations()
     kept = list(islice(found, max_violations))
     # Count the rest, but only so far: a file that declares millions of microbatches and
@@ -92,7 +134,8 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
     truncated = sum(1 for _ in islice(found, MAX_COUNTED + 1))
     verdict = Verdict.INVALID if kept else Verdict.VALID
     report = Report(verdict, kept, run.metrics(), min(truncated, MAX_COUNTED),
-                    truncated_exact=truncated <= MAX_COUNTED)
+                    truncated_exact=truncated <= MAX_COUNTED, comm_semantics=run.semantics,
+                    warnings=run.warnings)
     report.timeline = run.timeline if run.timeline.completed else None
     return report
 

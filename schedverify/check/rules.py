@@ -219,3 +219,115 @@ def memory(g: Graph, mem, limit: float) -> Iterator[Violation]:
         )
 
 
+
+
+# --------------------------------------------------------------------------- docs/spec.md 8
+
+
+def runtime_communication(g: Graph, m) -> Iterator[Violation]:
+    """Positional matching (8.2): unmatched SEND/RECV, crossed messages, missing RECVs."""
+    from ..runtime import _label_of_receiver
+
+    for i, why, k, other in m.unmatched:
+        a = g.acts[i]
+        sending = a.kind.startswith("SEND")
+        if why == "no-peer":
+            if not 0 <= a.microbatch < g.schedule.microbatches:
+                continue  # reported as out of range
+            off = MATCH[a.kind][1]
+            msg = (f"{a} has no peer: stage {a.stage} has no {'next' if off > 0 else 'previous'} "
+                   f"stage to {'send to' if sending else 'receive from'}")
+        else:
+            e, d = m.peer_device[i], g.dev[i]
+            if sending:
+                msg = (f"{a} is send number {k} from device {d} to device {e}, but device {e} "
+                       f"posts {_count(other, 'receive')} from device {d}: it is never received "
+                       "(PyTorch matches messages by their order, not their labels), so the "
+                       "step's final wait for it hangs")
+            else:
+                msg = (f"{a} is receive number {k} on device {d} from device {e}, but device {e} "
+                       f"posts {_count(other, 'send')} to device {d}: it never completes "
+                       "(PyTorch matches messages by their order, not their labels), so its "
+                       "consumer waits forever")
+        code = dx.UNMATCHED_SEND if sending else dx.UNMATCHED_RECV
+        yield Violation(code, msg, (loc(g, i),))
+    for s, r, k in m.crossed:
+        meant = _label_of_receiver(g.acts[s])
+        yield Violation(
+            dx.CROSSED_MESSAGES,
+            f"{g.acts[s]} is send number {k} from device {g.dev[s]} to device {g.dev[r]}, so "
+            f"PyTorch delivers it to receive number {k} there, {g.acts[r]}, not to {meant}: "
+            f"stage {g.acts[r].stage} computes on {_data_of(meant)} as if it were "
+            f"{_data_of(g.acts[r])} (wrong numbers when the shapes agree, an abort when they do "
+            "not); post the receives in the order of the sends",
+            (loc(g, s), loc(g, r)),
+        )
+    for i, j, recv in g.missing_recv:
+        yield Violation(
+            dx.MISSING_RECV,
+            f"{g.acts[i]} needs what {g.acts[j]} produces on device {g.dev[j]}, but device {g.dev[i]} "
+            f"has no {recv} before it: PyTorch raises 'Computing ... before receiving input'",
+            (loc(g, i), missing(g, recv)),
+        )
+
+
+def _count(n: int, what: str) -> str:
+    return f"no {what}" if n == 0 else f"only {n} {what}{'s' * (n != 1)}"
+
+
+def _data_of(recv: Action) -> str:
+    """What a RECV's buffer holds: RECV_F(s,i) the activation of microbatch i for stage s."""
+    what = "activation" if recv.kind.endswith("_F") else "gradient"
+    return f"microbatch {recv.microbatch}'s {what}"
+
+
+def loss_order(g: Graph) -> Iterator[Violation]:
+    """8.3: the last stage's forwards run in microbatch order (one route only)."""
+    p = g.schedule.placement
+    if p.is_bidirectional:
+        return
+    last = g.schedule.stages - 1
+    seen = 0
+    for i, a in enumerate(g.acts):
+        for x in a.leaves():
+            if x.kind != F or x.stage != last or type(x.microbatch) is not int:
+                continue
+            if x.microbatch != seen:
+                yield Violation(
+                    dx.LOSS_OUT_OF_ORDER,
+                    f"{x} is the last stage's forward number {seen} on device {g.dev[i]}, but it is "
+                    f"microbatch {x.microbatch}: PyTorch's runtime stores each forward's loss in "
+                    f"a list and the backward of microbatch i reads entry i, so it raises or "
+                    f"back-propagates another microbatch's loss; run the last stage's forwards "
+                    f"in microbatch order",
+                    (loc(g, i),),
+                )
+                return
+            seen += 1
+
+
+def runtime_hangs(g: Graph, result, nccl_mode: bool) -> Iterator[Violation]:
+    """8.5: each cycle of stuck lanes, its waits explained, in PyTorch's notation too."""
+    from ..runtime import explain, pytorch_notation
+
+    for k, cycle in enumerate(result.cycles):
+        if k == 10:
+            yield Violation(dx.DEADLOCK, "more deadlock cycles exist; fix the ones above and check again")
+            return
+        steps = [explain(g, result, w, nccl_mode) for w in cycle]
+        devices = {w.device for w in cycle}
+        steps += pytorch_notation(g, [w for w in result.stuck if w.device in devices])
+        devs = " -> ".join(str(w.device) for w in cycle) + f" -> {cycle[0].device}"
+        if nccl_mode:
+            code = dx.COMM_STREAM_DEADLOCK
+            what = ("NCCL runs each device's sends and receives in posting order and a send "
+                    "completes only with its receive (this runs on gloo, hangs on NCCL)")
+        else:
+            code = dx.DEADLOCK
+            what = "each waits for another"
+        seen: list[Location] = []
+        for w in cycle:
+            here = loc(g, w.head)
+            if here not in seen:
+                seen.append(here)
+        yield Violation(code, f"deadlock: devices {devs}: {what}", tuple(seen), tuple(steps))

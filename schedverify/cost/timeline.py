@@ -75,8 +75,12 @@ class Timeline:
     """The as-soon-as-possible execution of a schedule under given costs."""
 
     def __init__(self, graph: Graph, costs: Costs, memory: MemoryModel, durations: list[float],
-                 result: SweepResult):
+                 result: SweepResult, predecessor: list[int] | None = None):
+        """``result`` holds the times (a :class:`SweepResult`, or the runtime model's result);
+        ``predecessor[i]``, when given, is the action whose end bound action i's start (-1:
+        none), and the critical path follows it."""
         self.graph = graph
+        self.predecessor = predecessor
         self.costs = costs
         self.memory_model = memory
         self.durations = durations
@@ -122,6 +126,14 @@ class Timeline:
         g = self.graph
         if not g.acts:
             return []
+        if self.predecessor is not None:
+            i = max(range(len(self.end)), key=self.end.__getitem__)
+            path = [i]
+            while self.predecessor[i] >= 0:
+                i = self.predecessor[i]
+                path.append(i)
+            path.reverse()
+            return path
         start, end, comm = self.start, self.end, self.costs.comm
         tol = 1e-9 * max(1.0, self.makespan)
         kernel = _accel.kernel

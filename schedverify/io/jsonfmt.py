@@ -187,7 +187,7 @@ def from_document(doc: Any, source: str = "<document>") -> Schedule:
         memory = MemoryModel(**values)
     sem = doc.get("comm_semantics")
     if sem is not None and sem not in COMM_SEMANTICS:
-        raise r.fail("comm_semantics", f"expected 'eager' or 'rendezvous', got {_describe(sem)}")
+        raise r.fail("comm_semantics", f"expected one of {', '.join(map(repr, COMM_SEMANTICS))}, got {_describe(sem)}")
     metadata = doc.get("metadata", {})
     if not isinstance(metadata, dict):
         raise r.fail("metadata", f"expected an object, got {_describe(metadata)}")

@@ -1,0 +1,496 @@
+"""PyTorch's pipeline runtime, modelled: positional matching and the host/stream sweep.
+
+docs/spec.md section 8 is the contract; this module is its reference implementation for the
+``torch`` (PyTorch's ``_PipelineScheduleRuntime`` over gloo) and ``torch-nccl`` (over NCCL)
+communication semantics.  The Z3 engine (:mod:`schedverify.smt.check`) encodes the same
+section independently.
+
+- :func:`match` pairs SENDs with RECVs as the runtime does: all messages carry tag 0, so on
+  each ordered pair of devices the k-th send posted is received by the k-th receive posted,
+  whatever the labels say.
+- :func:`simulate` runs the schedule.  Every device has *lanes* that each run a list of
+  actions in order: under ``torch`` one lane, the host thread, which blocks in ``wait()`` at
+  the consumer of a RECV; under ``torch-nccl`` a compute stream and one communication stream
+  (or one per peer), none of which waits for the host.  A lane goes as far as it can; when it
+  needs an event that has not happened (a RECV's completion, a peer's receive reaching the
+  head of its stream, the compute a SEND was posted after), it registers a wait and stops;
+  the event wakes it.  When nothing can move and a lane has not finished, the lanes' waits
+  form a functional graph (each stuck lane waits for one other lane, or for a message that
+  never comes), and its cycles are the hangs, found in linear time.
+
+Every action is visited once and every wait is woken once: linear in the number of actions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import islice
+
+from .deps import MATCH
+from .errors import UsageError
+from .graph import KIND_CODE, Graph
+from .model import RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F, I
+
+TORCH = "torch"
+TORCH_NCCL = "torch-nccl"
+RUNTIME_SEMANTICS = (TORCH, TORCH_NCCL)
+
+_COMM_CODES = {KIND_CODE[k]: k for k in (SEND_F, RECV_F, SEND_B, RECV_B)}
+_SENDS = frozenset({KIND_CODE[SEND_F], KIND_CODE[SEND_B]})
+#: comm kind code -> stage offset of the peer stage (the receiver of a SEND, the sender of a RECV)
+_PEER_OFFSET = {KIND_CODE[SEND_F]: +1, KIND_CODE[SEND_B]: -1, KIND_CODE[RECV_F]: -1, KIND_CODE[RECV_B]: +1}
+
+# the three events of an action, packed with its index into one wait key: 3 * i + event
+END, READY, DONE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class NcclOptions:
+    """How NCCL runs point-to-point under ``torch-nccl`` (docs/spec.md 8.4).
+
+    ``streams``: ``"device"`` (default): one communication stream per device, as when one
+    communicator carries all of a rank's point-to-point traffic (eager initialisation with a
+    bound device, as torchtitan does, or batched P2P); ``"pair"``: one stream per (device,
+    peer), as with PyTorch's lazily created 2-rank communicators.
+    ``buffered_sends``: a send completes without its receive (messages small enough for the
+    transport's buffers); default False, the rendezvous of large messages.
+    """
+
+    streams: str = "device"
+    buffered_sends: bool = False
+
+    def __post_init__(self):
+        if self.streams not in ("device", "pair"):
+            raise UsageError(f"nccl streams must be 'device' or 'pair', got {self.streams!r}")
+        if not isinstance(self.buffered_sends, bool):
+            raise UsageError(f"nccl buffered_sends must be True or False, got {self.buffered_sends!r}")
+
+
+def is_comm_code(code: int) -> bool:
+    """Whether a graph kind code is a SEND or RECV."""
+    return code in _COMM_CODES
+
+
+# --------------------------------------------------------------------------- matching
+
+
+@dataclass
+class Matching:
+    """Which SEND each RECV receives from, per docs/spec.md 8.2.
+
+    ``partner[i]``: the action matched with comm action ``i`` (-1: unmatched, or not a comm
+    action).  ``crossed``: (send, recv, k) for matched pairs whose labels differ, k the
+    position on their device pair.  ``unmatched``: (action, why, k, other) for comm actions
+    without a partner: why ``"no-peer"`` (the peer stage does not exist) or ``"surplus"``
+    (the k-th on its device pair, with only ``other`` on the other side).
+    """
+
+    partner: list[int]
+    peer_device: dict[int, int]
+    crossed: list[tuple[int, int, int]]
+    unmatched: list[tuple[int, str, int, int]]
+
+
+def match(g: Graph) -> Matching:
+    """Pair the SENDs and RECVs of ``g`` positionally, per ordered device pair."""
+    n, S = g.n, g.schedule.stages
+    placement = g.schedule.placement
+    partner = [-1] * n
+    peer_device: dict[int, int] = {}
+    unmatched: list[tuple[int, str, int, int]] = []
+    sends: dict[tuple[int, int], list[int]] = {}
+    recvs: dict[tuple[int, int], list[int]] = {}
+    acts, dev, code = g.acts, g.dev, g.code
+    M = g.schedule.microbatches
+    for i, c in enumerate(code):
+        if c not in _COMM_CODES:
+            continue
+        a = acts[i]
+        ps = a.stage + _PEER_OFFSET[c]
+        if not 0 <= ps < S or not 0 <= a.microbatch < M:
+            unmatched.append((i, "no-peer", 0, 0))
+            continue
+        e = placement.device(ps, a.microbatch)
+        peer_device[i] = e
+        if c in _SENDS:
+            sends.setdefault((dev[i], e), []).append(i)
+        else:
+            recvs.setdefault((e, dev[i]), []).append(i)
+    crossed = []
+    for pair in sends.keys() | recvs.keys():
+        ss, rs = sends.get(pair, ()), recvs.get(pair, ())
+        for k, (s, r) in enumerate(zip(ss, rs)):
+            partner[s], partner[r] = r, s
+            if _label_of_receiver(acts[s]) != acts[r]:
+                crossed.append((s, r, k))
+        for k, extra in enumerate(islice(ss, len(rs), None), len(rs)):
+            unmatched.append((extra, "surplus", k, len(rs)))
+        for k, extra in enumerate(islice(rs, len(ss), None), len(ss)):
+            unmatched.append((extra, "surplus", k, len(ss)))
+    crossed.sort()
+    unmatched.sort()
+    return Matching(partner, peer_device, crossed, unmatched)
+
+
+def _label_of_receiver(send: Action) -> Action:
+    """The RECV a SEND's data is meant for: ``SEND_F(s,i)`` -> ``RECV_F(s+1,i)``."""
+    kind, offset = MATCH[send.kind]
+    return Action(send.stage + offset, kind, send.microbatch)
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+@dataclass
+class Wait:
+    """One stuck lane: ``device``'s lane ``lane`` is stuck at action ``head``, waiting for
+    event ``event`` (END, READY or DONE) of action ``awaited``."""
+
+    lane: int
+    device: int
+    head: int
+    awaited: int
+    event: int
+
+
+@dataclass
+class RuntimeResult:
+    """Times of every action (``start``/``end``: for a SEND or RECV its ready and done
+    times), the action whose event bound each start (``predecessor``, -1 for none), and the
+    hangs: ``cycles`` (each a list of Waits in wait order) and ``stuck`` (every stuck lane)."""
+
+    start: list[float]
+    end: list[float]
+    predecessor: list[int]
+    cycles: list[list[Wait]]
+    stuck: list[Wait]
+    matching: Matching
+    ready: list  # per SEND/RECV its ready time, None if it never became ready
+
+    @property
+    def completed(self) -> bool:
+        return not self.stuck
+
+
+def simulate(g: Graph, durations: list[float], comm: float, semantics: str,
+             nccl: NcclOptions | None = None, matching: Matching | None = None) -> RuntimeResult:
+    """Run ``g`` under ``semantics`` (``torch`` or ``torch-nccl``), docs/spec.md 8.4."""
+    if semantics not in RUNTIME_SEMANTICS:
+        raise UsageError(f"runtime semantics must be one of {', '.join(RUNTIME_SEMANTICS)}, got {semantics!r}")
+    nccl = nccl or NcclOptions()
+    m = matching if matching is not None else match(g)
+    return _Sweep(g, durations, comm, semantics == TORCH_NCCL, nccl, m).run()
+
+
+class _Sweep:
+    """One run of the lanes.  Times are None until known."""
+
+    def __init__(self, g: Graph, durations, comm, nccl_mode: bool, nccl: NcclOptions, m: Matching):
+        self.g, self.dur, self.comm, self.m = g, durations, comm, m
+        self.nccl_mode = nccl_mode
+        self.buffered = nccl_mode and nccl.buffered_sends
+        n = g.n
+        self.end: list = [None] * n  # compute: end time
+        self.ready: list = [None] * n  # comm: ready time
+        self.done: list = [None] * n  # comm: done time
+        self.pred = [-1] * n
+        self.is_comm = [c in _COMM_CODES for c in g.code]
+        self.lanes: list[list[int]] = []
+        self.lane_device: list[int] = []
+        self.lane_of: list[int] = [0] * n  # lane of each action
+        self.lastc = [-1] * n  # NCCL: the last compute action before each comm action
+        self.data = _data_deps(g, self.is_comm)
+        self._build_lanes(nccl)
+
+    def _build_lanes(self, nccl: NcclOptions) -> None:
+        g, is_comm = self.g, self.is_comm
+        for d in range(len(g.starts) - 1):
+            lo, hi = g.starts[d], g.starts[d + 1]
+            if not self.nccl_mode:
+                self._add_lane(d, list(range(lo, hi)))
+                continue
+            self._add_lane(d, [i for i in range(lo, hi) if not is_comm[i]])
+            streams: dict[int, list[int]] = {}
+            last = -1
+            for i in range(lo, hi):
+                if not is_comm[i]:
+                    last = i
+                    continue
+                self.lastc[i] = last
+                key = self.m.peer_device.get(i, -1) if nccl.streams == "pair" else 0
+                streams.setdefault(key, []).append(i)
+            for key in sorted(streams):
+                self._add_lane(d, streams[key])
+
+    def _add_lane(self, device: int, items: list[int]) -> None:
+        k = len(self.lanes)
+        self.lanes.append(items)
+        self.lane_device.append(device)
+        for i in items:
+            self.lane_of[i] = k
+
+    # ------------------------------------------------------------------ events
+
+    def _set_ready(self, x: int, t, woken: list) -> None:
+        self.ready[x] = t
+        self._wake(3 * x + READY, woken)
+        self._try_done(x, woken)
+        p = self.m.partner[x]
+        if p >= 0:
+            self._try_done(p, woken)
+
+    def _try_done(self, x: int, woken: list) -> None:
+        if self.done[x] is not None:
+            return
+        rx = self.ready[x]
+        if rx is None:
+            return
+        p = self.m.partner[x]
+        if p < 0:
+            return  # a message that never comes: done never happens
+        dur = self.dur
+        delta = dur[x] if dur[x] > dur[p] else dur[p]
+        rp = self.ready[p]
+        if self.is_send(x):
+            if self.buffered:
+                t, via = rx + delta, -1
+            elif rp is None:
+                return
+            else:
+                t, via = (rx + delta, -1) if rx >= rp else (rp + delta, p)
+        else:
+            if rp is None:
+                return
+            arrive = rp + self.comm + delta
+            t, via = (arrive, p) if arrive > rx + delta else (rx + delta, -1)
+        self.done[x] = t
+        if via >= 0:
+            self.pred[x] = via
+        self._wake(3 * x + DONE, woken)
+
+    def is_send(self, x: int) -> bool:
+        return self.g.code[x] in _SENDS
+
+    def _wake(self, key: int, woken: list) -> None:
+        lanes = self.waiting.pop(key, None)
+        if lanes is not None:
+            woken.extend(lanes)
+
+    # ------------------------------------------------------------------ the lanes
+
+    def run(self) -> RuntimeResult:
+        g = self.g
+        n = g.n
+        lanes = self.lanes
+        L = len(lanes)
+        ptr = [0] * L
+        clock: list = [0] * L
+        self.waiting: dict[int, list[int]] = {}
+        blocked: dict[int, Wait] = {}
+        stack = list(range(L - 1, -1, -1))
+        end, ready, done, pred, dur = self.end, self.ready, self.done, self.pred, self.dur
+        is_comm, data = self.is_comm, self.data
+        lastc, comm, nccl_mode = self.lastc, self.comm, self.nccl_mode
+        while stack:
+            k = stack.pop()
+            items = lanes[k]
+            p, now = ptr[k], clock[k]
+            last = len(items)
+            prev = items[p - 1] if p else -1
+            stuck = None
+            while p < last:
+                i = items[p]
+                if is_comm[i]:
+                    if nccl_mode:
+                        c = lastc[i]
+                        if c >= 0:
+                            ec = end[c]
+                            if ec is None:
+                                stuck = (c, END)
+                                break
+                            if ec > now:
+                                now, prev = ec, c
+                        if ready[i] is None:
+                            pred[i] = prev
+                            self._set_ready(i, now, stack)
+                        if done[i] is None:
+                            stuck = (i, DONE)
+                            break
+                        now = done[i]
+                    elif ready[i] is None:
+                        pred[i] = prev
+                        self._set_ready(i, now, stack)
+                    prev = i
+                    p += 1
+                    continue
+                # a compute action: its data, then its duration
+                st, via = now, prev
+                for j in data[i]:
+                    if is_comm[j]:
+                        t = done[j]
+                        if t is None:
+                            stuck = (j, DONE)
+                            break
+                    else:
+                        t = end[j]
+                        if t is None:
+                            stuck = (j, END)
+                            break
+                        t = t + comm
+                    if t > st:
+                        st, via = t, j
+                if stuck is not None:
+                    break
+                pred[i] = via
+                now = st + dur[i]
+                end[i] = now
+                if self.waiting:
+                    self._wake(3 * i + END, stack)
+                prev = i
+                p += 1
+            ptr[k], clock[k] = p, now
+            if stuck is not None:
+                j, ev = stuck
+                blocked[k] = Wait(k, self.lane_device[k], items[p], j, ev)
+                self.waiting.setdefault(3 * j + ev, []).append(k)
+            else:
+                blocked.pop(k, None)
+        stuck = list(blocked.values())
+        if not nccl_mode:  # the step ends by waiting for every send (a stream never gets past one)
+            sends = _SENDS
+            code = g.code
+            stuck += [Wait(self.lane_of[i], g.dev[i], i, i, DONE) for i in range(n)
+                      if done[i] is None and code[i] in sends and ptr[self.lane_of[i]] == len(lanes[self.lane_of[i]])]
+        stuck.sort(key=lambda w: (w.device, g.pos[w.head]))
+        start = [0.0] * n
+        finish = [0.0] * n
+        for i in range(n):
+            if is_comm[i]:
+                start[i] = ready[i] if ready[i] is not None else 0.0
+                finish[i] = done[i] if done[i] is not None else start[i]
+            else:
+                finish[i] = end[i] if end[i] is not None else 0.0
+                start[i] = finish[i] - dur[i] if end[i] is not None else 0.0
+        return RuntimeResult(start, finish, pred, self._cycles(blocked), stuck, self.m, ready)
+
+    def _cycles(self, blocked: dict[int, Wait]) -> list[list[Wait]]:
+        """The cycles of "lane k waits for lane l" among the stuck lanes."""
+        target: dict[int, int] = {}
+        for k, w in blocked.items():
+            lane = self.waited_lane(w)
+            if lane is not None and lane in blocked:
+                target[k] = lane
+        cycles = []
+        colour: dict[int, int] = {}
+        for k0 in sorted(target):
+            if k0 in colour:
+                continue
+            path = []
+            k = k0
+            while k in target and k not in colour:
+                colour[k] = k0
+                path.append(k)
+                k = target[k]
+            if k in colour and colour[k] == k0 and k in path:
+                cycles.append([blocked[x] for x in path[path.index(k):]])
+        return cycles
+
+    def waited_lane(self, w: Wait) -> int | None:
+        """The lane that must move for ``w`` to be released (None: a message never comes)."""
+        j = w.awaited
+        if w.event != DONE or self.ready[j] is None:
+            return self.lane_of[j]
+        p = self.m.partner[j]
+        return None if p < 0 else self.lane_of[p]
+
+
+def _data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
+    """Per compute action, what its data waits for (docs/spec.md 8.4): the RECV of its own
+    label for an input from another device, else (compute-only, or a missing RECV) the
+    cross-device producer the graph stores.  The graph keeps only cross-device waits, and a
+    consumer's RECV sits on its own device, so the RECVs are looked up here."""
+    n, S, M = g.n, g.schedule.stages, g.schedule.microbatches
+    placement = g.schedule.placement
+    wait, more = g.wait, g.more_waits
+    find = g.find
+    out: list[tuple[int, ...]] = [()] * n
+    none: tuple[int, ...] = ()
+    for i, a in enumerate(g.acts):
+        if is_comm[i]:
+            continue
+        deps = none if wait[i] == n else (wait[i],)
+        if more and i in more:
+            deps += tuple(j for j, _ in more[i])
+        if g.explicit_comm:
+            for x in a.leaves():
+                k, s, mb = x.kind, x.stage, x.microbatch
+                if type(s) is not int or type(mb) is not int or not (0 <= s < S and 0 <= mb < M):
+                    continue
+                if k == F:
+                    ps, recv = s - 1, RECV_F
+                elif k in (B, I):
+                    ps, recv = s + 1, RECV_B
+                else:
+                    continue
+                if 0 <= ps < S and placement.device(ps, mb) != g.dev[i]:
+                    r = find(s, mb, recv)
+                    if r is not None and r < i and g.dev[r] == g.dev[i]:
+                        deps += (r,)
+        out[i] = deps
+    return out
+
+
+# --------------------------------------------------------------------------- explanations
+
+
+def explain(g: Graph, r: RuntimeResult, w: Wait, nccl_mode: bool) -> str:
+    """Why ``w.head`` waits, in words, naming where the awaited thing is stuck."""
+    acts, pos = g.acts, g.pos
+    head, j = acts[w.head], w.awaited
+    here = f"device {w.device} is stuck at {head} (position {pos[w.head]})"
+    lane = "communication stream" if nccl_mode and head.kind in _KINDS_COMM else (
+        "compute stream" if nccl_mode else "host")
+    if w.event == END:
+        if head.kind in _KINDS_COMM:
+            return (f"{here} on its {lane}: NCCL makes the stream wait for the compute posted "
+                    f"before it, {acts[j]} (position {pos[j]}), which has not run")
+        return (f"{here}: it needs what {acts[j]} produces on device {g.dev[j]} "
+                f"(position {pos[j]}), which has not run")
+    if r.ready[j] is None:
+        return (f"{here}: it waits for {acts[j]} (position {pos[j]}), which has not reached "
+                f"the head of device {g.dev[j]}'s communication stream")
+    p = r.matching.partner[j]
+    if p < 0:
+        return f"{here}: it waits for {acts[j]} (position {pos[j]}), whose message never comes"
+    posted = (f"at the head of device {g.dev[p]}'s communication stream" if nccl_mode else "posted")
+    if j == w.head:
+        return (f"{here} on its {lane}: a send completes only with its receive, "
+                f"{acts[p]} (device {g.dev[p]}, position {pos[p]}), which is not {posted} yet")
+    return (f"{here}: it waits for the data of {acts[j]} (position {pos[j]}), which device "
+            f"{g.dev[p]} sends with {acts[p]} (position {pos[p]}), not {posted} yet")
+
+
+_KINDS_COMM = frozenset(_COMM_CODES.values())
+
+
+def pytorch_notation(g: Graph, waits: list[Wait], limit: int = 6) -> list[str]:
+    """Each device's stuck part, as PyTorch logs it: ``rank 0: [... 0SEND_F1, 2RECV_F0, 2F0]``."""
+    by_device: dict[int, list[int]] = {}
+    for w in waits:
+        by_device.setdefault(w.device, []).append(w.head)
+    out = []
+    for d in sorted(by_device):
+        heads = by_device[d]
+        lo, hi = min(heads), max(heads)
+        if lo == hi and lo > g.starts[d]:
+            lo -= 1  # the action before a single stuck head, for context
+        names = [str(a) for a in g.acts[lo:hi + 1]]
+        if len(names) > limit:
+            names = names[:limit // 2] + ["..."] + names[-(limit // 2):]
+        first = "" if lo == g.starts[d] else "... "
+        out.append(f"rank {d}: [{first}{', '.join(names)}]")
+    return out
+
+
+__all__ = ["RUNTIME_SEMANTICS", "TORCH", "TORCH_NCCL", "Matching", "NcclOptions", "RuntimeResult",
+           "Wait", "explain", "match", "pytorch_notation", "simulate"]
