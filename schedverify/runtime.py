@@ -156,20 +156,37 @@ class Wait:
 @dataclass
 class RuntimeResult:
     """Times of every action (``start``/``end``: for a SEND or RECV its ready and done
-    times), the action whose event bound each start (``predecessor``, -1 for none), and the
-    hangs: ``cycles`` (each a list of Waits in wait order) and ``stuck`` (every stuck lane)."""
+    times), and the hangs: ``cycles`` (each a list of Waits in wait order) and ``stuck``
+    (every stuck lane).  ``bind[3 * i + event]`` is the event (packed the same way) that set
+    event ``event`` of action ``i`` (-1: time 0), from which the critical path follows."""
 
     start: list[float]
     end: list[float]
-    predecessor: list[int]
+    bind: list[int]
     cycles: list[list[Wait]]
     stuck: list[Wait]
     matching: Matching
     ready: list  # per SEND/RECV its ready time, None if it never became ready
+    is_comm: list[bool]
 
     @property
     def completed(self) -> bool:
         return not self.stuck
+
+    def critical_path(self) -> list[int]:
+        """The actions whose events set one another's times, from time 0 to the last event."""
+        if not self.end:
+            return []
+        last = max(range(len(self.end)), key=self.end.__getitem__)
+        key = 3 * last + (DONE if self.is_comm[last] else END)
+        path: list[int] = []
+        while key >= 0:  # each binder was known before what it bound: no cycle
+            i = key // 3
+            if not path or path[-1] != i:
+                path.append(i)
+            key = self.bind[key]
+        path.reverse()
+        return path
 
 
 def simulate(g: Graph, durations: list[float], comm: float, semantics: str,
@@ -193,7 +210,7 @@ class _Sweep:
         self.end: list = [None] * n  # compute: end time
         self.ready: list = [None] * n  # comm: ready time
         self.done: list = [None] * n  # comm: done time
-        self.pred = [-1] * n
+        self.bind = [-1] * (3 * n)
         self.is_comm = [c in _COMM_CODES for c in g.code]
         self.lanes: list[list[int]] = []
         self.lane_device: list[int] = []
@@ -253,19 +270,18 @@ class _Sweep:
         rp = self.ready[p]
         if self.is_send(x):
             if self.buffered:
-                t, via = rx + delta, -1
+                t, via = rx + delta, x
             elif rp is None:
                 return
             else:
-                t, via = (rx + delta, -1) if rx >= rp else (rp + delta, p)
+                t, via = (rx + delta, x) if rx >= rp else (rp + delta, p)
         else:
             if rp is None:
                 return
             arrive = rp + self.comm + delta
-            t, via = (arrive, p) if arrive > rx + delta else (rx + delta, -1)
+            t, via = (arrive, p) if arrive > rx + delta else (rx + delta, x)
         self.done[x] = t
-        if via >= 0:
-            self.pred[x] = via
+        self.bind[3 * x + DONE] = 3 * via + READY
         self._wake(3 * x + DONE, woken)
 
     def is_send(self, x: int) -> bool:
@@ -285,70 +301,71 @@ class _Sweep:
         L = len(lanes)
         ptr = [0] * L
         clock: list = [0] * L
+        source = [-1] * L
         self.waiting: dict[int, list[int]] = {}
         blocked: dict[int, Wait] = {}
         stack = list(range(L - 1, -1, -1))
-        end, ready, done, pred, dur = self.end, self.ready, self.done, self.pred, self.dur
+        end, ready, done, bind, dur = self.end, self.ready, self.done, self.bind, self.dur
         is_comm, data = self.is_comm, self.data
         lastc, comm, nccl_mode = self.lastc, self.comm, self.nccl_mode
         while stack:
             k = stack.pop()
             items = lanes[k]
-            p, now = ptr[k], clock[k]
+            p, now, src = ptr[k], clock[k], source[k]  # src: the event that set ``now``
             last = len(items)
-            prev = items[p - 1] if p else -1
             stuck = None
             while p < last:
                 i = items[p]
                 if is_comm[i]:
                     if nccl_mode:
                         c = lastc[i]
-                        if c >= 0:
+                        if c >= 0:  # the stream waits for the compute posted before it
                             ec = end[c]
                             if ec is None:
                                 stuck = (c, END)
                                 break
                             if ec > now:
-                                now, prev = ec, c
+                                now, src = ec, 3 * c + END
                         if ready[i] is None:
-                            pred[i] = prev
+                            bind[3 * i + READY] = src
                             self._set_ready(i, now, stack)
                         if done[i] is None:
                             stuck = (i, DONE)
                             break
-                        now = done[i]
-                    elif ready[i] is None:
-                        pred[i] = prev
+                        now, src = done[i], 3 * i + DONE
+                    elif ready[i] is None:  # gloo: posting takes no host time
+                        bind[3 * i + READY] = src
                         self._set_ready(i, now, stack)
-                    prev = i
                     p += 1
                     continue
                 # a compute action: its data, then its duration
-                st, via = now, prev
+                st = now
                 for j in data[i]:
                     if is_comm[j]:
                         t = done[j]
                         if t is None:
                             stuck = (j, DONE)
                             break
+                        key = 3 * j + DONE
                     else:
                         t = end[j]
                         if t is None:
                             stuck = (j, END)
                             break
                         t = t + comm
+                        key = 3 * j + END
                     if t > st:
-                        st, via = t, j
+                        st, src = t, key
                 if stuck is not None:
                     break
-                pred[i] = via
+                bind[3 * i + END] = src
                 now = st + dur[i]
+                src = 3 * i + END
                 end[i] = now
                 if self.waiting:
-                    self._wake(3 * i + END, stack)
-                prev = i
+                    self._wake(src, stack)
                 p += 1
-            ptr[k], clock[k] = p, now
+            ptr[k], clock[k], source[k] = p, now, src
             if stuck is not None:
                 j, ev = stuck
                 blocked[k] = Wait(k, self.lane_device[k], items[p], j, ev)
@@ -371,7 +388,7 @@ class _Sweep:
             else:
                 finish[i] = end[i] if end[i] is not None else 0.0
                 start[i] = finish[i] - dur[i] if end[i] is not None else 0.0
-        return RuntimeResult(start, finish, pred, self._cycles(blocked), stuck, self.m, ready)
+        return RuntimeResult(start, finish, bind, self._cycles(blocked), stuck, self.m, ready, is_comm)
 
     def _cycles(self, blocked: dict[int, Wait]) -> list[list[Wait]]:
         """The cycles of "lane k waits for lane l" among the stuck lanes."""

@@ -68,7 +68,7 @@ class _Run:
         nccl_mode = self.semantics == TORCH_NCCL
         result = simulate(g, durations, self.costs.comm, self.semantics, self.nccl)
         compute = [0 if is_comm_code(c) else d for c, d in zip(g.code, durations)]  # busy = compute only
-        self.timeline = Timeline(g, self.costs, self.memory_model, compute, result, result.predecessor)
+        self.timeline = Timeline(g, self.costs, self.memory_model, compute, result, result.critical_path)
         self.runtime, self.hangs, self.hang_mode = result, result, nccl_mode
         # SV405 means "hangs only on NCCL".  When the NCCL run stalls, run the gloo model too:
         # a schedule that hangs on gloo as well has a plain deadlock (SV402) to fix first.

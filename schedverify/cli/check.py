@@ -8,7 +8,7 @@ from ..diagnostics import CODES, Verdict
 from ..errors import SchedverifyError
 from . import EXIT_INVALID, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE
 from .common import (add_cost_options, add_input_options, check_costs_fit, load_input,
-                     non_negative_float, positive_int)
+                     nccl_options, non_negative_float, positive_int)
 
 #: Worst first: what a run over several files exits with.
 _SEVERITY = (EXIT_USAGE, EXIT_INVALID, EXIT_UNKNOWN, EXIT_OK)
@@ -19,7 +19,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "check", help="check schedules and compute their cost",
         description="Check each schedule (schedverify/1 .json or PyTorch .csv) against every rule "
-                    "of docs/spec.md section 3 and compute its makespan, bubbles and memory. Exit code: "
+                    "of docs/spec.md sections 3 and 8 and compute its makespan, bubbles and memory. Exit code: "
                     "0 all valid, 1 some invalid, 2 usage or input error, 3 unknown.",
     )
     p.add_argument("files", nargs="*", metavar="FILE", help="schedule files ('-' reads standard input)")
@@ -60,7 +60,8 @@ def check_one(path: str, args, out, err) -> int:
         schedule = load_input(path, args)
         check_costs_fit(args.costs, schedule, source)
         opts = dict(costs=args.costs, memory_limit=args.memory_limit,
-                    comm_semantics=args.comm_semantics, max_violations=args.max_violations)
+                    comm_semantics=args.comm_semantics, nccl=nccl_options(args),
+                    max_violations=args.max_violations)
         if args.engine == "graph":
             report = check(schedule, **opts)
         else:  # the Z3 engine is imported only when asked for

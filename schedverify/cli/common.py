@@ -6,7 +6,7 @@ import argparse
 import math
 
 from ..errors import UsageError
-from ..model import COSTED_KINDS, Schedule
+from ..model import COMM_SEMANTICS, COSTED_KINDS, Schedule
 
 COST_KEYS = COSTED_KINDS + ("comm",)
 
@@ -81,8 +81,24 @@ def add_cost_options(p: argparse.ArgumentParser) -> None:
                         "written a:b:c; comm is the latency of every cross-device dependency")
     p.add_argument("--memory-limit", type=non_negative_float, metavar="L",
                    help="peak memory allowed on every device, in activation units (docs/spec.md 5)")
-    p.add_argument("--comm-semantics", choices=("eager", "rendezvous"),
-                   help="how explicit SEND/RECV pairs complete (default: the file's, else eager)")
+    p.add_argument("--comm-semantics", choices=COMM_SEMANTICS,
+                   help="how explicit SEND/RECV run (docs/spec.md 3.5, 8): eager or rendezvous "
+                        "(abstract), torch (PyTorch's runtime over gloo), torch-nccl (over NCCL); "
+                        "default: the file's, torch-nccl for a PyTorch CSV, else eager")
+    p.add_argument("--nccl-streams", choices=("device", "pair"), default="device",
+                   help="torch-nccl: one communication stream per device (default: one "
+                        "communicator for all P2P, as with eager init or torchtitan) or per "
+                        "device pair (lazily created 2-rank communicators)")
+    p.add_argument("--nccl-buffered-sends", action="store_true",
+                   help="torch-nccl: sends complete without their receive (messages small "
+                        "enough for NCCL's buffers); default: a send completes with its receive")
+
+
+def nccl_options(args):
+    """The NcclOptions the --nccl-* flags ask for."""
+    from ..runtime import NcclOptions
+
+    return NcclOptions(streams=args.nccl_streams, buffered_sends=args.nccl_buffered_sends)
 
 
 def _costs_arg(text: str) -> dict:

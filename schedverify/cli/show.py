@@ -13,7 +13,8 @@ import shutil
 
 from ..errors import UsageError
 from . import EXIT_INVALID, EXIT_OK
-from .common import add_cost_options, add_input_options, check_costs_fit, load_input, whole_number
+from .common import (add_cost_options, add_input_options, check_costs_fit, load_input, nccl_options,
+                     whole_number)
 
 
 _width = whole_number(40, unit="columns")
@@ -56,7 +57,7 @@ def run(args, out, err) -> int:
         image_format(args.output)  # a bad name fails before any work
         _matplotlib()
     view = build_view(schedule, costs=args.costs, memory_limit=args.memory_limit,
-                      comm_semantics=args.comm_semantics)
+                      comm_semantics=args.comm_semantics, nccl=nccl_options(args))
     code = EXIT_OK if view.report.is_valid else EXIT_INVALID
     wrote = []
     if args.output:

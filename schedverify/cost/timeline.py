@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -75,12 +76,12 @@ class Timeline:
     """The as-soon-as-possible execution of a schedule under given costs."""
 
     def __init__(self, graph: Graph, costs: Costs, memory: MemoryModel, durations: list[float],
-                 result: SweepResult, predecessor: list[int] | None = None):
-        """``result`` holds the times (a :class:`SweepResult`, or the runtime model's result);
-        ``predecessor[i]``, when given, is the action whose end bound action i's start (-1:
-        none), and the critical path follows it."""
+                 result: SweepResult, critical_path: Callable[[], list[int]] | None = None):
+        """``result`` holds the times (a :class:`SweepResult`, or the runtime model's result,
+        which then gives ``critical_path`` too: docs/spec.md 8 has other waits than
+        ``graph``'s)."""
         self.graph = graph
-        self.predecessor = predecessor
+        self._critical_path = critical_path
         self.costs = costs
         self.memory_model = memory
         self.durations = durations
@@ -126,14 +127,8 @@ class Timeline:
         g = self.graph
         if not g.acts:
             return []
-        if self.predecessor is not None:
-            i = max(range(len(self.end)), key=self.end.__getitem__)
-            path = [i]
-            while self.predecessor[i] >= 0:
-                i = self.predecessor[i]
-                path.append(i)
-            path.reverse()
-            return path
+        if self._critical_path is not None:
+            return self._critical_path()
         start, end, comm = self.start, self.end, self.costs.comm
         tol = 1e-9 * max(1.0, self.makespan)
         kernel = _accel.kernel

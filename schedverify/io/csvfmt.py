@@ -79,7 +79,9 @@ def loads(
             raise InputError(str(e), source=source, where="placement") from None
     else:
         pl = infer_placement(order, devices, stages, microbatches)
-    return Schedule(devices, stages, microbatches, tuple(order), pl, metadata={"source_format": "pytorch-csv"})
+    # a PyTorch CSV is what PyTorch's runtime executes: by default, as it does over NCCL
+    return Schedule(devices, stages, microbatches, tuple(order), pl, comm_semantics="torch-nccl",
+                    metadata={"source_format": "pytorch-csv"})
 
 
 def _parse_plain(cells: list[str]) -> list | None:

@@ -80,6 +80,15 @@ def device_table(report: Report) -> str:
     return "\n".join(out)
 
 
+#: how each communication semantics is named in a report (docs/spec.md 3.5 and 8)
+_SEMANTICS_TEXT = {
+    "eager": "abstract: a send never blocks, a listed RECV blocks its device",
+    "rendezvous": "abstract: a send also waits until its RECV is posted",
+    "torch": "PyTorch's runtime over gloo, docs/spec.md 8",
+    "torch-nccl": "PyTorch's runtime over NCCL, docs/spec.md 8",
+}
+
+
 def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: bool = False,
                 max_path: int = 12) -> str:
     s = schedule
@@ -91,6 +100,9 @@ def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: b
     least = "" if report.truncated_exact else "at least "
     head = f"{source}: {verdict}" + (f", {least}{n} violation{'s' * (n != 1)}" if n else "") + f"  ({what})"
     lines = [head]
+    sem = report.comm_semantics
+    if sem is not None and (sem in _SEMANTICS_TEXT and (s.has_explicit_comm or sem.startswith("torch"))):
+        lines.append(f"  communication: {sem} ({_SEMANTICS_TEXT[sem]})")
     for v in report.violations:
         lines.append(f"  {v.code.code} {v.code.slug}: {v.locations[0] if v.locations else ''}"
                      f"{': ' if v.locations else ''}{v.message}")
@@ -100,6 +112,8 @@ def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: b
             lines.append(f"      {step}")
     if report.truncated:
         lines.append(f"  ... and {least}{report.truncated} more violations (raise --max-violations to see them)")
+    for w in report.warnings:
+        lines.append(f"  warning: {w}")
     if report.reason:
         lines.append(f"  reason: {report.reason}")
     m = report.metrics

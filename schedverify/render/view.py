@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..cost.timeline import Timeline, run_timeline
-from ..diagnostics import DEADLOCK, RENDEZVOUS_DEADLOCK, RUNS_BEFORE_DEPENDENCY, Report
+from ..diagnostics import (COMM_STREAM_DEADLOCK, DEADLOCK, RENDEZVOUS_DEADLOCK,
+                           RUNS_BEFORE_DEPENDENCY, Report)
 from ..graph import Graph, compile_graph
+from ..runtime import RUNTIME_SEMANTICS
 from ..model import (
     B,
     BOOKKEEPING_KINDS,
@@ -29,7 +31,8 @@ from ..model import (
 )
 
 #: Codes after which the ASAP sweep's times mean nothing: some device waits forever.
-NO_TIMING_CODES = frozenset({DEADLOCK.code, RENDEZVOUS_DEADLOCK.code, RUNS_BEFORE_DEPENDENCY.code})
+NO_TIMING_CODES = frozenset({DEADLOCK.code, RENDEZVOUS_DEADLOCK.code, COMM_STREAM_DEADLOCK.code,
+                             RUNS_BEFORE_DEPENDENCY.code})
 
 #: Category of each action kind for pictures and traces.  ``I`` is computation: PyTorch's
 #: ``_dump_chrometrace`` tests ``computation_type in (F, B, W)`` and so files the
@@ -147,14 +150,16 @@ class View:
 
 
 def build_view(schedule: Schedule, *, costs=None, memory=None, memory_limit=None,
-               comm_semantics=None, report: Report | None = None) -> View:
+               comm_semantics=None, nccl=None, report: Report | None = None) -> View:
     """Check ``schedule`` and lay it out.  Never raises because the schedule is invalid."""
     from ..check import check
 
     if report is None:
         report = check(schedule, costs=costs, memory=memory, memory_limit=memory_limit,
-                       comm_semantics=comm_semantics)
-    sem = comm_semantics or schedule.comm_semantics or "eager"
+                       comm_semantics=comm_semantics, nccl=nccl)
+    sem = report.comm_semantics or "eager"
+    if sem in RUNTIME_SEMANTICS:
+        sem = "eager"  # the layout's order-only timeline; the report holds the runtime's hangs
     if report.timeline is not None:
         tl = report.timeline
         graph = tl.graph
@@ -173,7 +178,7 @@ def build_view(schedule: Schedule, *, costs=None, memory=None, memory_limit=None
             reason = (f"{RUNS_BEFORE_DEPENDENCY.code} {RUNS_BEFORE_DEPENDENCY.slug}: a device "
                       "waits for an action later in its own order, so the schedule never ends")
         else:
-            code = RENDEZVOUS_DEADLOCK if RENDEZVOUS_DEADLOCK.code in codes else DEADLOCK
+            code = next((c for c in (RENDEZVOUS_DEADLOCK, COMM_STREAM_DEADLOCK) if c.code in codes), DEADLOCK)
             reason = f"{code.code} {code.slug}: the schedule deadlocks, so it has no timing"
     index = {(graph.dev[i], graph.pos[i]): i for i in range(graph.n)}
     marked: dict[int, list[str]] = {}
