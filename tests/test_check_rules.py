@@ -10,6 +10,7 @@ import pytest
 import schedverify as sv
 from schedverify import CODES, Action, MemoryModel, Schedule, overlap
 from schedverify.check import MAX_COUNTED
+from schedverify.runtime import NcclOptions
 
 # A valid 2-device, 2-microbatch 1F1B, the base most cases perturb.
 ONE_F_ONE_B = [["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", "1F1", "1B1"]]
@@ -440,7 +441,7 @@ def test_cap_stops_counting_far_beyond_the_kept():
 
 def test_every_code_is_registered_once_and_tested_here():
     tested = {"SV101", "SV102", "SV201", "SV202", "SV203", "SV301", "SV401", "SV402", "SV403",
-              "SV404", "SV501", "SV502", "SV503", "SV601"}
+              "SV404", "SV405", "SV406", "SV501", "SV502", "SV503", "SV504", "SV601"}
     assert set(CODES) == tested, "a new violation code needs a crafted-schedule test in this file"
     slugs = [c.slug for c in CODES.values()]
     assert len(slugs) == len(set(slugs))
@@ -806,3 +807,128 @@ def test_bookkeeping_on_a_device_without_its_stage_is_sv301():
     placement = sv.Placement.bidirectional([[0, 1], [1, 0]], [0, 1], 3, 2)
     (v,) = sv.check(build(order, stages=2, placement=placement)).violations
     assert v.message == "stage 0 is held by devices 0 and 1, but 0REDUCE_GRAD sits on device 2"
+
+
+# --------------------------------------------------------------------------- docs/spec.md 8
+# PyTorch's runtime: torch (over gloo) and torch-nccl (over NCCL).  Each case below was also
+# run on PyTorch's real runtime over gloo (tests/test_realrt.py).
+
+
+def test_torch_runs_what_rendezvous_calls_a_hang_and_nccl_hangs_on_it():
+    # Issue pytorch#172668's shape: both devices' communication streams start with a send to
+    # the other, whose receive sits behind it.  gloo posts sends without blocking: it runs.
+    s = build(RENDEZVOUS_HANG)
+    gloo = sv.check(s, comm_semantics="torch")
+    assert gloo.is_valid and gloo.metrics.makespan == 9 and gloo.comm_semantics == "torch"
+    (v,) = only(sv.check(s, comm_semantics="torch-nccl"), "SV405")
+    assert v.code.slug == "comm-stream-deadlock"
+    assert locs(v) == [(0, 3, "0SEND_F1"), (1, 3, "1SEND_B0")]
+    assert "a send completes only with its receive, 1RECV_F1 (device 1, position 4), which is not " \
+           "at the head of device 1's communication stream yet" in v.witness[0]
+    assert v.witness[2:] == ("rank 0: [... 0SEND_F1, 0RECV_B0, 0B0]", "rank 1: [... 1SEND_B0, 1RECV_F1, 1F1]")
+    # messages that fit NCCL's buffers: the sends complete alone, and it runs
+    buffered = sv.check(s, comm_semantics="torch-nccl", nccl=NcclOptions(buffered_sends=True))
+    assert buffered.is_valid and buffered.metrics.makespan == 9
+
+
+def test_an_early_recv_is_no_deadlock_under_torch_but_hangs_on_nccl():
+    # Device 1 posts microbatch 1's receive before it sends microbatch 0's gradient, and device
+    # 0 posts its receive of that gradient before it sends microbatch 1: a listed RECV that
+    # blocks (eager) deadlocks; PyTorch only posts it, and waits at the consumer (gloo).  On
+    # NCCL the early receives sit at the heads of the communication streams and hold the sends
+    # behind them (PyTorch PR #165664): each head waits for a send behind the other's head.
+    order = [["0F0", "0SEND_F0", "0RECV_B0", "0F1", "0SEND_F1", "0B0", "0RECV_B1", "0B1"],
+             ["1RECV_F0", "1RECV_F1", "1F0", "1B0", "1SEND_B0", "1F1", "1B1", "1SEND_B1"]]
+    s = build(order)
+    assert only(sv.check(s, comm_semantics="eager"), "SV402")
+    report = sv.check(s, comm_semantics="torch")
+    assert report.is_valid, [str(v) for v in report.violations]
+    assert report.metrics.makespan == sv.check(build(ONE_F_ONE_B)).metrics.makespan
+    (v,) = only(sv.check(s, comm_semantics="torch-nccl"), "SV405")
+    assert locs(v) == [(1, 1, "1RECV_F1"), (0, 2, "0RECV_B0")]
+    assert "has not reached the head of device" not in v.witness[0]
+
+
+def test_receives_posted_out_of_send_order_cross_their_data():
+    order = [list(EXPLICIT[0]), ["1RECV_F1", "1RECV_F0", "1F0", "1B0", "1SEND_B0", "1F1", "1B1", "1SEND_B1"]]
+    s = build(order)
+    assert sv.check(s, comm_semantics="eager").is_valid  # labels match: eager cannot see it
+    for sem in ("torch", "torch-nccl"):
+        first, second = only(sv.check(s, comm_semantics=sem), "SV504")
+        assert locs(first) == [(0, 1, "0SEND_F0"), (1, 0, "1RECV_F1")]
+        assert locs(second) == [(0, 3, "0SEND_F1"), (1, 1, "1RECV_F0")]
+        assert first.message.startswith(
+            "0SEND_F0 is send number 0 from device 0 to device 1, so PyTorch delivers it to receive "
+            "number 0 there, 1RECV_F1, not to 1RECV_F0: stage 1 computes on microbatch 0's "
+            "activation as if it were microbatch 1's activation")
+
+
+def test_the_loss_stage_runs_its_forwards_in_microbatch_order():
+    order = [["0F0", "0F1", "0B0", "0B1"], ["1F1", "1F0", "1B0", "1B1"]]
+    s = build(order)
+    assert sv.check(s).is_valid  # fine for the abstract model
+    for sem in ("torch", "torch-nccl"):
+        (v,) = only(sv.check(s, comm_semantics=sem), "SV406")
+        assert locs(v) == [(1, 0, "1F1")]
+        assert "1F1 is the last stage's forward number 0 on device 1, but it is microbatch 1" in v.message
+    # bidirectional schedules have two last stages, on their routes: the rule does not apply
+    routes = [[0, 1], [1, 0]]
+    assert "SV406" not in sv.check(bidirectional([["0F0", "1F1", "1B1", "0B0"], ["0F1", "1F0", "1B0", "0B1"]],
+                                                 routes, [0, 1]), comm_semantics="torch").codes()
+
+
+def test_unmatched_and_missing_messages_under_torch():
+    # an extra receive of microbatch 1's activation: nothing is ever sent to it
+    surplus = [list(EXPLICIT[0]), ["1RECV_F0", "1F0", "1B0", "1RECV_F1", "1SEND_B0", "1F1", "1B1", "1SEND_B1", "1RECV_F1"]]
+    report = sv.check(build(surplus), comm_semantics="torch")
+    (v,) = only(report, "SV502")
+    assert locs(v) == [(1, 8, "1RECV_F1")]
+    assert "receive number 2 on device 1 from device 0, but device 0 posts only 2 sends" in v.message
+    # a send nobody receives: the step's last wait never returns, so there is no makespan
+    extra = [EXPLICIT[0] + ["0SEND_F1"], list(EXPLICIT[1])]
+    report = sv.check(build(extra), comm_semantics="torch")
+    (v,) = only(report, "SV501")
+    assert "device 1 posts only 2 receives from device 0" in v.message
+    assert report.metrics.makespan is None
+    # a consumer without its RECV: PyTorch raises before computing
+    missing = [list(EXPLICIT[0]), [a for a in EXPLICIT[1] if a != "1RECV_F1"]]
+    (v,) = only(sv.check(build(missing), comm_semantics="torch"), "SV503")
+    assert "PyTorch raises 'Computing ... before receiving input'" in v.message
+
+
+def test_a_data_deadlock_is_sv402_under_both_runtimes():
+    order = [["0F0", "0SEND_F0", "0RECV_B0", "0B0"], ["1RECV_B0", "1RECV_F0", "1F0", "1B0", "1SEND_B0"]]
+    # device 1 lists microbatch 0's gradient receive: it has no such thing to receive
+    report = sv.check(build(order), comm_semantics="torch")
+    assert "SV502" in report.codes()
+    # a real cycle: each device's first compute needs what the other computes later
+    order = [["0RECV_B0", "0F0", "0B0", "0SEND_F0"], ["1RECV_F0", "1F0", "1B0", "1SEND_B0"]]
+    for sem in ("torch", "torch-nccl"):
+        codes = sv.check(build(order), comm_semantics=sem).codes()
+        assert "SV402" in codes or "SV401" in codes, (sem, codes)
+
+
+def test_a_cycle_on_gloo_is_reported_as_sv402_under_nccl_too():
+    order = [["0F0", "0RECV_B0", "0B0", "0SEND_F0"], ["1RECV_F0", "1F0", "1B0", "1SEND_B0"]]
+    gloo = sv.check(build(order), comm_semantics="torch")
+    nccl = sv.check(build(order), comm_semantics="torch-nccl")
+    assert "SV402" in gloo.codes() or "SV401" in gloo.codes()
+    assert "SV405" not in nccl.codes() and set(gloo.codes()) <= set(nccl.codes())
+
+
+def test_no_reduce_grad_is_a_warning_not_a_violation():
+    report = sv.check(build(EXPLICIT), comm_semantics="torch")
+    assert report.is_valid
+    assert any("no REDUCE_GRAD" in w for w in report.warnings)
+    reduced = [EXPLICIT[0] + ["0REDUCE_GRAD"], EXPLICIT[1] + ["1REDUCE_GRAD"]]
+    assert sv.check(build(reduced), comm_semantics="torch").warnings == []
+    assert sv.check(build(EXPLICIT), comm_semantics="eager").warnings == []
+    assert report.to_json()["warnings"] == report.warnings
+    assert report.to_json()["comm_semantics"] == "torch"
+
+
+def test_nccl_options_are_checked():
+    with pytest.raises(sv.UsageError, match="nccl streams must be 'device' or 'pair', got 'rank'"):
+        NcclOptions(streams="rank")
+    with pytest.raises(sv.UsageError, match="nccl must be a schedverify.runtime.NcclOptions"):
+        sv.check(build(EXPLICIT), comm_semantics="torch-nccl", nccl={"streams": "pair"})

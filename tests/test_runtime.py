@@ -1,0 +1,126 @@
+"""PyTorch's runtime semantics (docs/spec.md 8) as properties: what lowering preserves, how the
+semantics order one another, and that the sweep is linear.
+
+- PyTorch's own lowering of any valid compute-only schedule runs under ``torch`` with exactly
+  the compute-only makespan (zero SEND/RECV costs, any latency): section 8.4's promise.
+- ``torch-nccl`` only adds waits to ``torch``: whatever hangs or is wrong on gloo is so on
+  NCCL, and nothing runs faster on NCCL; one stream per peer and buffered sends only remove
+  waits.
+The real runtime's agreement with these verdicts is tests/test_realrt.py; the Z3 engine's is
+tests/test_smt_runtime.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import schedverify as sv
+from schedverify.generators import FAMILIES
+from schedverify.lowering import LoweringError, torch_lowering
+from schedverify.runtime import NcclOptions
+from schedverify.strategies import costs, mutations, valid_schedules
+
+UNIDIRECTIONAL = [name for name in FAMILIES if name not in ("dualpipe", "chimera")]
+
+def _codes(report) -> set[str]:
+    return set(report.codes())
+
+
+@pytest.mark.parametrize("family", UNIDIRECTIONAL)
+@pytest.mark.parametrize("devices, microbatches", [(2, 4), (4, 8), (3, 6)])
+def test_pytorch_lowering_of_every_family_runs_at_its_compute_only_makespan(family, devices, microbatches):
+    s = FAMILIES[family](devices, microbatches)
+    low = torch_lowering(s)
+    compute_only = sv.check(s, comm_semantics="torch")
+    assert compute_only.is_valid, [str(v) for v in compute_only.violations]
+    gloo = sv.check(low, comm_semantics="torch")
+    assert gloo.is_valid, [str(v) for v in gloo.violations]
+    assert gloo.metrics.makespan == compute_only.metrics.makespan
+    assert [d.busy for d in gloo.metrics.devices] == [d.busy for d in compute_only.metrics.devices]
+    assert gloo.warnings == []  # the lowering adds REDUCE_GRAD
+    nccl = sv.check(low, comm_semantics="torch-nccl")
+    if nccl.is_valid:
+        assert nccl.metrics.makespan >= gloo.metrics.makespan
+
+
+@settings(max_examples=40)
+@given(valid_schedules(bidirectional=False, comm="none"), costs(comm=True))
+def test_lowering_keeps_the_makespan_under_torch(s, c):
+    """Any valid compute-only schedule whose loss stage runs in order: PyTorch's lowering runs
+    on gloo exactly as the compute-only schedule does, under any costs and latency."""
+    base = sv.check(s, costs=c, comm_semantics="torch")
+    if not base.is_valid:  # the loss stage's forwards out of order: nothing PyTorch can run
+        assert _codes(base) == {"SV406"}
+        return
+    try:
+        low = torch_lowering(s)
+    except LoweringError as e:  # a device with no action at all
+        assert "has no action" in str(e)
+        return
+    r = sv.check(low, costs=c, comm_semantics="torch")
+    assert r.is_valid, [str(v) for v in r.violations]
+    assert r.metrics.makespan == pytest.approx(base.metrics.makespan)
+
+
+NCCL_VARIANTS = {
+    "pair+buffered": NcclOptions(streams="pair", buffered_sends=True),
+    "device+buffered": NcclOptions(streams="device", buffered_sends=True),
+    "pair": NcclOptions(streams="pair"),
+    "device": NcclOptions(streams="device"),
+}
+#: (fewer waits, more waits): every wait of the first is one of the second (docs/spec.md 8.4)
+LADDER = [("gloo", "pair+buffered"), ("pair+buffered", "pair"), ("pair", "device"),
+          ("pair+buffered", "device+buffered"), ("device+buffered", "device")]
+
+EXPLICIT = valid_schedules(bidirectional=False, comm="eager", devices=st.integers(2, 4))
+
+
+def _assert_ladder(s, c):
+    reports = {"gloo": sv.check(s, costs=c, comm_semantics="torch")}
+    for name, options in NCCL_VARIANTS.items():
+        reports[name] = sv.check(s, costs=c, comm_semantics="torch-nccl", nccl=options)
+    # what is wrong on gloo is wrong on NCCL: every gloo code but the hang's is on every rung
+    base = _codes(reports["gloo"]) - {"SV402"}
+    for name in NCCL_VARIANTS:
+        assert base <= _codes(reports[name]), (name, reports["gloo"].codes(), reports[name].codes())
+    # more waits never make a schedule run, nor run sooner
+    for fewer, more in LADDER:
+        t_more = reports[more].metrics.makespan
+        if t_more is not None:
+            t_fewer = reports[fewer].metrics.makespan
+            assert t_fewer is not None and t_fewer <= t_more + 1e-9, (fewer, t_fewer, more, t_more)
+
+
+@settings(max_examples=60)
+@given(EXPLICIT, costs(comm=True, comm_actions=True))
+def test_nccl_only_adds_waits_on_generated_schedules(s, c):
+    _assert_ladder(s, c)
+
+
+@settings(max_examples=60)
+@given(EXPLICIT.flatmap(mutations), costs(comm=True, comm_actions=True))
+def test_nccl_only_adds_waits_on_mutated_schedules(m, c):
+    _assert_ladder(m.schedule, c)
+
+
+def test_every_comm_action_gets_ready_and_done_times():
+    s = torch_lowering(FAMILIES["interleaved-1f1b"](4, 8))
+    report = sv.check(s, comm_semantics="torch-nccl", costs={"SEND_F": 1, "RECV_F": 1, "comm": 0.5})
+    tl = report.timeline
+    assert tl is not None
+    for d in range(s.devices):
+        for a, start, end in tl.entries(d):
+            assert end >= start
+    # busy time counts compute only: SEND/RECV costs are transfer times
+    assert [d.busy for d in report.metrics.devices] == [48] * 4
+    assert report.metrics.makespan > sv.check(s, comm_semantics="torch-nccl").metrics.makespan
+
+
+def test_a_hang_has_no_timing_but_keeps_its_memory_peaks():
+    s = torch_lowering(FAMILIES["interleaved-1f1b"](2, 4), defer_recv=True)
+    report = sv.check(s)  # a PyTorch schedule object says nothing: eager
+    nccl = sv.check(s, comm_semantics="torch-nccl")
+    assert "SV405" in nccl.codes() and nccl.metrics.makespan is None
+    assert [d.peak_memory for d in nccl.metrics.devices] == [d.peak_memory for d in report.metrics.devices]
