@@ -107,9 +107,8 @@ def run_schedule(csv_text: str, *, fmt: str, ranks: int, stages_per_rank: int, m
             return Outcome("hang", f"no result after {timeout_s:g} s", seconds)
         failed = _failures(tmp, procs)
         if failed:
-            rank, line = failed[0]
-            hang = all(_is_gloo_timeout(l) for _, l in failed)
-            return Outcome("hang" if hang else "error", f"rank {rank}: {line}", seconds)
+            rank, line = failed[0]  # no error of its own before a timeout: a hang
+            return Outcome("hang" if _is_gloo_timeout(line) else "error", f"rank {rank}: {line}", seconds)
         wrong = _compare(tmp, ranks, stages, microbatches, placement)
         return Outcome("wrong" if wrong else "ok", wrong or "losses and gradients match", seconds)
     finally:
@@ -144,24 +143,30 @@ def _kill(procs) -> None:
 
 
 def _failures(tmp: Path, procs) -> list[tuple[int, str]]:
-    """(rank, first exception line) of each failed worker, the earliest raised first; a
-    worker killed before it could say anything is last, with the end of its output."""
-    said, silent = [], []
+    """(rank, first exception line) of each failed worker, the cause first: a worker's own
+    error (earliest first), then gloo timeouts, then a worker that died without a word, and
+    last the errors that only say a peer went away (a consequence, whatever their time)."""
+    found = []
     for r, p in enumerate(procs):
         if p.returncode == 0:
             continue
         err = tmp / f"error{r}.json"
         if err.exists():
             e = json.loads(err.read_text())
-            said.append((e["time"], r, e["line"]))
+            kind = 1 if _is_gloo_timeout(e["line"]) else 3 if _is_peer_gone(e["line"]) else 0
+            found.append((kind, e["time"], r, e["line"]))
         elif p.returncode != -signal.SIGKILL:  # killed by us: a peer's failure says why
             tail = (tmp / f"stderr{r}").read_text(errors="replace").strip().splitlines()[-1:]
-            silent.append((r, f"exit code {p.returncode}: {' '.join(tail)}"))
-    return [(r, line) for _, r, line in sorted(said)] + silent
+            found.append((2, 0, r, f"exit code {p.returncode}: {' '.join(tail)}"))
+    return [(r, line) for *_, r, line in sorted(found)]
 
 
 def _is_gloo_timeout(line: str) -> bool:
-    return "Timed out" in line or "timed out" in line or "Timeout" in line
+    return "Timed out" in line or "timed out" in line
+
+
+def _is_peer_gone(line: str) -> bool:
+    return "Connection closed by peer" in line or "Connection reset by peer" in line
 
 
 def _compare(tmp: Path, ranks: int, stages: int, microbatches: int, placement: str) -> str:
@@ -222,13 +227,22 @@ def _worker(tmp: Path, rank: int) -> None:
     dist.destroy_process_group()
 
 
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+
+
 def _main(argv) -> int:
     tmp, rank = Path(argv[1]), int(argv[2])
     try:
         _worker(tmp, rank)
     except BaseException as e:  # noqa: BLE001 - any failure is the outcome
         traceback.print_exc()
-        line = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        line = _first_line(e)
+        root = e
+        while root.__cause__ is not None:  # PyTorch wraps autograd's errors in its own
+            root = root.__cause__
+        if root is not e:
+            line += f" (from {_first_line(root)})"
         (tmp / f"error{rank}.json").write_text(json.dumps({"time": time.time(), "line": line}))
         return 1
     return 0

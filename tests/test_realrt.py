@@ -1,0 +1,231 @@
+"""PyTorch's real runtime as the oracle: each schedule of the table runs one ``step()`` of
+``_PipelineScheduleRuntime`` over gloo (tests/_realrt.py: fresh processes, a hard timeout)
+and its outcome (ok, wrong numbers, an exception, a hang) is pinned; then schedverify's
+verdict under ``comm_semantics="torch"`` must be valid exactly when the runtime is ok.
+
+Each case runs once (the module-scoped ``run`` fixture) and serves both tests.  On an idle
+2-core machine a 2-rank run takes about 4-5 s (most of it importing torch in each process),
+a 4-rank run 9-10 s, the deadlock 14 s (gloo's timeout of 10 s, a third of the harness's
+hard 30 s): about 110 s for the table, 1.5x that on a loaded machine."""
+
+from __future__ import annotations
+
+import csv
+import io
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+from unittest import mock
+
+import pytest
+
+import schedverify as sv
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from torch.distributed.pipelining import schedules as ts  # noqa: E402
+from torch.distributed.pipelining.stage import PipelineStage  # noqa: E402
+
+from _realrt import run_schedule  # noqa: E402
+from schedverify.generators import FAMILIES  # noqa: E402
+from schedverify.lowering import torch_lowering  # noqa: E402
+
+
+# --- where the CSVs come from ----------------------------------------------------------
+
+def _mock_stages(ranks: int, per_rank: int):
+    """Rank 0's stages as get_schedule_ops builds them (as tests/test_torch_interop.py does)."""
+    stage = mock.create_autospec(PipelineStage, instance=True)
+    stage.group_rank, stage.group_size, stage.submod, stage.num_stages = 0, ranks, None, per_rank * ranks
+    return [stage] * per_rank
+
+
+def _rows_csv(order) -> str:
+    """PyTorch's _dump_csv body (csv.writer over each rank's list), in memory."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    for rank in order:
+        writer.writerow(order[rank])
+    return buf.getvalue()
+
+
+def pytorch(name: str, ranks: int, m: int, per_rank: int, *, lowered: bool = False, defer: bool = False):
+    """A builder of the CSV of PyTorch's multi-stage class ``name``: compute-only, or lowered
+    by ``_PipelineScheduleRuntime`` (``defer`` = its ``_defer_recv_ops``) and written by
+    ``_dump_csv(format="compute_comms")``."""
+
+    def build() -> str:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sched = ts.get_schedule_class(name)(_mock_stages(ranks, per_rank), m)
+        if not lowered:
+            return _rows_csv(sched.pipeline_order)
+        runtime = ts._PipelineScheduleRuntime(_mock_stages(ranks, per_rank), m, defer_pp_recv=defer)
+        runtime._prepare_schedule_with_comms(sched.pipeline_order)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "comms.csv"
+            runtime._dump_csv(str(path), format="compute_comms")
+            return path.read_text()
+
+    return build
+
+
+def ours(family: str, devices: int, m: int):
+    """A builder of a schedverify generator's CSV (PyTorch's single-stage classes cannot be
+    used: Schedule1F1B's pipeline_order is wrong on the last rank in 2.13, and GPipe's ends in
+    REDUCE_GRAD, which _load_csv(format="compute_only") refuses)."""
+    return lambda: sv.dumps_csv(FAMILIES[family](devices, m))
+
+
+# --- hand-written compute+comms schedules: 2 ranks, one stage each, 2 microbatches ----------
+# The valid one is PyTorch's own lowering of 1F1B; each other case changes one rank.
+R0 = "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1,0REDUCE_GRAD"
+R1 = "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1,1REDUCE_GRAD"
+
+HAND = {
+    "1f1b-by-hand": (R0, R1),
+    # (a) rank 0 waits for B0's gradient before its second forward; rank 1 waits for that
+    # forward's activation before it runs (and sends) B0: both sit in a receive.
+    "deadlock": ("0F0,0SEND_F0,0RECV_B0,0B0,0F1,0SEND_F1,0RECV_B1,0B1,0REDUCE_GRAD",
+                 "1RECV_F0,1F0,1RECV_F1,1F1,1B0,1SEND_B0,1B1,1SEND_B1,1REDUCE_GRAD"),
+    # (b) every RECV posted as soon as possible, actions before its consumer: a RECV only
+    # posts an irecv; the consumer waits for it.
+    "early-recv": ("0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0RECV_B1,0B0,0B1,0REDUCE_GRAD",
+                   "1RECV_F0,1RECV_F1,1F0,1B0,1SEND_B0,1F1,1B1,1SEND_B1,1REDUCE_GRAD"),
+    # (c) rank 1 posts RECV_F1 before RECV_F0 while rank 0 sends F0 then F1: gloo matches
+    # by posting order (tag 0), so microbatch 0's activation lands in microbatch 1's buffer.
+    "swapped-recvs": (R0, "1RECV_F1,1RECV_F0,1F0,1B0,1SEND_B0,1F1,1B1,1SEND_B1,1REDUCE_GRAD"),
+    # (d) 1F1 has no RECV_F1: "Computing action=1F1 before receiving input".
+    "missing-recv": (R0, "1RECV_F0,1F0,1B0,1SEND_B0,1F1,1B1,1SEND_B1,1REDUCE_GRAD"),
+    # (e) the loss stage runs F1 before F0: the runtime appends losses in execution order and
+    # B0 reads entry 0, microbatch 1's loss (whose graph B1 then finds already freed).
+    "loss-out-of-order": (R0, "1RECV_F0,1RECV_F1,1F1,1F0,1B0,1SEND_B0,1B1,1SEND_B1,1REDUCE_GRAD"),
+    # No REDUCE_GRAD: the runtime only scales gradients there, so they come out M times too
+    # large, without an error.
+    "no-reduce-grad": (R0.removesuffix(",0REDUCE_GRAD"), R1.removesuffix(",1REDUCE_GRAD")),
+}
+
+
+def hand(name: str):
+    return lambda: "\n".join(HAND[name]) + "\n"
+
+
+# --- the table -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    build: Callable[[], str]  # the CSV text the runtime loads
+    fmt: str  # _load_csv's format
+    ranks: int
+    per_rank: int
+    microbatches: int
+    placement: str
+    defer: bool
+    expected: str  # the runtime's outcome
+    code: str | None = None  # a violation schedverify must report (None: valid)
+    # what schedverify checks, when not the CSV above: the defer_pp_recv cases run the
+    # compute-only CSV, which PyTorch itself lowers with _defer_recv_ops
+    checked: Callable[[], str] | None = None
+
+
+def _co(name, build, ranks, m, per_rank=1, placement="loop"):
+    return Case(name, build, "compute_only", ranks, per_rank, m, placement, False, "ok")
+
+
+def _cc(name, expected, code=None):
+    return Case(name, hand(name), "compute_comms", 2, 1, 2, "loop", False, expected, code)
+
+
+def _defer(name, ranks, m, placement, expected, code=None):
+    return Case(f"{name}-{ranks}x{m}-defer", pytorch(name, ranks, m, 2), "compute_only", ranks, 2, m,
+                placement, True, expected, code, checked=pytorch(name, ranks, m, 2, lowered=True, defer=True))
+
+
+CASES = [
+    # PyTorch's lowering of schedules that are right: the runtime matches the unsplit model
+    _co("gpipe-2x4", ours("gpipe", 2, 4), 2, 4),
+    _co("1f1b-2x4", ours("1f1b", 2, 4), 2, 4),
+    _co("1f1b-4x8", ours("1f1b", 4, 8), 4, 8),
+    # ... and PyTorch's own compute+comms lowering, loaded as it is
+    Case("Interleaved1F1B-2x4-lowered", pytorch("Interleaved1F1B", 2, 4, 2, lowered=True), "compute_comms",
+         2, 2, 4, "loop", False, "ok"),
+    _co("ZBVZeroBubble-2x4", pytorch("ZBVZeroBubble", 2, 4, 2), 2, 4, per_rank=2, placement="v"),
+    _co("DualPipeV-2x4", pytorch("DualPipeV", 2, 4, 2), 2, 4, per_rank=2, placement="v"),  # OVERLAP_F_B
+    # hand-written compute+comms schedules
+    _cc("1f1b-by-hand", "ok"),
+    _cc("deadlock", "hang", "SV402"),
+    _cc("early-recv", "ok"),
+    _cc("swapped-recvs", "wrong", "SV504"),
+    _cc("missing-recv", "error", "SV503"),
+    _cc("loss-out-of-order", "error", "SV406"),
+    _cc("no-reduce-grad", "wrong"),
+    # (f) defer_pp_recv=True: _defer_recv_ops pulls a RECV forward to its consumer past an
+    # earlier-posted RECV from the same peer, so the two are matched crosswise (SV504).
+    _defer("InterleavedZeroBubble", 2, 4, "loop", "wrong", "SV504"),
+    _defer("InterleavedZeroBubble", 4, 8, "loop", "ok"),  # no RECV overtakes another here
+    _defer("ZBVZeroBubble", 2, 4, "v", "wrong", "SV504"),
+    _defer("ZBVZeroBubble", 4, 8, "v", "wrong", "SV504"),
+]
+
+# The one case where the runtime's outcome and schedverify's verdict differ by design
+# (docs/spec.md 8.3): no REDUCE_GRAD is a warning, since the runtime runs the schedule and
+# only its gradient scale differs.
+WARNED = {"no-reduce-grad": "REDUCE_GRAD"}
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: c.name)
+def run(request):
+    """(case, its CSV text, its runtime outcome): one real run per case for both tests."""
+    case = request.param
+    text = case.build()
+    outcome = run_schedule(text, fmt=case.fmt, ranks=case.ranks, stages_per_rank=case.per_rank,
+                           microbatches=case.microbatches, placement=case.placement,
+                           defer_pp_recv=case.defer)
+    return case, text, outcome
+
+
+def test_real_runtime_outcome(run):
+    case, _, outcome = run
+    assert outcome.status == case.expected, f"{outcome.status}: {outcome.detail} ({outcome.seconds:.1f} s)"
+
+
+def _verdicts(case: Case, text: str) -> list[tuple[str, sv.Report]]:
+    """What schedverify says of what the runtime ran, under ``torch``: the compute+comms CSV as
+    it is; for a compute-only CSV, what PyTorch runs of it (our re-implementation of its
+    lowering, with ``_defer_recv_ops`` for the defer cases) and, but for the defer cases, the
+    compute-only schedule itself."""
+    s = sv.loads_csv(text, devices=case.ranks, stages=case.ranks * case.per_rank,
+                     microbatches=case.microbatches, placement=case.placement)
+    if case.fmt == "compute_comms":
+        return [("as loaded", sv.check(s, comm_semantics="torch"))]
+    out = [("lowered", sv.check(torch_lowering(s, defer_recv=case.defer), comm_semantics="torch"))]
+    if not case.defer:
+        out.append(("compute-only", sv.check(s, comm_semantics="torch")))
+    return out
+
+
+def test_torch_semantics_agrees_with_the_real_runtime(run):
+    case, text, outcome = run
+    for what, report in _verdicts(case, text):
+        messages = "; ".join(map(str, report.violations[:5]))
+        if case.name in WARNED:
+            assert report.is_valid and any(WARNED[case.name] in w for w in report.warnings), messages
+            continue
+        assert report.is_valid == (outcome.status == "ok"), \
+            f"{what}: runtime {outcome.status} ({outcome.detail}); schedverify: {messages}"
+        if case.code is not None and what != "compute-only":
+            assert case.code in report.codes(), f"{what}: {messages}"
+
+
+def test_our_lowering_is_what_pytorch_ran(run):
+    """The defer cases' verdict is on our _defer_recv_ops: it must be PyTorch's own output."""
+    case, text, _ = run
+    if case.checked is None:
+        pytest.skip("not lowered by PyTorch in the test")
+    s = sv.loads_csv(text, devices=case.ranks, stages=case.ranks * case.per_rank,
+                     microbatches=case.microbatches, placement=case.placement)
+    assert sv.dumps_csv(torch_lowering(s, defer_recv=case.defer)) == case.checked().replace("\r\n", "\n")
