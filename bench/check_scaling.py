@@ -15,6 +15,12 @@ Whether the compiled kernel (schedverify/_kernel.c) is in use is printed in the 
     python bench/check_scaling.py                # 10k, 100k, 1M actions
     python bench/check_scaling.py --sizes 10000 --torch-max 100000
     python bench/check_scaling.py --sizes 1000000 --repeat 1 --phases   # where the time goes
+    python bench/check_scaling.py --sizes --runtime-size 100000          # the semantics table only
+
+The last table checks one lowered schedule (1F1B after PyTorch's lowering, re-implemented in
+``schedverify.lowering``: about 2.7 actions per compute action) under each communication
+semantics, and gives each one's time over eager's on that same file (docs/spec.md 8's
+``torch`` and ``torch-nccl`` run in pure Python; the kernel builds the graph they share).
 """
 
 from __future__ import annotations
@@ -44,6 +50,18 @@ hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")]
 rss = int(hwm[0].split()[1]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"import": t1 - t0, "load": t2 - t1, "check": t3 - t2, "total": t3 - t1,
                   "makespan": r.metrics.makespan, "actions": s.num_actions, "rss_mb": rss}))
+"""
+
+_SEMANTICS_CHILD = r"""
+import json, sys, time
+import schedverify
+s = schedverify.load(sys.argv[1])
+t0 = time.perf_counter()
+r = schedverify.check(s, comm_semantics=sys.argv[2])
+t1 = time.perf_counter()
+assert r.verdict.value in ("valid", "invalid"), r
+print(json.dumps({"check": t1 - t0, "verdict": r.verdict.value, "makespan": r.metrics.makespan,
+                  "actions": s.num_actions}))
 """
 
 _PHASES_CHILD = r"""
@@ -94,6 +112,33 @@ def write_schedule(path: str, actions: int, devices: int) -> None:
     dump(one_f_one_b(devices, microbatches), path)
 
 
+def write_lowered(path: str, compute_actions: int, devices: int) -> None:
+    sys.path.insert(0, ROOT)
+    from schedverify import dump
+    from schedverify.generators import one_f_one_b
+    from schedverify.lowering import torch_lowering
+
+    microbatches = max(1, compute_actions // (2 * devices))
+    dump(torch_lowering(one_f_one_b(devices, microbatches)), path)
+
+
+def semantics_table(args, tmp: str) -> None:
+    path = os.path.join(tmp, "lowered.json")
+    write_lowered(path, args.runtime_size, args.devices)
+    rows = {}
+    for sem in ("eager", "rendezvous", "torch", "torch-nccl"):
+        rows[sem] = min((run_child(_SEMANTICS_CHILD, path, 600, sem) for _ in range(args.repeat)),
+                        key=lambda r: r["check"])
+    n = rows["eager"]["actions"]
+    print(f"\ncheck of one lowered 1F1B ({n:,} actions, {args.devices} devices) per communication "
+          f"semantics, best of {args.repeat}")
+    print("| semantics | verdict | makespan | check s | over eager |")
+    print("|---|---|---:|---:|---:|")
+    for sem, r in rows.items():
+        print(f"| {sem} | {r['verdict']} | {r['makespan']} | {r['check']:.3f} | "
+              f"{r['check'] / rows['eager']['check']:.2f}x |", flush=True)
+
+
 def run_child(code: str, path: str, timeout: float, *extra: str) -> dict | None:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
@@ -108,7 +153,10 @@ def run_child(code: str, path: str, timeout: float, *extra: str) -> dict | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--runtime-size", type=int, default=100_000, metavar="N",
+                    help="compute actions of the schedule lowered for the semantics table "
+                         "(default 100,000: about 275,000 actions after lowering); 0 skips it")
     ap.add_argument("--devices", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3, help="runs per size; the best is reported")
     ap.add_argument("--torch-max", type=int, default=100_000,
@@ -162,6 +210,8 @@ def main() -> None:
                 ph = run_child(_PHASES_CHILD, path, 600)
                 print("|   phases: " + ", ".join(f"{k} {v:.2f} s" if isinstance(v, float) else f"{k} {v}"
                                                 for k, v in ph.items()) + " |", flush=True)
+        if args.runtime_size:
+            semantics_table(args, tmp)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from itertools import islice
 
 from .deps import MATCH
 from .errors import UsageError
-from .graph import KIND_CODE, Graph
+from .graph import KIND_CODE, NCODES, Graph
 from .model import RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F, I
 
 TORCH = "torch"
@@ -86,31 +86,29 @@ class Matching:
     """
 
     partner: list[int]
-    peer_device: dict[int, int]
+    peer_device: list[int]  # of each SEND/RECV whose peer stage exists, else -1
     crossed: list[tuple[int, int, int]]
     unmatched: list[tuple[int, str, int, int]]
 
 
 def match(g: Graph) -> Matching:
     """Pair the SENDs and RECVs of ``g`` positionally, per ordered device pair."""
-    n, S = g.n, g.schedule.stages
+    n, S, M = g.n, g.schedule.stages, g.schedule.microbatches
     placement = g.schedule.placement
+    route = placement.routes[0] if placement.microbatch_route is None else None
     partner = [-1] * n
-    peer_device: dict[int, int] = {}
+    peer_device = [-1] * n
     unmatched: list[tuple[int, str, int, int]] = []
     sends: dict[tuple[int, int], list[int]] = {}
     recvs: dict[tuple[int, int], list[int]] = {}
-    acts, dev, code = g.acts, g.dev, g.code
-    M = g.schedule.microbatches
-    for i, c in enumerate(code):
-        if c not in _COMM_CODES:
-            continue
-        a = acts[i]
-        ps = a.stage + _PEER_OFFSET[c]
-        if not 0 <= ps < S or not 0 <= a.microbatch < M:
+    acts, dev, code, stage = g.acts, g.dev, g.code, g.stage
+    for i in [i for i, c in enumerate(code) if c in _COMM_CODES]:
+        c, mb = code[i], acts[i][2]
+        ps = stage[i] + _PEER_OFFSET[c]
+        if not 0 <= ps < S or not 0 <= mb < M:
             unmatched.append((i, "no-peer", 0, 0))
             continue
-        e = placement.device(ps, a.microbatch)
+        e = route[ps] if route is not None else placement.device(ps, mb)
         peer_device[i] = e
         if c in _SENDS:
             sends.setdefault((dev[i], e), []).append(i)
@@ -121,7 +119,9 @@ def match(g: Graph) -> Matching:
         ss, rs = sends.get(pair, ()), recvs.get(pair, ())
         for k, (s, r) in enumerate(zip(ss, rs)):
             partner[s], partner[r] = r, s
-            if _label_of_receiver(acts[s]) != acts[r]:
+            # SEND_F(s,i) is meant for RECV_F(s+1,i), SEND_B(s,i) for RECV_B(s-1,i)
+            if (code[r] != code[s] + 1 or stage[r] != stage[s] + _PEER_OFFSET[code[s]]
+                    or acts[r][2] != acts[s][2]):
                 crossed.append((s, r, k))
         for k, extra in enumerate(islice(ss, len(rs), None), len(rs)):
             unmatched.append((extra, "surplus", k, len(rs)))
@@ -212,6 +212,7 @@ class _Sweep:
         self.done: list = [None] * n  # comm: done time
         self.bind = [-1] * (3 * n)
         self.is_comm = [c in _COMM_CODES for c in g.code]
+        self.is_send = [c in _SENDS for c in g.code]
         self.lanes: list[list[int]] = []
         self.lane_device: list[int] = []
         self.lane_of: list[int] = [0] * n  # lane of each action
@@ -234,7 +235,7 @@ class _Sweep:
                     last = i
                     continue
                 self.lastc[i] = last
-                key = self.m.peer_device.get(i, -1) if nccl.streams == "pair" else 0
+                key = self.m.peer_device[i] if nccl.streams == "pair" else 0
                 streams.setdefault(key, []).append(i)
             for key in sorted(streams):
                 self._add_lane(d, streams[key])
@@ -249,43 +250,34 @@ class _Sweep:
     # ------------------------------------------------------------------ events
 
     def _set_ready(self, x: int, t, woken: list) -> None:
-        self.ready[x] = t
-        self._wake(3 * x + READY, woken)
-        self._try_done(x, woken)
-        p = self.m.partner[x]
-        if p >= 0:
-            self._try_done(p, woken)
-
-    def _try_done(self, x: int, woken: list) -> None:
-        if self.done[x] is not None:
-            return
-        rx = self.ready[x]
-        if rx is None:
-            return
+        """``x`` may begin to transfer at ``t``: its completion, and its partner's, follow
+        once both sides are ready (a buffered send's at once).  Nothing waits for READY."""
+        ready, done, dur = self.ready, self.done, self.dur
+        ready[x] = t
         p = self.m.partner[x]
         if p < 0:
             return  # a message that never comes: done never happens
-        dur = self.dur
-        delta = dur[x] if dur[x] > dur[p] else dur[p]
-        rp = self.ready[p]
-        if self.is_send(x):
-            if self.buffered:
-                t, via = rx + delta, x
-            elif rp is None:
-                return
-            else:
-                t, via = (rx + delta, x) if rx >= rp else (rp + delta, p)
-        else:
-            if rp is None:
-                return
-            arrive = rp + self.comm + delta
-            t, via = (arrive, p) if arrive > rx + delta else (rx + delta, x)
+        sending = self.is_send[x]
+        if self.buffered and sending:
+            self._finish(x, t + (dur[x] if dur[x] > dur[p] else dur[p]), x, woken)
+        rp = ready[p]
+        if rp is None:
+            return
+        s, r = (x, p) if sending else (p, x)
+        rs, rr = ready[s], ready[r]
+        delta = dur[s] if dur[s] > dur[r] else dur[r]
+        if done[s] is None:  # a send completes with its receive (unless buffered: done above)
+            self._finish(s, (rs if rs >= rr else rr) + delta, s if rs >= rr else r, woken)
+        arrive = rs + self.comm
+        self._finish(r, (arrive if arrive > rr else rr) + delta, s if arrive > rr else r, woken)
+
+    def _finish(self, x: int, t, via: int, woken: list) -> None:
+        """``x`` is done at ``t``, when ``via`` (itself or its partner) became ready."""
         self.done[x] = t
         self.bind[3 * x + DONE] = 3 * via + READY
-        self._wake(3 * x + DONE, woken)
-
-    def is_send(self, x: int) -> bool:
-        return self.g.code[x] in _SENDS
+        lanes = self.waiting.pop(3 * x + DONE, None)
+        if lanes is not None:
+            woken.extend(lanes)
 
     def _wake(self, key: int, woken: list) -> None:
         lanes = self.waiting.pop(key, None)
@@ -428,32 +420,41 @@ def _data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
     consumer's RECV sits on its own device, so the RECVs are looked up here."""
     n, S, M = g.n, g.schedule.stages, g.schedule.microbatches
     placement = g.schedule.placement
-    wait, more = g.wait, g.more_waits
-    find = g.find
+    wait, more, dev = g.wait, g.more_waits, g.dev
     out: list[tuple[int, ...]] = [()] * n
-    none: tuple[int, ...] = ()
-    for i, a in enumerate(g.acts):
-        if is_comm[i]:
+    for i in [i for i in range(n) if wait[i] != n]:
+        out[i] = (wait[i],)
+    for i, extra in more.items():
+        out[i] += tuple(j for j, _ in extra)
+    if not g.explicit_comm:
+        return out
+    route = placement.routes[0] if placement.microbatch_route is None else None
+    producer, code, stage, acts = g.producer, g.code, g.stage, g.acts
+    recv_f, recv_b = KIND_CODE[RECV_F], KIND_CODE[RECV_B]
+    F_, B_, I_ = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I]
+    for i in range(n):
+        c = code[i]
+        if c == F_:
+            leaves = ((stage[i], c, acts[i][2]),)
+        elif c == B_ or c == I_:
+            leaves = ((stage[i], c, acts[i][2]),)
+        elif c < 0 and not is_comm[i] and acts[i].sub is not None:  # OVERLAP_F_B
+            leaves = tuple((x.stage, KIND_CODE.get(x.kind, -1), x.microbatch) for x in acts[i].sub)
+        else:
             continue
-        deps = none if wait[i] == n else (wait[i],)
-        if more and i in more:
-            deps += tuple(j for j, _ in more[i])
-        if g.explicit_comm:
-            for x in a.leaves():
-                k, s, mb = x.kind, x.stage, x.microbatch
-                if type(s) is not int or type(mb) is not int or not (0 <= s < S and 0 <= mb < M):
-                    continue
-                if k == F:
-                    ps, recv = s - 1, RECV_F
-                elif k in (B, I):
-                    ps, recv = s + 1, RECV_B
-                else:
-                    continue
-                if 0 <= ps < S and placement.device(ps, mb) != g.dev[i]:
-                    r = find(s, mb, recv)
-                    if r is not None and r < i and g.dev[r] == g.dev[i]:
-                        deps += (r,)
-        out[i] = deps
+        for s, k, mb in leaves:
+            if type(s) is not int or type(mb) is not int or not (0 <= s < S and 0 <= mb < M):
+                continue
+            if k == F_:
+                ps, recv = s - 1, recv_f
+            elif k == B_ or k == I_:
+                ps, recv = s + 1, recv_b
+            else:
+                continue
+            if 0 <= ps < S and (route[ps] if route is not None else placement.device(ps, mb)) != dev[i]:
+                r = producer.get((s * M + mb) * NCODES + recv)
+                if r is not None and r < i and dev[r] == dev[i]:
+                    out[i] += (r,)
     return out
 
 

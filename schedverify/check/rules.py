@@ -7,7 +7,7 @@ from typing import Iterator
 from .. import diagnostics as dx
 from ..deps import MATCH
 from ..diagnostics import Location, Violation
-from ..graph import NCODES, Graph, explain_wait
+from ..graph import KIND_CODE, NCODES, Graph, explain_wait
 from ..model import B, COMM_KINDS, F, I, W, Action
 
 
@@ -288,8 +288,11 @@ def loss_order(g: Graph) -> Iterator[Violation]:
         return
     last = g.schedule.stages - 1
     seen = 0
-    for i, a in enumerate(g.acts):
-        for x in a.leaves():
+    f_code = KIND_CODE[F]
+    stage, code = g.stage, g.code
+    # the last stage's forwards: plain ones by their columns, overlapped ones (code -1) as leaves
+    for i in [i for i in range(g.n) if (code[i] == f_code and stage[i] == last) or code[i] < 0]:
+        for x in g.acts[i].leaves():
             if x.kind != F or x.stage != last or type(x.microbatch) is not int:
                 continue
             if x.microbatch != seen:
