@@ -83,10 +83,13 @@ LOSS_OUT_OF_ORDER = _register(
     "back-propagates another microbatch's loss.")
 UNMATCHED_SEND = _register(
     "SV501", "unmatched-send", "3.5 communication",
-    "A SEND has no matching RECV (same stage pair, microbatch and direction).")
+    "A SEND has no matching RECV: under eager and rendezvous one of the same stage pair, "
+    "microbatch and direction; under torch and torch-nccl none at its position on its device "
+    "pair (docs/spec.md 8.2), so the step's final wait hangs.")
 UNMATCHED_RECV = _register(
     "SV502", "unmatched-recv", "3.5 communication",
-    "A RECV has no matching SEND.")
+    "A RECV has no matching SEND (by label under eager and rendezvous, by position on its "
+    "device pair under torch and torch-nccl), so it never completes.")
 MISSING_RECV = _register(
     "SV503", "missing-recv", "3.5 communication",
     "With explicit communication, an action whose input comes from another device has no "

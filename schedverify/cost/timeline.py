@@ -181,6 +181,14 @@ def run_timeline(graph: Graph, costs: Costs, memory: MemoryModel) -> tuple[Timel
 def timeline(schedule: Schedule, *, costs=None, memory=None, comm_semantics: str | None = None) -> Timeline:
     """The timeline of ``schedule``.  Raises :class:`DeadlockError` when it cannot run."""
     sem = comm_semantics or schedule.comm_semantics or "eager"
+    if sem in ("torch", "torch-nccl"):  # PyTorch's runtime (docs/spec.md 8): the checker runs it
+        from ..check import check
+
+        report = check(schedule, costs=costs, memory=memory, comm_semantics=sem)
+        if report.timeline is None:
+            raise DeadlockError(f"{schedule.name or 'the schedule'} cannot run to the end under {sem}; "
+                                "run check to see why")
+        return report.timeline
     g = compile_graph(schedule, comm_semantics=sem)
     tl, result = run_timeline(g, resolve_costs(schedule, costs), resolve_memory(schedule, memory))
     if not tl.completed:
