@@ -54,6 +54,7 @@ from .model import (
     B,
     BOOKKEEPING_KINDS,
     COMM_KINDS,
+    COMM_SEMANTICS,
     F,
     I,
     OVERLAP_F_B,
@@ -364,7 +365,7 @@ def _arbitrary(draw) -> Schedule:
     spec = draw(st.one_of(st.sampled_from(["loop", "v"]),
                           st.lists(st.integers(0, D - 1), min_size=S, max_size=S).map(tuple)))
     return Schedule(D, S, M, tuple(tuple(r) for r in order), Placement.of(spec, D, S), name="arbitrary",
-                    comm_semantics=draw(st.sampled_from([None, "eager", "rendezvous"])))
+                    comm_semantics=draw(st.sampled_from([None, *COMM_SEMANTICS])))
 
 
 # --------------------------------------------------------------------------- mutations

@@ -20,7 +20,7 @@ import schedverify as sv
 from schedverify.generators import FAMILIES
 from schedverify.lowering import LoweringError, torch_lowering
 from schedverify.runtime import NcclOptions
-from schedverify.strategies import costs, mutations, valid_schedules
+from schedverify.strategies import costs, mutations, schedules, valid_schedules
 
 UNIDIRECTIONAL = [name for name in FAMILIES if name not in ("dualpipe", "chimera")]
 
@@ -124,3 +124,16 @@ def test_a_hang_has_no_timing_but_keeps_its_memory_peaks():
     nccl = sv.check(s, comm_semantics="torch-nccl")
     assert "SV405" in nccl.codes() and nccl.metrics.makespan is None
     assert [d.peak_memory for d in nccl.metrics.devices] == [d.peak_memory for d in report.metrics.devices]
+
+
+@settings(max_examples=150)
+@given(schedules(), st.sampled_from(["torch", "torch-nccl"]), st.booleans(), st.booleans())
+def test_any_schedule_gets_a_report_under_the_runtime_semantics(s, sem, pair, buffered):
+    """Never an exception for a schedule, however broken; the verdict is the violations'."""
+    nccl = NcclOptions(streams="pair" if pair else "device", buffered_sends=buffered)
+    report = sv.check(s, comm_semantics=sem, nccl=nccl)
+    assert report.is_valid == (not report.violations)
+    assert report.comm_semantics == sem
+    if report.is_valid:
+        assert report.metrics.makespan is not None
+        assert report.metrics.critical_path
