@@ -269,3 +269,23 @@ def test_memory_tables_do_not_grow_with_declared_stages():
     with spying() as spy:
         mem = memory_sweep(compile_graph(s), MemoryModel())
     assert spy.answered == {"memory_plain": 1} and mem.peak_memory == [1.0, 0.0]
+
+
+@given(with_comm, st.sampled_from(["torch", "torch-nccl"]), st.data())
+def test_runtime_semantics_are_the_same_on_the_kernels_graph(schedule, semantics, data):
+    """docs/spec.md 8 runs in Python on the graph the kernel builds (it is the eager one):
+    the same report, times and critical path as on the Python-built graph."""
+    c = data.draw(float_costs())
+    spy = Spy(KERNEL)
+    _accel.kernel = spy
+    try:
+        fast = schedverify.check(schedule, costs=c, comm_semantics=semantics)
+    finally:
+        _accel.kernel = KERNEL
+    with pure_python():
+        slow = schedverify.check(schedule, costs=c, comm_semantics=semantics)
+    assert "compile_plain" in spy.answered
+    assert fast.violations == slow.violations and fast.warnings == slow.warnings
+    assert fast.metrics == slow.metrics
+    if fast.timeline is not None:
+        assert (fast.timeline.start, fast.timeline.end) == (slow.timeline.start, slow.timeline.end)
