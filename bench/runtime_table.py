@@ -87,12 +87,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", nargs="+", default=["2x4", "4x8", "8x16"], metavar="PPxM")
     args = ap.parse_args()
-    try:
-        import torch  # noqa: F401
+    import importlib.util
 
-        source = torch_schedules
-    except ImportError:
-        source = our_schedules
+    source = torch_schedules if importlib.util.find_spec("torch") is not None else our_schedules
     heads = ["gloo", "NCCL", "NCCL, stream per peer", "NCCL, buffered"]
     print("| schedule | ranks x microbatches | compute-only | "
           + " | ".join(f"plain: {h}" for h in heads) + " | "

@@ -42,6 +42,8 @@ _PEER_OFFSET = {KIND_CODE[SEND_F]: +1, KIND_CODE[SEND_B]: -1, KIND_CODE[RECV_F]:
 
 # the three events of an action, packed with its index into one wait key: 3 * i + event
 END, READY, DONE = 0, 1, 2
+#: hang cycles reported at most (one more says "there are more"), as the eager sweep
+MAX_CYCLES = 10
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def match(g: Graph) -> Matching:
     return Matching(partner, peer_device, crossed, unmatched)
 
 
-def _label_of_receiver(send: Action) -> Action:
+def intended_receive(send: Action) -> Action:
     """The RECV a SEND's data is meant for: ``SEND_F(s,i)`` -> ``RECV_F(s+1,i)``."""
     kind, offset = MATCH[send.kind]
     return Action(send.stage + offset, kind, send.microbatch)
@@ -300,71 +302,88 @@ class _Sweep:
         end, ready, done, bind, dur = self.end, self.ready, self.done, self.bind, self.dur
         is_comm, data = self.is_comm, self.data
         lastc, comm, nccl_mode = self.lastc, self.comm, self.nccl_mode
-        while stack:
-            k = stack.pop()
-            items = lanes[k]
-            p, now, src = ptr[k], clock[k], source[k]  # src: the event that set ``now``
-            last = len(items)
-            stuck = None
-            while p < last:
-                i = items[p]
-                if is_comm[i]:
-                    if nccl_mode:
-                        c = lastc[i]
-                        if c >= 0:  # the stream waits for the compute posted before it
-                            ec = end[c]
-                            if ec is None:
-                                stuck = (c, END)
+        # Run until nothing moves.  Then, to report every independent hang at once (as the
+        # eager sweep does), release each wait for a message that never comes and the first
+        # wait of each cycle found, and go on: what runs after that is never timed.
+        seen: dict[tuple[int, int], Wait] = {}
+        cycles: list[list[Wait]] = []
+        while True:
+            while stack:
+                k = stack.pop()
+                items = lanes[k]
+                p, now, src = ptr[k], clock[k], source[k]  # src: the event that set ``now``
+                last = len(items)
+                stuck = None
+                while p < last:
+                    i = items[p]
+                    if is_comm[i]:
+                        if nccl_mode:
+                            c = lastc[i]
+                            if c >= 0:  # the stream waits for the compute posted before it
+                                ec = end[c]
+                                if ec is None:
+                                    stuck = (c, END)
+                                    break
+                                if ec > now:
+                                    now, src = ec, 3 * c + END
+                            if ready[i] is None:
+                                bind[3 * i + READY] = src
+                                self._set_ready(i, now, stack)
+                            if done[i] is None:
+                                stuck = (i, DONE)
                                 break
-                            if ec > now:
-                                now, src = ec, 3 * c + END
-                        if ready[i] is None:
+                            now, src = done[i], 3 * i + DONE
+                        elif ready[i] is None:  # gloo: posting takes no host time
                             bind[3 * i + READY] = src
                             self._set_ready(i, now, stack)
-                        if done[i] is None:
-                            stuck = (i, DONE)
-                            break
-                        now, src = done[i], 3 * i + DONE
-                    elif ready[i] is None:  # gloo: posting takes no host time
-                        bind[3 * i + READY] = src
-                        self._set_ready(i, now, stack)
+                        p += 1
+                        continue
+                    # a compute action: its data, then its duration
+                    st = now
+                    for j in data[i]:
+                        if is_comm[j]:
+                            t = done[j]
+                            if t is None:
+                                stuck = (j, DONE)
+                                break
+                            key = 3 * j + DONE
+                        else:
+                            t = end[j]
+                            if t is None:
+                                stuck = (j, END)
+                                break
+                            t = t + comm
+                            key = 3 * j + END
+                        if t > st:
+                            st, src = t, key
+                    if stuck is not None:
+                        break
+                    bind[3 * i + END] = src
+                    now = st + dur[i]
+                    src = 3 * i + END
+                    end[i] = now
+                    if self.waiting:
+                        self._wake(src, stack)
                     p += 1
-                    continue
-                # a compute action: its data, then its duration
-                st = now
-                for j in data[i]:
-                    if is_comm[j]:
-                        t = done[j]
-                        if t is None:
-                            stuck = (j, DONE)
-                            break
-                        key = 3 * j + DONE
-                    else:
-                        t = end[j]
-                        if t is None:
-                            stuck = (j, END)
-                            break
-                        t = t + comm
-                        key = 3 * j + END
-                    if t > st:
-                        st, src = t, key
+                ptr[k], clock[k], source[k] = p, now, src
                 if stuck is not None:
-                    break
-                bind[3 * i + END] = src
-                now = st + dur[i]
-                src = 3 * i + END
-                end[i] = now
-                if self.waiting:
-                    self._wake(src, stack)
-                p += 1
-            ptr[k], clock[k], source[k] = p, now, src
-            if stuck is not None:
-                j, ev = stuck
-                blocked[k] = Wait(k, self.lane_device[k], items[p], j, ev)
-                self.waiting.setdefault(3 * j + ev, []).append(k)
-            else:
-                blocked.pop(k, None)
-        stuck = list(blocked.values())
+                    j, ev = stuck
+                    blocked[k] = Wait(k, self.lane_device[k], items[p], j, ev)
+                    self.waiting.setdefault(3 * j + ev, []).append(k)
+                else:
+                    blocked.pop(k, None)
+            if not blocked:
+                break
+            for w in blocked.values():
+                seen.setdefault((w.lane, w.head), w)
+            found = self._cycles(blocked)
+            cycles += found
+            release = [w for w in blocked.values() if self.waited_lane(w) is None] + [c[0] for c in found]
+            if len(cycles) > MAX_CYCLES or not release:
+                break
+            for w in release:
+                self._release(w, stack)
+        stuck = list(seen.values())
         if not nccl_mode:  # the step ends by waiting for every send (a stream never gets past one)
             sends = _SENDS
             code = g.code
@@ -380,7 +399,19 @@ class _Sweep:
             else:
                 finish[i] = end[i] if end[i] is not None else 0.0
                 start[i] = finish[i] - dur[i] if end[i] is not None else 0.0
-        return RuntimeResult(start, finish, bind, self._cycles(blocked), stuck, self.m, ready, is_comm)
+        return RuntimeResult(start, finish, bind, cycles, stuck, self.m, ready, is_comm)
+
+    def _release(self, w: Wait, woken: list) -> None:
+        """Let ``w``'s lane go on as if what it waits for had happened (at time 0: the run is
+        already a hang, and its times are not reported)."""
+        j = w.awaited
+        if w.event == END:
+            self.end[j] = 0
+            lanes = self.waiting.pop(3 * j + END, None)
+            if lanes is not None:
+                woken.extend(lanes)
+        else:
+            self._finish(j, self.ready[j] or 0, j, woken)
 
     def _cycles(self, blocked: dict[int, Wait]) -> list[list[Wait]]:
         """The cycles of "lane k waits for lane l" among the stuck lanes."""

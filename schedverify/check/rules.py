@@ -226,7 +226,7 @@ def memory(g: Graph, mem, limit: float) -> Iterator[Violation]:
 
 def runtime_communication(g: Graph, m) -> Iterator[Violation]:
     """Positional matching (8.2): unmatched SEND/RECV, crossed messages, missing RECVs."""
-    from ..runtime import _label_of_receiver
+    from ..runtime import intended_receive
 
     for i, why, k, other in m.unmatched:
         a = g.acts[i]
@@ -252,7 +252,7 @@ def runtime_communication(g: Graph, m) -> Iterator[Violation]:
         code = dx.UNMATCHED_SEND if sending else dx.UNMATCHED_RECV
         yield Violation(code, msg, (loc(g, i),))
     for s, r, k in m.crossed:
-        meant = _label_of_receiver(g.acts[s])
+        meant = intended_receive(g.acts[s])
         yield Violation(
             dx.CROSSED_MESSAGES,
             f"{g.acts[s]} is send number {k} from device {g.dev[s]} to device {g.dev[r]}, so "
@@ -311,22 +311,21 @@ def loss_order(g: Graph) -> Iterator[Violation]:
 
 def runtime_hangs(g: Graph, result, nccl_mode: bool) -> Iterator[Violation]:
     """8.5: each cycle of stuck lanes, its waits explained, in PyTorch's notation too."""
-    from ..runtime import explain, pytorch_notation
+    from ..runtime import MAX_CYCLES, explain, pytorch_notation
 
+    code = dx.COMM_STREAM_DEADLOCK if nccl_mode else dx.DEADLOCK
     for k, cycle in enumerate(result.cycles):
-        if k == 10:
-            yield Violation(dx.DEADLOCK, "more deadlock cycles exist; fix the ones above and check again")
+        if k == MAX_CYCLES:
+            yield Violation(code, "more deadlock cycles exist; fix the ones above and check again")
             return
         steps = [explain(g, result, w, nccl_mode) for w in cycle]
         devices = {w.device for w in cycle}
         steps += pytorch_notation(g, [w for w in result.stuck if w.device in devices])
         devs = " -> ".join(str(w.device) for w in cycle) + f" -> {cycle[0].device}"
         if nccl_mode:
-            code = dx.COMM_STREAM_DEADLOCK
             what = ("NCCL runs each device's sends and receives in posting order and a send "
                     "completes only with its receive (this runs on gloo, hangs on NCCL)")
         else:
-            code = dx.DEADLOCK
             what = "each waits for another"
         seen: list[Location] = []
         for w in cycle:

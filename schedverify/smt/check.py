@@ -23,6 +23,16 @@ by side (``schedverify check --engine both``) and any disagreement is a bug in o
   (``m_p = m_(p-1) - freed by action p-1 + allocated by action p``); each "within the limit"
   is a tracked assumption, and the first position over the limit on each device is found by
   bisecting prefixes.
+- PyTorch's runtime (section 8, ``torch`` over gloo and ``torch-nccl`` over NCCL): 3.1-3.4
+  and 3.6 as under eager, plus the loss order (SV406).  With listed communication, 3.5 is
+  replaced: positional matching (8.2) is indexed per ordered device pair (crossed labels
+  SV504, surplus SV501/SV502), and every constraint of 8.4 is a constraint between events
+  (start/end of compute, ready/done of SEND/RECV): lane order (host thread, compute stream,
+  communication streams) asserted, every other wait (data, a message, a send's rendezvous,
+  a stream waiting for compute) tracked, on integer ranks.  An unsat core is a cycle of the
+  events' "strictly after" order: a hang (8.5), SV402, or SV405 under torch-nccl when gloo's
+  constraints have no cycle.  Events that wait for an unmatched message never happen; when
+  one the run needs is among them there is no makespan, else it is minimised over real times.
 
 A solver that gives up (time limit) makes the verdict UNKNOWN with the reason, never valid.
 """
@@ -44,7 +54,11 @@ from ..model import (
     F,
     I,
     OVERLAP_F_B,
+    RECV_B,
+    RECV_F,
     REDUCE_GRAD,
+    SEND_B,
+    SEND_F,
     W,
     Action,
     Schedule,
@@ -55,6 +69,7 @@ from ..model import (
 )
 
 MAX_CYCLES = 10
+RUNTIME_SEMANTICS = ("torch", "torch-nccl")  # docs/spec.md 8 (the names, not the graph engine's code)
 _LEAF_KINDS = frozenset({F, B, I, W}) | COMM_KINDS
 _EPS = Fraction(1, 10**9)
 
@@ -244,6 +259,8 @@ class _Edges:
                             why = rules.RENDEZVOUS_WHY.format(
                                 dep=f"{ix.entries[r][2]} (after {ix.entries[k][2]})")
                             self.edges.append((e, k, Fraction(0), why, "rendezvous"))
+        self.unmatched_found: list[Violation] = []  # 3.5: by label (eager, rendezvous)
+        self.missing_found: list[Violation] = []  # SV503 (3.5 and 8.3 alike)
         if not explicit:
             return
         for e, (d, p, a) in enumerate(ix.entries):
@@ -257,35 +274,269 @@ class _Edges:
                 continue
             sending = a.kind.startswith("SEND")
             code = dx.UNMATCHED_SEND if sending else dx.UNMATCHED_RECV
-            self.comm_found.append(Violation(code, f"{a} has no matching {Action(ps, peer, a.microbatch)}",
-                                             (ix.loc(e),)))
+            self.unmatched_found.append(Violation(
+                code, f"{a} has no matching {Action(ps, peer, a.microbatch)}", (ix.loc(e),)))
         for e, j, recv in missing_recv:
-            self.comm_found.append(Violation(
+            self.missing_found.append(Violation(
                 dx.MISSING_RECV,
                 f"{ix.entries[e][2]} needs what {ix.entries[j][2]} produces on device {dev[j]}, but "
                 f"device {dev[e]} has no {recv} to receive it",
                 (ix.loc(e), Location(sched.placement.device(recv.stage, recv.microbatch), None, str(recv)))))
+        self.comm_found = self.unmatched_found + self.missing_found
+
+
+def _is_comm(a: Action, S: int) -> bool:
+    """Whether an entry is a SEND/RECV the runtime posts (docs/spec.md 8.1): a plain
+    communication action with a stage in range and a microbatch index (one out of range is
+    posted, but has no peer)."""
+    return (a.sub is None and a.kind in COMM_KINDS and a.microbatch is not None
+            and type(a.stage) is int and 0 <= a.stage < S)
+
+
+class _Positional:
+    """docs/spec.md 8.2, indexed: on each ordered device pair (a, b), the k-th SEND posted on
+    ``a`` to ``b`` is received by the k-th RECV posted on ``b`` from ``a``, whatever the labels."""
+
+    def __init__(self, ix: _Index):
+        sched = ix.s
+        S, M = sched.stages, sched.microbatches
+        self.comm = [_is_comm(a, S) for _, _, a in ix.entries]
+        self.partner: dict[int, int] = {}
+        self.peer_device: dict[int, int] = {}  # the device the message goes to or comes from
+        self.sending = [c and a.kind in (SEND_F, SEND_B) for c, (_, _, a) in zip(self.comm, ix.entries)]
+        sends: dict[tuple[int, int], list[int]] = {}
+        recvs: dict[tuple[int, int], list[int]] = {}
+        unmatched, crossed = [], []
+        for e, (d, _p, a) in enumerate(ix.entries):
+            if not self.comm[e]:
+                continue
+            _kind, off = rules.MATCH[a.kind]
+            ps, mb = a.stage + off, a.microbatch
+            if not (0 <= ps < S and 0 <= mb < M):
+                if 0 <= mb < M:  # an out-of-range microbatch is SV102 already
+                    side = "next" if off > 0 else "previous"
+                    what = "send to" if self.sending[e] else "receive from"
+                    unmatched.append((e, f"{a} has no peer: stage {a.stage} has no {side} stage to {what}"))
+                continue
+            pd = sched.placement.device(ps, mb)
+            self.peer_device[e] = pd
+            if self.sending[e]:
+                sends.setdefault((d, pd), []).append(e)
+            else:
+                recvs.setdefault((pd, d), []).append(e)
+        for pair in sorted(sends.keys() | recvs.keys()):
+            a_dev, b_dev = pair
+            ss, rs = sends.get(pair, []), recvs.get(pair, [])
+            for k, (x, r) in enumerate(zip(ss, rs)):
+                self.partner[x], self.partner[r] = r, x
+                sa, ra = ix.entries[x][2], ix.entries[r][2]
+                kind, off = rules.MATCH[sa.kind]
+                if (sa.stage + off, kind, sa.microbatch) != (ra.stage, ra.kind, ra.microbatch):
+                    crossed.append((x, r, k, Action(sa.stage + off, kind, sa.microbatch)))
+            for k in range(len(rs), len(ss)):
+                unmatched.append((ss[k], (
+                    f"{ix.entries[ss[k]][2]} is send {k} (counting from 0) from device {a_dev} to "
+                    f"device {b_dev}, but device {b_dev} posts {_count(len(rs), 'receive')} from device "
+                    f"{a_dev}: messages are matched by posting order, so it is never received and the "
+                    "step's final wait for it never returns")))
+            for k in range(len(ss), len(rs)):
+                unmatched.append((rs[k], (
+                    f"{ix.entries[rs[k]][2]} is receive {k} (counting from 0) on device {b_dev} from "
+                    f"device {a_dev}, but device {a_dev} posts {_count(len(ss), 'send')} to device "
+                    f"{b_dev}: messages are matched by posting order, so it never completes and "
+                    "whatever waits for it waits forever")))
+        self.found: list[Violation] = []
+        for e, msg in sorted(unmatched):
+            code = dx.UNMATCHED_SEND if self.sending[e] else dx.UNMATCHED_RECV
+            self.found.append(Violation(code, msg, (ix.loc(e),)))
+        for x, r, k, meant in sorted(crossed):
+            ra = ix.entries[r][2]
+            self.found.append(Violation(
+                dx.CROSSED_MESSAGES,
+                f"{ix.entries[x][2]} is send {k} from device {ix.entries[x][0]} to device "
+                f"{ix.entries[r][0]}, so it lands in receive {k} there, {ra}, not in {meant}: {ra}'s "
+                f"buffer gets the data meant for {meant} (wrong numbers when the shapes agree, an abort "
+                "when they do not); post the receives in the order of the sends", (ix.loc(x), ix.loc(r))))
+
+
+def _count(n: int, what: str) -> str:
+    return f"no {what}" if n == 0 else f"only {n} {what}{'s' * (n != 1)}"
+
+
+class _Events:
+    """docs/spec.md 8.4 as constraints on events.  Entry ``e`` has two events: ``2e`` is
+    start(e) (a compute action) or ready(e) (a SEND/RECV), ``2e+1`` end(e) or done(e).
+
+    ``hard``: (event, after, delay) constraints that follow one lane's own order (an
+    action's second event after its first; the host thread, the compute stream or a
+    communication stream in posting order); they never form a cycle.  ``waits``: every
+    other constraint, (event, after, delay, kind) with kind ``data`` (a compute action waits
+    for its input), ``message`` (a receive completes after its send is posted), ``rendezvous``
+    (a send completes with its receive) or ``stream`` (NCCL: a stream waits for the compute
+    posted before it).  ``never``: the done of a SEND/RECV without a partner: it never happens.
+    ``lane``: the lane of each event (hosts under gloo; compute and comm streams under NCCL).
+    """
+
+    def __init__(self, chk: _Z3Check, nccl_mode: bool, data: dict[int, list[tuple[int, Fraction]]]):
+        ix, pm = chk.ix, chk.pm
+        n = len(ix.entries)
+        dur = chk.durations()
+        self.nccl_mode = nccl_mode
+        buffered = nccl_mode and chk.buffered_sends
+        self.hard: list[tuple[int, int, Fraction]] = []
+        self.waits: list[tuple[int, int, Fraction, str]] = []
+        self.never: set[int] = set()
+        self.lane = [0] * (2 * n)
+        self.lane_name: list[str] = []
+        comm = pm.comm
+        for e in range(n):
+            if not comm[e]:
+                self.hard.append((2 * e + 1, 2 * e, dur[e]))
+                continue
+            p = pm.partner.get(e)
+            if p is None:
+                self.never.add(2 * e + 1)
+                self.hard.append((2 * e + 1, 2 * e, Fraction(0)))
+                continue
+            delta = max(dur[e], dur[p])
+            self.hard.append((2 * e + 1, 2 * e, delta))
+            if not pm.sending[e]:
+                self.waits.append((2 * e + 1, 2 * p, chk.comm + delta, "message"))
+            elif not buffered:
+                self.waits.append((2 * e + 1, 2 * p, delta, "rendezvous"))
+        by_dev: dict[int, list[int]] = {}
+        for e, (d, _, _) in enumerate(ix.entries):
+            by_dev.setdefault(d, []).append(e)
+
+        def lane(name: str, items: list[int]) -> None:
+            k = len(self.lane_name)
+            self.lane_name.append(name)
+            for e in items:
+                self.lane[2 * e] = self.lane[2 * e + 1] = k
+
+        for d in sorted(by_dev):
+            ents = by_dev[d]
+            if not nccl_mode:  # gloo: one host thread; posting takes no time
+                lane(f"device {d}'s host", ents)
+                h = None
+                for e in ents:
+                    if h is not None:
+                        self.hard.append((2 * e, h, Fraction(0)))
+                    h = 2 * e if comm[e] else 2 * e + 1
+                continue
+            computes = [e for e in ents if not comm[e]]
+            lane(f"device {d}'s compute stream", computes)
+            for a, b in zip(computes, computes[1:]):
+                self.hard.append((2 * b, 2 * a + 1, Fraction(0)))
+            streams: dict[int, list[int]] = {}
+            lastc = None
+            for e in ents:
+                if not comm[e]:
+                    lastc = e
+                    continue
+                if lastc is not None:
+                    self.waits.append((2 * e, 2 * lastc + 1, Fraction(0), "stream"))
+                key = pm.peer_device.get(e, -1) if chk.pair_streams else 0
+                streams.setdefault(key, []).append(e)
+            for key in sorted(streams):
+                items = streams[key]
+                peer = f" to/from device {key}" if chk.pair_streams and key >= 0 else ""
+                lane(f"device {d}'s communication stream{peer}", items)
+                for a, b in zip(items, items[1:]):
+                    self.hard.append((2 * b, 2 * a + 1, Fraction(0)))
+        for e, deps in data.items():
+            for j, lat in deps:
+                self.waits.append((2 * e, 2 * j + 1, lat, "data"))
+
+    def never_closure(self) -> set[int]:
+        """Every event that waits, directly or not, for one that never happens."""
+        out = set(self.never)
+        succ: dict[int, list[int]] = {}
+        for tgt, src, *_ in self.hard + self.waits:
+            succ.setdefault(src, []).append(tgt)
+        todo = list(out)
+        while todo:
+            x = todo.pop()
+            for y in succ.get(x, ()):
+                if y not in out:
+                    out.add(y)
+                    todo.append(y)
+        return out
+
+    def cycle(self, core: list[int]) -> list[int]:
+        """The waits of ``core`` (a minimal unsat core: a cycle together with lane order) in
+        wait order: from an event, to what it waits for, along its lane to the next wait."""
+        after: dict[int, list[tuple[int, int | None]]] = {}
+        for tgt, src, _ in self.hard:
+            after.setdefault(tgt, []).append((src, None))
+        for k in core:
+            tgt, src, *_ = self.waits[k]
+            after.setdefault(tgt, []).append((src, k))
+        for k0 in core:
+            t0, s0, *_ = self.waits[k0]
+            prev: dict[int, tuple[int, int | None]] = {s0: (t0, k0)}
+            todo = [s0]
+            while todo and t0 not in prev:
+                x = todo.pop()
+                for y, k in after.get(x, ()):
+                    if y not in prev:
+                        prev[y] = (x, k)
+                        todo.append(y)
+            if t0 not in prev:
+                continue
+            path, x = [], t0
+            while True:  # walk back from t0 to s0, then the wait k0 itself
+                x, k = prev[x]
+                if k is not None:
+                    path.append(k)
+                if k == k0:
+                    break
+            path.reverse()
+            return path
+        raise AssertionError("unsat core without a cycle")
 
 
 class _Z3Check:
-    def __init__(self, schedule, costs, memory, memory_limit, comm_semantics, timeout_s, max_violations):
+    def __init__(self, schedule, costs, memory, memory_limit, comm_semantics, timeout_s, max_violations,
+                 nccl=None):
         if not isinstance(schedule, Schedule):
             raise UsageError(f"expected a Schedule, got {type(schedule).__name__}")
         sem = comm_semantics or schedule.comm_semantics or "eager"
         if sem not in COMM_SEMANTICS:
-            raise UsageError(f"comm_semantics must be 'eager' or 'rendezvous', got {sem!r}")
+            raise UsageError(f"comm_semantics must be one of {', '.join(map(repr, COMM_SEMANTICS))}, "
+                             f"got {sem!r}")
+        if nccl is not None:
+            from ..runtime import NcclOptions  # the options type only: no runtime code is used
+
+            if not isinstance(nccl, NcclOptions):
+                raise UsageError(f"nccl must be a schedverify.runtime.NcclOptions, got {type(nccl).__name__}")
         if timeout_s is None or timeout_s <= 0:
             raise UsageError(f"timeout must be > 0 seconds, got {timeout_s!r}")
         import z3
 
         self.z3 = z3
         self.schedule = schedule
+        self.semantics = sem
+        self.pair_streams = nccl is not None and nccl.streams == "pair"
+        self.buffered_sends = nccl is not None and bool(nccl.buffered_sends)
         self.costs = resolve_costs(schedule, costs)
         self.memory = resolve_memory(schedule, memory, memory_limit)
         self.deadline = time.monotonic() + timeout_s
         self.max_violations = max_violations
         self.ix = _Index(schedule)
-        self.ed = _Edges(self.ix, sem, Fraction(self.costs.comm).limit_denominator(10**9))
+        self.comm = Fraction(self.costs.comm).limit_denominator(10**9)
+        # PyTorch's runtime (docs/spec.md 8): the rules of 3.1-3.4 as under eager; with listed
+        # communication, 3.5 is replaced by positional matching and the event constraints of 8.4
+        self.runtime = sem in RUNTIME_SEMANTICS
+        self.ed = _Edges(self.ix, "eager" if self.runtime else sem, self.comm)
+        self.explicit_runtime = self.runtime and schedule.has_explicit_comm
+        self.pm = _Positional(self.ix) if self.explicit_runtime else None
+        self.warnings: list[str] = []
+        if self.explicit_runtime and not any(
+                a.kind == REDUCE_GRAD for row in schedule.order for a in row if a is not None):
+            self.warnings.append(
+                "the schedule lists its communication but no REDUCE_GRAD: PyTorch's runtime runs it "
+                "without scaling the gradients by the number of microbatches (docs/spec.md 8.3)")
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -302,16 +553,23 @@ class _Z3Check:
         found = list(self.ix.found)
         ordered, reason = [], None
         cycles, makespan, mem = [], None, None
+        comm_found = self.ed.comm_found
         try:
             ordered = self.inversions()
             ordered += self.reduce_grad()
-            cycles = self.deadlocks()
-            if not cycles and not self.inverted:  # a device waiting for itself has no timing
-                makespan = self.makespan()
+            if self.runtime:
+                ordered += self.loss_order()
+            if self.explicit_runtime:
+                comm_found = self.pm.found + self.ed.missing_found
+                cycles, makespan = self.runtime_execution()
+            else:
+                cycles = self.deadlocks()
+                if not cycles and not self.inverted:  # a device waiting for itself has no timing
+                    makespan = self.makespan()
             mem = self.memory_peaks()
         except _Undecided as u:
             reason = u.reason
-        found += ordered + self.ed.comm_found + cycles
+        found += ordered + comm_found + cycles
         if mem is not None:
             found += mem[0]
         kept = found[: self.max_violations]
@@ -322,7 +580,8 @@ class _Z3Check:
             if reason is not None:
                 reason = f"invalid; the solver did not finish every rule: {reason}"
         report = Report(verdict, kept, self.metrics(makespan, mem), len(found) - len(kept),
-                        engine="z3", reason=reason)
+                        engine="z3", reason=reason, comm_semantics=self.semantics,
+                        warnings=list(self.warnings))
         return report
 
     # -- 3.4: a same-device dependency that comes later on the device
@@ -581,6 +840,197 @@ class _Z3Check:
                 (self.ix.loc(e),)))
         return out, peaks, inflight, static
 
+    # -- docs/spec.md 8.3: the loss stage's forwards in microbatch order
+    def loss_order(self) -> list[Violation]:
+        sched = self.schedule
+        if sched.placement.is_bidirectional:
+            return []
+        last, seen = sched.stages - 1, 0
+        for e, (d, _p, a) in enumerate(self.ix.entries):
+            for x in a.leaves():
+                if x.kind != F or x.stage != last or type(x.microbatch) is not int:
+                    continue
+                if x.microbatch != seen:
+                    return [Violation(
+                        dx.LOSS_OUT_OF_ORDER,
+                        f"{x} is forward {seen} (counting from 0) of the last stage, on device {d}, but it "
+                        f"is microbatch {x.microbatch}: PyTorch's runtime appends each forward's loss to a "
+                        f"list and the backward of microbatch i reads entry i; run stage {last}'s forwards "
+                        "in microbatch order", (self.ix.loc(e),))]
+                seen += 1
+        return []
+
+    # -- docs/spec.md 8.4-8.5: the runtime's events, its hangs and its makespan
+    def data_deps(self) -> dict[int, list[tuple[int, Fraction]]]:
+        """What each compute action's start waits for (8.4), as (entry, latency): the done of
+        the RECV of its own label on its device, before it; a cross-device producer's end
+        plus ``comm`` when that RECV is missing (or a RECV's done when it sits elsewhere)."""
+        ix, pm = self.ix, self.pm
+        sched = self.schedule
+        S, M = sched.stages, sched.microbatches
+        out: dict[int, list[tuple[int, Fraction]]] = {}
+        for e, j, _lat, _why, kind in self.ed.edges:
+            if kind == "data" and not pm.comm[e]:
+                out.setdefault(e, []).append((j, Fraction(0) if pm.comm[j] else self.comm))
+        for e, (d, _p, a) in enumerate(ix.entries):
+            if pm.comm[e]:
+                continue
+            for x in a.leaves():
+                k, s, mb = x.kind, x.stage, x.microbatch
+                if type(s) is not int or type(mb) is not int or not (0 <= s < S and 0 <= mb < M):
+                    continue
+                if k == F:
+                    ps, recv = s - 1, RECV_F
+                elif k in (B, I):
+                    ps, recv = s + 1, RECV_B
+                else:
+                    continue
+                if 0 <= ps < S and sched.placement.device(ps, mb) != d:
+                    r = ix.first.get((s, mb, recv))
+                    if r is not None and r < e and ix.entries[r][0] == d:
+                        out.setdefault(e, []).append((r, Fraction(0)))
+        return out
+
+    def runtime_execution(self) -> tuple[list[Violation], Fraction | None]:
+        """(hang violations, makespan or None).  Under torch-nccl, a schedule that hangs on
+        gloo too is reported with gloo's cycles (SV402, the plain deadlock to fix first);
+        otherwise its NCCL cycles are SV405."""
+        data = self.data_deps()
+        nccl_mode = self.semantics == "torch-nccl"
+        ev = _Events(self, nccl_mode, data)
+        cycles = self._runtime_cycles(ev)
+        shown, code = ev, dx.COMM_STREAM_DEADLOCK if nccl_mode else dx.DEADLOCK
+        if cycles and nccl_mode:
+            gloo = _Events(self, False, data)
+            gloo_cycles = self._runtime_cycles(gloo)
+            if gloo_cycles:
+                shown, cycles, code = gloo, gloo_cycles, dx.DEADLOCK
+        out = []
+        for cycle in cycles:
+            if cycle is None:
+                out.append(Violation(code, "more deadlock cycles exist; fix the ones above and check again"))
+            else:
+                out.append(self._runtime_violation(shown, cycle, code))
+        makespan = None
+        if not cycles and not self.inverted:
+            makespan = self.runtime_makespan(ev)
+        return out, makespan
+
+    def _runtime_cycles(self, ev: _Events) -> list[list[int] | None]:
+        """Cycles of the events' "strictly after" order: every event gets an integer rank, lane
+        order is asserted, each wait is a tracked "rank exceeds"; unsat cores are cycles.  After
+        each, the waits of the lanes it passes through are relaxed, so the next is independent
+        (None at the end: more than MAX_CYCLES)."""
+        z3 = self.z3
+        rank = [z3.Int(f"q{x}") for x in range(len(ev.lane))]
+        s = self.solver()
+        for tgt, src, _ in ev.hard:
+            s.add(rank[tgt] > rank[src])
+        active = {}
+        for k, (tgt, src, _d, _kind) in enumerate(ev.waits):
+            lit = z3.Bool(f"after{k}")
+            s.add(z3.Implies(lit, rank[tgt] > rank[src]))
+            active[lit.get_id()] = (lit, k)
+        out: list[list[int] | None] = []
+        while True:
+            r = s.check(*[lit for lit, _ in active.values()])
+            if r == z3.sat:
+                return out
+            if r != z3.unsat:
+                raise _Undecided(f"solver gave up on the runtime's hangs: {s.reason_unknown()}")
+            if len(out) >= MAX_CYCLES:
+                out.append(None)
+                return out
+            core = [active[c.get_id()][1] for c in s.unsat_core()]
+            cycle = ev.cycle(core)
+            out.append(cycle)
+            lanes = {ev.lane[ev.waits[k][0]] for k in cycle}
+            for key in [key for key, (_, k) in active.items() if ev.lane[ev.waits[k][0]] in lanes]:
+                del active[key]
+
+    def _runtime_violation(self, ev: _Events, cycle: list[int], code) -> Violation:
+        ix = self.ix
+        # start the cycle at its earliest waiting action (device, then position)
+        first = min(range(len(cycle)), key=lambda q: ix.entries[ev.waits[cycle[q]][0] // 2][:2])
+        cycle = cycle[first:] + cycle[:first]
+        steps, locs, devs = [], [], []
+        heads: dict[int, list[int]] = {}
+        for k in cycle:
+            tgt, src, _d, kind = ev.waits[k]
+            e, j = tgt // 2, src // 2
+            d, p, a = ix.entries[e]
+            dj, pj, b = ix.entries[j]
+            here = f"device {d} is stuck at {a} (position {p}) on {ev.lane_name[ev.lane[tgt]]}"
+            if kind == "data":
+                what = "the data that" if self.pm.comm[j] else "what"
+                verb = "receives" if self.pm.comm[j] else "produces"
+                steps.append(f"{here}: it needs {what} {b} (device {dj}, position {pj}) {verb}, which has "
+                             "not happened")
+            elif kind == "message":
+                steps.append(f"{here}: its message is sent by {b} (device {dj}, position {pj}), which is "
+                             "not posted yet")
+            elif kind == "rendezvous":
+                steps.append(f"{here}: a send completes only with its receive, {b} (device {dj}, position "
+                             f"{pj}), which is not posted yet")
+            else:
+                steps.append(f"{here}: NCCL makes the stream wait for the compute posted before it, {b} "
+                             f"(position {pj}), which has not run")
+            if ix.loc(e) not in locs:
+                locs.append(ix.loc(e))
+            devs.append(d)
+            heads.setdefault(d, []).append(e)
+            heads.setdefault(dj, []).append(j)
+        for d in sorted(heads):  # each device's part, in PyTorch's notation
+            ents = [e for e, (dd, _, _) in enumerate(ix.entries) if dd == d]
+            lo, hi = min(heads[d]), max(heads[d])
+            names = [str(ix.entries[e][2]) for e in ents if lo <= e <= hi]
+            if len(names) > 6:
+                names = names[:3] + ["..."] + names[-3:]
+            steps.append(f"rank {d}: [{'' if lo == ents[0] else '... '}{', '.join(names)}]")
+        path = " -> ".join(map(str, devs + devs[:1]))
+        if code is dx.COMM_STREAM_DEADLOCK:
+            what = ("NCCL runs each device's sends and receives in posting order and a send completes "
+                    "only with its receive (this runs on gloo, hangs on NCCL)")
+        else:
+            what = "each waits for another"
+        return Violation(code, f"deadlock: devices {path}: {what}", tuple(locs), tuple(steps))
+
+    def runtime_makespan(self, ev: _Events) -> Fraction | None:
+        """The least time at which every event has happened (8.4), or None when one that the
+        run needs never happens (it waits for a message that never comes).  Under gloo the
+        host need not wait for a receive nobody consumes; the step waits for every send."""
+        z3 = self.z3
+        from .solver import make_optimizer
+
+        n = len(self.ix.entries)
+        never = ev.never_closure()
+        pm = self.pm
+        for e in range(n):
+            needed = (2 * e, 2 * e + 1) if ev.nccl_mode or not pm.comm[e] or pm.sending[e] else (2 * e,)
+            if any(x in never for x in needed):
+                return None
+        dur = self.durations()
+        self.busy = [sum((dur[e] for e, (dd, _, _) in enumerate(self.ix.entries)
+                          if dd == d and not pm.comm[e]), Fraction(0)) for d in range(self.schedule.devices)]
+        if n == 0:
+            return Fraction(0)
+        if self.left() <= 0:
+            raise _Undecided("time limit reached")
+        o = make_optimizer(timeout_s=self.left())
+        t = [z3.Real(f"t{x}") for x in range(2 * n)]
+        T = z3.Real("T")
+        for x in range(2 * n):
+            if x not in never:
+                o.add(t[x] >= 0, T >= t[x])
+        for tgt, src, delay, *_ in ev.hard + ev.waits:
+            if tgt not in never:
+                o.add(t[tgt] >= t[src] + z3.RealVal(delay))
+        h = o.minimize(T)
+        if o.check() != z3.sat:
+            raise _Undecided(f"solver gave up on the makespan: {o.reason_unknown()}")
+        o.lower(h)
+        return Fraction(o.model().eval(T, model_completion=True).as_fraction())
+
     def metrics(self, makespan, mem):
         from ..cost.timeline import DeviceMetrics, Metrics
 
@@ -609,13 +1059,15 @@ def _num(x: Fraction) -> float | int:
 
 
 def check_z3(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, comm_semantics=None,
-             timeout_s: float = 60.0, max_violations: int = 1000) -> Report:
+             nccl=None, timeout_s: float = 60.0, max_violations: int = 1000) -> Report:
     """Check ``schedule`` with the Z3 engine; the same options and Report as
-    :func:`schedverify.check`, with ``engine="z3"``.  ``timeout_s`` bounds the solver calls
-    in total; when it runs out before a verdict, the verdict is UNKNOWN and ``reason`` says
-    why."""
+    :func:`schedverify.check`, with ``engine="z3"``.  ``comm_semantics`` is one of
+    ``eager``, ``rendezvous``, ``torch`` or ``torch-nccl`` (docs/spec.md 3.5 and 8); ``nccl``
+    (a :class:`schedverify.runtime.NcclOptions`) says how NCCL runs point-to-point under
+    ``torch-nccl``.  ``timeout_s`` bounds the solver calls in total; when it runs out before
+    a verdict, the verdict is UNKNOWN and ``reason`` says why."""
     return _Z3Check(schedule, costs, memory, memory_limit, comm_semantics, timeout_s,
-                    max_violations).run()
+                    max_violations, nccl).run()
 
 
 ENGINES = ("graph", "z3", "both")
