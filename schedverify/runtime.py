@@ -40,6 +40,10 @@ _SENDS = frozenset({KIND_CODE[SEND_F], KIND_CODE[SEND_B]})
 #: comm kind code -> stage offset of the peer stage (the receiver of a SEND, the sender of a RECV)
 _PEER_OFFSET = {KIND_CODE[SEND_F]: +1, KIND_CODE[SEND_B]: -1, KIND_CODE[RECV_F]: -1, KIND_CODE[RECV_B]: +1}
 
+# by kind code (-1, a bookkeeping or overlapped action, is the last entry)
+_IS_COMM = tuple(c in _COMM_CODES for c in range(NCODES)) + (False,)
+_IS_SEND = tuple(c in _SENDS for c in range(NCODES)) + (False,)
+
 # the three events of an action, packed with its index into one wait key: 3 * i + event
 END, READY, DONE = 0, 1, 2
 #: hang cycles reported at most (one more says "there are more"), as the eager sweep
@@ -66,11 +70,6 @@ class NcclOptions:
             raise UsageError(f"nccl streams must be 'device' or 'pair', got {self.streams!r}")
         if not isinstance(self.buffered_sends, bool):
             raise UsageError(f"nccl buffered_sends must be True or False, got {self.buffered_sends!r}")
-
-
-def is_comm_code(code: int) -> bool:
-    """Whether a graph kind code is a SEND or RECV."""
-    return code in _COMM_CODES
 
 
 # --------------------------------------------------------------------------- matching
@@ -213,8 +212,8 @@ class _Sweep:
         self.ready: list = [None] * n  # comm: ready time
         self.done: list = [None] * n  # comm: done time
         self.bind = [-1] * (3 * n)
-        self.is_comm = [c in _COMM_CODES for c in g.code]
-        self.is_send = [c in _SENDS for c in g.code]
+        self.is_comm = list(map(_IS_COMM.__getitem__, g.code))
+        self.is_send = list(map(_IS_SEND.__getitem__, g.code))
         self.lanes: list[list[int]] = []
         self.lane_device: list[int] = []
         self.lane_of: list[int] = [0] * n  # lane of each action
@@ -297,7 +296,7 @@ class _Sweep:
         clock: list = [0] * L
         source = [-1] * L
         self.waiting: dict[int, list[int]] = {}
-        blocked: dict[int, Wait] = {}
+        blocked: dict[int, tuple[int, int, int]] = {}  # lane -> (head, awaited, event)
         stack = list(range(L - 1, -1, -1))
         end, ready, done, bind, dur = self.end, self.ready, self.done, self.bind, self.dur
         is_comm, data = self.is_comm, self.data
@@ -368,17 +367,18 @@ class _Sweep:
                 ptr[k], clock[k], source[k] = p, now, src
                 if stuck is not None:
                     j, ev = stuck
-                    blocked[k] = Wait(k, self.lane_device[k], items[p], j, ev)
+                    blocked[k] = (items[p], j, ev)
                     self.waiting.setdefault(3 * j + ev, []).append(k)
                 else:
                     blocked.pop(k, None)
             if not blocked:
                 break
-            for w in blocked.values():
+            waits = {k: Wait(k, self.lane_device[k], *b) for k, b in blocked.items()}
+            for w in waits.values():
                 seen.setdefault((w.lane, w.head), w)
-            found = self._cycles(blocked)
+            found = self._cycles(waits)
             cycles += found
-            release = [w for w in blocked.values() if self.waited_lane(w) is None] + [c[0] for c in found]
+            release = [w for w in waits.values() if self.waited_lane(w) is None] + [c[0] for c in found]
             if len(cycles) > MAX_CYCLES or not release:
                 break
             for w in release:
@@ -390,15 +390,11 @@ class _Sweep:
             stuck += [Wait(self.lane_of[i], g.dev[i], i, i, DONE) for i in range(n)
                       if done[i] is None and code[i] in sends and ptr[self.lane_of[i]] == len(lanes[self.lane_of[i]])]
         stuck.sort(key=lambda w: (w.device, g.pos[w.head]))
-        start = [0.0] * n
-        finish = [0.0] * n
-        for i in range(n):
-            if is_comm[i]:
-                start[i] = ready[i] if ready[i] is not None else 0.0
-                finish[i] = done[i] if done[i] is not None else start[i]
-            else:
-                finish[i] = end[i] if end[i] is not None else 0.0
-                start[i] = finish[i] - dur[i] if end[i] is not None else 0.0
+        # a compute action's times are (end - duration, end); a SEND/RECV's (ready, done); what
+        # never happened is 0 (a hang's times are not reported)
+        finish = [e if e is not None else (dn if dn is not None else 0) for e, dn in zip(end, done)]
+        start = [(r if r is not None else 0) if c else (f - t if e is not None else 0)
+                 for c, r, f, t, e in zip(is_comm, ready, finish, dur, end)]
         return RuntimeResult(start, finish, bind, cycles, stuck, self.m, ready, is_comm)
 
     def _release(self, w: Wait, woken: list) -> None:
@@ -463,16 +459,15 @@ def _data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
     producer, code, stage, acts = g.producer, g.code, g.stage, g.acts
     recv_f, recv_b = KIND_CODE[RECV_F], KIND_CODE[RECV_B]
     F_, B_, I_ = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I]
-    for i in range(n):
+    consumers = (F_, B_, I_, -1)
+    for i in [i for i, c in enumerate(code) if c in consumers]:
         c = code[i]
-        if c == F_:
+        if c >= 0:
             leaves = ((stage[i], c, acts[i][2]),)
-        elif c == B_ or c == I_:
-            leaves = ((stage[i], c, acts[i][2]),)
-        elif c < 0 and not is_comm[i] and acts[i].sub is not None:  # OVERLAP_F_B
+        elif acts[i].sub is not None:  # OVERLAP_F_B
             leaves = tuple((x.stage, KIND_CODE.get(x.kind, -1), x.microbatch) for x in acts[i].sub)
         else:
-            continue
+            continue  # bookkeeping
         for s, k, mb in leaves:
             if type(s) is not int or type(mb) is not int or not (0 <= s < S and 0 <= mb < M):
                 continue

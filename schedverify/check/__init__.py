@@ -15,8 +15,8 @@ from ..cost.timeline import Timeline, order_only_metrics, run_timeline
 from ..diagnostics import Report, Verdict, Violation
 from ..errors import UsageError
 from ..graph import compile_graph, durations_for
-from ..model import COMM_SEMANTICS, REDUCE_GRAD, Schedule, resolve_costs, resolve_memory
-from ..runtime import RUNTIME_SEMANTICS, TORCH, TORCH_NCCL, NcclOptions, is_comm_code, simulate
+from ..model import COMM_SEMANTICS, Schedule, resolve_costs, resolve_memory
+from ..runtime import RUNTIME_SEMANTICS, TORCH, TORCH_NCCL, NcclOptions, simulate
 from . import rules
 
 DEFAULT_MAX_VIOLATIONS = 1000
@@ -48,7 +48,7 @@ class _Run:
         self.memory = memory_sweep(self.graph, self.memory_model)
         self.runtime = None
         if runtime and self.graph.explicit_comm:
-            self._run_runtime(schedule)
+            self._run_runtime()
             return
         self.timeline, self.sweep = run_timeline(self.graph, self.costs, self.memory_model)
         # SV403 means "hangs only because sends wait for their receives".  When a rendezvous
@@ -62,12 +62,12 @@ class _Run:
             if not eager_sweep.completed or eager.inversions:
                 self.deadlock_graph, self.cycles = eager, eager_sweep.cycles
 
-    def _run_runtime(self, schedule: Schedule) -> None:
+    def _run_runtime(self) -> None:
         g = self.graph
         durations = durations_for(g, self.costs)
         nccl_mode = self.semantics == TORCH_NCCL
         result = simulate(g, durations, self.costs.comm, self.semantics, self.nccl)
-        compute = [0 if is_comm_code(c) else d for c, d in zip(g.code, durations)]  # busy = compute only
+        compute = [0 if c else d for c, d in zip(result.is_comm, durations)]  # busy = compute only
         self.timeline = Timeline(g, self.costs, self.memory_model, compute, result, result.critical_path)
         self.runtime, self.hangs, self.hang_mode = result, result, nccl_mode
         # SV405 means "hangs only on NCCL".  When the NCCL run stalls, run the gloo model too:
@@ -76,7 +76,7 @@ class _Run:
             gloo = simulate(g, durations, self.costs.comm, TORCH, matching=result.matching)
             if gloo.cycles:
                 self.hangs, self.hang_mode = gloo, False
-        if not any(a.kind == REDUCE_GRAD for row in schedule.order for a in row if a is not None):
+        if not g.reduce_grads:
             self.warnings.append(
                 "the schedule lists its communication but no REDUCE_GRAD: PyTorch's runtime runs "
                 "it without scaling the gradients by the number of microbatches (its compute-only "
