@@ -225,3 +225,35 @@ def test_module_entry_point_runs(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 1
     assert "SV402 deadlock" in proc.stdout and proc.stderr == ""
+
+
+@pytest.mark.parametrize("rows, extra, exit_code, needle", [
+    # idle cells between actions: nothing to say but the missing REDUCE_GRAD
+    (["0F0,,0SEND_F0,0RECV_B0,0B0", "1RECV_F0,1F0,,1B0,1SEND_B0"], [], 0, "warning: the schedule lists its communication but no REDUCE_GRAD"),
+    # a send to a stage that does not exist: named as out of range
+    (["0F0,0SEND_F0,5SEND_F0,0RECV_B0,0B0", "1RECV_F0,1F0,1B0,1SEND_B0"], ["--stages", "2"], 1, "SV102 index-out-of-range: device 0, position 2: 5SEND_F0"),
+    # a receive nobody sends to
+    (["0F0,0SEND_F0,0RECV_B0,0B0", "1RECV_F0,1RECV_F0,1F0,1B0,1SEND_B0"], [], 1, "SV202 duplicate-action"),
+    # a receive from a stage after the last one
+    (["0F0,0SEND_F0,0RECV_B0,0B0", "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_B0"], [], 1,
+     "SV502 unmatched-recv: device 1, position 4: 1RECV_B0: 1RECV_B0 has no peer: stage 1 has no next stage"),
+])
+def test_bad_comms_csv_gets_a_violation_never_a_traceback(tmp_path, rows, extra, exit_code, needle):
+    path = tmp_path / "comms.csv"
+    path.write_text("\n".join(rows) + "\n")
+    code, out, err = cli(str(path), *extra)
+    assert (code, err) == (exit_code, ""), err
+    assert "communication: torch-nccl" in out
+    assert needle in out, out
+
+
+def test_a_recv_without_its_send_is_unmatched_under_torch(tmp_path):
+    path = tmp_path / "comms.csv"
+    path.write_text("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1RECV_F1,1F0,1B0,1SEND_B0\n")
+    code, out, err = cli(str(path), "--comm-semantics", "torch", "--microbatches", "2", "--format", "json")
+    assert code == 1 and err == ""
+    doc = json.loads(out)
+    assert doc["comm_semantics"] == "torch"
+    (v,) = [v for v in doc["violations"] if v["code"] == "SV502"]
+    assert v["actions"] == [{"device": 1, "position": 1, "action": "1RECV_F1"}]
+    assert "device 0 posts only 1 send to device 1" in v["message"]

@@ -155,6 +155,10 @@ CASES = [
          2, 2, 4, "loop", False, "ok"),
     _co("ZBVZeroBubble-2x4", pytorch("ZBVZeroBubble", 2, 4, 2), 2, 4, per_rank=2, placement="v"),
     _co("DualPipeV-2x4", pytorch("DualPipeV", 2, 4, 2), 2, 4, per_rank=2, placement="v"),  # OVERLAP_F_B
+    _co("InterleavedZeroBubble-2x4", pytorch("InterleavedZeroBubble", 2, 4, 2), 2, 4, per_rank=2),
+    _co("LoopedBFS-2x4", pytorch("LoopedBFS", 2, 4, 2), 2, 4, per_rank=2),
+    _co("Interleaved1F1B-4x8", pytorch("Interleaved1F1B", 4, 8, 2), 4, 8, per_rank=2),
+    _co("zb-h1-2x4", ours("zb-h1", 2, 4), 2, 4),
     # hand-written compute+comms schedules
     _cc("1f1b-by-hand", "ok"),
     _cc("deadlock", "hang", "SV402"),

@@ -346,3 +346,18 @@ def test_engines_agree_on_pytorchs_lowerings():
             s = torch_lowering(FAMILIES[family](4, 8), defer_recv=defer)
             for opts in SEMANTICS[:2]:
                 agree(s, **opts)
+
+
+@settings(max_examples=30)
+@given(valid_schedules(comm="none", bidirectional=False, devices=st.integers(2, 3),
+                       microbatches=st.integers(1, 4)),
+       st.booleans(), st.sampled_from(SEMANTICS))
+def test_engines_agree_on_lowered_schedules(s, defer, opts):
+    """PyTorch's lowering (plain or deferred) of random valid compute-only schedules."""
+    from schedverify.lowering import LoweringError, torch_lowering
+
+    try:
+        low = torch_lowering(s, defer_recv=defer)
+    except LoweringError:  # a device without any action
+        return
+    agree(low, **opts)

@@ -247,8 +247,8 @@ def runtime_communication(g: Graph, m) -> Iterator[Violation]:
             else:
                 msg = (f"{a} is receive number {k} on device {d} from device {e}, but device {e} "
                        f"posts {_count(other, 'send')} to device {d}: it never completes "
-                       "(PyTorch matches messages by their order, not their labels), so its "
-                       "consumer waits forever")
+                       "(PyTorch matches messages by their order, not their labels), so what "
+                       "waits for its data waits forever")
         code = dx.UNMATCHED_SEND if sending else dx.UNMATCHED_RECV
         yield Violation(code, msg, (loc(g, i),))
     for s, r, k in m.crossed:
