@@ -21,6 +21,7 @@ from schedverify.cli import run
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
+EXAMPLES = Path("examples")  # relative: the tests run at the root (below)
 
 
 @pytest.fixture(autouse=True)
@@ -257,3 +258,22 @@ def test_a_recv_without_its_send_is_unmatched_under_torch(tmp_path):
     (v,) = [v for v in doc["violations"] if v["code"] == "SV502"]
     assert v["actions"] == [{"device": 1, "position": 1, "action": "1RECV_F1"}]
     assert "device 0 posts only 1 send to device 1" in v["message"]
+
+
+def test_lowering_checks_what_pytorch_runs():
+    # PyTorch's own lowering of the compute-only example is the comms example, byte for byte
+    # (but for csv.writer's line ends): --lowering torch checks that very schedule
+    code, out, err = cli(str(EXAMPLES / "pytorch_interleaved_1f1b.csv"), "--lowering", "torch", "--format", "json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    comms = (EXAMPLES / "pytorch_interleaved_1f1b_comms.csv").read_text().replace("\r\n", "\n")
+    assert [",".join(row) for row in doc["schedule"]["order"]] == comms.splitlines()
+    _, direct, _ = cli(str(EXAMPLES / "pytorch_interleaved_1f1b_comms.csv"), "--format", "json")
+    assert doc["metrics"] == json.loads(direct)["metrics"]
+    code, out, _ = cli(str(EXAMPLES / "pytorch_interleaved_1f1b.csv"), "--lowering", "torch-defer")
+    assert code == 1 and "SV405 comm-stream-deadlock" in out
+    code, out, err = cli(str(EXAMPLES / "pytorch_interleaved_1f1b_comms.csv"), "--lowering", "torch")
+    assert code == 2 and out == ""
+    assert err == ("schedverify check: error: " + str(EXAMPLES / "pytorch_interleaved_1f1b_comms.csv")
+                   + ": --lowering torch: the schedule already lists SEND/RECV: PyTorch lowers only "
+                   "compute-only schedules (format='compute_only')\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..diagnostics import CODES, Verdict
-from ..errors import SchedverifyError
+from ..errors import SchedverifyError, UsageError
 from . import EXIT_INVALID, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE
 from .common import (add_cost_options, add_input_options, check_costs_fit, load_input,
                      nccl_options, non_negative_float, positive_int)
@@ -25,6 +25,11 @@ def register(sub) -> None:
     p.add_argument("files", nargs="*", metavar="FILE", help="schedule files ('-' reads standard input)")
     add_cost_options(p)
     add_input_options(p)
+    p.add_argument("--lowering", choices=("none", "torch", "torch-defer"), default="none",
+                   help="check a compute-only schedule as PyTorch 2.13 runs it: lowered to "
+                        "SEND/RECV by its _prepare_schedule_with_comms (torch), with "
+                        "defer_pp_recv=True (torch-defer); positions then refer to the lowered "
+                        "schedule, which --format json includes (default: none)")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text for people; json prints one object per file, one per line")
     p.add_argument("--grid", action="store_true", help="also print the device x step grid, "
@@ -59,6 +64,13 @@ def check_one(path: str, args, out, err) -> int:
     try:
         schedule = load_input(path, args)
         check_costs_fit(args.costs, schedule, source)
+        if args.lowering != "none":
+            from ..lowering import torch_lowering
+
+            try:
+                schedule = torch_lowering(schedule, defer_recv=args.lowering == "torch-defer")
+            except SchedverifyError as e:
+                raise UsageError(f"{source}: --lowering {args.lowering}: {e}") from None
         opts = dict(costs=args.costs, memory_limit=args.memory_limit,
                     comm_semantics=args.comm_semantics, nccl=nccl_options(args),
                     max_violations=args.max_violations)
@@ -78,6 +90,8 @@ def check_one(path: str, args, out, err) -> int:
         doc = {"file": source, **report.to_json(),
                "schedule": {"name": schedule.name, "devices": schedule.devices, "stages": schedule.stages,
                             "microbatches": schedule.microbatches, "actions": schedule.num_actions}}
+        if args.lowering != "none":  # what the positions refer to
+            doc["schedule"]["order"] = [[str(x) if x is not None else None for x in row] for row in schedule.order]
         print(json.dumps(doc), file=out)
     else:
         from ..render.text import report_text
