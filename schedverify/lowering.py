@@ -16,7 +16,9 @@ and is cited there; where PyTorch raises an AssertionError, these raise
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
+from itertools import islice
 
 from .errors import SchedverifyError
 from .model import (
@@ -72,10 +74,27 @@ def add_unshard_reshard(actions: list[Action | None], max_active_stages: int = 3
     """``_add_unshard_reshard``: prefetch (UNSHARD) the next ``max_active_stages`` stages the
     device computes, evicting (RESHARD) the others; idle slots are dropped."""
 
-    def next_stages(count: int, rest: list[Action | None]) -> list[int]:
+    def stages_of(a: Action) -> tuple[int, ...]:
+        return tuple(x.stage for x in a.sub) if a.kind == OVERLAP_F_B and a.sub is not None else (a.stage,)
+
+    # PyTorch's next_stage_indices scans the rest of the list from each action (quadratic
+    # when fewer than max_active_stages stages remain).  The same answer, in linear time in
+    # that case: the distinct stages of each suffix, in order of first appearance, are known
+    # from a backward pass; the scan is needed only when at least that many remain, and then
+    # it stops at the max_active_stages-th one.
+    n = len(actions)
+    suffix: list[tuple[int, ...]] = [()] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        a = actions[i]
+        suffix[i] = suffix[i + 1] if a is None else \
+            tuple(dict.fromkeys(stages_of(a) + suffix[i + 1]))[:max_active_stages]
+
+    def next_stages(count: int, i: int) -> list[int]:
+        if len(suffix[i]) < count:
+            return list(suffix[i])
         seen: set[int] = set()
         out: list[int] = []
-        for a in rest:
+        for a in islice(actions, i, None):
             if a is None:
                 continue
             if a.kind == OVERLAP_F_B and a.sub is not None:
@@ -99,7 +118,7 @@ def add_unshard_reshard(actions: list[Action | None], max_active_stages: int = 3
     for i, a in enumerate(actions):
         if a is None:
             continue
-        upcoming = next_stages(max_active_stages, actions[i:])
+        upcoming = next_stages(max_active_stages, i)
         fetch = [s for s in upcoming if s not in active]
         evict = [s for s in active if s not in upcoming]
         for s in evict:
@@ -234,3 +253,105 @@ def defer_recv_ops(actions: Rows, rank_of: Callable[[int], int]) -> Rows:
 
 __all__ = ["LoweringError", "add_reduce_grad", "add_send_recv", "add_unshard_reshard",
            "defer_recv_ops", "torch_lowering"]
+
+
+# --------------------------------------------------------------------------- our own lowering
+
+
+def lower(schedule: Schedule, *, costs=None, comm_semantics: str = "torch-nccl", nccl=None) -> Schedule:
+    """A compute+comms schedule for ``schedule`` that PyTorch's runtime runs without a hang or
+    a crossed message under ``comm_semantics`` (``torch`` or ``torch-nccl``), at the
+    compute-only makespan wherever that is achievable, and never slower than PyTorch's own
+    lowering (:func:`torch_lowering`) under the same semantics.  The result is re-checked;
+    :class:`LoweringError` says why when no lowering can be given.
+
+    The construction (docs/spec.md 8.6): time the compute-only schedule as soon as possible
+    under ``costs``; every message gets the key (time its data is ready, sender, receiver,
+    label); on every rank, sends and receives are posted in key order, each right after the
+    last compute that ends by its key (a SEND after its producer, a RECV before its consumer).
+    Both ends of a device pair then post its messages in one order (no crossing), and on every
+    stream the head is the pending message of least key, whose both ends are at their heads
+    once its data is ready (no hang, no head-of-line wait beyond the compute-only timing).
+    """
+    from .check import check
+    from .runtime import RUNTIME_SEMANTICS
+
+    if comm_semantics not in RUNTIME_SEMANTICS:
+        raise LoweringError(f"lowering is for PyTorch's runtime: comm_semantics must be 'torch' or "
+                            f"'torch-nccl', got {comm_semantics!r}")
+    plain = torch_lowering(schedule)  # refuses what PyTorch cannot lower, with its reason
+    base = check(schedule, costs=costs, comm_semantics=comm_semantics)
+    if not base.is_valid:
+        first = base.violations[0]
+        raise LoweringError(f"the compute-only schedule is invalid ({len(base.violations)} violation"
+                            f"{'s' * (len(base.violations) != 1)}; first: {first})")
+    ours = _keyed_lowering(schedule, base.timeline)
+    options = dict(costs=costs, comm_semantics=comm_semantics, nccl=nccl)
+    mine, theirs = check(ours, **options), check(plain, **options)
+    if mine.is_valid and (not theirs.is_valid or mine.metrics.makespan <= theirs.metrics.makespan):
+        return ours
+    if theirs.is_valid:  # never worse than PyTorch's: then PyTorch's is the answer
+        return plain.with_(name=f"{schedule.name or 'schedule'} lowered")
+    raise LoweringError("no lowering runs under " + comm_semantics + ": ours fails with "
+                        + str(mine.violations[0]) + "; PyTorch's with " + str(theirs.violations[0]))
+
+
+def _keyed_lowering(schedule: Schedule, timeline) -> Schedule:
+    """The construction of :func:`lower` on the compute-only ``timeline``: linear but for
+    sorting the messages and a binary search per message."""
+    route = schedule.placement.routes[0]
+    S = schedule.stages
+    g = timeline.graph
+    end_of: dict[tuple, float] = {}  # a compute leaf -> its end in the compute-only timeline
+    for i, a in enumerate(g.acts):
+        for x in a.leaves():
+            end_of[(x.stage, x.kind, x.microbatch)] = timeline.end[i]
+    rows = {d: add_reduce_grad(add_unshard_reshard(list(row)), schedule.microbatches)
+            for d, row in enumerate(schedule.order)}
+    # per device: where each compute leaf sits, and its computes' ends (in device order, so
+    # nondecreasing: a device runs one action at a time)
+    at: dict[tuple, int] = {}
+    computed: dict[int, list[int]] = {}
+    ends: dict[int, list[float]] = {}
+    for d, row in rows.items():
+        computed[d], ends[d] = [], []
+        for k, a in enumerate(row):
+            if a.kind in (UNSHARD, RESHARD, REDUCE_GRAD):
+                continue
+            computed[d].append(k)
+            ends[d].append(max(end_of[(x.stage, x.kind, x.microbatch)] for x in a.leaves()))
+            for x in a.leaves():
+                at[(x.stage, x.kind, x.microbatch)] = k
+    # the messages, by key: (time the data is ready, sender, receiver, label)
+    messages = []
+    for row in rows.values():
+        for a in row:
+            for x in (a.sub if a.sub is not None else (a,)):
+                if x.kind == F and x.stage + 1 < S and route[x.stage + 1] != route[x.stage]:
+                    peer, send, recv, consumer = x.stage + 1, SEND_F, RECV_F, (F,)
+                elif x.kind in (B, I) and x.stage > 0 and route[x.stage - 1] != route[x.stage]:
+                    peer, send, recv, consumer = x.stage - 1, SEND_B, RECV_B, (B, I)
+                else:
+                    continue
+                use = next(at[key] for key in ((peer, c, x.microbatch) for c in consumer) if key in at)
+                key = (end_of[(x.stage, x.kind, x.microbatch)], route[x.stage], route[peer],
+                       x.stage, send, x.microbatch)
+                messages.append((key, Action(x.stage, send, x.microbatch), at[(x.stage, x.kind, x.microbatch)],
+                                 Action(peer, recv, x.microbatch), use))
+    messages.sort(key=lambda m: m[0])
+    inserts: dict[int, dict[int, list[Action]]] = {d: {} for d in rows}  # device -> after row index k
+    for (t, src, dst, *_), send, producer, recv, consumer in messages:
+        # after the last compute that ends by the key, but after the producer, before the consumer
+        for d, comm, lo, hi in ((src, send, producer, len(rows[src]) - 1), (dst, recv, -1, consumer - 1)):
+            j = bisect_right(ends[d], t) - 1
+            k = computed[d][j] if j >= 0 else -1
+            inserts[d].setdefault(min(max(k, lo), hi), []).append(comm)
+    out: Rows = {}
+    for d, row in rows.items():
+        new: list[Action] = list(inserts[d].get(-1, ()))
+        for k, a in enumerate(row):
+            new.append(a)
+            new.extend(inserts[d].get(k, ()))
+        out[d] = new
+    order = tuple(tuple(out[d]) for d in range(schedule.devices))
+    return schedule.with_(order=order, name=f"{schedule.name or 'schedule'} lowered")

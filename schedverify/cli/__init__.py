@@ -22,7 +22,7 @@ EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
 
 #: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS = ("check", "generate", "show", "formula", "prove", "search")
+COMMANDS = ("check", "generate", "lower", "show", "formula", "prove", "search")
 
 
 class _UsageExit(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 
 from ..errors import UsageError
@@ -75,16 +76,23 @@ def check_costs_fit(costs: dict | None, schedule: Schedule, source: str) -> None
                              f"has {schedule.stages} stages")
 
 
-def add_cost_options(p: argparse.ArgumentParser) -> None:
+def add_cost_options(p: argparse.ArgumentParser, *, runtime_only: bool = False) -> None:
+    """--costs, --memory-limit, --comm-semantics and the --nccl-* options; ``runtime_only``:
+    only PyTorch's runtime semantics, torch-nccl by default (for ``lower``)."""
     p.add_argument("--costs", type=_costs_arg, metavar="F=1,B=2,I=1,W=1,comm=0",
                    help="costs per action type (overrides the file's); a per-stage value is "
                         "written a:b:c; comm is the latency of every cross-device dependency")
     p.add_argument("--memory-limit", type=non_negative_float, metavar="L",
                    help="peak memory allowed on every device, in activation units (docs/spec.md 5)")
-    p.add_argument("--comm-semantics", choices=COMM_SEMANTICS,
-                   help="how explicit SEND/RECV run (docs/spec.md 3.5, 8): eager or rendezvous "
-                        "(abstract), torch (PyTorch's runtime over gloo), torch-nccl (over NCCL); "
-                        "default: the file's, torch-nccl for a PyTorch CSV, else eager")
+    if runtime_only:
+        p.add_argument("--comm-semantics", choices=("torch", "torch-nccl"), default="torch-nccl",
+                       help="the runtime the lowering must run on (docs/spec.md 8): torch (PyTorch "
+                            "over gloo) or torch-nccl (over NCCL; default)")
+    else:
+        p.add_argument("--comm-semantics", choices=COMM_SEMANTICS,
+                       help="how explicit SEND/RECV run (docs/spec.md 3.5, 8): eager or rendezvous "
+                            "(abstract), torch (PyTorch's runtime over gloo), torch-nccl (over NCCL); "
+                            "default: the file's, torch-nccl for a PyTorch CSV, else eager")
     p.add_argument("--nccl-streams", choices=("device", "pair"), default="device",
                    help="torch-nccl: one communication stream per device (default: one "
                         "communicator for all P2P, as with eager init or torchtitan) or per "
@@ -126,3 +134,36 @@ def load_input(path: str, args):
     from ..io import load
 
     return load(path, **input_options(args))
+
+
+def write_output(path: str, text: str, *, inputs: tuple[str, ...] = ()) -> None:
+    """Write ``text`` to ``path`` whole or not at all: into a temporary file in the same
+    directory, then renamed over ``path`` (through a symlink, onto its target).  A path that
+    is one of ``inputs`` (the files the command reads) is refused: nothing given is lost."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"-o {path}: is a directory; give a file name")
+    target = p.resolve()
+    for source in inputs:
+        if source != "-" and Path(source).exists() and Path(source).resolve() == target:
+            raise UsageError(f"-o {path}: is the input file {source}; write the result elsewhere")
+    if not target.parent.is_dir():
+        raise UsageError(f"-o {path}: directory {str(target.parent)!r} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as e:
+        raise UsageError(f"-o {path}: cannot write: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise UsageError(f"-o {path}: cannot write: {e.strerror or e}") from None
+        raise

@@ -1,0 +1,77 @@
+"""``schedverify lower FILE -o comms.csv``: our compute-to-comms lowering, proven to run.
+
+The output is a compute+comms CSV that PyTorch's runtime loads as it is
+(``_PipelineScheduleRuntime._load_csv(path, format="compute_comms")``), re-checked under the
+chosen semantics before it is written (docs/spec.md 8.6), and never slower there than
+PyTorch's own lowering.  What PyTorch's own lowerings would do is printed beside it.
+"""
+
+from __future__ import annotations
+
+from ..errors import SchedverifyError, UsageError
+from . import EXIT_OK
+from .common import add_cost_options, add_input_options, check_costs_fit, load_input, nccl_options, write_output
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "lower", help="add SEND/RECV to a compute-only schedule so that PyTorch runs it without a hang",
+        description="Lower a compute-only schedule (schedverify/1 .json or PyTorch .csv) to one with "
+                    "SEND/RECV that PyTorch's runtime runs without a hang or a crossed message under "
+                    "--comm-semantics (docs/spec.md 8.6), at the compute-only makespan where that can be "
+                    "had and never slower than PyTorch's own lowering. Exit code: 0 written, 2 usage or "
+                    "input error, or no lowering runs.",
+    )
+    p.add_argument("file", metavar="FILE", help="compute-only schedule ('-' reads standard input)")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="write the lowered schedule here (.csv: PyTorch's compute_comms CSV; .json: "
+                        "schedverify/1), whole or not at all, replacing OUT; default: the CSV on "
+                        "standard output and the summary on standard error")
+    add_cost_options(p, runtime_only=True)
+    add_input_options(p)
+    p.set_defaults(handler=run)
+
+
+def run(args, out, err) -> int:
+    from ..check import check
+    from ..io import dumps, dumps_csv
+    from ..lowering import lower, torch_lowering
+
+    source = "<stdin>" if args.file == "-" else args.file
+    schedule = load_input(args.file, args)
+    check_costs_fit(args.costs, schedule, source)
+    sem, nccl = args.comm_semantics, nccl_options(args)
+    options = dict(costs=args.costs, memory_limit=args.memory_limit, comm_semantics=sem, nccl=nccl)
+    try:
+        lowered = lower(schedule, costs=args.costs, comm_semantics=sem, nccl=nccl)
+    except SchedverifyError as e:
+        raise UsageError(f"{source}: cannot lower: {e}") from None
+    report = check(lowered, **options)
+    lines = [f"{source}: lowered for {sem}: {lowered.num_actions} actions, re-checked: "
+             f"{report.verdict.value.upper()}"]
+    base = check(schedule, **options).metrics.makespan
+    lines.append(f"  {'compute-only':<24} makespan {base:g}")
+    lines.append(f"  {'ours':<24} {_cell(report)}")
+    for label, defer in (("PyTorch's lowering", False), ("PyTorch, defer_pp_recv", True)):
+        lines.append(f"  {label:<24} {_cell(check(torch_lowering(schedule, defer_recv=defer), **options))}")
+    if not report.is_valid:  # lower() re-checks: this cannot happen, but never write a bad one
+        raise UsageError(f"{source}: the lowering does not check: {report.violations[0]}")
+    summary = "\n".join(lines)
+    if args.output is None or args.output == "-":
+        print(dumps_csv(lowered).rstrip("\n"), file=out)
+        print(summary, file=err)
+        return EXIT_OK
+    text = dumps(lowered) if args.output.lower().endswith(".json") else dumps_csv(lowered)
+    write_output(args.output, text, inputs=(args.file,))
+    print(summary, file=out)
+    print(f"wrote {args.output}", file=out)
+    return EXIT_OK
+
+
+def _cell(report) -> str:
+    if report.is_valid:
+        return f"makespan {report.metrics.makespan:g}"
+    codes = set(report.codes())
+    what = [w for c, w in (("SV402", "hangs"), ("SV405", "hangs on NCCL"), ("SV504", "crosses messages"))
+            if c in codes]
+    return ", ".join(what or ["invalid: " + " ".join(sorted(codes))])
