@@ -31,7 +31,7 @@ from torch.distributed.pipelining.stage import PipelineStage  # noqa: E402
 
 from _realrt import run_schedule  # noqa: E402
 from schedverify.generators import FAMILIES  # noqa: E402
-from schedverify.lowering import torch_lowering  # noqa: E402
+from schedverify.lowering import lower, torch_lowering  # noqa: E402
 
 
 # --- where the CSVs come from ----------------------------------------------------------
@@ -109,6 +109,17 @@ HAND = {
 }
 
 
+def lowered_by_us(build: Callable[[], str], ranks: int, m: int, per_rank: int, placement: str):
+    """A builder of our own lowering (schedverify.lowering.lower, for NCCL) of another
+    builder's compute-only CSV, as the compute_comms CSV ``schedverify lower`` writes."""
+
+    def lowered() -> str:
+        s = sv.loads_csv(build(), devices=ranks, stages=ranks * per_rank, microbatches=m, placement=placement)
+        return sv.dumps_csv(lower(s, comm_semantics="torch-nccl"))
+
+    return lowered
+
+
 def hand(name: str):
     return lambda: "\n".join(HAND[name]) + "\n"
 
@@ -173,6 +184,12 @@ CASES = [
     _defer("InterleavedZeroBubble", 4, 8, "loop", "ok"),  # no RECV overtakes another here
     _defer("ZBVZeroBubble", 2, 4, "v", "wrong", "SV504"),
     _defer("ZBVZeroBubble", 4, 8, "v", "wrong", "SV504"),
+    # our lowering of what PyTorch's deferred lowering corrupts, and of our generators
+    Case("ZBVZeroBubble-4x8-ours", lowered_by_us(pytorch("ZBVZeroBubble", 4, 8, 2), 4, 8, 2, "v"),
+         "compute_comms", 4, 2, 8, "v", False, "ok"),
+    Case("InterleavedZeroBubble-2x4-ours", lowered_by_us(pytorch("InterleavedZeroBubble", 2, 4, 2), 2, 4, 2, "loop"),
+         "compute_comms", 2, 2, 4, "loop", False, "ok"),
+    Case("zb-v-2x4-ours", lowered_by_us(ours("zb-v", 2, 4), 2, 4, 2, "v"), "compute_comms", 2, 2, 4, "v", False, "ok"),
 ]
 
 # The one case where the runtime's outcome and schedverify's verdict differ by design
