@@ -187,6 +187,9 @@ class Report:
     comm_semantics: str | None = None
     #: things worth knowing that are not violations (the schedule runs), in words
     warnings: list[str] = field(default_factory=list)
+    #: the runtime model's run (:class:`schedverify.runtime.RuntimeResult`) when the schedule
+    #: lists its communication and the semantics is torch or torch-nccl (docs/spec.md 8)
+    runtime: Any = None
 
     @property
     def is_valid(self) -> bool:

@@ -23,7 +23,7 @@ Every action is visited once and every wait is woken once: linear in the number 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 
 from .deps import MATCH
@@ -169,6 +169,10 @@ class RuntimeResult:
     matching: Matching
     ready: list  # per SEND/RECV its ready time, None if it never became ready
     is_comm: list[bool]
+    #: the lane of each action, and each lane's device and stream: "host" (torch), "compute"
+    #: or "comm" (torch-nccl; with ``peer``: the device whose messages it carries, or -1)
+    lane_of: list[int] = field(default_factory=list)
+    lanes: list[tuple[int, str, int]] = field(default_factory=list)
 
     @property
     def completed(self) -> bool:
@@ -216,9 +220,10 @@ class _Sweep:
         self.is_send = list(map(_IS_SEND.__getitem__, g.code))
         self.lanes: list[list[int]] = []
         self.lane_device: list[int] = []
+        self.lane_kind: list[tuple[int, str, int]] = []  # (device, stream, peer)
         self.lane_of: list[int] = [0] * n  # lane of each action
         self.lastc = [-1] * n  # NCCL: the last compute action before each comm action
-        self.data = _data_deps(g, self.is_comm)
+        self.data = data_deps(g, self.is_comm)
         self._build_lanes(nccl)
 
     def _build_lanes(self, nccl: NcclOptions) -> None:
@@ -226,9 +231,9 @@ class _Sweep:
         for d in range(len(g.starts) - 1):
             lo, hi = g.starts[d], g.starts[d + 1]
             if not self.nccl_mode:
-                self._add_lane(d, list(range(lo, hi)))
+                self._add_lane(d, list(range(lo, hi)), "host")
                 continue
-            self._add_lane(d, [i for i in range(lo, hi) if not is_comm[i]])
+            self._add_lane(d, [i for i in range(lo, hi) if not is_comm[i]], "compute")
             streams: dict[int, list[int]] = {}
             last = -1
             for i in range(lo, hi):
@@ -239,12 +244,13 @@ class _Sweep:
                 key = self.m.peer_device[i] if nccl.streams == "pair" else 0
                 streams.setdefault(key, []).append(i)
             for key in sorted(streams):
-                self._add_lane(d, streams[key])
+                self._add_lane(d, streams[key], "comm", key if nccl.streams == "pair" else -1)
 
-    def _add_lane(self, device: int, items: list[int]) -> None:
+    def _add_lane(self, device: int, items: list[int], stream: str, peer: int = -1) -> None:
         k = len(self.lanes)
         self.lanes.append(items)
         self.lane_device.append(device)
+        self.lane_kind.append((device, stream, peer))
         for i in items:
             self.lane_of[i] = k
 
@@ -395,7 +401,8 @@ class _Sweep:
         finish = [e if e is not None else (dn if dn is not None else 0) for e, dn in zip(end, done)]
         start = [(r if r is not None else 0) if c else (f - t if e is not None else 0)
                  for c, r, f, t, e in zip(is_comm, ready, finish, dur, end)]
-        return RuntimeResult(start, finish, bind, cycles, stuck, self.m, ready, is_comm)
+        return RuntimeResult(start, finish, bind, cycles, stuck, self.m, ready, is_comm, self.lane_of,
+                             self.lane_kind)
 
     def _release(self, w: Wait, woken: list) -> None:
         """Let ``w``'s lane go on as if what it waits for had happened (at time 0: the run is
@@ -440,7 +447,7 @@ class _Sweep:
         return None if p < 0 else self.lane_of[p]
 
 
-def _data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
+def data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
     """Per compute action, what its data waits for (docs/spec.md 8.4): the RECV of its own
     label for an input from another device, else (compute-only, or a missing RECV) the
     cross-device producer the graph stores.  The graph keeps only cross-device waits, and a
@@ -449,10 +456,11 @@ def _data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
     placement = g.schedule.placement
     wait, more, dev = g.wait, g.more_waits, g.dev
     out: list[tuple[int, ...]] = [()] * n
-    for i in [i for i in range(n) if wait[i] != n]:
+    for i in [i for i in range(n) if wait[i] != n and not is_comm[i]]:
         out[i] = (wait[i],)
     for i, extra in more.items():
-        out[i] += tuple(j for j, _ in extra)
+        if not is_comm[i]:
+            out[i] += tuple(j for j, _ in extra)
     if not g.explicit_comm:
         return out
     route = placement.routes[0] if placement.microbatch_route is None else None
@@ -485,6 +493,16 @@ def _data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
 
 
 # --------------------------------------------------------------------------- explanations
+
+
+def blocker(r: RuntimeResult, w: Wait) -> int:
+    """The action whose progress ``w`` waits for: the awaited action itself, or, when that one
+    is ready and waits for its message, the other end of the message (-1: none comes)."""
+    j = w.awaited
+    if w.event == END or r.ready[j] is None:
+        return j
+    return r.matching.partner[j]
+
 
 
 def explain(g: Graph, r: RuntimeResult, w: Wait, nccl_mode: bool) -> str:

@@ -461,3 +461,65 @@ def test_make_images_script_writes_svgs(headless, tmp_path):
     for name in ("gpipe", "1f1b"):
         svg = tmp_path / f"{name}.svg"
         assert svg.exists() and "<svg" in svg.read_text()
+
+
+# --------------------------------------------------------------------------- runtime streams
+
+
+def _events(view):
+    t = trace_events(view)
+    ev = t["traceEvents"]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    slices = {e["name"]: e for e in ev if e["ph"] == "X"}
+    flows = {}
+    for e in ev:
+        if e["ph"] in ("s", "f"):
+            flows.setdefault(e["id"], {})[e["ph"]] = e
+    return threads, slices, list(flows.values())
+
+
+def test_trace_has_a_comm_stream_per_device_and_messages_as_flows():
+    s = sv.load(Path(__file__).resolve().parent.parent / "examples" / "crossed_recvs.csv")
+    view = build_view(s)  # a CSV: PyTorch's runtime over NCCL
+    threads, slices, flows = _events(view)
+    assert threads == {(0, 0): "compute stream", (0, 1): "communication stream",
+                       (1, 0): "compute stream", (1, 1): "communication stream"}
+    tl = view.timeline
+    for i, a in enumerate(view.graph.acts):
+        ev = slices[str(a)]
+        assert ev["tid"] == (1 if a.kind in ("SEND_F", "RECV_F", "SEND_B", "RECV_B") else 0)
+        assert ev["ts"] == tl.start[i] * DEFAULT_TIME_SCALE  # a RECV spans ready..done
+        assert ev["dur"] == (tl.end[i] - tl.start[i]) * DEFAULT_TIME_SCALE
+    assert slices["1RECV_F1"]["dur"] > 0
+    messages = {(f["s"]["name"]) for f in flows if f["s"]["cat"] == "message"}
+    # matched by position: the crossed pair's arrows cross
+    assert {"0SEND_F0 -> 1RECV_F1", "0SEND_F1 -> 1RECV_F0"} <= messages
+    for f in flows:
+        if f["s"]["cat"] == "message":
+            assert (f["s"]["tid"], f["f"]["tid"]) == (1, 1)
+    deps = {f["s"]["name"] for f in flows if f["s"]["cat"] == "dependency"}
+    assert "1RECV_F0 -> 1F0" in deps
+
+
+def test_trace_of_a_hang_marks_the_stuck_heads_and_draws_the_cycle():
+    s = sv.load(Path(__file__).resolve().parent.parent / "examples" / "nccl_send_send_hang.csv")
+    view = build_view(s)
+    assert not view.timed
+    _, slices, flows = _events(view)
+    stuck = sorted(name for name, ev in slices.items() if ev["args"].get("stuck"))
+    assert stuck == ["0B0", "0SEND_F1", "1F1", "1SEND_B0"]  # each device's stuck heads
+    assert sorted(f["s"]["name"] for f in flows) == ["0SEND_F1 waits for 1RECV_F1", "1SEND_B0 waits for 0RECV_B0"]
+    gloo = build_view(s, comm_semantics="torch")
+    threads, _, _ = _events(gloo)
+    assert threads[(0, 0)].startswith("host") and threads[(0, 1)] == "messages (gloo)"
+
+
+def test_trace_names_a_stream_per_peer():
+    from schedverify.lowering import lower
+    from schedverify.runtime import NcclOptions
+
+    nccl = NcclOptions(streams="pair")
+    s = lower(FAMILIES["1f1b"](3, 3), nccl=nccl)
+    threads, _, _ = _events(build_view(s, comm_semantics="torch-nccl", nccl=nccl))
+    assert threads[(1, 1)] == "communication stream with device 0"
+    assert threads[(1, 2)] == "communication stream with device 2"

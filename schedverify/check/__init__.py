@@ -137,6 +137,7 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
                     truncated_exact=truncated <= MAX_COUNTED, comm_semantics=run.semantics,
                     warnings=run.warnings)
     report.timeline = run.timeline if run.timeline.completed else None
+    report.runtime = run.runtime
     return report
 
 

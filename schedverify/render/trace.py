@@ -20,6 +20,15 @@ timeline.
 A schedule that deadlocks has no timing: its trace places each action at its position in
 the device's order (one unit per position), says so in ``otherData``, and marks the
 actions of the deadlock cycle, with a flow for each wait of the cycle.
+
+Under PyTorch's runtime semantics (docs/spec.md 8) a schedule with SEND/RECV runs on more
+than one stream per device, and the trace shows them as threads of the device: ``tid`` 0 the
+compute stream (``torch``: the host, which posts the SEND/RECV), then the communication
+stream(s) (``torch-nccl``: one per device, or one per peer; ``torch``: one track for gloo's
+messages), each SEND/RECV spanning its ready and done times.  Flows go from each SEND to the
+RECV it is matched with (``message``: by position on the device pair, so a crossed pair shows
+as crossing arrows) and from each RECV to the action that uses its data; a hang marks every
+stuck head (``args.stuck``) and draws its cycles' waits.
 """
 
 from __future__ import annotations
@@ -39,15 +48,17 @@ def _num(x: float) -> float | int:
 def trace_events(view: View, *, time_scale: float = DEFAULT_TIME_SCALE) -> dict[str, Any]:
     """The trace as a JSON-ready dict ``{"traceEvents": [...], "displayTimeUnit": "ms", ...}``."""
     s, g = view.schedule, view.graph
-    start, end = view.start, view.end
+    start, end = _spans(view)
+    tid, names = _threads(view)
     events: list[dict[str, Any]] = []
     for d in range(s.devices):
         events.append({"name": "process_name", "ph": "M", "pid": d, "tid": 0,
                        "args": {"name": f"device {d}"}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": d, "tid": 0,
                        "args": {"sort_index": d}})
-        events.append({"name": "thread_name", "ph": "M", "pid": d, "tid": 0,
-                       "args": {"name": "compute stream" if view.timed else "order (no timing)"}})
+        for t, name in names.get(d, {0: "compute stream" if view.timed else "order (no timing)"}).items():
+            events.append({"name": "thread_name", "ph": "M", "pid": d, "tid": t, "args": {"name": name}})
+    stuck = {w.head for w in view.runtime.stuck} if view.runtime is not None else set()
     critical = set(view.critical)
     cycle_of: dict[int, int] = {}
     for n, cycle in enumerate(view.cycles):
@@ -74,13 +85,15 @@ def trace_events(view: View, *, time_scale: float = DEFAULT_TIME_SCALE) -> dict[
             args["violations"] = list(view.marked[i])
         if i in cycle_of:
             args["deadlock_cycle"] = cycle_of[i]
+        if i in stuck:
+            args["stuck"] = True
         cat = category(a)
         if i in view.marked:
             cat += ",violation"
-        ev = {"name": str(a), "cat": cat, "ph": "X", "pid": g.dev[i], "tid": 0,
+        ev = {"name": str(a), "cat": cat, "ph": "X", "pid": g.dev[i], "tid": tid(i),
               "ts": _num(start[i] * time_scale), "dur": _num((end[i] - start[i]) * time_scale),
               "args": args}
-        if i in view.marked:
+        if i in view.marked or i in stuck:
             ev["cname"] = "terrible"
         events.append(ev)
     events += _flows(view, time_scale)
@@ -101,11 +114,50 @@ def trace_events(view: View, *, time_scale: float = DEFAULT_TIME_SCALE) -> dict[
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
 
+def _spans(view: View) -> tuple[list[float], list[float]]:
+    """Each action's start and end on its track: a SEND/RECV of the runtime model spans its
+    ready and done times (pictures give it no width: see View)."""
+    if view.runtime is not None and view.timed:
+        return view.timeline.start, view.timeline.end
+    return view.start, view.end
+
+
+def _threads(view: View):
+    """(tid of each action, {device: {tid: name}}): one thread unless the runtime model ran."""
+    r = view.runtime
+    if r is None:
+        return (lambda i: 0), {}
+    g = view.graph
+    first: dict[int, int] = {}
+    names: dict[int, dict[int, str]] = {}
+    for k, (d, stream, peer) in enumerate(r.lanes):
+        first.setdefault(d, k)
+        if stream == "host":
+            names[d] = {0: "host (compute; posts its SEND/RECV)", 1: "messages (gloo)"}
+        elif stream == "compute":
+            names.setdefault(d, {})[0] = "compute stream"
+        else:
+            names[d][k - first[d]] = ("communication stream" if peer < 0
+                                      else f"communication stream with device {peer}")
+    host = {d for d, stream, _ in r.lanes if stream == "host"}
+
+    def tid(i: int) -> int:
+        d = g.dev[i]
+        if d in host:
+            return 1 if r.is_comm[i] else 0
+        return r.lane_of[i] - first[d]
+
+    return tid, names
+
+
 def _flows(view: View, time_scale: float) -> list[dict[str, Any]]:
     """Flow events for cross-device waits: data dependencies (``dependency``), rendezvous
-    waits (``rendezvous``) and, when untimed, the waits of the deadlock cycles."""
+    waits (``rendezvous``) and, when untimed, the waits of the deadlock cycles; under the
+    runtime model, messages (``message``: each SEND to its matched RECV) and each RECV to its
+    consumer, or a hang's cycle waits."""
     g = view.graph
-    start, end = view.start, view.end
+    start, end = _spans(view)
+    tid, _ = _threads(view)
     out: list[dict[str, Any]] = []
     n = 0
 
@@ -117,11 +169,29 @@ def _flows(view: View, time_scale: float) -> list[dict[str, Any]]:
     def add(src: int, dst: int, cat: str, name: str) -> None:
         nonlocal n
         n += 1
-        out.append({"name": name, "cat": cat, "ph": "s", "id": n, "pid": g.dev[src], "tid": 0,
+        out.append({"name": name, "cat": cat, "ph": "s", "id": n, "pid": g.dev[src], "tid": tid(src),
                     "ts": _num(inside(src))})
         out.append({"name": name, "cat": cat, "ph": "f", "bp": "e", "id": n, "pid": g.dev[dst],
-                    "tid": 0, "ts": _num(inside(dst))})
+                    "tid": tid(dst), "ts": _num(inside(dst))})
 
+    r = view.runtime
+    if r is not None:
+        from ..runtime import blocker, data_deps
+
+        if view.timed:
+            for s, p in enumerate(r.matching.partner):
+                if p >= 0 and r.is_comm[s] and g.acts[s].kind.startswith("SEND"):
+                    add(s, p, "message", f"{g.acts[s]} -> {g.acts[p]}")
+            for i, deps in enumerate(data_deps(g, r.is_comm)):
+                for j in deps:
+                    add(j, i, "dependency", f"{g.acts[j]} -> {g.acts[i]}")
+        else:
+            for cycle in r.cycles:
+                for w in cycle:
+                    j = blocker(r, w)
+                    if j >= 0:
+                        add(j, w.head, "deadlock", f"{g.acts[w.head]} waits for {g.acts[j]}")
+        return out
     if view.timed:
         for i, ws in enumerate(g.waits):
             for j in ws:

@@ -10,6 +10,7 @@ instead, and say so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..cost.timeline import Timeline, run_timeline
 from ..diagnostics import (COMM_STREAM_DEADLOCK, DEADLOCK, RENDEZVOUS_DEADLOCK,
@@ -82,6 +83,11 @@ class View:
     ``untimed_reason`` says why.  ``marked`` holds the indices (into ``graph.acts``) of the
     actions some violation names; ``cycles`` the deadlock cycles as (stuck action, awaited
     action) index pairs; ``missing`` the names of actions a violation says are absent.
+
+    Under PyTorch's runtime semantics (docs/spec.md 8) ``runtime`` is the runtime model's run:
+    a SEND/RECV's times are then its ready and done times, on a stream of its own beside the
+    compute, so pictures draw it as an instant at its ready time (``end`` gives it no width)
+    and the trace draws it on its stream with its real span.
     """
 
     schedule: Schedule
@@ -94,6 +100,7 @@ class View:
     cycles: list[list[tuple[int, int]]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     critical: list[int] = field(default_factory=list)
+    runtime: Any = None
     _own: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -103,6 +110,9 @@ class View:
     @property
     def end(self) -> list[float]:
         if self.timed:
+            if self.runtime is not None:  # a SEND/RECV is an instant of the compute lane
+                return [s if c else e for s, e, c in zip(self.timeline.start, self.timeline.end,
+                                                          self.runtime.is_comm)]
             return self.timeline.end
         return [p + 1.0 for p in self.graph.pos]
 
@@ -192,4 +202,5 @@ def build_view(schedule: Schedule, *, costs=None, memory=None, memory_limit=None
             if i is not None and v.code.code not in marked.setdefault(i, []):
                 marked[i].append(v.code.code)
     critical = tl.critical_path() if timed else []
-    return View(schedule, report, graph, tl, timed, reason, marked, cycles, missing, critical)
+    return View(schedule, report, graph, tl, timed, reason, marked, cycles, missing, critical,
+                report.runtime)
