@@ -166,8 +166,13 @@ def test_pytorch_csvs_check_valid():
                        "--format", "json")
     assert code == 0
     compute, comms = map(json.loads, out.splitlines())
-    assert compute["schedule"] == {"name": "", "devices": 4, "stages": 8, "microbatches": 8, "actions": 128}
-    assert comms["schedule"]["actions"] > compute["schedule"]["actions"]
+    # a compute-only CSV is checked as PyTorch lowers it (--lowering auto): that lowering is
+    # the comms file, so both reports are the same
+    assert compute["schedule"]["actions"] == comms["schedule"]["actions"] == 376
+    assert compute["metrics"] == comms["metrics"]
+    code, out, _ = cli("examples/pytorch_interleaved_1f1b.csv", "--lowering", "none", "--format", "json")
+    assert code == 0
+    assert json.loads(out)["schedule"] == {"name": "", "devices": 4, "stages": 8, "microbatches": 8, "actions": 128}
     code, _, _ = cli("examples/pytorch_interleaved_1f1b_comms.csv", "--comm-semantics", "rendezvous")
     assert code == 0
 
@@ -258,6 +263,16 @@ def test_a_recv_without_its_send_is_unmatched_under_torch(tmp_path):
     (v,) = [v for v in doc["violations"] if v["code"] == "SV502"]
     assert v["actions"] == [{"device": 1, "position": 1, "action": "1RECV_F1"}]
     assert "device 0 posts only 1 send to device 1" in v["message"]
+
+
+def test_a_compute_only_csv_pytorch_cannot_lower_is_checked_as_it_is(tmp_path):
+    path = tmp_path / "deadlock.csv"
+    path.write_text("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n")  # device 1 waits for 0F1 behind 0B0
+    code, out, err = cli(str(path))
+    assert code == 1 and err == ""
+    assert "(2 devices, 2 stages, 2 microbatches, 8 actions)" in out  # not lowered
+    assert "warning: PyTorch's lowering refuses this schedule (Malformed compute schedule" in out
+    assert "SV402 deadlock" in out
 
 
 def test_lowering_checks_what_pytorch_runs():

@@ -25,11 +25,14 @@ def register(sub) -> None:
     p.add_argument("files", nargs="*", metavar="FILE", help="schedule files ('-' reads standard input)")
     add_cost_options(p)
     add_input_options(p)
-    p.add_argument("--lowering", choices=("none", "torch", "torch-defer"), default="none",
+    p.add_argument("--lowering", choices=("auto", "none", "torch", "torch-defer"), default="auto",
                    help="check a compute-only schedule as PyTorch 2.13 runs it: lowered to "
                         "SEND/RECV by its _prepare_schedule_with_comms (torch), with "
-                        "defer_pp_recv=True (torch-defer); positions then refer to the lowered "
-                        "schedule, which --format json includes (default: none)")
+                        "defer_pp_recv=True (torch-defer), or as it is (none); positions then "
+                        "refer to the lowered schedule, which --format json includes. Default "
+                        "auto: torch for a compute-only PyTorch CSV under torch or torch-nccl "
+                        "(checked as it is, with a warning, when PyTorch's lowering refuses it), "
+                        "else none")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text for people; json prints one object per file, one per line")
     p.add_argument("--grid", action="store_true", help="also print the device x step grid, "
@@ -57,6 +60,31 @@ def run(args, out, err) -> int:
     return next(c for c in _SEVERITY if c in codes)
 
 
+def _lowered(schedule, args, source: str):
+    """(the schedule to check, whether it was lowered, a warning or None) for --lowering."""
+    from ..lowering import LoweringError, torch_lowering
+    from ..runtime import RUNTIME_SEMANTICS
+
+    how = args.lowering
+    if how == "auto":
+        sem = args.comm_semantics or schedule.comm_semantics or "eager"
+        pytorch_csv = schedule.metadata.get("source_format") == "pytorch-csv"
+        how = "torch" if sem in RUNTIME_SEMANTICS and pytorch_csv and not schedule.has_explicit_comm else "none"
+        if how == "none":
+            return schedule, False, None
+        try:
+            return torch_lowering(schedule), True, None
+        except LoweringError as e:
+            return schedule, False, (f"PyTorch's lowering refuses this schedule ({e}): it is checked "
+                                     "as it is, compute-only")
+    if how == "none":
+        return schedule, False, None
+    try:
+        return torch_lowering(schedule, defer_recv=how == "torch-defer"), True, None
+    except LoweringError as e:
+        raise UsageError(f"{source}: --lowering {how}: {e}") from None
+
+
 def check_one(path: str, args, out, err) -> int:
     from ..check import check
 
@@ -64,13 +92,7 @@ def check_one(path: str, args, out, err) -> int:
     try:
         schedule = load_input(path, args)
         check_costs_fit(args.costs, schedule, source)
-        if args.lowering != "none":
-            from ..lowering import torch_lowering
-
-            try:
-                schedule = torch_lowering(schedule, defer_recv=args.lowering == "torch-defer")
-            except SchedverifyError as e:
-                raise UsageError(f"{source}: --lowering {args.lowering}: {e}") from None
+        schedule, lowered, note = _lowered(schedule, args, source)
         opts = dict(costs=args.costs, memory_limit=args.memory_limit,
                     comm_semantics=args.comm_semantics, nccl=nccl_options(args),
                     max_violations=args.max_violations)
@@ -80,6 +102,8 @@ def check_one(path: str, args, out, err) -> int:
             from ..smt.check import run_engine
 
             report = run_engine(args.engine, schedule, timeout_s=args.timeout, **opts)
+        if note:
+            report.warnings.append(note)
     except SchedverifyError as e:
         if args.format == "json":
             print(json.dumps({"file": source, "verdict": "error", "error": str(e),
@@ -90,7 +114,7 @@ def check_one(path: str, args, out, err) -> int:
         doc = {"file": source, **report.to_json(),
                "schedule": {"name": schedule.name, "devices": schedule.devices, "stages": schedule.stages,
                             "microbatches": schedule.microbatches, "actions": schedule.num_actions}}
-        if args.lowering != "none":  # what the positions refer to
+        if lowered:  # what the positions refer to
             doc["schedule"]["order"] = [[str(x) if x is not None else None for x in row] for row in schedule.order]
         print(json.dumps(doc), file=out)
     else:
