@@ -504,7 +504,6 @@ def blocker(r: RuntimeResult, w: Wait) -> int:
     return r.matching.partner[j]
 
 
-
 def explain(g: Graph, r: RuntimeResult, w: Wait, nccl_mode: bool) -> str:
     """Why ``w.head`` waits, in words, naming where the awaited thing is stuck."""
     acts, pos = g.acts, g.pos
@@ -526,8 +525,10 @@ def explain(g: Graph, r: RuntimeResult, w: Wait, nccl_mode: bool) -> str:
         return f"{here}: it waits for {acts[j]} (position {pos[j]}), whose message never comes"
     posted = (f"at the head of device {g.dev[p]}'s communication stream" if nccl_mode else "posted")
     if j == w.head:
-        return (f"{here} on its {lane}: a send completes only with its receive, "
-                f"{acts[p]} (device {g.dev[p]}, position {pos[p]}), which is not {posted} yet")
+        what = "a send completes only with its receive" if head.kind.startswith("SEND") else \
+            "a receive completes only with its send"
+        return (f"{here} on its {lane}: {what}, {acts[p]} (device {g.dev[p]}, position {pos[p]}), "
+                f"which is not {posted} yet")
     return (f"{here}: it waits for the data of {acts[j]} (position {pos[j]}), which device "
             f"{g.dev[p]} sends with {acts[p]} (position {pos[p]}), not {posted} yet")
 
@@ -554,5 +555,6 @@ def pytorch_notation(g: Graph, waits: list[Wait], limit: int = 6) -> list[str]:
     return out
 
 
-__all__ = ["RUNTIME_SEMANTICS", "TORCH", "TORCH_NCCL", "Matching", "NcclOptions", "RuntimeResult",
-           "Wait", "explain", "match", "pytorch_notation", "simulate"]
+__all__ = ["MAX_CYCLES", "RUNTIME_SEMANTICS", "TORCH", "TORCH_NCCL", "Matching", "NcclOptions",
+           "RuntimeResult", "Wait", "blocker", "data_deps", "explain", "intended_receive", "match",
+           "pytorch_notation", "simulate"]
