@@ -52,6 +52,12 @@ def torch_lowering(schedule: Schedule, *, defer_recv: bool = False) -> Schedule:
     if schedule.has_explicit_comm:
         raise LoweringError("the schedule already lists SEND/RECV: PyTorch lowers only compute-only "
                             "schedules (format='compute_only')")
+    for d, row in enumerate(schedule.order):  # _prepare_schedule_with_comms's own check
+        for k, a in enumerate(row):
+            if a is not None and a.kind not in (F, B, I, W, OVERLAP_F_B):
+                raise LoweringError(f"Expected compute-only schedule but found {a} at rank {d}, "
+                                    f"position {k} (PyTorch's lowering adds UNSHARD, RESHARD and "
+                                    "REDUCE_GRAD itself)")
     if schedule.placement.is_bidirectional:
         raise LoweringError("PyTorch's runtime places each stage on one rank: a bidirectional "
                             "schedule (two routes) cannot be lowered")

@@ -196,6 +196,14 @@ def test_single_stage_schedules_cannot_be_lowered_by_pytorch(name, error, messag
         lower(name, 4, 8, 1)
 
 
+def test_our_lowering_refuses_what_pytorchs_refuses():
+    from schedverify.lowering import LoweringError
+
+    gpipe = sv.loads_csv(_compute_only_text("GPipe", 4, 8, 1))
+    with pytest.raises(LoweringError, match="Expected compute-only schedule but found 0REDUCE_GRAD at rank 0"):
+        torch_lowering(gpipe)
+
+
 def test_gpipe_with_comms_once_reduce_grad_is_left_out(tmp_path):
     # Without the bookkeeping action PyTorch lowers GPipe fine, and so we check it.
     sched = build("GPipe", 4, 8, 1)
