@@ -147,7 +147,8 @@ def test_csv_input_draws_the_same_timeline(tmp_path):
     (["show", "examples/1f1b.json", "--width", "wide"], "whole number"),
     (["show", "examples/1f1b.json", "--costs", "F=1:2"], "4 stages"),
     (["show", "examples/1f1b.json", "-o", "picture.gif"], ".gif"),
-    (["show", "examples/1f1b.json", "--trace", "/nonexistent-dir/t.json"], "cannot write the trace"),
+    (["show", "examples/1f1b.json", "--trace", "/nonexistent-dir/t.json"],
+     "--trace /nonexistent-dir/t.json: directory '/nonexistent-dir' does not exist"),
 ])
 def test_bad_input_is_exit_2_with_a_message(argv, needle, monkeypatch):
     monkeypatch.chdir(ROOT)
@@ -523,3 +524,26 @@ def test_trace_names_a_stream_per_peer():
     threads, _, _ = _events(build_view(s, comm_semantics="torch-nccl", nccl=nccl))
     assert threads[(1, 1)] == "communication stream with device 0"
     assert threads[(1, 2)] == "communication stream with device 2"
+
+
+def test_show_never_writes_onto_its_input(tmp_path):
+    # Regression: `show s.json --trace s.json` replaced the schedule with a trace (exit 0).
+    schedule = tmp_path / "s.json"
+    schedule.write_text((ROOT / "examples/1f1b.json").read_text())
+    for target in (schedule, tmp_path / "." / "s.json"):
+        code, out, err = cli("show", schedule, "--trace", target)
+        assert code == 2 and out == ""
+        assert f"--trace {target}: is the input file {schedule}; write the result elsewhere" in err
+    assert schedule.read_text() == (ROOT / "examples/1f1b.json").read_text()
+
+
+def test_show_writes_its_trace_whole(tmp_path):
+    target = tmp_path / "t.json"
+    target.write_text("old")
+    code, _, err = cli("show", ROOT / "examples/1f1b.json", "--trace", target)
+    assert code == 0, err
+    assert json.loads(target.read_text())["otherData"]["makespan"] == 33
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"]
+    picture = tmp_path / "t.svg"
+    code, _, err = cli("show", ROOT / "examples/1f1b.json", "--trace", picture, "-o", picture)
+    assert code == 2 and "name the same file" in err

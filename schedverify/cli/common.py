@@ -136,34 +136,39 @@ def load_input(path: str, args):
     return load(path, **input_options(args))
 
 
-def write_output(path: str, text: str, *, inputs: tuple[str, ...] = ()) -> None:
-    """Write ``text`` to ``path`` whole or not at all: into a temporary file in the same
-    directory, then renamed over ``path`` (through a symlink, onto its target).  A path that
-    is one of ``inputs`` (the files the command reads) is refused: nothing given is lost."""
+def write_output(path: str, data: str | bytes, *, inputs: tuple[str, ...] = (), option: str = "-o") -> None:
+    """Write ``data`` (text, or bytes) to ``path`` whole or not at all: into a temporary file in
+    the same directory, then renamed over ``path`` (through a symlink, onto its target).  A
+    path that is one of ``inputs`` (the files the command reads) is refused: nothing given is
+    lost.  ``option`` names the flag in messages."""
     import os
     import tempfile
     from pathlib import Path
 
     p = Path(path)
     if p.is_dir():
-        raise UsageError(f"-o {path}: is a directory; give a file name")
+        raise UsageError(f"{option} {path}: is a directory; give a file name")
     target = p.resolve()
     for source in inputs:
         if source != "-" and Path(source).exists() and Path(source).resolve() == target:
-            raise UsageError(f"-o {path}: is the input file {source}; write the result elsewhere")
+            raise UsageError(f"{option} {path}: is the input file {source}; write the result elsewhere")
     if not target.parent.is_dir():
-        raise UsageError(f"-o {path}: directory {str(target.parent)!r} does not exist")
+        raise UsageError(f"{option} {path}: directory {str(target.parent)!r} does not exist")
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as e:
-        raise UsageError(f"-o {path}: cannot write: {e.strerror or e}") from None
+        raise UsageError(f"{option} {path}: cannot write: {e.strerror or e}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        if isinstance(data, bytes):
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(data)
         os.replace(tmp, target)
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(e, OSError):
-            raise UsageError(f"-o {path}: cannot write: {e.strerror or e}") from None
+            raise UsageError(f"{option} {path}: cannot write: {e.strerror or e}") from None
         raise

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from pathlib import Path
 
 from ..errors import UsageError
 from . import EXIT_OK, EXIT_USAGE
-from .common import check_costs_fit, parse_costs, positive_int
+from .common import check_costs_fit, parse_costs, positive_int, write_output
 
 #: The CLI refuses to write more actions than this (a typo like -M 10000000 would otherwise
 #: run the machine out of memory); the library functions take any size.
@@ -141,14 +140,4 @@ def _write(schedule, path: str | None, out) -> None:
         out.write(dumps(schedule))
         return
     text = dumps_csv(schedule) if path.lower().endswith(".csv") else dumps(schedule)
-    p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"-o {path}: is a directory; give a file name")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"-o {path}: directory {str(parent)!r} does not exist")
-    try:
-        with open(p, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as e:
-        raise UsageError(f"-o {path}: cannot write: {e.strerror or e}") from None
+    write_output(path, text)

@@ -11,7 +11,7 @@ import json
 
 from ..errors import UsageError
 from . import EXIT_INVALID, EXIT_OK, EXIT_UNKNOWN
-from .common import non_negative_float, parse_costs, positive_int
+from .common import non_negative_float, parse_costs, positive_int, write_output
 
 
 def _costs(text: str) -> dict:
@@ -94,12 +94,10 @@ def run(args, out, err) -> int:
     )
     written = None
     if result.schedule is not None and args.output:
-        from ..io import dump
+        from ..io import dumps, dumps_csv
 
-        try:
-            dump(result.schedule, args.output)
-        except OSError as e:
-            raise UsageError(f"-o {args.output}: cannot write: {e.strerror}") from None
+        text = dumps_csv(result.schedule) if args.output.lower().endswith(".csv") else dumps(result.schedule)
+        write_output(args.output, text)
         written = args.output
     code = {"optimal": EXIT_OK, "infeasible": EXIT_INVALID}.get(result.status, EXIT_UNKNOWN)
     if args.format == "json":

@@ -9,12 +9,15 @@ Exit code: 0 valid, 1 invalid (the picture is still drawn), 2 usage or input err
 
 from __future__ import annotations
 
+import io
+import json
 import shutil
+from pathlib import Path
 
 from ..errors import UsageError
 from . import EXIT_INVALID, EXIT_OK
 from .common import (add_cost_options, add_input_options, check_costs_fit, load_input, nccl_options,
-                     whole_number)
+                     whole_number, write_output)
 
 
 _width = whole_number(40, unit="columns")
@@ -60,21 +63,19 @@ def run(args, out, err) -> int:
                       comm_semantics=args.comm_semantics, nccl=nccl_options(args))
     code = EXIT_OK if view.report.is_valid else EXIT_INVALID
     wrote = []
+    if args.output and args.trace and Path(args.output).resolve() == Path(args.trace).resolve():
+        raise UsageError(f"-o {args.output} and --trace {args.trace} name the same file")
     if args.output:
         from ..render.image import render_image
 
-        try:
-            render_image(view, args.output, dpi=args.dpi)
-        except OSError as e:
-            raise UsageError(f"-o {args.output}: cannot write the image: {e.strerror or e}") from None
+        buf = io.BytesIO()
+        render_image(view, args.output, dpi=args.dpi, stream=buf)
+        write_output(args.output, buf.getvalue(), inputs=(args.file,))
         wrote.append(f"wrote {args.output}")
     if args.trace:
-        from ..render.trace import write_trace
+        from ..render.trace import trace_events
 
-        try:
-            write_trace(view, args.trace)
-        except OSError as e:
-            raise UsageError(f"--trace {args.trace}: cannot write the trace: {e.strerror or e}") from None
+        write_output(args.trace, json.dumps(trace_events(view)), inputs=(args.file,), option="--trace")
         wrote.append(f"wrote {args.trace} (open it in ui.perfetto.dev or chrome://tracing)")
     if wrote:
         from ..render.text import headline

@@ -118,8 +118,10 @@ def _label(action, level: int, with_stage: bool) -> str:
     return str(action.microbatch)
 
 
-def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | None = None) -> Path:
-    """Draw ``view`` to ``path`` (format from its extension: .svg, .png or .pdf)."""
+def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | None = None,
+                 stream=None) -> Path:
+    """Draw ``view`` to ``path`` (format from its extension: .svg, .png or .pdf), or, with
+    ``stream`` (a binary file object), into that stream in ``path``'s format."""
     fmt = image_format(path)
     matplotlib, Figure = _matplotlib()
     from matplotlib.collections import PolyCollection
@@ -321,7 +323,7 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
                      va="bottom", ha="left")
         out = Path(path)
         meta = {"Date": None} if fmt == "svg" else ({"Software": None} if fmt == "png" else {})
-        fig.savefig(out, format=fmt, dpi=dpi, metadata=meta)
+        fig.savefig(out if stream is None else stream, format=fmt, dpi=dpi, metadata=meta)
     return out
 
 
