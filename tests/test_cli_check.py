@@ -292,3 +292,19 @@ def test_lowering_checks_what_pytorch_runs():
     assert err == ("schedverify check: error: " + str(EXAMPLES / "pytorch_interleaved_1f1b_comms.csv")
                    + ": --lowering torch: the schedule already lists SEND/RECV: PyTorch lowers only "
                    "compute-only schedules (format='compute_only')\n")
+
+
+def test_strings_from_the_file_cannot_forge_lines_of_the_report(tmp_path):
+    # A name with a carriage return and an ANSI escape (and a lone surrogate, which could not
+    # even be encoded for printing) is shown escaped, on its own line.
+    doc = json.loads(sv.dumps(sv.load("examples/1f1b.json")))
+    doc["name"] = "x\u001b[2K\rfake.json: VALID \ud800"
+    path = tmp_path / "evil.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    code, out, err = cli(str(path))
+    assert (code, err) == (0, "")
+    head = out.splitlines()[0]
+    assert "\r" not in out and "\x1b" not in out
+    assert head == (f"{path}: VALID  (x\\x1b[2K\\x0dfake.json: VALID \\ud800: 4 devices, 4 stages, "
+                    "8 microbatches, 64 actions)")
+    out.encode("utf-8")  # printable as it is

@@ -89,12 +89,35 @@ _SEMANTICS_TEXT = {
 }
 
 
+def printable(text: str) -> str:
+    """``text`` with every control, format or unpaired surrogate character escaped
+    (``\x1b``, ``\u200e``, ``\ud800``), so that a string from a file (a schedule's name, a
+    path) can neither forge a line of the report (carriage returns, ANSI escapes) nor fail
+    to print."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
+def describe(s: Schedule) -> str:
+    """``name: D devices, S stages, M microbatches, N actions`` (the name made printable)."""
+    return (f"{printable(s.name) + ': ' if s.name else ''}" + ", ".join(
+        plural(k, w) for k, w in ((s.devices, "device"), (s.stages, "stage"),
+                                  (s.microbatches, "microbatch"), (s.num_actions, "action"))))
+
+
 def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: bool = False,
                 max_path: int = 12) -> str:
     s = schedule
-    what = f"{s.name + ': ' if s.name else ''}" + ", ".join(
-        plural(k, w) for k, w in ((s.devices, "device"), (s.stages, "stage"),
-                                  (s.microbatches, "microbatch"), (s.num_actions, "action")))
+    what = describe(s)
+    source = printable(source)
     n = len(report.violations) + report.truncated
     verdict = report.verdict.value.upper()
     least = "" if report.truncated_exact else "at least "
@@ -346,9 +369,8 @@ def _legend(view, level: int | None) -> str:
 def headline(source: str, view) -> str:
     """``FILE: VERDICT, n violations  (name: D devices, S stages, M microbatches, N actions)``."""
     s, report = view.schedule, view.report
-    what = f"{s.name + ': ' if s.name else ''}" + ", ".join(
-        plural(k, w) for k, w in ((s.devices, "device"), (s.stages, "stage"),
-                                  (s.microbatches, "microbatch"), (s.num_actions, "action")))
+    what = describe(s)
+    source = printable(source)
     n = len(report.violations) + report.truncated
     verdict = report.verdict.value.upper()
     return f"{source}: {verdict}" + (f", {n} violation{'s' * (n != 1)}" if n else "") + f"  ({what})"
