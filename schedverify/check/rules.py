@@ -196,11 +196,17 @@ def communication(g: Graph) -> Iterator[Violation]:
                    f"{'send to' if sending else 'receive from'}")
         code = dx.UNMATCHED_SEND if sending else dx.UNMATCHED_RECV
         yield Violation(code, f"{a} has no matching {peer}{why}", (loc(g, i),))
+    yield from missing_recvs(g, "to receive it (the schedule lists its communication explicitly)")
+
+
+def missing_recvs(g: Graph, why: str) -> Iterator[Violation]:
+    """SV503 for each consumer of another device's output without its RECV; ``why`` ends the
+    message (what this semantics does then)."""
     for i, j, recv in g.missing_recv:
         yield Violation(
             dx.MISSING_RECV,
             f"{g.acts[i]} needs what {g.acts[j]} produces on device {g.dev[j]}, but device {g.dev[i]} "
-            f"has no {recv} to receive it (the schedule lists its communication explicitly)",
+            f"has no {recv} {why}",
             (loc(g, i), missing(g, recv)),
         )
 
@@ -262,13 +268,7 @@ def runtime_communication(g: Graph, m) -> Iterator[Violation]:
             "not); post the receives in the order of the sends",
             (loc(g, s), loc(g, r)),
         )
-    for i, j, recv in g.missing_recv:
-        yield Violation(
-            dx.MISSING_RECV,
-            f"{g.acts[i]} needs what {g.acts[j]} produces on device {g.dev[j]}, but device {g.dev[i]} "
-            f"has no {recv} before it: PyTorch raises 'Computing ... before receiving input'",
-            (loc(g, i), missing(g, recv)),
-        )
+    yield from missing_recvs(g, "before it: PyTorch raises 'Computing ... before receiving input'")
 
 
 def _count(n: int, what: str) -> str:
