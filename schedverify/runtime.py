@@ -440,11 +440,8 @@ class _Sweep:
 
     def waited_lane(self, w: Wait) -> int | None:
         """The lane that must move for ``w`` to be released (None: a message never comes)."""
-        j = w.awaited
-        if w.event != DONE or self.ready[j] is None:
-            return self.lane_of[j]
-        p = self.m.partner[j]
-        return None if p < 0 else self.lane_of[p]
+        j = _blocker(w, self.ready, self.m.partner)
+        return None if j < 0 else self.lane_of[j]
 
 
 def data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
@@ -498,10 +495,14 @@ def data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
 def blocker(r: RuntimeResult, w: Wait) -> int:
     """The action whose progress ``w`` waits for: the awaited action itself, or, when that one
     is ready and waits for its message, the other end of the message (-1: none comes)."""
+    return _blocker(w, r.ready, r.matching.partner)
+
+
+def _blocker(w: Wait, ready: list, partner: list[int]) -> int:
     j = w.awaited
-    if w.event == END or r.ready[j] is None:
+    if w.event == END or ready[j] is None:
         return j
-    return r.matching.partner[j]
+    return partner[j]
 
 
 def explain(g: Graph, r: RuntimeResult, w: Wait, nccl_mode: bool) -> str:

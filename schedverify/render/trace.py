@@ -33,7 +33,6 @@ stuck head (``args.stuck``) and draws its cycles' waits.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from .view import View, category, microbatch_of, stage_of
@@ -205,9 +204,3 @@ def _flows(view: View, time_scale: float) -> list[dict[str, Any]]:
                 k = awaited if awaited >= 0 else ~awaited
                 add(k, head, "deadlock", f"{g.acts[head]} waits for {g.acts[k]}")
     return out
-
-
-def write_trace(view: View, path, *, time_scale: float = DEFAULT_TIME_SCALE) -> None:
-    from pathlib import Path
-
-    Path(path).write_text(json.dumps(trace_events(view, time_scale=time_scale)), encoding="utf-8")
