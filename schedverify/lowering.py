@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import islice
+from typing import Any
 
 from .errors import SchedverifyError
 from .model import (
@@ -257,8 +259,8 @@ def defer_recv_ops(actions: Rows, rank_of: Callable[[int], int]) -> Rows:
     return result
 
 
-__all__ = ["LoweringError", "add_reduce_grad", "add_send_recv", "add_unshard_reshard",
-           "defer_recv_ops", "torch_lowering"]
+__all__ = ["Lowered", "LoweringError", "add_reduce_grad", "add_send_recv", "add_unshard_reshard",
+           "defer_recv_ops", "lower", "lower_checked", "torch_lowering"]
 
 
 # --------------------------------------------------------------------------- our own lowering
@@ -279,6 +281,22 @@ def lower(schedule: Schedule, *, costs=None, comm_semantics: str = "torch-nccl",
     stream the head is the pending message of least key, whose both ends are at their heads
     once its data is ready (no hang, no head-of-line wait beyond the compute-only timing).
     """
+    return lower_checked(schedule, costs=costs, comm_semantics=comm_semantics, nccl=nccl).schedule
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """What :func:`lower_checked` found: the lowering it chose and its report, and the reports
+    of the compute-only schedule and of PyTorch's plain lowering, all under one semantics."""
+
+    schedule: Schedule
+    report: Any
+    compute_only: Any
+    pytorch: Any
+
+
+def lower_checked(schedule: Schedule, *, costs=None, comm_semantics: str = "torch-nccl", nccl=None) -> Lowered:
+    """:func:`lower`, with the reports it decided on (so that a caller need not check again)."""
     from .check import check
     from .runtime import RUNTIME_SEMANTICS
 
@@ -295,9 +313,9 @@ def lower(schedule: Schedule, *, costs=None, comm_semantics: str = "torch-nccl",
     options = dict(costs=costs, comm_semantics=comm_semantics, nccl=nccl)
     mine, theirs = check(ours, **options), check(plain, **options)
     if mine.is_valid and (not theirs.is_valid or mine.metrics.makespan <= theirs.metrics.makespan):
-        return ours
+        return Lowered(ours, mine, base, theirs)
     if theirs.is_valid:  # never worse than PyTorch's: then PyTorch's is the answer
-        return plain.with_(name=f"{schedule.name or 'schedule'} lowered")
+        return Lowered(plain.with_(name=f"{schedule.name or 'schedule'} lowered"), theirs, base, theirs)
     raise LoweringError("no lowering runs under " + comm_semantics + ": ours fails with "
                         + str(mine.violations[0]) + "; PyTorch's with " + str(theirs.violations[0]))
 

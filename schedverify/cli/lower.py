@@ -35,7 +35,7 @@ def register(sub) -> None:
 def run(args, out, err) -> int:
     from ..check import check
     from ..io import dumps, dumps_csv
-    from ..lowering import lower, torch_lowering
+    from ..lowering import lower_checked, torch_lowering
 
     source = "<stdin>" if args.file == "-" else args.file
     schedule = load_input(args.file, args)
@@ -43,17 +43,21 @@ def run(args, out, err) -> int:
     sem, nccl = args.comm_semantics, nccl_options(args)
     options = dict(costs=args.costs, memory_limit=args.memory_limit, comm_semantics=sem, nccl=nccl)
     try:
-        lowered = lower(schedule, costs=args.costs, comm_semantics=sem, nccl=nccl)
+        found = lower_checked(schedule, costs=args.costs, comm_semantics=sem, nccl=nccl)
     except SchedverifyError as e:
         raise UsageError(f"{source}: cannot lower: {e}") from None
-    report = check(lowered, **options)
+    lowered = found.schedule
+    # lower_checked's reports hold unless a memory limit adds a rule: then check again with it
+    again = args.memory_limit is not None
+    report = check(lowered, **options) if again else found.report
+    pytorch = check(torch_lowering(schedule), **options) if again else found.pytorch
+    base = (check(schedule, **options) if again else found.compute_only).metrics.makespan
     lines = [f"{source}: lowered for {sem}: {lowered.num_actions} actions, re-checked: "
              f"{report.verdict.value.upper()}"]
-    base = check(schedule, **options).metrics.makespan
-    lines.append(f"  {'compute-only':<24} makespan {base:g}")
-    lines.append(f"  {'ours':<24} {_cell(report)}")
-    for label, defer in (("PyTorch's lowering", False), ("PyTorch, defer_pp_recv", True)):
-        lines.append(f"  {label:<24} {_cell(check(torch_lowering(schedule, defer_recv=defer), **options))}")
+    deferred = check(torch_lowering(schedule, defer_recv=True), **options)
+    for label, what in (("compute-only", f"makespan {base:g}"), ("ours", _cell(report)),
+                        ("PyTorch's lowering", _cell(pytorch)), ("PyTorch, defer_pp_recv", _cell(deferred))):
+        lines.append(f"  {label:<24} {what}")
     if not report.is_valid:  # lower() re-checks: this cannot happen, but never write a bad one
         raise UsageError(f"{source}: the lowering does not check: {report.violations[0]}")
     summary = "\n".join(lines)
