@@ -9,6 +9,7 @@ from ..deps import MATCH
 from ..diagnostics import Location, Violation
 from ..graph import KIND_CODE, NCODES, Graph, explain_wait
 from ..model import B, COMM_KINDS, F, I, W, Action
+from ..runtime import MAX_CYCLES, explain, intended_receive, pytorch_notation
 
 
 def loc(g: Graph, i: int) -> Location:
@@ -232,8 +233,6 @@ def memory(g: Graph, mem, limit: float) -> Iterator[Violation]:
 
 def runtime_communication(g: Graph, m) -> Iterator[Violation]:
     """Positional matching (8.2): unmatched SEND/RECV, crossed messages, missing RECVs."""
-    from ..runtime import intended_receive
-
     for i, why, k, other in m.unmatched:
         a = g.acts[i]
         sending = a.kind.startswith("SEND")
@@ -311,8 +310,6 @@ def loss_order(g: Graph) -> Iterator[Violation]:
 
 def runtime_hangs(g: Graph, result, nccl_mode: bool) -> Iterator[Violation]:
     """8.5: each cycle of stuck lanes, its waits explained, in PyTorch's notation too."""
-    from ..runtime import MAX_CYCLES, explain, pytorch_notation
-
     code = dx.COMM_STREAM_DEADLOCK if nccl_mode else dx.DEADLOCK
     for k, cycle in enumerate(result.cycles):
         if k == MAX_CYCLES:
