@@ -26,6 +26,10 @@ class InputError(SchedverifyError, ValueError):
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
 
+class ActionSyntaxError(InputError):
+    """An action string does not parse; the message says why, naming the text."""
+
+
 class UsageError(SchedverifyError, ValueError):
     """An argument or option has a value schedverify cannot use."""
 

@@ -7,10 +7,14 @@ several times cheaper to build and to hash.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from itertools import chain
+from fractions import Fraction
+from numbers import Integral
 from operator import attrgetter
 from typing import NamedTuple, Sequence, Union
+
+from .errors import UsageError
 
 # Action kinds (PyTorch's ``_ComputationType`` values).  Plain interned strings, so that
 # comparisons in the hot loops are pointer comparisons and JSON needs no conversion.
@@ -113,7 +117,9 @@ def stage_devices(spec: PlacementSpec, devices: int, stages: int) -> tuple[int, 
                 chunk, r = divmod(s, devices)
                 out.append(r if chunk % 2 == 0 else devices - 1 - r)
             return tuple(out)
-        raise ValueError(f"unknown placement {spec!r}; expected 'loop', 'v' or a list")
+        raise UsageError(f"unknown placement {spec!r}; expected 'loop', 'v' or a list of devices")
+    if not isinstance(spec, (list, tuple)) or not all(type(d) is int for d in spec):
+        raise UsageError(f"placement: expected 'loop', 'v' or a list of device numbers, got {spec!r}")
     return tuple(spec)
 
 
@@ -179,6 +185,64 @@ def per_stage(value: PerStage, stage: int) -> float:
     return value[stage] if isinstance(value, tuple) else value
 
 
+#: The largest magnitude a cost or a memory amount may have: what a float can hold, so that
+#: every engine (exact integers in Python and Z3, doubles in the kernel, which declines
+#: beyond 2**53) can represent the value it was given.
+MAX_NUMBER = 1e308
+
+
+def number_problem(v, minimum: float = 0, maximum: float | None = None) -> str | None:
+    """What makes ``v`` unusable as a cost, a memory amount or a limit, or None: the one rule
+    for the API and for files (their readers word the value in their own terms)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, Fraction)):
+        return "expected a finite number"
+    if not abs(v) <= MAX_NUMBER:  # also NaN; an int is compared exactly, never converted
+        return "expected a finite number"
+    if v < minimum:
+        return f"must be at least {minimum:g}"
+    if maximum is not None and v > maximum:
+        return f"must be at most {maximum:g}"
+    return None
+
+
+def _number(what: str, v, minimum: float = 0, maximum: float | None = None):
+    """``v`` as a plain int or float (numpy's scalars included), or a :class:`UsageError`."""
+    if isinstance(v, Integral) and not isinstance(v, (bool, int)):
+        v = int(v)
+    elif isinstance(v, float) and type(v) is not float:
+        v = float(v)
+    problem = number_problem(v, minimum, maximum)
+    if problem is not None:
+        shown = f"{v!r}" if len(repr(v)) <= 60 else f"an integer of {len(str(v))} digits" \
+            if isinstance(v, int) else f"{repr(v)[:57]}..."
+        raise UsageError(f"{what}: {problem}, got {shown} ({type(v).__name__})")
+    return v
+
+
+def _amount(what: str, v, minimum: float = 0, maximum: float | None = None) -> PerStage:
+    """One number, or one per stage (a list or tuple, made a tuple)."""
+    if isinstance(v, (list, tuple)):
+        if not v:
+            raise UsageError(f"{what}: a per-stage list needs one value per stage, got none")
+        return tuple(_number(f"{what}[{k}]", x, minimum, maximum) for k, x in enumerate(v))
+    return _number(what, v, minimum, maximum)
+
+
+def _validate(obj, what: str, rules: dict) -> None:
+    """Check and normalise a frozen dataclass's number fields once, as it is built: ``rules``
+    maps a field to (per stage allowed, minimum, maximum, None allowed)."""
+    for f in fields(obj):
+        if f.name not in rules:
+            continue
+        staged, minimum, maximum, optional = rules[f.name]
+        v = getattr(obj, f.name)
+        if v is None and optional:
+            continue
+        name = f"{what} {f.name}"
+        v = _amount(name, v, minimum, maximum) if staged else _number(name, v, minimum, maximum)
+        object.__setattr__(obj, f.name, v)
+
+
 @dataclass(frozen=True)
 class Costs:
     """Durations per action kind (optionally per stage) and the cross-device latency.
@@ -198,6 +262,10 @@ class Costs:
     SEND_B: PerStage = 0
     RECV_B: PerStage = 0
     comm: float = 0
+
+    def __post_init__(self):
+        _validate(self, "costs", {**{k: (True, 0, None, k == OVERLAP_F_B) for k in COSTED_KINDS},
+                                  "comm": (False, 0, None, False)})
 
     def of(self, action: Action) -> float:
         """The duration of ``action`` under these costs."""
@@ -227,6 +295,10 @@ class MemoryModel:
     w: float = 0.5
     static: PerStage = 0
     limit: float | None = None
+
+    def __post_init__(self):
+        _validate(self, "memory", {"activation": (True, 0, None, False), "w": (False, 0, 1, False),
+                                   "static": (True, 0, None, False), "limit": (False, 0, None, True)})
 
 
 #: docs/spec.md 3.5 (eager, rendezvous: abstract) and 8 (torch, torch-nccl: PyTorch's runtime
@@ -272,6 +344,12 @@ class Schedule:
         """Convenience constructor: parses action strings and infers missing sizes."""
         from .io.actions import parse_action
 
+        if isinstance(order, (str, bytes)) or not isinstance(order, Sequence) or not all(
+                isinstance(row, Sequence) and not isinstance(row, (str, bytes)) for row in order):
+            raise UsageError("Schedule.build: order must be a list with one list of actions per device")
+        for key, value in (("stages", stages), ("microbatches", microbatches)):
+            if value is not None and (type(value) is not int or value < 1):
+                raise UsageError(f"Schedule.build: {key} must be a whole number >= 1, got {value!r}")
         rows = tuple(
             tuple(a if a is None or isinstance(a, Action) else parse_action(a) for a in row)
             for row in order
@@ -303,6 +381,13 @@ class Schedule:
         return replace(self, **changes)
 
 
+def as_schedule(obj, where: str) -> Schedule:
+    """``obj`` when it is a :class:`Schedule`; else a :class:`UsageError` naming ``where``."""
+    if not isinstance(obj, Schedule):
+        raise UsageError(f"{where}: expected a Schedule, got {type(obj).__name__}")
+    return obj
+
+
 def resolve_costs(schedule: Schedule, override=None) -> Costs:
     """The costs in force: the file's (or the defaults), with ``override`` on top.
 
@@ -322,8 +407,9 @@ def resolve_costs(schedule: Schedule, override=None) -> Costs:
 
 def _fields(what: str, values, known: tuple[str, ...]) -> dict:
     """An override mapping with per-stage lists made tuples; unknown keys are a UsageError."""
-    from .errors import UsageError
-
+    if not hasattr(values, "items"):
+        raise UsageError(f"{what}: expected a mapping of field to value (or the object itself), "
+                         f"got {type(values).__name__}")
     out = {}
     for key, value in dict(values).items():
         if key not in known:
@@ -333,8 +419,6 @@ def _fields(what: str, values, known: tuple[str, ...]) -> dict:
 
 
 def _check_per_stage(what: str, obj, keys, stages: int) -> None:
-    from .errors import UsageError
-
     for key in keys:
         value = getattr(obj, key)
         if isinstance(value, tuple) and len(value) != stages:
@@ -352,8 +436,4 @@ def resolve_memory(schedule: Schedule, override=None, limit: float | None = None
     if limit is not None:
         base = replace(base, limit=limit)
     _check_per_stage("memory", base, ("activation", "static"), schedule.stages)
-    if not 0 <= base.w <= 1:
-        from .errors import UsageError
-
-        raise UsageError(f"memory w: the weight gradient's share of the activation is in 0..1, got {base.w!r}")
     return base

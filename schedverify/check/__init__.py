@@ -15,7 +15,7 @@ from ..cost.timeline import Timeline, order_only_metrics, run_timeline
 from ..diagnostics import Report, Verdict, Violation
 from ..errors import UsageError
 from ..graph import compile_graph, durations_for
-from ..model import COMM_SEMANTICS, Schedule, resolve_costs, resolve_memory
+from ..model import COMM_SEMANTICS, Schedule, as_schedule, resolve_costs, resolve_memory
 from ..runtime import RUNTIME_SEMANTICS, TORCH, TORCH_NCCL, NcclOptions, simulate
 from . import rules
 
@@ -28,8 +28,7 @@ class _Run:
     """One check's state, so that the rules and the metrics share a single graph and sweep."""
 
     def __init__(self, schedule: Schedule, costs, memory, memory_limit, comm_semantics, nccl=None):
-        if not isinstance(schedule, Schedule):
-            raise UsageError(f"expected a Schedule, got {type(schedule).__name__}")
+        as_schedule(schedule, "check")
         sem = comm_semantics or schedule.comm_semantics or "eager"
         if sem not in COMM_SEMANTICS:
             raise UsageError(f"comm_semantics must be one of {', '.join(map(repr, COMM_SEMANTICS))}, "
@@ -126,6 +125,8 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
     runtime over gloo or NCCL, section 8; ``nccl``, a :class:`~schedverify.runtime.NcclOptions`,
     says how NCCL runs point-to-point).
     """
+    if isinstance(max_violations, bool) or not isinstance(max_violations, int) or max_violations < 0:
+        raise UsageError(f"max_violations: expected a whole number >= 0, got {max_violations!r}")
     run = _Run(schedule, costs, memory, memory_limit, comm_semantics, nccl)
     found = run.violations()
     kept = list(islice(found, max_violations))

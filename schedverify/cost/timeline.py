@@ -10,7 +10,7 @@ from typing import Any
 from .. import _accel
 from ..errors import SchedverifyError
 from ..graph import Graph, SweepResult, compile_graph, durations_for, sweep
-from ..model import Costs, MemoryModel, Schedule, resolve_costs, resolve_memory
+from ..model import Costs, MemoryModel, Schedule, as_schedule, resolve_costs, resolve_memory
 from .memory import MemoryResult, memory_sweep
 
 
@@ -180,6 +180,7 @@ def run_timeline(graph: Graph, costs: Costs, memory: MemoryModel) -> tuple[Timel
 
 def timeline(schedule: Schedule, *, costs=None, memory=None, comm_semantics: str | None = None) -> Timeline:
     """The timeline of ``schedule``.  Raises :class:`DeadlockError` when it cannot run."""
+    as_schedule(schedule, "timeline")
     sem = comm_semantics or schedule.comm_semantics or "eager"
     if sem in ("torch", "torch-nccl"):  # PyTorch's runtime (docs/spec.md 8): the checker runs it
         from ..check import check
