@@ -68,7 +68,7 @@ UNREADABLE = [
     ("devices_bool.json", doc(devices=True), ["devices", "true (boolean)"]),
     ("devices_neg.json", doc(devices=-2), ["devices", "must be at least 1, got -2"]),
     ("stages_zero.json", doc(stages=0), ["stages", "must be at least 1, got 0"]),
-    ("mb_absurd.json", doc(microbatches=10**12), ["microbatches", "absurdly large"]),
+    ("mb_absurd.json", doc(microbatches=10**12), ["microbatches", "1,000,000,000,000 microbatches is over the cap of 10,000,000", "SCHEDVERIFY_MAX_SIZE"]),
     ("order_obj.json", doc(order={"0": []}), ["order", "expected a list with one list of actions per device"]),
     ("order_missing.json", doc(order=_DROP), ["order", "got nothing"]),
     ("order_rows.json", doc(devices=3), ["order", "has 2 device lists but devices is 3"]),
@@ -104,8 +104,9 @@ UNREADABLE = [
     ("empty.json", "", ["empty.json", "empty"]),
     ("blank.json", "  \n\t\n", ["empty"]),
     ("empty.csv", "", ["empty.csv", "empty"]),
-    ("binary.json", bytes(range(256)) * 4, ["binary.json", "not UTF-8"]),
-    ("binary.csv", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", ["binary.csv", "not UTF-8"]),
+    ("binary.json", bytes(range(256)) * 4, ["binary.json", "not a text file (a NUL byte at byte 0)"]),
+    ("binary_nonul.json", bytes(range(1, 256)) * 4, ["binary_nonul.json", "not UTF-8 text (byte 127)"]),
+    ("binary.csv", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", ["binary.csv", "not a text file (a NUL byte at byte 8)"]),
     ("nul.csv", "0F0,\x00\n", ["nul.csv", "NUL"]),
     ("text_garbage.csv", "hello,world\n", ["2 cells do not parse", "row 1, column 1", "row 1, column 2"]),
     ("bad_cell.csv", "0F0,0B0\n1F0,1X0,1B0\n", ["bad_cell.csv", "row 2, column 2", "unknown action type 'X'"]),
@@ -225,7 +226,7 @@ def test_huge_inferred_stage_index_in_json_is_refused_fast(tmp_path):
 def test_absurd_csv_size_options_are_refused(tmp_path):
     code, out, err = check_file(tmp_path, "s.csv", "0F0,0B0\n1F0,1B0\n", "--microbatches", str(10**12))
     assert code == 2
-    assert "microbatches: must be a whole number in 1..10000000" in err
+    assert "microbatches: 1,000,000,000,000 microbatches is over the cap of 10,000,000 (set SCHEDVERIFY_MAX_SIZE to raise it)" in err
 
 
 def test_declared_sizes_far_beyond_the_actions_finish_and_say_at_least(tmp_path):

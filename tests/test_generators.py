@@ -326,7 +326,7 @@ def test_cli_list_names_every_family_with_its_domain():
     (["gpipe", "-D", "0", "-M", "8"], "must be at least 1, got 0"),
     (["interleaved-1f1b", "-D", "4", "-M", "8", "--group-size", "x"], "expected int, got 'x'"),
     (["gpipe", "-D", "2", "-M", "2", "--costs", "F=1:2:3"], "3 per-stage values"),
-    (["1f1b", "-D", "1000", "-M", "100000"], "the CLI writes at most 10,000,000"),
+    (["1f1b", "-D", "1000", "-M", "100000"], "make at least 200,000,000 actions, over the cap of 10,000,000 (set SCHEDVERIFY_MAX_ACTIONS"),
 ])
 def test_cli_refuses_with_the_rule(argv, message):
     code, out, err = cli(*argv)

@@ -96,4 +96,9 @@ def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
 
 
 def main() -> None:
+    # A terminal or pipe whose encoding cannot show a character (a schedule's name, a file's
+    # path) gets it escaped, not a UnicodeEncodeError halfway through a report.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     sys.exit(run())

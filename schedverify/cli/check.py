@@ -56,6 +56,10 @@ def run(args, out, err) -> int:
     if not args.files:
         print("schedverify check: error: give at least one schedule file (or --list-codes)", file=err)
         return EXIT_USAGE
+    if args.files.count("-") > 1:
+        print("schedverify check: error: '-' (standard input) is given more than once; it can be "
+              "read only once", file=err)
+        return EXIT_USAGE
     codes = [check_one(path, args, out, err) for path in args.files]
     return next(c for c in _SEVERITY if c in codes)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 
 from ..errors import UsageError
@@ -141,9 +140,9 @@ def write_output(path: str, data: str | bytes, *, inputs: tuple[str, ...] = (), 
     the same directory, then renamed over ``path`` (through a symlink, onto its target).  A
     path that is one of ``inputs`` (the files the command reads) is refused: nothing given is
     lost.  ``option`` names the flag in messages."""
-    import os
-    import tempfile
     from pathlib import Path
+
+    from ..io.files import write_atomic
 
     p = Path(path)
     if p.is_dir():
@@ -155,20 +154,6 @@ def write_output(path: str, data: str | bytes, *, inputs: tuple[str, ...] = (), 
     if not target.parent.is_dir():
         raise UsageError(f"{option} {path}: directory {str(target.parent)!r} does not exist")
     try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        write_atomic(target, data)
     except OSError as e:
         raise UsageError(f"{option} {path}: cannot write: {e.strerror or e}") from None
-    try:
-        if isinstance(data, bytes):
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-        else:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(data)
-        os.replace(tmp, target)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise UsageError(f"{option} {path}: cannot write: {e.strerror or e}") from None
-        raise

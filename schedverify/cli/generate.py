@@ -13,11 +13,6 @@ from ..errors import UsageError
 from . import EXIT_OK, EXIT_USAGE
 from .common import check_costs_fit, parse_costs, positive_int, write_output
 
-#: The CLI refuses to write more actions than this (a typo like -M 10000000 would otherwise
-#: run the machine out of memory); the library functions take any size.
-MAX_ACTIONS = 10_000_000
-
-
 def _families():
     from ..generators import FAMILIES
 
@@ -116,12 +111,6 @@ def run(args, out, err) -> int:
                 flag = "--" + name.replace("_", "-")
                 raise UsageError(f"{flag} does not apply to {family.name}")
             options[name] = value
-    # Each (stage, microbatch) has an F and a B, or an F, I and W: at most 3 actions.
-    estimate = 3 * args.devices * args.microbatches * options.get("chunks", 2)
-    if estimate > MAX_ACTIONS:
-        raise UsageError(f"{family.name} with {args.devices} devices and {args.microbatches} "
-                         f"microbatches would have about {estimate:,} actions; the CLI writes at "
-                         f"most {MAX_ACTIONS:,}")
     schedule = family(args.devices, args.microbatches, **options)
     if args.costs is not None:
         from ..model import Costs

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import UnsupportedSize
+from ..limits import limits
 from ..model import B, F, I, W, Action, Placement, PlacementSpec, Schedule
 
 #: A unit of work on one device: (stage, microbatch).
@@ -18,10 +19,23 @@ def require(condition: bool, family: str, rule: str) -> None:
 
 
 def positive(family: str, **sizes: int) -> None:
-    """Every size is a whole number >= 1 (bools are refused too: ``True`` is not a size)."""
+    """Every size is a whole number >= 1 (bools are refused too: ``True`` is not a size), and
+    the schedule fits the caps of :mod:`schedverify.limits`: each (stage, microbatch) pair has
+    at least a forward and a backward, so ``2 * devices * microbatches * chunks`` actions at
+    least; sizes that certainly pass the cap are refused before anything is built."""
     for name, value in sizes.items():
         if type(value) is not int or value < 1:
             raise UnsupportedSize(f"{family}: {name} must be a whole number >= 1, got {value!r}")
+    cap = limits()
+    for name, value in sizes.items():
+        which = "devices" if name == "devices" else "size"
+        if value > getattr(cap, which):
+            raise UnsupportedSize(f"{family}: {cap.refusal(which, value, name)}")
+    if "devices" in sizes and "microbatches" in sizes:
+        least = 2 * sizes["devices"] * sizes["microbatches"] * sizes.get("chunks", 1)
+        if least > cap.actions:
+            raise UnsupportedSize(f"{family}: {sizes['devices']} devices and {sizes['microbatches']} "
+                                  f"microbatches make at least {least:,} actions, {cap.over('actions')}")
 
 
 def phases(

@@ -11,12 +11,13 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..model import Schedule
-from . import csvfmt, jsonfmt
+from . import csvfmt, files, jsonfmt
 from .actions import ActionSyntaxError, format_action, parse_action
+from .files import read_text, write_atomic
 
 __all__ = [
     "ActionSyntaxError", "dump", "dumps", "dumps_csv", "format_action", "load", "loads",
-    "loads_csv", "parse_action", "read_text",
+    "loads_csv", "parse_action", "read_text", "write_atomic",
 ]
 
 loads_csv = csvfmt.loads
@@ -24,37 +25,16 @@ dumps_csv = csvfmt.dumps
 dumps = jsonfmt.dumps
 
 
-def loads(text: str, source: str = "<string>", **csv_options) -> Schedule:
-    """Read a schedule from text: schedverify/1 JSON when it starts with ``{``, else PyTorch CSV."""
+def loads(text: str | bytes, source: str = "<string>", **csv_options) -> Schedule:
+    """Read a schedule from text (or UTF-8 bytes): schedverify/1 JSON when it starts with
+    ``{``, else PyTorch CSV."""
+    text = files.as_text(text, source)
     if text.lstrip().startswith("{"):
         if csv_options:
             raise InputError("devices/stages/microbatches/placement options apply to CSV input only; "
                              "a JSON schedule states them itself", source=source)
         return jsonfmt.loads(text, source)
     return csvfmt.loads(text, source, **csv_options)
-
-
-def read_text(path: str | os.PathLike) -> str:
-    """A file's text, or an :class:`InputError` saying why it cannot be read."""
-    p = Path(path)
-    name = str(path)
-    if str(path) == "-":
-        import sys
-
-        return sys.stdin.read()
-    if not p.exists():
-        raise InputError("no such file", source=name)
-    if p.is_dir():
-        raise InputError("is a directory, not a schedule file", source=name)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", source=name) from None
-    try:
-        return data.decode("utf-8-sig")  # a leading byte-order mark (Excel's CSVs) is not content
-    except UnicodeDecodeError as e:
-        raise InputError(f"not UTF-8 text (byte {e.start}); a schedule is JSON or CSV text",
-                         source=name) from None
 
 
 def load(path: str | os.PathLike, **csv_options) -> Schedule:
@@ -64,7 +44,7 @@ def load(path: str | os.PathLike, **csv_options) -> Schedule:
     CSV cannot say.
     """
     text = read_text(path)
-    name = "<stdin>" if str(path) == "-" else str(path)
+    name = files.source_name(path)
     suffix = Path(name).suffix.lower()
     if suffix == ".json" and not text.lstrip().startswith("{"):
         return jsonfmt.loads(text, name)  # says exactly what is wrong with it as JSON
@@ -74,6 +54,6 @@ def load(path: str | os.PathLike, **csv_options) -> Schedule:
 
 
 def dump(schedule: Schedule, path: str | os.PathLike) -> None:
-    """Write ``schedule`` as JSON or CSV by the file's extension."""
+    """Write ``schedule`` as JSON or CSV by the file's extension, whole or not at all."""
     text = dumps_csv(schedule) if str(path).lower().endswith(".csv") else dumps(schedule)
-    Path(path).write_text(text, encoding="utf-8")
+    files.write_atomic(path, text)

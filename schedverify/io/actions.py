@@ -11,6 +11,7 @@ from operator import attrgetter
 from itertools import repeat
 
 from .. import _accel
+from ..errors import ActionSyntaxError
 from ..model import (
     ALL_KINDS,
     BOOKKEEPING_KINDS,
@@ -36,20 +37,28 @@ _ANY = re.compile(r"(-?\d*)([A-Za-z_]*)(\d*)(.*)", re.DOTALL)  # a cell may hold
 _new = tuple.__new__
 _PLAIN_KINDS = (F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B)
 _PLAIN_BYTES = {k.encode(): k for k in _PLAIN_KINDS}
-_PLAIN_CELL = rb"[0-9]+(?:" + b"|".join(_PLAIN_BYTES) + rb")[0-9]+"
+_PLAIN_CELL = rb"[0-9]{1,18}(?:" + b"|".join(_PLAIN_BYTES) + rb")[0-9]{1,18}"  # MAX_DIGITS
 _PLAIN_ROW = re.compile(_PLAIN_CELL + rb"(?:," + _PLAIN_CELL + rb")*")
 _NON_DIGITS_TO_SPACE = bytes(b if 48 <= b <= 57 else 32 for b in range(256))
 
 
-class ActionSyntaxError(ValueError):
-    """An action string does not parse; the message says why, naming the text."""
+#: An index longer than this is refused as it is read (no size cap is anywhere near it, and
+#: Python's int() refuses strings of more than 4300 digits).
+MAX_DIGITS = 18
+#: How many unparsable cells a message lists; the rest are counted.
+MAX_REPORTED = 20
 
 
 def parse_action(text: str) -> Action:
     """Parse one action string.  Raises :class:`ActionSyntaxError` with a precise reason."""
-    m = _SIMPLE.fullmatch(text)
+    m = _SIMPLE.fullmatch(text) if type(text) is str else None
     if m is not None:
         stage, kind, mb = m.groups()
+        if len(stage) > MAX_DIGITS or len(mb) > MAX_DIGITS:
+            which = "stage" if len(stage) > MAX_DIGITS else "microbatch"
+            digits = max(len(stage), len(mb))
+            shown = text if len(text) <= 40 else text[:20] + "..." + text[-12:]
+            raise ActionSyntaxError(f"a {which} index of {digits} digits is absurdly large: {shown!r}")
         kind = _KINDS[kind]
         if kind in BOOKKEEPING_KINDS:
             if mb:
@@ -122,6 +131,74 @@ def parse_row(cells: list) -> list[Action] | None:
     numbers = list(map(int, raw.translate(_NON_DIGITS_TO_SPACE).split()))
     return list(map(_new, repeat(Action),
                     zip(numbers[0::2], map(_PLAIN_BYTES.__getitem__, kinds), numbers[1::2], repeat(None))))
+
+
+class CellErrors:
+    """The cells of a file that do not parse: the first :data:`MAX_REPORTED` with their
+    messages, the rest only counted (a file of ten million bad cells costs no more than
+    checking them)."""
+
+    def __init__(self, source: str, noun: str, describe=repr):
+        self.source, self.noun, self.describe = source, noun, describe
+        self.shown: list[str] = []
+        self.count = 0
+
+    def parse(self, cells, where) -> list:
+        """Each cell parsed (None for an idle slot: None or ''), a bad one recorded with
+        ``where(k)`` naming its place and kept as None."""
+        out = []
+        append = out.append
+        for k, cell in enumerate(cells):
+            if cell is None or cell == "":
+                append(None)
+            elif len(self.shown) < MAX_REPORTED:
+                try:
+                    if not isinstance(cell, str):
+                        raise ActionSyntaxError(f"expected an action string or null, got "
+                                                f"{self.describe(cell)}")
+                    append(parse_action(cell))
+                except ActionSyntaxError as e:
+                    self.count += 1
+                    self.shown.append(f"{where(k)}: {e}")
+                    append(None)
+            elif is_action(cell):
+                append(parse_action(cell))
+            else:
+                self.count += 1
+                append(None)
+        return out
+
+    def raise_any(self) -> None:
+        """An :class:`InputError` naming the bad cells, if there are any."""
+        if not self.count:
+            return
+        from ..errors import InputError
+
+        if self.count == 1:
+            where, _, msg = self.shown[0].partition(": ")
+            raise InputError(msg, source=self.source, where=where)
+        more = self.count - len(self.shown)
+        lines = self.shown + ([f"... and {more:,} more"] if more > 0 else [])
+        raise InputError(f"{self.count:,} {self.noun} do not parse:\n  " + "\n  ".join(lines),
+                         source=self.source)
+
+
+def is_action(text) -> bool:
+    """Whether :func:`parse_action` accepts ``text``, without building a message when not."""
+    if type(text) is not str:
+        return False
+    m = _SIMPLE.fullmatch(text.strip())
+    if m is not None:
+        stage, kind, mb = m.groups()
+        return (len(stage) <= MAX_DIGITS and len(mb) <= MAX_DIGITS
+                and (not mb) == (kind in BOOKKEEPING_KINDS))
+    if not text.lstrip().startswith("("):
+        return False
+    try:
+        parse_action(text)
+    except ActionSyntaxError:
+        return False
+    return True
 
 
 def leaf_rows(order):

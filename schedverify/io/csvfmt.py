@@ -13,9 +13,11 @@ from collections import Counter
 from operator import attrgetter
 
 from ..errors import InputError
-from ..model import Placement, PlacementSpec, Schedule, stage_devices
-from .actions import ActionSyntaxError, infer_sizes, leaf_rows, parse_action, parse_row
-from .jsonfmt import MAX_REPORTED, MAX_SIZE, refuse_huge_index
+from ..limits import limits
+from ..model import Placement, PlacementSpec, Schedule, as_schedule, stage_devices
+from .actions import CellErrors, infer_sizes, leaf_rows, parse_row
+from .files import as_text
+from .jsonfmt import refuse_huge_index
 
 
 def loads(
@@ -27,41 +29,27 @@ def loads(
     microbatches: int | None = None,
     placement: PlacementSpec | None = None,
 ) -> Schedule:
-    if "\x00" in text:
-        raise InputError("not a text file (it contains NUL bytes)", source=source)
+    cap = limits()
+    for key, value in (("devices", devices), ("stages", stages), ("microbatches", microbatches)):
+        if value is None:
+            continue
+        if type(value) is not int or value < 1:
+            raise InputError(f"must be a whole number of at least 1, got {value!r}", source=source,
+                             where=key)
+        cap.refuse("devices" if key == "devices" else "size", value, key, source=source, where=key)
+    text = as_text(text, source)
     if not text.strip():
         raise InputError("the file is empty", source=source)
-    try:
-        rows = list(csv.reader(io.StringIO(text, newline=""), strict=True))
-    except csv.Error as e:
-        raise InputError(f"not valid CSV: {e}", source=source) from None
-    order, errors = [], []
+    rows = _read_rows(text, source, cap)
+    order = []
+    errors = CellErrors(source, "cells")
     for d, row in enumerate(rows):
         cells = list(map(str.strip, row))
         out = _parse_plain(cells)
         if out is None:
-            out = []
-            for p, cell in enumerate(cells):
-                if not cell:
-                    out.append(None)
-                    continue
-                try:
-                    out.append(parse_action(cell))
-                except ActionSyntaxError as e:
-                    errors.append(f"row {d + 1}, column {p + 1}: {e}")
-                    out.append(None)
+            out = errors.parse(cells, lambda p: f"row {d + 1}, column {p + 1}")
         order.append(tuple(out))
-    if errors:
-        if len(errors) == 1:
-            where, _, msg = errors[0].partition(": ")
-            raise InputError(msg, source=source, where=where)
-        more = len(errors) - MAX_REPORTED
-        lines = errors[:MAX_REPORTED] + ([f"... and {more} more"] if more > 0 else [])
-        raise InputError(f"{len(errors)} cells do not parse:\n  " + "\n  ".join(lines), source=source)
-    for key, value in (("devices", devices), ("stages", stages), ("microbatches", microbatches)):
-        if value is not None and not (type(value) is int and 1 <= value <= MAX_SIZE):
-            raise InputError(f"must be a whole number in 1..{MAX_SIZE}, got {value!r}", source=source,
-                             where=key)
+    errors.raise_any()
     if devices is None:
         devices = len(order)
     elif devices < len(order):
@@ -69,9 +57,8 @@ def loads(
                          source=source)
     order += [()] * (devices - len(order))
     stages, microbatches = infer_sizes(order, devices, stages, microbatches)
-    if max(stages, microbatches, devices) > MAX_SIZE:
+    if max(stages, microbatches) > cap.size:
         refuse_huge_index(order, source, lambda d, p: f"row {d + 1}, column {p + 1}")
-        raise InputError(f"{len(order)} rows is absurdly many devices (at most {MAX_SIZE})", source=source)
     if placement is not None:
         try:
             pl = Placement.of(placement, devices, stages)
@@ -82,6 +69,23 @@ def loads(
     # a PyTorch CSV is what PyTorch's runtime executes: by default, as it does over NCCL
     return Schedule(devices, stages, microbatches, tuple(order), pl, comm_semantics="torch-nccl",
                     metadata={"source_format": "pytorch-csv"})
+
+
+def _read_rows(text: str, source: str, cap) -> list[list[str]]:
+    """The CSV's rows, refused as soon as they pass the caps on devices (rows) or actions."""
+    rows: list[list[str]] = []
+    cells = 0
+    try:
+        for row in csv.reader(io.StringIO(text, newline=""), strict=True):
+            cells += len(row)
+            if cells > cap.actions:
+                raise InputError(cap.exceeded("actions", "cells (actions)"), source=source)
+            if len(rows) == cap.devices:
+                raise InputError(cap.exceeded("devices", "rows (devices)"), source=source)
+            rows.append(row)
+    except csv.Error as e:
+        raise InputError(f"not valid CSV: {e}", source=source) from None
+    return rows
 
 
 def _parse_plain(cells: list[str]) -> list | None:
@@ -180,6 +184,7 @@ def _name(mapping: tuple[int, ...], devices: int, stages: int) -> PlacementSpec:
 
 def dumps(schedule: Schedule) -> str:
     """PyTorch's CSV: one row per device, '' for idle slots."""
+    as_schedule(schedule, "dumps_csv")
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     for row in schedule.order:

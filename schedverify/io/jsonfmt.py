@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from ..errors import InputError
+from ..limits import limits
 from ..model import (
     COMM_SEMANTICS,
     COSTED_KINDS,
@@ -19,22 +20,28 @@ from ..model import (
     MemoryModel,
     Placement,
     Schedule,
+    as_schedule,
+    number_problem,
 )
-from .actions import ActionSyntaxError, infer_sizes, parse_action, parse_row
+from .actions import CellErrors, infer_sizes, parse_row
+from .files import as_text
 
 FORMAT = "schedverify/1"
-MAX_SIZE = 10_000_000
-MAX_REPORTED = 20
 
 FIELDS = (
     "format", "name", "devices", "stages", "microbatches", "placement", "routes",
     "microbatch_route", "order", "costs", "memory", "comm_semantics", "metadata",
 )
 MEMORY_FIELDS = ("activation", "w", "static", "limit")
+#: ``metadata`` is written back as it was read; deeper nesting could not be printed.
+MAX_METADATA_DEPTH = 64
 
 
 def _describe(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
+    try:
+        text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else str(value)
+    except (RecursionError, ValueError):  # nested deeper than the stack allows
+        text = "[[[..." if isinstance(value, list) else "{...}"
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{text} ({_type_name(value)})"
@@ -60,18 +67,13 @@ class _Reader:
             raise self.fail(key, f"expected a whole number, got {_describe(v)}")
         if v < minimum:
             raise self.fail(key, f"must be at least {minimum}, got {v}")
-        if v > MAX_SIZE:
-            raise self.fail(key, f"{v} is absurdly large (at most {MAX_SIZE})")
+        limits().refuse("devices" if key == "devices" else "size", v, key, source=self.source, where=key)
         return v
 
     def number(self, where: str, v: Any, *, minimum: float = 0.0, maximum: float | None = None):
-        # an int is compared, not converted: math.isfinite(10**400) raises OverflowError
-        if type(v) not in (int, float) or not (abs(v) <= 1e308 if type(v) is int else math.isfinite(v)):
-            raise self.fail(where, f"expected a finite number, got {_describe(v)}")
-        if v < minimum:
-            raise self.fail(where, f"must be at least {minimum:g}, got {v}")
-        if maximum is not None and v > maximum:
-            raise self.fail(where, f"must be at most {maximum:g}, got {v}")
+        problem = number_problem(v, minimum, maximum)
+        if problem is not None:
+            raise self.fail(where, f"{problem}, got {_describe(v) if problem[0] == 'e' else v}")
         return v
 
     def per_stage(self, where: str, v: Any, stages: int):
@@ -114,11 +116,7 @@ def _unknown_field(key: str, allowed: tuple[str, ...]) -> str:
 
 def loads(text: str | bytes, source: str = "<string>") -> Schedule:
     """Read a schedverify/1 document.  Raises :class:`InputError` naming what is wrong."""
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise InputError(f"not UTF-8 text (byte {e.start})", source=source) from None
+    text = as_text(text, source)
     if not text.strip():
         raise InputError("the file is empty", source=source)
     try:
@@ -154,15 +152,18 @@ def from_document(doc: Any, source: str = "<document>") -> Schedule:
         devices = len(order_doc)
         if devices == 0:
             raise r.fail("order", "has no devices")
+        limits().refuse("devices", devices, "device lists", source=r.source, where="order")
     elif len(order_doc) != devices:
         raise r.fail("order", f"has {len(order_doc)} device lists but devices is {devices}")
+    actions = sum(len(row) for row in order_doc if isinstance(row, list))
+    limits().refuse("actions", actions, "actions", source=r.source, where="order")
     order = _read_order(r, order_doc)
 
     stages = r.size(doc, "stages")
     microbatches = r.size(doc, "microbatches")
     if stages is None or microbatches is None:
         stages, microbatches = infer_sizes(order, devices, stages, microbatches)
-        if max(stages, microbatches) > MAX_SIZE:
+        if max(stages, microbatches) > limits().size:
             refuse_huge_index(order, r.source, lambda d, p: f"order[{d}][{p}]")
     placement = _read_placement(r, doc, devices, stages, microbatches)
 
@@ -191,55 +192,48 @@ def from_document(doc: Any, source: str = "<document>") -> Schedule:
     metadata = doc.get("metadata", {})
     if not isinstance(metadata, dict):
         raise r.fail("metadata", f"expected an object, got {_describe(metadata)}")
+    if _depth(metadata) > MAX_METADATA_DEPTH:
+        raise r.fail("metadata", f"nested more than {MAX_METADATA_DEPTH} deep; schedverify keeps "
+                     f"it to write it back, and so little nesting is all any tool needs")
     return Schedule(devices, stages, microbatches, order, placement, name, costs, memory, sem, metadata)
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in ``value`` (iteratively: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (list, dict)):
+            deepest = max(deepest, depth)
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 def _read_order(r: _Reader, order_doc: list) -> tuple:
     rows = []
-    errors = []
+    errors = CellErrors(r.source, "actions", _describe)
     for d, row in enumerate(order_doc):
         if not isinstance(row, list):
             raise r.fail(f"order[{d}]", f"expected the list of device {d}'s actions, got {_describe(row)}")
         fast = parse_row(row)
-        if fast is not None:
-            rows.append(tuple(fast))
-            continue
-        out = []
-        append = out.append
-        for p, cell in enumerate(row):
-            if cell is None:
-                append(None)
-                continue
-            try:
-                append(parse_action(cell) if isinstance(cell, str) else _not_a_string(cell))
-            except ActionSyntaxError as e:
-                errors.append(f"order[{d}][{p}]: {e}")
-                append(None)
-        rows.append(tuple(out))
-    if errors:
-        more = len(errors) - MAX_REPORTED
-        lines = errors[:MAX_REPORTED] + ([f"... and {more} more"] if more > 0 else [])
-        if len(errors) == 1:
-            where, _, msg = errors[0].partition(": ")
-            raise r.fail(where, msg)
-        raise InputError(f"{len(errors)} actions do not parse:\n  " + "\n  ".join(lines), source=r.source)
+        rows.append(tuple(fast if fast is not None else errors.parse(row, lambda p: f"order[{d}][{p}]")))
+    errors.raise_any()
     return tuple(rows)
 
 
 def refuse_huge_index(order, source: str, where) -> None:
     """Sizes inferred from the largest index must stay sane: raise naming the first action
     whose stage or microbatch index is absurdly large (``where(d, p)`` names its place)."""
+    cap = limits()
     for d, row in enumerate(order):
         for p, a in enumerate(row):
             for x in (() if a is None else a.leaves()):
                 for what, v in (("stage", x.stage), ("microbatch", x.microbatch)):
-                    if v is not None and v >= MAX_SIZE:
-                        raise InputError(f"{what} index {v} in {a} is absurdly large (at most "
-                                         f"{MAX_SIZE - 1})", source=source, where=where(d, p))
-
-
-def _not_a_string(cell: Any):
-    raise ActionSyntaxError(f"expected an action string or null, got {_describe(cell)}")
+                    if v is not None and v >= cap.size:
+                        many = "stages" if what == "stage" else "microbatches"
+                        raise InputError(f"{what} index {v} in {a} is absurdly large: it makes "
+                                         f"{v + 1:,} {many}, {cap.over('size')}", source=source,
+                                         where=where(d, p))
 
 
 def _read_placement(r: _Reader, doc: dict, devices: int, stages: int, microbatches: int) -> Placement:
@@ -281,6 +275,7 @@ def _spec_json(spec):
 
 def to_document(schedule: Schedule) -> dict:
     """The schedverify/1 document of ``schedule`` (what :func:`dumps` writes)."""
+    as_schedule(schedule, "dumps")
     doc: dict[str, Any] = {"format": FORMAT}
     if schedule.name:
         doc["name"] = schedule.name
