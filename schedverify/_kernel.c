@@ -2,6 +2,10 @@
  *
  * Each function here is a faster twin of a pure-Python function, for the common case only,
  * and returns None when its input is not that case; the caller then runs the Python code.
+ * "The same answer" includes the numbers' types and, for ints, exactness: a function that
+ * could not reproduce Python's exact ints in doubles declines (each says how it knows).
+ * Arguments no caller passes raise TypeError/ValueError/IndexError before they are used
+ * (the rule is in _accel.py's docstring).
  * So the kernel never decides anything the Python code would decide differently, and the
  * semantics stay where they are written (schedverify/deps.py, graph.py, cost/memory.py):
  * the dependency rules come in as the tables graph.py derives from deps.NEEDS.
@@ -13,6 +17,8 @@
  *   memory_plain       cost/memory.py memory_sweep        peaks per device
  *   critical_path_plain cost/timeline.py critical_path    the path's action indices
  *   format_plain       model.py Action.__str__            the path's action names
+ *
+ * .ci/sanitize runs the tests that drive these under ASan and UBSan.
  *
  * Built by setup.py as an optional extension: without a C compiler the package installs
  * and works, only slower.
