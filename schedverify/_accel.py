@@ -5,6 +5,20 @@ time) or when the environment variable ``SCHEDVERIFY_PURE_PYTHON`` is set.  Ever
 function is a faster twin of a Python function for the common case and returns None
 otherwise, so callers write ``kernel.f(...) if kernel else None`` and fall through to the
 Python code; they read ``_accel.kernel`` at call time, so tests can switch it off.
+
+The rule at the kernel's boundary (every function checks its arguments before it uses them
+to index anything):
+
+- **None: declined.**  Consistent arguments that are not the kernel's case: an action that
+  is not plain, a deadlock, a number that is neither a float nor an int of magnitude at most
+  2^53 (a Fraction, a bool, a bigger int), int results that could outgrow 2^53 (the sums of
+  the int costs), an index of more than 18 digits.  The Python code then answers, so the
+  kernel gives Python's answer or none: the same values, of the same types (int or float),
+  bit for bit.
+- **TypeError, ValueError, IndexError: raised.**  Arguments no caller passes: a container or
+  index column of the wrong type, lengths that disagree, an index out of range, ``starts``
+  that do not cut the actions into consecutive device ranges, an action type that is not
+  laid out as a tuple.  Those are bugs in the caller, not inputs to fall back on.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
  *
  * Each function here is a faster twin of a pure-Python function, for the common case only,
  * and returns None when its input is not that case; the caller then runs the Python code.
+ * "The same answer" includes the numbers' types and, for ints, exactness: a function that
+ * could not reproduce Python's exact ints in doubles declines (each says how it knows).
+ * Arguments no caller passes raise TypeError/ValueError/IndexError before they are used
+ * (the rule is in _accel.py's docstring).
  * So the kernel never decides anything the Python code would decide differently, and the
  * semantics stay where they are written (schedverify/deps.py, graph.py, cost/memory.py):
  * the dependency rules come in as the tables graph.py derives from deps.NEEDS.
@@ -13,6 +17,8 @@
  *   memory_plain       cost/memory.py memory_sweep        peaks per device
  *   critical_path_plain cost/timeline.py critical_path    the path's action indices
  *   format_plain       model.py Action.__str__            the path's action names
+ *
+ * .ci/sanitize runs the tests that drive these under ASan and UBSan.
  *
  * Built by setup.py as an optional extension: without a C compiler the package installs
  * and works, only slower.
@@ -29,7 +35,9 @@
 /* ------------------------------------------------------------------ parse_row */
 
 /* Read "digits KIND digits" from an ASCII cell; KIND is one of nkinds strings.  Returns the
- * kind's index, or -1 when the cell is not exactly that shape. */
+ * kind's index, or -1 when the cell is not exactly that shape or an index has more than
+ * MAX_DIGITS digits (Python's int() reads those, or refuses them: the caller decides).  At
+ * most MAX_DIGITS digits are accumulated, so v < 10^18 < 2^63: no signed overflow. */
 static int
 parse_cell(const char *s, Py_ssize_t len, const char **kind_text, const Py_ssize_t *kind_len,
            int nkinds, long long *stage, long long *mb)
@@ -37,10 +45,12 @@ parse_cell(const char *s, Py_ssize_t len, const char **kind_text, const Py_ssize
     Py_ssize_t p = 0, k, e;
     long long v = 0;
     while (p < len && s[p] >= '0' && s[p] <= '9') {
+        if (p == MAX_DIGITS)
+            return -1;
         v = v * 10 + (s[p] - '0');
         p++;
     }
-    if (p == 0 || p > MAX_DIGITS)
+    if (p == 0)
         return -1;
     *stage = v;
     k = p;
@@ -105,6 +115,14 @@ k_parse_row(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &cells, &PyType_Type, &type,
                           &PyTuple_Type, &kinds))
         return NULL;
+    /* new_action fills the object as a 4-tuple: the type must have exactly a tuple's layout
+     * (a tuple subclass without an instance dict or slots, as a NamedTuple is) */
+    if (!PyType_IsSubtype(type, &PyTuple_Type) || type->tp_basicsize != PyTuple_Type.tp_basicsize ||
+        type->tp_itemsize != PyTuple_Type.tp_itemsize || type->tp_dictoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "parse_row: the action type must be a tuple subclass "
+                                         "with a tuple's layout (a NamedTuple)");
+        return NULL;
+    }
     int nkinds = (int)PyTuple_GET_SIZE(kinds);
     if (nkinds > 16) {
         PyErr_SetString(PyExc_ValueError, "parse_row: at most 16 kinds");
@@ -114,6 +132,10 @@ k_parse_row(PyObject *self, PyObject *args)
     Py_ssize_t kind_len[16];
     for (int c = 0; c < nkinds; c++) {
         PyObject *k = PyTuple_GET_ITEM(kinds, c);
+        if (!PyUnicode_CheckExact(k)) {
+            PyErr_SetString(PyExc_TypeError, "parse_row: the kinds must be str");
+            return NULL;
+        }
         kind_text[c] = PyUnicode_AsUTF8AndSize(k, &kind_len[c]);
         if (kind_text[c] == NULL)
             return NULL;
@@ -169,11 +191,19 @@ exact_int(PyObject *o, int *ok)
     return v;
 }
 
-/* A sequence of Python ints as a new C array (NULL with *ok = 0 if one is not an int). */
+/* Arguments.  The callers (graph.py, cost/memory.py, cost/timeline.py, io/actions.py) pass columns of a Graph and
+ * tables they build; an argument no caller passes (a container of the wrong type, an index
+ * column holding a non-int, lengths that disagree, an index out of range, ``starts`` that do
+ * not cut [0, n) into consecutive device ranges) raises TypeError or ValueError here, before
+ * any of it is used to index memory.  An input that is consistent but not the kernel's case
+ * (see _accel.py) returns None. */
+
+/* A sequence of Python ints (indices) as a new C array; NULL with TypeError/ValueError set
+ * when an element is not an int or does not fit in a long long. */
 static long long *
-int_array(PyObject *seq, Py_ssize_t *len, int *ok)
+index_array(PyObject *seq, Py_ssize_t *len, const char *what)
 {
-    PyObject *fast = PySequence_Fast(seq, "expected a sequence of ints");
+    PyObject *fast = PySequence_Fast(seq, what);
     if (fast == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
@@ -184,31 +214,121 @@ int_array(PyObject *seq, Py_ssize_t *len, int *ok)
         return NULL;
     }
     PyObject **items = PySequence_Fast_ITEMS(fast);
-    for (Py_ssize_t i = 0; i < n && *ok; i++)
-        out[i] = exact_int(items[i], ok);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int ok = 1;
+        out[i] = exact_int(items[i], &ok);
+        if (!ok) {
+            PyErr_Format(PyLong_CheckExact(items[i]) ? PyExc_ValueError : PyExc_TypeError,
+                         "%s: element %zd is not an int of at most 63 bits", what, i);
+            Py_DECREF(fast);
+            PyMem_Free(out);
+            return NULL;
+        }
+    }
     Py_DECREF(fast);
     *len = n;
     return out;
 }
 
-/* A number as a double: exact ints and floats only (a Fraction would round silently). */
+/* ``starts`` (D + 1 entries) cuts the n actions into the devices' ranges: starts[0] = 0,
+ * non-decreasing, starts[D] = n, and D fits the kernel's int32 device numbers.  Otherwise
+ * ValueError and 0. */
 static int
-as_double(PyObject *o, double *out, int *all_int)
+valid_starts(const long long *starts, Py_ssize_t D1, Py_ssize_t n, const char *what)
+{
+    if (D1 < 1 || D1 - 1 >= INT32_MAX || starts[0] != 0 || starts[D1 - 1] != n) {
+        PyErr_Format(PyExc_ValueError, "%s: starts must run from 0 to the number of actions", what);
+        return 0;
+    }
+    for (Py_ssize_t d = 0; d + 1 < D1; d++)
+        if (starts[d + 1] < starts[d]) {
+            PyErr_Format(PyExc_ValueError, "%s: starts must not decrease", what);
+            return 0;
+        }
+    return 1;
+}
+
+/* Numbers.  Python computes with ints exactly and with floats in IEEE double arithmetic, and
+ * mixes them by converting the int to a double (correctly rounded) for + and -, but compares
+ * an int with a float exactly.  The kernel reads an exact int of magnitude at most
+ * EXACT_INT_MAX = 2^53 (every such int is a double, so the conversion is exact and a double
+ * comparison is Python's exact one) or a float, remembering which it was; anything else (a
+ * bool, a Fraction, a bigger int) makes the function decline.  Each function then keeps its
+ * own int results within reach of doubles (its comment says how) and writes each result back
+ * as the type Python's code would give it. */
+#define EXACT_INT_MAX (1LL << 53)
+
+static int
+read_number(PyObject *o, double *out, unsigned char *is_float)
 {
     if (PyFloat_CheckExact(o)) {
         *out = PyFloat_AS_DOUBLE(o);
-        *all_int = 0;
+        *is_float = 1;
         return 1;
     }
     if (PyLong_CheckExact(o)) {
         int overflow = 0;
         long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-        if (overflow || v > (1LL << 53) || v < -(1LL << 53))
+        if (overflow || v > EXACT_INT_MAX || v < -EXACT_INT_MAX)
             return 0;
         *out = (double)v;
+        *is_float = 0;
         return 1;
     }
     return 0;
+}
+
+/* A number as Python's code would hold it: an int (exact, in i) or a float (in f). */
+typedef struct {
+    double f;
+    long long i;
+    unsigned char is_float;
+} num_t;
+
+static int
+read_num(PyObject *o, num_t *x)
+{
+    if (!read_number(o, &x->f, &x->is_float))
+        return 0;
+    x->i = x->is_float ? 0 : (long long)x->f;
+    return 1;
+}
+
+static double
+num_double(num_t x)
+{
+    return x.is_float ? x.f : (double)x.i;
+}
+
+/* Python's a + b (sign 1) or a - b (sign -1).  Ints stay exact: the callers add at most
+ * three numbers each of magnitude at most 2^53, far from long long's 2^63; an int meeting a
+ * float is converted as Python converts it (correctly rounded to nearest, ties to even: what
+ * C's conversion does in the default rounding mode). */
+static num_t
+num_add(num_t a, num_t b, int sign)
+{
+    num_t r = {0, 0, 0};
+    if (!a.is_float && !b.is_float) {
+        r.i = sign > 0 ? a.i + b.i : a.i - b.i;
+    } else {
+        r.is_float = 1;
+        r.f = sign > 0 ? num_double(a) + num_double(b) : num_double(a) - num_double(b);
+    }
+    return r;
+}
+
+/* Python's abs(v) <= tol, tol a float: exact for an int v, as Python compares them. */
+static int
+num_within(num_t v, double tol)
+{
+    if (v.is_float)
+        return fabs(v.f) <= tol;
+    long long a = v.i < 0 ? -v.i : v.i; /* |v.i| < 2^55: no overflow */
+    if (isnan(tol) || tol < 0)
+        return 0;
+    if (tol >= 0x1p62)
+        return 1;
+    return a <= (long long)floor(tol); /* for an integer a: a <= tol iff a <= floor(tol) */
 }
 
 static PyObject *
@@ -249,6 +369,20 @@ list_of_int32(const int32_t *v, Py_ssize_t n)
 
 #define NCODES 8  /* graph.KIND_CODE: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B */
 #define MAX_NEEDS 4
+
+#define MAX_OFFSET (1LL << 32) /* a need's stage offset; s + offset cannot overflow */
+
+/* An int code (-1 with *ok = 0 when it is not an int of at most 31 bits). */
+static int
+small_int(PyObject *o, int *ok)
+{
+    long long v = exact_int(o, ok);
+    if (v < INT32_MIN || v > INT32_MAX) {
+        *ok = 0;
+        return -1;
+    }
+    return (int)v;
+}
 
 typedef struct {
     int count;
@@ -308,9 +442,9 @@ k_compile_plain(PyObject *self, PyObject *args)
                 return NULL;
             }
             needs[c].offset[k] = exact_int(PyTuple_GET_ITEM(need, 0), &ok);
-            needs[c].kinds[k][0] = (int)exact_int(PyTuple_GET_ITEM(codes, 0), &ok);
-            needs[c].kinds[k][1] = PyTuple_GET_SIZE(codes) > 1 ? (int)exact_int(PyTuple_GET_ITEM(codes, 1), &ok) : -1;
-            needs[c].recv[k] = (int)exact_int(PyTuple_GET_ITEM(need, 2), &ok);
+            needs[c].kinds[k][0] = small_int(PyTuple_GET_ITEM(codes, 0), &ok);
+            needs[c].kinds[k][1] = PyTuple_GET_SIZE(codes) > 1 ? small_int(PyTuple_GET_ITEM(codes, 1), &ok) : -1;
+            needs[c].recv[k] = small_int(PyTuple_GET_ITEM(need, 2), &ok);
         }
         if (m == Py_None) {
             match_code[c] = -1;
@@ -318,9 +452,15 @@ k_compile_plain(PyObject *self, PyObject *args)
         } else if (PyTuple_Check(m) && PyTuple_GET_SIZE(m) == 2) {
             match_code[c] = exact_int(PyTuple_GET_ITEM(m, 0), &ok);
             match_off[c] = exact_int(PyTuple_GET_ITEM(m, 1), &ok);
+            ok &= match_code[c] >= 0 && match_code[c] < NCODES && llabs(match_off[c]) <= MAX_OFFSET;
         } else {
             ok = 0;
         }
+        /* the codes index the producer table and the offsets are added to stages: in range */
+        for (int k = 0; k < needs[c].count && ok; k++)
+            ok = llabs(needs[c].offset[k]) <= MAX_OFFSET && needs[c].kinds[k][0] >= 0 &&
+                 needs[c].kinds[k][0] < NCODES && needs[c].kinds[k][1] >= -1 &&
+                 needs[c].kinds[k][1] < NCODES && needs[c].recv[k] >= -1 && needs[c].recv[k] < NCODES;
     }
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "compile_plain: bad rule tables");
@@ -336,7 +476,7 @@ k_compile_plain(PyObject *self, PyObject *args)
             n += PyTuple_GET_ITEM(row, p) != Py_None;
     }
     /* a dense producer table of S*M*8 entries, only when that is not absurd for n actions */
-    if (S > (4LL * n + 1024) / M + 1 || S * M > 4LL * n + 1024 || n >= INT32_MAX)
+    if (S > (4LL * n + 1024) / M + 1 || S * M > 4LL * n + 1024 || n >= INT32_MAX || D >= INT32_MAX)
         Py_RETURN_NONE;
     Py_ssize_t table_size = (Py_ssize_t)(S * M * NCODES);
 
@@ -357,8 +497,11 @@ k_compile_plain(PyObject *self, PyObject *args)
             ok = 0;
             break;
         }
-        for (Py_ssize_t s = 0; s < S && ok; s++)
-            route_dev[r * S + s] = (int32_t)exact_int(PyTuple_GET_ITEM(route, s), &ok);
+        for (Py_ssize_t s = 0; s < S && ok; s++) {
+            /* a device outside [0, D) matches no row: its actions are misplaced (declined) */
+            long long v = exact_int(PyTuple_GET_ITEM(route, s), &ok);
+            route_dev[r * S + s] = v >= 0 && v < D ? (int32_t)v : -1;
+        }
     }
     if (ok && mroute != Py_None) {
         if (!PyTuple_Check(mroute) || PyTuple_GET_SIZE(mroute) != M) {
@@ -368,9 +511,10 @@ k_compile_plain(PyObject *self, PyObject *args)
             if (mr == NULL)
                 goto nomem;
             for (Py_ssize_t m = 0; m < M && ok; m++) {
-                mr[m] = (int32_t)exact_int(PyTuple_GET_ITEM(mroute, m), &ok);
-                if (ok && (mr[m] < 0 || mr[m] >= R))
+                long long v = exact_int(PyTuple_GET_ITEM(mroute, m), &ok);
+                if (ok && (v < 0 || v >= R))
                     ok = 0;
+                mr[m] = (int32_t)v;
             }
         }
     }
@@ -576,80 +720,121 @@ done:
  *
  * The twin of graph.sweep for a graph without extra waits (more_waits empty): every device
  * runs its list in order, each action at max(its device's clock, end of wait[i] + comm).
- * None when some device never finishes (graph.sweep then finds the cycles) or a duration
- * is not an int or float.  All ints in, ints out, as in Python. */
+ * None when some device never finishes (graph.sweep then finds the cycles), when a duration
+ * or comm is not a number read_number takes, or when the ints could outgrow doubles (below).
+ *
+ * It does Python's operations in Python's order and keeps each value's type as Python's
+ * would be: a device's clock starts as the int 0, "no producer" ends at the float -inf,
+ * st = end[j] + comm; if st < now: st = now; end = st + duration.  A value is a float as soon
+ * as one operand is; an int when both are.
+ *
+ * Exactness.  An int value is the int 0 plus int durations and int comms along a chain of
+ * actions, each one an action that ended before the next started (its wait or its device
+ * predecessor), so each action's duration appears at most once in it and there are at most
+ * n comms.  Hence every int value, final or intermediate, has magnitude at most
+ *     bound = sum over int durations |d| + n |comm| (the last term when comm is an int),
+ * and when bound <= 2^53 every one of them is a double exactly: the double sums are Python's
+ * exact int sums, and the comparisons of ints with each other or with floats are Python's
+ * exact comparisons.  Float operations are IEEE double in both.  When bound > 2^53 the kernel
+ * declines and Python's exact ints answer.  Checking it is one pass over the durations. */
 static PyObject *
 k_sweep_plain(PyObject *self, PyObject *args)
 {
     PyObject *starts_o, *wait_o, *dur_o, *comm_o;
     if (!PyArg_ParseTuple(args, "OOO!O", &starts_o, &wait_o, &PyList_Type, &dur_o, &comm_o))
         return NULL;
-    int ok = 1, all_int = 1;
     Py_ssize_t D1 = 0, n = 0;
-    long long *starts = int_array(starts_o, &D1, &ok);
-    long long *wait = starts ? int_array(wait_o, &n, &ok) : NULL;
-    double *dur = NULL, *st = NULL, *en = NULL;
+    long long *starts = index_array(starts_o, &D1, "sweep_plain: starts");
+    long long *wait = starts ? index_array(wait_o, &n, "sweep_plain: wait") : NULL;
+    double *dur = NULL, *st = NULL, *en = NULL, *clock = NULL;
+    unsigned char *dur_f = NULL, *st_f = NULL, *en_f = NULL, *clock_f = NULL, *done_flag = NULL;
     int32_t *head = NULL, *nextw = NULL, *stack = NULL;
     long long *ptr = NULL;
-    double *clock = NULL;
     PyObject *result = NULL;
     double comm = 0;
-    if (wait == NULL)
+    unsigned char comm_f = 0;
+    if (wait == NULL || !valid_starts(starts, D1, n, "sweep_plain"))
         goto done;
-    if (!ok || PyList_GET_SIZE(dur_o) != n || D1 < 1 || starts[D1 - 1] != n ||
-        !as_double(comm_o, &comm, &all_int))
+    if (PyList_GET_SIZE(dur_o) != n) {
+        PyErr_SetString(PyExc_ValueError, "sweep_plain: one duration per action");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (wait[i] < 0 || wait[i] > n) {
+            PyErr_SetString(PyExc_ValueError, "sweep_plain: a wait is not an action index or n");
+            goto done;
+        }
+    if (!read_number(comm_o, &comm, &comm_f))
         goto not_plain;
     Py_ssize_t D = D1 - 1;
     dur = PyMem_Malloc(sizeof(double) * (size_t)(n + 1));
     st = PyMem_Malloc(sizeof(double) * (size_t)(n + 1));
     en = PyMem_Malloc(sizeof(double) * (size_t)(n + 1));
+    dur_f = PyMem_Malloc((size_t)n + 1);
+    st_f = PyMem_Malloc((size_t)n + 1);
+    en_f = PyMem_Malloc((size_t)n + 1);
+    done_flag = PyMem_Calloc((size_t)n + 1, 1);
     head = PyMem_Malloc(sizeof(int32_t) * (size_t)(n + 1));
     nextw = PyMem_Malloc(sizeof(int32_t) * (size_t)(D + 1));
     stack = PyMem_Malloc(sizeof(int32_t) * (size_t)(D + 1));
     ptr = PyMem_Malloc(sizeof(long long) * (size_t)(D + 1));
     clock = PyMem_Malloc(sizeof(double) * (size_t)(D + 1));
-    if (!dur || !st || !en || !head || !nextw || !stack || !ptr || !clock) {
+    clock_f = PyMem_Malloc((size_t)D + 1);
+    if (!dur || !st || !en || !dur_f || !st_f || !en_f || !done_flag || !head || !nextw || !stack ||
+        !ptr || !clock || !clock_f) {
         PyErr_NoMemory();
         goto done;
     }
+    long long bound = 0; /* sum of |int duration| so far: at most 2^53 + 2^53, no overflow */
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!as_double(PyList_GET_ITEM(dur_o, i), &dur[i], &all_int))
+        if (!read_number(PyList_GET_ITEM(dur_o, i), &dur[i], &dur_f[i]))
             goto not_plain;
-        if (wait[i] < 0 || wait[i] > n)
+        if (!dur_f[i] && (bound += (long long)fabs(dur[i])) > EXACT_INT_MAX)
             goto not_plain;
         head[i] = -1;
     }
-    head[n] = -1;
-    unsigned char *done_flag = PyMem_Calloc((size_t)n + 1, 1);
-    if (done_flag == NULL) {
-        PyErr_NoMemory();
-        goto done;
+    if (!comm_f && comm != 0) {
+        long long c = (long long)fabs(comm);
+        if ((long long)n > (EXACT_INT_MAX - bound) / c)
+            goto not_plain;
     }
-    done_flag[n] = 1; /* "no producer": always done, ends at -infinity */
+    head[n] = -1;
+    done_flag[n] = 1; /* "no producer": always done, ends at the float -infinity */
     en[n] = -Py_HUGE_VAL;
+    en_f[n] = 1;
     Py_ssize_t top = 0;
     for (Py_ssize_t d = D - 1; d >= 0; d--) {
         ptr[d] = starts[d];
         clock[d] = 0;
+        clock_f[d] = 0;
         stack[top++] = (int32_t)d;
     }
+    /* a device is on the stack at most once (pushed at the start, or when it was woken after
+     * it blocked), so the stack never holds more than D */
     while (top > 0) {
         Py_ssize_t d = stack[--top];
         long long i = ptr[d], stop = starts[d + 1];
         double now = clock[d];
+        unsigned char now_f = clock_f[d];
         while (i < stop) {
             long long j = wait[i];
-            double s = now;
             if (!done_flag[j]) {
                 nextw[d] = head[j];
                 head[j] = (int32_t)d;
                 break;
             }
-            if (en[j] + comm > s)
-                s = en[j] + comm;
+            double s = en[j] + comm;
+            unsigned char s_f = en_f[j] | comm_f;
+            if (s < now) {
+                s = now;
+                s_f = now_f;
+            }
             st[i] = s;
+            st_f[i] = s_f;
             now = s + dur[i];
+            now_f = s_f | dur_f[i];
             en[i] = now;
+            en_f[i] = now_f;
             done_flag[i] = 1;
             for (int32_t w = head[i]; w >= 0; w = nextw[w])
                 stack[top++] = w;
@@ -658,19 +843,20 @@ k_sweep_plain(PyObject *self, PyObject *args)
         }
         ptr[d] = i;
         clock[d] = now;
+        clock_f[d] = now_f;
     }
     int finished = 1;
     for (Py_ssize_t d = 0; d < D; d++)
         finished &= ptr[d] == starts[d + 1];
-    PyMem_Free(done_flag);
     if (!finished)
         goto not_plain;
     {
         PyObject *sl = PyList_New(n), *el = PyList_New(n);
         if (sl && el) {
             for (Py_ssize_t i = 0; i < n; i++) {
-                PyObject *a = all_int ? PyLong_FromLongLong((long long)st[i]) : PyFloat_FromDouble(st[i]);
-                PyObject *b = all_int ? PyLong_FromLongLong((long long)en[i]) : PyFloat_FromDouble(en[i]);
+                /* an int value is an exact integer of magnitude <= 2^53: the cast is exact */
+                PyObject *a = st_f[i] ? PyFloat_FromDouble(st[i]) : PyLong_FromLongLong((long long)st[i]);
+                PyObject *b = en_f[i] ? PyFloat_FromDouble(en[i]) : PyLong_FromLongLong((long long)en[i]);
                 if (!a || !b) {
                     Py_XDECREF(a);
                     Py_XDECREF(b);
@@ -698,11 +884,16 @@ done:
     PyMem_Free(dur);
     PyMem_Free(st);
     PyMem_Free(en);
+    PyMem_Free(dur_f);
+    PyMem_Free(st_f);
+    PyMem_Free(en_f);
+    PyMem_Free(done_flag);
     PyMem_Free(head);
     PyMem_Free(nextw);
     PyMem_Free(stack);
     PyMem_Free(ptr);
     PyMem_Free(clock);
+    PyMem_Free(clock_f);
     return result;
 }
 
@@ -714,8 +905,20 @@ done:
  * The twin of cost/memory.memory_sweep without a timeline, for plain actions (code 0..7):
  * ``alloc``/``free`` are flat tables [code * S + stage] (S = 1: the same for every stage),
  * ``n_in``/``n_out`` per code,
- * ``static`` per device, ``limit`` a number or None.  Sums run in the order Python's
- * accumulate runs them, so the floats are bit for bit the same. */
+ * ``static`` per device, ``limit`` a number or None.  None when an action is not plain
+ * (code -1), when a stage is outside a per-stage table, or a number is not one read_number
+ * takes.
+ *
+ * Exactness.  Python's memory values are floats: each device's sum starts at its static
+ * memory, a float (static_memory starts from 0.0; the kernel declines a static that is not
+ * a float), and goes on as before + (alloc - free), during = before + alloc.  The kernel
+ * does those operations in that order in doubles.  alloc - free of two ints is exact in
+ * Python and then rounded once when added to the float; in the kernel both are exact
+ * doubles (|int| <= 2^53) and the double subtraction rounds that same exact difference the
+ * same way, so every sum is bit for bit Python's.  Peaks follow Python's max (the first of
+ * equal values; a value replaces the peak only when greater) and ``during > limit + 1e-9``.
+ * The in-flight counts are ints; the kernel declines a count table entry beyond 2^20, so
+ * that n * 2^20 < 2^63 keeps their sums exact. */
 static PyObject *
 k_memory_plain(PyObject *self, PyObject *args)
 {
@@ -724,26 +927,42 @@ k_memory_plain(PyObject *self, PyObject *args)
                           &alloc_o, &PyList_Type, &free_o, &nin_o, &nout_o, &PyList_Type,
                           &static_o, &limit_o))
         return NULL;
-    int ok = 1, all_int = 1;
     Py_ssize_t D1 = 0, n = 0, n2 = 0, ni = 0, no = 0;
-    long long *starts = int_array(starts_o, &D1, &ok);
-    long long *code = starts ? int_array(code_o, &n, &ok) : NULL;
-    long long *stage = code ? int_array(stage_o, &n2, &ok) : NULL;
-    long long *nin = stage ? int_array(nin_o, &ni, &ok) : NULL;
-    long long *nout = nin ? int_array(nout_o, &no, &ok) : NULL;
+    long long *starts = index_array(starts_o, &D1, "memory_plain: starts");
+    long long *code = starts ? index_array(code_o, &n, "memory_plain: code") : NULL;
+    long long *stage = code ? index_array(stage_o, &n2, "memory_plain: stage") : NULL;
+    long long *nin = stage ? index_array(nin_o, &ni, "memory_plain: n_in") : NULL;
+    long long *nout = nin ? index_array(nout_o, &no, "memory_plain: n_out") : NULL;
     double *alloc = NULL, *freed = NULL;
     PyObject *result = NULL, *pn = NULL, *pm = NULL, *pa = NULL, *ov = NULL;
     double limit = 0;
+    unsigned char unused;
     int has_limit = limit_o != Py_None;
-    if (nout == NULL)
+    if (nout == NULL || !valid_starts(starts, D1, n, "memory_plain"))
         goto done;
-    Py_ssize_t T = PyList_GET_SIZE(alloc_o);
-    if (!ok || n2 != n || ni != NCODES || no != NCODES || T % NCODES || PyList_GET_SIZE(free_o) != T ||
-        D1 < 1 || starts[D1 - 1] != n || PyList_GET_SIZE(static_o) != D1 - 1)
+    Py_ssize_t T = PyList_GET_SIZE(alloc_o), D = D1 - 1;
+    if (n2 != n || ni != NCODES || no != NCODES || T < NCODES || T % NCODES ||
+        PyList_GET_SIZE(free_o) != T || PyList_GET_SIZE(static_o) != D) {
+        PyErr_SetString(PyExc_ValueError, "memory_plain: the columns' and tables' lengths disagree");
+        goto done;
+    }
+    Py_ssize_t S = T / NCODES;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (code[i] < -1 || code[i] >= NCODES) {
+            PyErr_SetString(PyExc_ValueError, "memory_plain: a code is not a kind code or -1");
+            goto done;
+        }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (code[i] < 0 || (S > 1 && (stage[i] < 0 || stage[i] >= S)))
+            goto not_plain;
+    for (int c = 0; c < NCODES; c++)
+        if (nin[c] > (1 << 20) || nin[c] < -(1 << 20) || nout[c] > (1 << 20) || nout[c] < -(1 << 20))
+            goto not_plain;
+    for (Py_ssize_t d = 0; d < D; d++)
+        if (!PyFloat_CheckExact(PyList_GET_ITEM(static_o, d)))
+            goto not_plain;
+    if (has_limit && !read_number(limit_o, &limit, &unused))
         goto not_plain;
-    if (has_limit && !as_double(limit_o, &limit, &all_int))
-        goto not_plain;
-    Py_ssize_t S = T / NCODES, D = D1 - 1;
     alloc = PyMem_Malloc(sizeof(double) * (size_t)(T + 1));
     freed = PyMem_Malloc(sizeof(double) * (size_t)(T + 1));
     if (!alloc || !freed) {
@@ -751,11 +970,8 @@ k_memory_plain(PyObject *self, PyObject *args)
         goto done;
     }
     for (Py_ssize_t k = 0; k < T; k++)
-        if (!as_double(PyList_GET_ITEM(alloc_o, k), &alloc[k], &all_int) ||
-            !as_double(PyList_GET_ITEM(free_o, k), &freed[k], &all_int))
-            goto not_plain;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (code[i] < 0 || code[i] >= NCODES || stage[i] < 0 || (S > 1 && stage[i] >= S))
+        if (!read_number(PyList_GET_ITEM(alloc_o, k), &alloc[k], &unused) ||
+            !read_number(PyList_GET_ITEM(free_o, k), &freed[k], &unused))
             goto not_plain;
     pn = PyList_New(D);
     pm = PyList_New(D);
@@ -765,10 +981,7 @@ k_memory_plain(PyObject *self, PyObject *args)
         goto done;
     double over_at = limit + 1e-9;
     for (Py_ssize_t d = 0; d < D; d++) {
-        double st;
-        int unused = 1;
-        if (!as_double(PyList_GET_ITEM(static_o, d), &st, &unused))
-            goto not_plain;
+        double st = PyFloat_AS_DOUBLE(PyList_GET_ITEM(static_o, d));
         double before = st, peak = st;
         long long peak_i = -1, inflight = 0, peak_n = 0, first_over = -1;
         double over_value = 0;
@@ -839,85 +1052,111 @@ done:
  *
  * The twin of Timeline.critical_path for a graph without extra waits: from the first action
  * that ends last, step back to the action whose end (plus comm, across devices) is this
- * one's start, preferring the cross-device wait. */
+ * one's start within tol, preferring the cross-device wait.  None when a time or comm is not
+ * a number read_number takes.
+ *
+ * Exactness.  The tests are Python's abs(end[k] + comm - start[i]) <= tol and
+ * abs(end[i-1] - start[i]) <= tol, evaluated left to right with each operand's type as it
+ * is (num_add, num_within): ints exactly in long long (three terms of magnitude <= 2^53), a
+ * float as soon as one operand is one, and an int compared with tol exactly.  The last
+ * action is Python's max(range(n), key=end.__getitem__): the first of the greatest, the
+ * comparisons exact since every number read is exactly a double. */
 static PyObject *
 k_critical_path_plain(PyObject *self, PyObject *args)
 {
     /* reads only the elements the walk visits: the path is a small part of the schedule */
-    PyObject *starts, *dev, *wait, *start, *end, *comm_o;
-    double tol, comm = 0;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!Od", &PyList_Type, &starts, &PyList_Type, &dev,
-                          &PyList_Type, &wait, &PyList_Type, &start, &PyList_Type, &end, &comm_o, &tol))
+    PyObject *starts_o, *dev, *wait, *start, *end, *comm_o;
+    double tol;
+    if (!PyArg_ParseTuple(args, "OO!O!O!O!Od", &starts_o, &PyList_Type, &dev, &PyList_Type, &wait,
+                          &PyList_Type, &start, &PyList_Type, &end, &comm_o, &tol))
         return NULL;
-    int ok = 1, all_int = 1;
-    Py_ssize_t n = PyList_GET_SIZE(end), D = PyList_GET_SIZE(starts) - 1;
-    if (n == 0 || PyList_GET_SIZE(start) != n || PyList_GET_SIZE(dev) != n ||
-        PyList_GET_SIZE(wait) != n || D < 1 || !as_double(comm_o, &comm, &all_int))
-        Py_RETURN_NONE;
-    Py_ssize_t last = 0;
-    double best = 0, e;
+    Py_ssize_t n = PyList_GET_SIZE(end), D1 = 0;
+    long long *starts = index_array(starts_o, &D1, "critical_path_plain: starts");
+    PyObject *path = NULL, *result = NULL;
+    num_t comm;
+    if (starts == NULL || !valid_starts(starts, D1, n, "critical_path_plain"))
+        goto done;
+    if (PyList_GET_SIZE(start) != n || PyList_GET_SIZE(dev) != n || PyList_GET_SIZE(wait) != n) {
+        PyErr_SetString(PyExc_ValueError, "critical_path_plain: the columns' lengths disagree");
+        goto done;
+    }
+    if (n == 0 || !read_num(comm_o, &comm))
+        goto not_plain;
+    Py_ssize_t last = 0, D = D1 - 1;
+    num_t best = {0, 0, 0}, e;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!as_double(PyList_GET_ITEM(end, i), &e, &all_int))
-            Py_RETURN_NONE;
-        if (i == 0 || e > best) {
+        if (!read_num(PyList_GET_ITEM(end, i), &e))
+            goto not_plain;
+        if (i == 0 || num_double(e) > num_double(best)) {
             best = e;
             last = i;
         }
     }
-    PyObject *path = PyList_New(0);
+    path = PyList_New(0);
     if (path == NULL)
-        return NULL;
+        goto done;
     long long i = last;
-    for (Py_ssize_t len = 0; len < n; len++) {
+    /* each step goes to an action the sweep finished before this one (its wait, or its
+     * device predecessor), so a path has at most n actions */
+    for (Py_ssize_t len = 0;; len++) {
+        if (len == n)
+            goto not_plain;
         PyObject *x = PyLong_FromLongLong(i);
         if (x == NULL || PyList_Append(path, x) < 0) {
             Py_XDECREF(x);
-            Py_DECREF(path);
-            return NULL;
+            goto done;
         }
         Py_DECREF(x);
-        double s, ej;
-        long long k = exact_int(PyList_GET_ITEM(wait, i), &ok), d, next = -1;
-        d = exact_int(PyList_GET_ITEM(dev, i), &ok);
-        if (!ok || k < 0 || k > n || d < 0 || d >= D || !as_double(PyList_GET_ITEM(start, i), &s, &all_int))
+        num_t s, ej;
+        int ok = 1;
+        long long k = exact_int(PyList_GET_ITEM(wait, i), &ok), next = -1;
+        long long d = exact_int(PyList_GET_ITEM(dev, i), &ok);
+        if (!ok || k < 0 || k > n || d < 0 || d >= D || i < starts[d] || i >= starts[d + 1]) {
+            PyErr_SetString(PyExc_ValueError, "critical_path_plain: a wait or device is out of range");
+            goto done;
+        }
+        if (!read_num(PyList_GET_ITEM(start, i), &s))
             goto not_plain;
         if (k < n) {
-            if (!as_double(PyList_GET_ITEM(end, k), &ej, &all_int))
+            if (!read_num(PyList_GET_ITEM(end, k), &ej))
                 goto not_plain;
-            if (fabs(ej + comm - s) <= tol)
+            if (num_within(num_add(num_add(ej, comm, 1), s, -1), tol))
                 next = k;
         }
-        if (next < 0) {
-            long long first = exact_int(PyList_GET_ITEM(starts, d), &ok);
-            if (!ok)
+        if (next < 0 && i > starts[d]) {
+            if (!read_num(PyList_GET_ITEM(end, i - 1), &ej))
                 goto not_plain;
-            if (i > first) {
-                if (!as_double(PyList_GET_ITEM(end, i - 1), &ej, &all_int))
-                    goto not_plain;
-                if (fabs(ej - s) <= tol)
-                    next = i - 1;
-            }
+            if (num_within(num_add(ej, s, -1), tol))
+                next = i - 1;
         }
         if (next < 0)
             break;
         i = next;
     }
-    if (PyList_Reverse(path) < 0) {
-        Py_DECREF(path);
-        return NULL;
-    }
-    return path;
+    if (PyList_Reverse(path) < 0)
+        goto done;
+    result = path;
+    path = NULL;
+    goto done;
 not_plain:
-    Py_DECREF(path);
-    Py_RETURN_NONE;
+    if (!PyErr_Occurred()) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+done:
+    Py_XDECREF(path);
+    PyMem_Free(starts);
+    return result;
 }
 
 /* ------------------------------------------------------------------ format_plain */
 
-/* format_plain(acts, indices) -> list[str] | None
+/* format_plain(acts, indices, action_type) -> list[str] | None
  *
- * The twin of ``[str(acts[i]) for i in indices]`` for plain actions (int stage, str kind,
- * int microbatch, no sub-actions): Action.__str__ writes those as stage, kind, microbatch. */
+ * The twin of ``[str(acts[i]) for i in indices]`` for plain actions (exactly of
+ * ``action_type``, int stage, str kind, int microbatch, no sub-actions): Action.__str__
+ * writes those as stage, kind, microbatch.  An index out of range raises IndexError, as
+ * acts[i] does for a non-negative i; None for an action that is not plain. */
 /* Write v >= 0 in decimal at buf; returns the number of characters. */
 static Py_ssize_t
 put_int(char *buf, long long v)
@@ -937,7 +1176,8 @@ static PyObject *
 k_format_plain(PyObject *self, PyObject *args)
 {
     PyObject *acts, *indices;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &acts, &PyList_Type, &indices))
+    PyTypeObject *type;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &acts, &PyList_Type, &indices, &PyType_Type, &type))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(indices), na = PyList_GET_SIZE(acts);
     PyObject *out = PyList_New(n);
@@ -946,10 +1186,14 @@ k_format_plain(PyObject *self, PyObject *args)
     for (Py_ssize_t k = 0; k < n; k++) {
         int ok = 1;
         long long i = exact_int(PyList_GET_ITEM(indices, k), &ok);
-        if (!ok || i < 0 || i >= na)
-            goto not_plain;
+        if (!ok || i < 0 || i >= na) {
+            PyErr_SetString(ok || PyLong_Check(PyList_GET_ITEM(indices, k)) ? PyExc_IndexError : PyExc_TypeError,
+                            "format_plain: an index is not an index of acts");
+            goto fail;
+        }
         PyObject *a = PyList_GET_ITEM(acts, i);
-        if (!PyTuple_Check(a) || PyTuple_GET_SIZE(a) != 4 || PyTuple_GET_ITEM(a, 3) != Py_None)
+        if (Py_TYPE(a) != type || !PyTuple_Check(a) || PyTuple_GET_SIZE(a) != 4 ||
+            PyTuple_GET_ITEM(a, 3) != Py_None)
             goto not_plain;
         long long stage = exact_int(PyTuple_GET_ITEM(a, 0), &ok);
         long long mb = exact_int(PyTuple_GET_ITEM(a, 2), &ok);
@@ -957,22 +1201,23 @@ k_format_plain(PyObject *self, PyObject *args)
         if (!ok || stage < 0 || mb < 0 || !PyUnicode_CheckExact(kind) || !PyUnicode_IS_ASCII(kind) ||
             PyUnicode_GET_LENGTH(kind) > 32)
             goto not_plain;
-        char buf[96];
+        char buf[96]; /* 19 digits + 32 + 19 */
         Py_ssize_t len = put_int(buf, stage);
         memcpy(buf + len, PyUnicode_1BYTE_DATA(kind), (size_t)PyUnicode_GET_LENGTH(kind));
         len += PyUnicode_GET_LENGTH(kind);
         len += put_int(buf + len, mb);
         PyObject *text = PyUnicode_FromStringAndSize(buf, len);
-        if (text == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
+        if (text == NULL)
+            goto fail;
         PyList_SET_ITEM(out, k, text);
     }
     return out;
 not_plain:
     Py_DECREF(out);
     Py_RETURN_NONE;
+fail:
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ module */
@@ -989,7 +1234,7 @@ static PyMethodDef methods[] = {
     {"critical_path_plain", k_critical_path_plain, METH_VARARGS,
      "critical_path_plain(starts, dev, wait, start, end, comm, tol) -> list | None."},
     {"format_plain", k_format_plain, METH_VARARGS,
-     "format_plain(acts, indices) -> list[str] | None: str() of plain actions."},
+     "format_plain(acts, indices, action_type) -> list[str] | None: str() of plain actions."},
     {NULL, NULL, 0, NULL},
 };
 

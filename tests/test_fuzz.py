@@ -4,6 +4,10 @@ files (a valid schedule with one to three edits) never give a traceback.
 ``schedverify check FILE`` must exit 0 (the file is a valid schedule), 1 (a schedule with
 violations, which it lists) or 2 (an input error, with a message naming the file), and
 nothing it prints may be a Python traceback.
+
+Differentially, every file is checked twice, with the compiled kernel and in pure Python
+(``_accel.kernel`` switched off): the exit code, the verdict, the violation codes and
+messages, the metrics, every byte printed must be the same (see the end of this file).
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ from __future__ import annotations
 import io
 import itertools
 import json
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 import schedverify
+from schedverify import _accel
 from schedverify.cli import run
 from schedverify.io.jsonfmt import FIELDS
 from schedverify.strategies import schedules, valid_schedules
@@ -193,3 +199,65 @@ def test_any_schedule_file_gets_the_verdict_check_gives(workdir, s):
     verdict of schedverify.check on the same schedule."""
     code = assert_clean(check_file(workdir, schedverify.dumps(s).encode(), ".json"))
     assert code == (0 if schedverify.check(s).is_valid else 1)
+
+
+# --------------------------------------------------------------------------- kernel vs Python
+
+#: options that steer the paths the kernel takes or declines: float and mixed costs (the
+#: bit-for-bit sums), int costs beyond 2^53 (the kernel declines: Python's exact ints), a
+#: memory limit, another semantics, and JSON output (every metric, to the last digit)
+DIFF_OPTIONS = st.sampled_from([
+    [], ["--format", "json"], ["--grid"], ["--comm-semantics", "rendezvous"],
+    ["--memory-limit", "1", "--format", "json"],
+    ["--costs", "F=1,B=2,comm=0.5", "--format", "json"],
+    ["--costs", "F=0.1,B=0.7,I=0.3,W=0.4,comm=0.2", "--format", "json"],
+    ["--costs", f"F={2**53},B={2**53 + 1},comm=3", "--format", "json"],
+    ["--costs", f"F={2**50 + 1},B={2**51 + 3},I={2**49},W=7", "--format", "json"],
+    # a CSV is checked as PyTorch's runtime runs it (in Python) unless told otherwise
+    ["--costs", f"F={2**50 + 1},B={2**51 + 3},I={2**49},W=7,comm=1", "--comm-semantics", "eager",
+     "--format", "json"],
+    ["--costs", "F=0.1,B=0.7,I=0.3,W=0.4,comm=0.2", "--comm-semantics", "eager", "--format", "json"],
+])
+
+
+@contextmanager
+def kernel_switched_off():
+    saved = _accel.kernel
+    _accel.kernel = None
+    try:
+        yield
+    finally:
+        _accel.kernel = saved
+
+
+def assert_kernel_agrees(directory, data: bytes, suffix: str, options) -> None:
+    """``check`` on one file with the kernel and without: the same exit code and output."""
+    path = directory / f"f{next(_counter)}{suffix}"
+    path.write_bytes(data)
+    results = []
+    for switch in (contextmanager(lambda: (yield))(), kernel_switched_off()):
+        out, err = io.StringIO(), io.StringIO()
+        with switch:
+            code = run(["check", str(path), *options], out, err)
+        results.append((code, out.getvalue(), err.getvalue()))
+    (code, out, err), slow = results
+    assert (code, out, err) == slow
+    assert "Traceback" not in out + err
+    event(f"exit {code}")
+
+
+@given(st.one_of(schedules(comm=None), valid_schedules(comm=None, with_costs=True, with_memory=True)),
+       st.sampled_from([".json", ".csv"]), DIFF_OPTIONS)
+def test_kernel_and_python_agree_on_generated_files(workdir, s, suffix, options):
+    text = schedverify.dumps(s) if suffix == ".json" else schedverify.dumps_csv(s)
+    assert_kernel_agrees(workdir, text.encode(), suffix, options)
+
+
+@given(st.one_of(near_valid_json().map(lambda b: (b, ".json")), near_valid_csv().map(lambda b: (b, ".csv"))),
+       DIFF_OPTIONS)
+@example((b"0F0,0F1,0F2,0F3,0F4,0B0,0B1,0B2,0B3,0B4\n", ".csv"),  # makespan beyond 2^53, odd
+         ["--costs", f"F={2**50 + 1},B={2**51 + 3}", "--comm-semantics", "eager", "--format", "json"])
+@example((b"9999999999999999999F0\n", ".csv"), [])  # an index the kernel's parser leaves to Python
+def test_kernel_and_python_agree_on_mutated_files(workdir, file, options):
+    data, suffix = file
+    assert_kernel_agrees(workdir, data, suffix, options)

@@ -156,13 +156,20 @@ def assert_same_everything(schedule, costs=None, memory=None) -> dict:
     for name in GRAPH_FIELDS:
         assert getattr(g, name) == getattr(g2, name), name
     assert g.vectorised or not g2.vectorised  # the kernel takes all the Python bulk path takes
-    assert timed.start == timed2.start and timed.end == timed2.end and timed.cycles == timed2.cycles
-    assert peaks == peaks2
+    # typed: the same numbers of the same types (an int is not 1.0, -0.0 is not 0.0)
+    assert typed(timed.start) == typed(timed2.start) and typed(timed.end) == typed(timed2.end)
+    assert timed.cycles == timed2.cycles
+    assert repr(peaks) == repr(peaks2)
     assert path == path2
     assert report.verdict == report2.verdict
     assert report.violations == report2.violations
-    assert report.metrics.to_json() == report2.metrics.to_json()
+    assert repr(report.metrics.to_json()) == repr(report2.metrics.to_json())
     return spy.answered
+
+
+def typed(values) -> list[str]:
+    """Each number's repr: its type and, for a float, every bit that matters (nan, -0.0)."""
+    return list(map(repr, values))
 
 
 plain = valid_schedules(backward=["B", "split"], overlap=False, comm="none", idle=None, reduce_grad=False)
@@ -289,3 +296,218 @@ def test_runtime_semantics_are_the_same_on_the_kernels_graph(schedule, semantics
     assert fast.metrics == slow.metrics
     if fast.timeline is not None:
         assert (fast.timeline.start, fast.timeline.end) == (slow.timeline.start, slow.timeline.end)
+
+
+# --------------------------------------------------------------------------- big integers
+
+TWO53 = 2**53
+
+
+def test_gpipe_with_costs_beyond_2_53_gives_pythons_exact_makespan(tmp_path):
+    """The issue's case: 600-microbatch GPipe with F = B = 2^53.  The kernel once summed
+    these in doubles and cast them back to long long: makespan 9214364837600034816 (an
+    overflow) and a negative bubble.  Now it declines (its int sums could outgrow doubles),
+    and both paths give Python's exact ints."""
+    import io
+    import json
+
+    from schedverify.cli import run
+    from schedverify.generators import gpipe
+
+    schedule = gpipe(4, 600)
+    costs = Costs(F=TWO53, B=TWO53)
+    expected = (600 + 4 - 1) * 2 * TWO53  # GPipe: (M + D - 1) (F + B)
+    with spying() as spy:
+        fast = schedverify.check(schedule, costs=costs)
+    assert "sweep_plain" not in spy.answered and "compile_plain" in spy.answered
+    with pure_python():
+        slow = schedverify.check(schedule, costs=costs)
+    for report in (fast, slow):
+        assert type(report.metrics.makespan) is int and report.metrics.makespan == expected
+        assert report.metrics.bubble_fraction == slow.metrics.bubble_fraction > 0
+    assert repr(fast.metrics.to_json()) == repr(slow.metrics.to_json())
+    assert typed(fast.timeline.end) == typed(slow.timeline.end)
+
+    path = tmp_path / "g.json"
+    path.write_text(schedverify.dumps(schedule))
+    outputs = []
+    for ctx in (spying, pure_python):
+        out, err = io.StringIO(), io.StringIO()
+        with ctx():
+            code = run(["check", str(path), "--costs", f"F={TWO53},B={TWO53}", "--format", "json"], out, err)
+        outputs.append((code, out.getvalue(), err.getvalue()))
+    assert outputs[0] == outputs[1]
+    assert json.loads(outputs[0][1])["metrics"]["makespan"] == expected
+
+
+def test_int_times_up_to_2_53_run_in_the_kernel_and_beyond_are_declined():
+    """The bound: the sum of the int durations (plus n |comm|) at most 2^53 runs in the
+    kernel, exactly; one more declines.  Below 2^53 the old kernel answered too, but rounded
+    (2^53 + 1 is not a double)."""
+    # two devices, one action each, the second waits for the first
+    starts, wait = [0, 1, 2], [2, 0]
+    assert KERNEL.sweep_plain(starts, wait, [TWO53 // 2, TWO53 // 2], 0) == (
+        [0, TWO53 // 2], [TWO53 // 2, TWO53])
+    assert KERNEL.sweep_plain(starts, wait, [TWO53 // 2, TWO53 // 2 + 1], 0) is None
+    assert KERNEL.sweep_plain(starts, wait, [TWO53 // 2 - 1, TWO53 // 2 - 1], 1) == (
+        [0, TWO53 // 2], [TWO53 // 2 - 1, TWO53 - 1])
+    assert KERNEL.sweep_plain(starts, wait, [TWO53 // 2 - 1, TWO53 // 2 - 1], 2) is None  # n |comm|
+    assert KERNEL.sweep_plain(starts, wait, [TWO53 + 1, 1], 0) is None
+    # negative ints count by their magnitude (the clock, 0, is later than the wait's end)
+    assert KERNEL.sweep_plain(starts, wait, [-TWO53 // 2, -TWO53 // 2], 0) == (
+        [0, 0], [-TWO53 // 2, -TWO53 // 2])
+    assert KERNEL.sweep_plain(starts, wait, [-TWO53 // 2, -TWO53 // 2 - 1], 0) is None
+    # floats are floats in Python too: no bound, the same operations in the same order
+    assert KERNEL.sweep_plain(starts, wait, [1e300, 1e300], 0.5) == ([0, 1e300 + 0.5], [1e300, 1e300 + 0.5 + 1e300])
+
+
+def test_the_kernel_keeps_pythons_types():
+    """Python's clock starts at the int 0 and an int plus a float is a float: the first
+    action of a device without a wait starts at 0 (an int) even with float costs, and an int
+    stays an int until a float meets it.  The old kernel made every time a float as soon as
+    one number was."""
+    starts, wait = [0, 2, 3], [3, 3, 0]
+    for durations, comm in (([1.5, 2, 3], 0), ([1, 2, 3], 0.25), ([1, 2, 3], 0), ([-0.0, 0, 0], -0.0),
+                            ([float("nan"), 1, 1], 0), ([1, 1, 1], float("inf"))):
+        fast = KERNEL.sweep_plain(starts, wait, durations, comm)
+        g = _bare_graph(starts, wait)
+        with pure_python():
+            slow = sweep(g, durations, comm)
+        assert fast is not None
+        assert (typed(fast[0]), typed(fast[1])) == (typed(slow.start), typed(slow.end)), (durations, comm)
+
+
+def _bare_graph(starts, wait):
+    """A Graph with just the columns sweep reads."""
+    from schedverify.graph import Graph
+
+    n = starts[-1]
+    g = Graph(schedverify.Schedule.build([["0F0"]]), False, False)
+    g.acts = [None] * n
+    g.starts, g.wait = starts, wait
+    g.dev = [d for d in range(len(starts) - 1) for _ in range(starts[d], starts[d + 1])]
+    return g
+
+
+huge = st.integers(2**50, 2**70)
+huge_costs = st.builds(Costs, F=huge, B=huge, I=huge, W=huge,
+                       comm=st.one_of(st.just(0), st.integers(1, 3), huge, st.floats(0.0, 2.0)))
+huge_memory = st.builds(MemoryModel, activation=huge, w=st.sampled_from([0, 0.5, 1]),
+                        static=st.one_of(st.just(0), huge), limit=st.one_of(st.none(), huge))
+small_plain = valid_schedules(devices=st.integers(1, 3), microbatches=st.integers(1, 3),
+                              chunks=st.just(1), backward=["B", "split"], overlap=False, comm="none",
+                              idle=None, reduce_grad=False)
+
+
+@example(schedverify.Schedule.build([["0F0", "0B0"]]), Costs(F=2**52, B=2**52), MemoryModel())
+@example(schedverify.Schedule.build([["0F0", "0B0"]]), Costs(F=2**52, B=2**52 + 1), MemoryModel(activation=2**60))
+@given(small_plain, huge_costs, huge_memory)
+def test_kernel_equals_python_exactly_with_huge_int_costs(schedule, costs, memory):
+    """Costs around 2^50..2^70: below the bound the kernel answers, beyond it declines, and
+    either way makespan, each device's busy and idle time, peak memory and the critical path
+    are Python's, exactly and of the same types."""
+    with spying() as spy:
+        fast = schedverify.check(schedule, costs=costs, memory=memory)
+    with pure_python():
+        slow = schedverify.check(schedule, costs=costs, memory=memory)
+    assert "compile_plain" in spy.answered
+    assert fast.verdict == slow.verdict
+    m, m2 = fast.metrics, slow.metrics
+    assert repr(m.makespan) == repr(m2.makespan)
+    assert [(repr(d.busy), repr(d.idle), repr(d.peak_memory), d.peak_inflight) for d in m.devices] == \
+        [(repr(d.busy), repr(d.idle), repr(d.peak_memory), d.peak_inflight) for d in m2.devices]
+    assert m.critical_path == m2.critical_path
+    assert repr(m.to_json()) == repr(m2.to_json())
+    if fast.timeline is not None:
+        assert typed(fast.timeline.end) == typed(slow.timeline.end)
+        assert typed(fast.timeline.start) == typed(slow.timeline.start)
+    assert_same_everything(schedule, costs, memory)
+
+
+# --------------------------------------------------------------------------- bad arguments
+
+from schedverify.model import Action  # noqa: E402
+
+M8 = ([1] * 8, [0] * 8, [1] + [0] * 7, [0] * 8)  # alloc, free, n_in, n_out: one column
+
+#: (call, the exception it must raise) -- arguments no caller passes.  Each was an
+#: out-of-bounds access (ASan) or undefined behaviour (UBSan) before the kernel checked its
+#: arguments; each runs in a subprocess, so that a crash fails the test instead of pytest.
+BAD_CALLS = [
+    ("sweep_plain([-3, 1], [1], [1], 0)", "ValueError"),  # the issue's reproducers
+    ("memory_plain([-5, 2], [0, 0], [0, 0], *M8, [0.0], None)", "ValueError"),
+    ("critical_path_plain([-2, 1], [0], [1], [0], [1], 0, 1e-9)", "ValueError"),
+    ("parse_row(['0F0'], int, ('F',))", "TypeError"),
+    ("sweep_plain([0, 2, 1], [2, 2], [1, 1], 0)", "ValueError"),  # starts decrease
+    ("sweep_plain([0, 1], [7], [1], 0)", "ValueError"),  # a wait beyond n
+    ("sweep_plain([0, 1], [-1], [1], 0)", "ValueError"),
+    ("sweep_plain([0, 2], [2], [1, 1], 0)", "ValueError"),  # lengths disagree
+    ("sweep_plain([0, 1], [1], [1, 1], 0)", "ValueError"),
+    ("sweep_plain([0, '1'], [1], [1], 0)", "TypeError"),
+    ("sweep_plain([], [], [], 0)", "ValueError"),
+    ("memory_plain([0, 2], [0, 9], [0, 0], *M8, [0.0], None)", "ValueError"),  # a code beyond 7
+    ("memory_plain([0, 1], [0], [0], [], [], [0] * 8, [0] * 8, [0.0], None)", "ValueError"),  # S = 0
+    ("memory_plain([0, 1], [0], [0], [1] * 8, [0] * 8, [1], [0] * 8, [0.0], None)", "ValueError"),
+    ("memory_plain([0, 1], [0], [0, 0], *M8, [0.0], None)", "ValueError"),
+    ("memory_plain([0, 1], [0], [0], *M8, [], None)", "ValueError"),  # static per device
+    ("critical_path_plain([0, 1], [3], [1], [0], [1], 0, 1e-9)", "ValueError"),  # a device beyond D
+    ("critical_path_plain([0, 1], [0], [5], [0], [1], 0, 1e-9)", "ValueError"),  # a wait beyond n
+    ("critical_path_plain([0, 1, 1], [1], [1], [0], [1], 0, 1e-9)", "ValueError"),  # i not on dev[i]
+    ("critical_path_plain([0, 2], [0], [2], [0, 0], [1, 1], 0, 1e-9)", "ValueError"),
+    ("format_plain([Action(0, 'F', 0)], [3], Action)", "IndexError"),
+    ("format_plain([Action(0, 'F', 0)], [-1], Action)", "IndexError"),
+    ("parse_row(['0F0'], tuple, ('F', 1))", "TypeError"),
+    ("compile_plain(((Action(0, 'F', 0),),), 1, 1, ((0,),), None, "
+     "tuple(((0, (99,), -1),) for _ in range(8)), (None,) * 8, KINDS8, True)", "ValueError"),
+    ("compile_plain(((Action(0, 'F', 0),),), 1, 1, ((0,),), None, "
+     "((),) * 8, ((-7, 0),) + (None,) * 7, KINDS8, True)", "ValueError"),
+]
+
+
+@pytest.mark.parametrize("call, error", BAD_CALLS)
+def test_inconsistent_arguments_raise_instead_of_crashing(call, error):
+    import subprocess
+    import sys
+
+    code = (
+        "from schedverify._kernel import *\n"
+        "from schedverify.model import Action\n"
+        f"M8 = {M8!r}\n"
+        "KINDS8 = ('F', 'B', 'I', 'W', 'SEND_F', 'RECV_F', 'SEND_B', 'RECV_B')\n"
+        "try:\n"
+        f"    out = {call}\n"
+        "except Exception as e:\n"
+        "    print(type(e).__name__)\n"
+        "else:\n"
+        "    print('returned', repr(out)[:200])\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(schedverify.__file__)),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.strip() == error, done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("cell", ["1" * 19 + "F0", "9" * 20 + "F0", "1" * 25 + "F0", "0" * 30 + "1F2",
+                                  "0F" + "9" * 19, "1" * 5000 + "F0", "0F" + "1" * 5000])
+def test_overlong_indices_are_left_to_python(cell):
+    """An index of more than 18 digits: the kernel declines (it once accumulated 20 digits
+    into a long long: signed overflow), and Python's code reads it, or refuses it (int()
+    takes at most 4300 digits: the caller turns that into an input error)."""
+    assert KERNEL.parse_row([cell], Action, ("F",)) is None
+    assert KERNEL.parse_row(["0F0", cell], Action, ("F",)) is None
+    with pure_python():
+        try:
+            slow = parse_row([cell])
+        except ValueError:  # beyond int()'s limit
+            assert len(cell) > 4300
+            return
+    stage, _, mb = cell.partition("F")
+    assert slow == [Action(int(stage), "F", int(mb))]
+
+
+def test_format_plain_declines_what_is_not_an_action():
+    """str() of a plain 4-tuple is not an action's text: the kernel declines it."""
+    assert KERNEL.format_plain([(0, "F", 0, None)], [0], Action) is None
+    assert KERNEL.format_plain([Action(0, "F", 0)], [0], Action) == ["0F0"]
+    assert KERNEL.format_plain([Action(True, "F", 0)], [0], Action) is None  # str(True) is 'True'

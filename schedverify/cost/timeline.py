@@ -10,7 +10,7 @@ from typing import Any
 from .. import _accel
 from ..errors import SchedverifyError
 from ..graph import Graph, SweepResult, compile_graph, durations_for, sweep
-from ..model import Costs, MemoryModel, Schedule, as_schedule, resolve_costs, resolve_memory
+from ..model import Action, Costs, MemoryModel, Schedule, as_schedule, resolve_costs, resolve_memory
 from .memory import MemoryResult, memory_sweep
 
 
@@ -118,7 +118,7 @@ class Timeline:
     def action_names(self, indices: list[int]) -> list[str]:
         """``str`` of each of these actions."""
         kernel = _accel.kernel
-        names = kernel.format_plain(self.graph.acts, indices) if kernel is not None else None
+        names = kernel.format_plain(self.graph.acts, indices, Action) if kernel is not None else None
         return names if names is not None else list(map(str, map(self.graph.acts.__getitem__, indices)))
 
     def critical_path(self) -> list[int]:
