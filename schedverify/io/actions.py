@@ -7,7 +7,6 @@ must parse.
 from __future__ import annotations
 
 import re
-from operator import attrgetter
 from itertools import repeat
 
 from .. import _accel
@@ -199,38 +198,6 @@ def is_action(text) -> bool:
     except ActionSyntaxError:
         return False
     return True
-
-
-def leaf_rows(order):
-    """Each row's actions as leaves (an overlap's two sub-actions), idle slots dropped."""
-    for row in order:
-        acts = list(filter(None, row))
-        if any(map(_SUB, acts)):
-            acts = [x for a in acts for x in a.leaves()]
-        yield acts
-
-
-def infer_sizes(order, devices: int, stages: int | None,
-                microbatches: int | None) -> tuple[int, int]:
-    """(stages, microbatches): the ones the file gives, else inferred from the largest stage
-    and microbatch index any action names (at least one stage per device).  Both file
-    formats call it; each then refuses sizes too large in its own terms."""
-    if stages is not None and microbatches is not None:
-        return stages, microbatches
-    top_stages, top_mbs = [0], [0]
-    for acts in leaf_rows(order):
-        top_stages.append(max(map(_STAGE, acts), default=0))
-        named = list(map(_MB, acts))
-        if None in named:  # bookkeeping actions name no microbatch
-            named = [m for m in named if m is not None]
-        top_mbs.append(max(named, default=0))
-    return (max(devices, 1 + max(top_stages)) if stages is None else stages,
-            1 + max(top_mbs) if microbatches is None else microbatches)
-
-
-_SUB = attrgetter("sub")
-_STAGE = attrgetter("stage")
-_MB = attrgetter("microbatch")
 
 
 def format_action(action: Action | None) -> str:

@@ -14,8 +14,9 @@ from operator import attrgetter
 
 from ..errors import InputError
 from ..limits import limits
-from ..model import Placement, PlacementSpec, Schedule, as_schedule, stage_devices
-from .actions import CellErrors, infer_sizes, leaf_rows, parse_row
+from ..model import (Placement, PlacementSpec, Schedule, as_schedule, infer_sizes, leaf_rows,
+                     stage_devices)
+from .actions import CellErrors, parse_row
 from .files import as_text
 from .jsonfmt import refuse_huge_index
 

@@ -21,9 +21,10 @@ from ..model import (
     Placement,
     Schedule,
     as_schedule,
+    infer_sizes,
     number_problem,
 )
-from .actions import CellErrors, infer_sizes, parse_row
+from .actions import CellErrors, parse_row
 from .files import as_text
 
 FORMAT = "schedverify/1"
