@@ -37,7 +37,6 @@ from .budget import Budget, TimeUp
 from .problem import Problem, Units
 
 
-
 def earliest_starts(p: Problem, u: Units) -> dict[tuple[int, str], int]:
     """Earliest start of each (stage, kind) for one microbatch, ignoring device contention."""
     place = p.placement_obj().routes[0]

@@ -49,7 +49,6 @@ from .. import deps as rules
 from .. import diagnostics as dx
 from ..diagnostics import Location, Report, Verdict, Violation
 from ..errors import SchedverifyError, UsageError
-from .budget import Budget, TimeUp
 from ..model import (
     B,
     BOOKKEEPING_KINDS,
@@ -71,6 +70,7 @@ from ..model import (
     resolve_costs,
     resolve_memory,
 )
+from .budget import Budget, TimeUp
 
 MAX_CYCLES = 10
 RUNTIME_SEMANTICS = ("torch", "torch-nccl")  # docs/spec.md 8 (the names, not the graph engine's code)

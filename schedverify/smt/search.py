@@ -83,9 +83,9 @@ from typing import Any
 from .. import deps as rules
 from ..errors import UsageError
 from ..model import B, F, I, W, Action, Schedule
-from .budget import Budget, TimeUp
 from .bounds import (TimeWindows, device_lags, earliest_starts, least_tails, lower_bound, memory_precedences,
                      min_peak_memory, order_search, propagation_bound)
+from .budget import Budget, TimeUp
 from .problem import Problem, Units, frac, make_problem
 
 CLASS_FIFO = "fifo"
