@@ -68,7 +68,8 @@ def register(sub) -> None:
                    help="fifo: microbatches in order per stage and kind (loses no optimum, see "
                         "the docs; default); unrestricted: every order (slow, for cross-checks)")
     p.add_argument("--time-limit", type=_positive_float, default=60.0, metavar="S",
-                   help="seconds (default 60); when hit: best found, lower bound, gap, exit 3")
+                   help="seconds for the whole search, warm start included (default 60); it "
+                        "answers within S + 1 s; when hit: best found, lower bound, gap, exit 3")
     p.add_argument("--no-warm-start", action="store_true",
                    help="do not start from the generators (FAMILIES) and the greedy heuristic")
     p.add_argument("-o", "--output", metavar="FILE", help="write the schedule here (schedverify/1 JSON)")
