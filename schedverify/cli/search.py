@@ -95,9 +95,9 @@ def run(args, out, err) -> int:
     )
     written = None
     if result.schedule is not None and args.output:
-        from ..io import dumps, dumps_csv
+        from ..io import dumps_for
 
-        text = dumps_csv(result.schedule) if args.output.lower().endswith(".csv") else dumps(result.schedule)
+        text = dumps_for(result.schedule, args.output)
         write_output(args.output, text)
         written = args.output
     code = {"optimal": EXIT_OK, "infeasible": EXIT_INVALID}.get(result.status, EXIT_UNKNOWN)

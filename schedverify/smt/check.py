@@ -48,7 +48,7 @@ from fractions import Fraction
 from .. import deps as rules
 from .. import diagnostics as dx
 from ..diagnostics import Location, Report, Verdict, Violation
-from ..errors import SchedverifyError, UsageError
+from ..errors import EngineDisagreement, UsageError  # noqa: F401 - EngineDisagreement re-exported
 from ..model import (
     B,
     BOOKKEEPING_KINDS,
@@ -1094,13 +1094,6 @@ def check_z3(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, 
                     max_violations, nccl, budget).run()
 
 
-ENGINES = ("graph", "z3", "both")
-
-
-class EngineDisagreement(SchedverifyError):
-    """``--engine both``: the graph and Z3 engines reached different findings (a bug in one)."""
-
-
 def disagreements(graph: Report, z3: Report) -> list[str]:
     """How two reports on the same schedule differ in verdict, codes or makespan."""
     out = []
@@ -1116,26 +1109,7 @@ def disagreements(graph: Report, z3: Report) -> list[str]:
 
 
 def run_engine(engine: str, schedule: Schedule, *, timeout_s: float = 60.0, **options) -> Report:
-    """Check with ``engine`` ("graph", "z3" or "both").  ``both`` returns the graph report
-    when the engines agree, raises :class:`EngineDisagreement` when they do not, and returns
-    the Z3 report (verdict UNKNOWN, never valid) when Z3 could not decide."""
-    if engine not in ENGINES:
-        raise UsageError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if engine == "z3":
-        return check_z3(schedule, timeout_s=timeout_s, **options)
-    from ..check import check
+    """:func:`schedverify.engines.run_engine`, kept here where it was first published."""
+    from ..engines import run_engine as run
 
-    graph = check(schedule, **options)
-    if engine == "graph":
-        return graph
-    z3 = check_z3(schedule, timeout_s=timeout_s, **options)
-    if z3.verdict is Verdict.UNKNOWN:
-        z3.reason = f"z3 engine undecided ({z3.reason}); the graph engine says {graph.verdict}"
-        return z3
-    diff = disagreements(graph, z3)
-    if diff:
-        raise EngineDisagreement(
-            f"the graph and z3 engines disagree on {schedule.name or 'the schedule'}: "
-            + "; ".join(diff))
-    graph.engine = "graph+z3"
-    return graph
+    return run(engine, schedule, timeout_s=timeout_s, **options)
