@@ -10,7 +10,8 @@ engine registered in :data:`ENGINES` is available everywhere at once.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Mapping, Protocol
+from typing import Protocol
+from collections.abc import Mapping
 
 from .diagnostics import Report, Verdict
 from .errors import EngineDisagreement, UsageError

@@ -12,7 +12,8 @@ from itertools import chain
 from fractions import Fraction
 from numbers import Integral
 from operator import attrgetter
-from typing import NamedTuple, Sequence, Union
+from typing import NamedTuple, Union
+from collections.abc import Sequence
 
 from .errors import UsageError
 
@@ -98,7 +99,7 @@ def malformation(a: Action) -> str:
 
 # --------------------------------------------------------------------------- placement
 
-PlacementSpec = Union[str, Sequence[int]]
+PlacementSpec = Union[str, Sequence[int]]  # noqa: UP007 - an alias evaluated at import, on 3.10
 
 
 def stage_devices(spec: PlacementSpec, devices: int, stages: int) -> tuple[int, ...]:
@@ -178,7 +179,7 @@ def _freeze_spec(spec: PlacementSpec) -> PlacementSpec:
 
 # --------------------------------------------------------------------------- costs, memory
 
-PerStage = Union[float, tuple[float, ...]]
+PerStage = Union[float, tuple[float, ...]]  # noqa: UP007 - an alias evaluated at import, on 3.10
 
 
 def per_stage(value: PerStage, stage: int) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from itertools import islice
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..cost.memory import memory_sweep
 from ..cost.timeline import Timeline, order_only_metrics, run_timeline

@@ -20,7 +20,8 @@ import importlib
 import signal
 import sys
 import threading
-from typing import Sequence, TextIO
+from typing import TextIO
+from collections.abc import Sequence
 
 from ..errors import SchedverifyError
 

@@ -13,7 +13,8 @@ the tuple at the bottom.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..model import Schedule
 from .bidirectional import chimera, dualpipe, dualpipe_v
@@ -133,6 +134,7 @@ def generate(name: str, devices: int, microbatches: int, **options: Any) -> Sche
 
 
 __all__ = [
-    "FAMILIES", "Family", "Option", "family", "generate", "gpipe", "interleaved_1f1b", "looped_bfs", "one_f_one_b", "zb_h1",
+    "FAMILIES", "Family", "Option", "family", "generate", "gpipe", "interleaved_1f1b", "looped_bfs",
+    "one_f_one_b", "zb_h1",
     "zb_h2", "chimera", "dualpipe", "dualpipe_v", "v_half", "v_min", "zb_v",
 ]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 #: Seconds past its limit by which a command under a :class:`Budget` answers (documented in
 #: the README; measured by bench/limits.py, held by tests/test_limits.py).

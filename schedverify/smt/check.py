@@ -146,9 +146,8 @@ class _Index:
                         duplicate.append((e, self.first[key], x))
                         continue
                     self.first[key] = e
-                    if x.kind == B and ((s, mb, I) in self.first or (s, mb, W) in self.first):
-                        mixed.append(e)
-                    elif x.kind in (I, W) and (s, mb, B) in self.first:
+                    split = (s, mb, I) in self.first or (s, mb, W) in self.first
+                    if x.kind == B and split or x.kind in (I, W) and (s, mb, B) in self.first:
                         mixed.append(e)
                     expected = (routes[mroute[mb]] if mroute is not None else routes[0])[s]
                     if expected != d:
@@ -277,7 +276,7 @@ class _Edges:
         self.missing_found: list[Violation] = []  # SV503 (3.5 and 8.3 alike)
         if not explicit:
             return
-        for e, (d, p, a) in enumerate(ix.entries):
+        for e, (_d, _p, a) in enumerate(ix.entries):
             if a.kind not in COMM_KINDS or type(a.stage) is not int or type(a.microbatch) is not int:
                 continue
             if not (0 <= a.stage < S and 0 <= a.microbatch < M):
@@ -619,7 +618,7 @@ class _Z3Check:
         s = self.solver()
         self._device_order(s, rank)
         lits = {}
-        for k, (e, j, _lat, why, kind) in enumerate(_paced(self.ed.edges, self.budget)):
+        for k, (e, j, _lat, _why, kind) in enumerate(_paced(self.ed.edges, self.budget)):
             if kind == "same":
                 lit = z3.Bool(f"same{k}")
                 s.add(z3.Implies(lit, rank[e] > rank[j]))
@@ -772,11 +771,11 @@ class _Z3Check:
         prev = {}
         for e, (d, _, _) in enumerate(_paced(self.ix.entries, self.budget)):
             o.add(st[e] >= 0)
-            o.add(T >= st[e] + z3.RealVal(dur[e]))
+            o.add(st[e] + z3.RealVal(dur[e]) <= T)
             if d in prev:
                 o.add(st[e] >= st[prev[d]] + z3.RealVal(dur[prev[d]]))
             prev[d] = e
-        for k, (e, j, lat, _why, kind) in enumerate(_paced(self.ed.edges, self.budget)):
+        for _k, (e, j, lat, _why, kind) in enumerate(_paced(self.ed.edges, self.budget)):
             if kind == "same":
                 continue  # same-device: implied by device order (here none is inverted)
             o.add(st[e] >= st[j] + z3.RealVal(dur[j] + lat))
@@ -811,6 +810,7 @@ class _Z3Check:
             values, lits = [], []
             mvars = [z3.Real(f"m{d}_{q}") for q in range(len(ents))]
             prev_free = static[d]
+            last_free = Fraction(0)  # what the previous action freed (none before the first)
             for q, e in enumerate(_paced(ents, self.budget)):
                 alloc = sum((act[x.stage] for x in self.ix.memory_leaves(e) if x.kind == F), Fraction(0))
                 n += sum(1 for x in self.ix.memory_leaves(e) if x.kind == F)
@@ -1037,7 +1037,7 @@ class _Z3Check:
         T = z3.Real("T")
         for x in _paced(range(2 * n), self.budget):
             if x not in never:
-                o.add(t[x] >= 0, T >= t[x])
+                o.add(t[x] >= 0, t[x] <= T)
         for tgt, src, delay, *_ in _paced(ev.hard + ev.waits, self.budget):
             if tgt not in never:
                 o.add(t[tgt] >= t[src] + z3.RealVal(delay))

@@ -15,7 +15,7 @@ costs, and ``unknown`` (timeout, resource limit, incomplete theory) is never rea
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import z3
 

@@ -20,6 +20,7 @@ Every solver call goes through :func:`check`, which keeps two promises:
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -50,10 +51,7 @@ def make_solver(*, timeout_s: float | None = DEFAULT_TIMEOUT_S, rlimit: int = DE
     for problems whose every arithmetic atom is ``x - y <= c``; None keeps Z3's default).
     """
     _configure()
-    if simple:
-        s = z3.SimpleSolver()
-    else:
-        s = z3.SolverFor(logic) if logic else z3.Solver()
+    s = z3.SimpleSolver() if simple else z3.SolverFor(logic) if logic else z3.Solver()
     s.set("random_seed", SEED)
     s.set("ctrl_c", False)  # Ctrl-C is Python's (see check), not Z3's
     if timeout_s is not None:
@@ -106,10 +104,8 @@ def check(solver, *assumptions, budget: Budget | None = None,
     box: dict = {}
 
     def work():
-        try:
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # no pthreads: Python still gets it
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        except (AttributeError, OSError, ValueError):  # no pthreads: Python still gets the signal
-            pass
         try:
             box["result"] = solver.check(*assumptions)
         except BaseException as e:  # noqa: BLE001  (handed to the calling thread as it is)
