@@ -53,11 +53,13 @@ def parse_action(text: str) -> Action:
     m = _SIMPLE.fullmatch(text) if type(text) is str else None
     if m is not None:
         stage, kind, mb = m.groups()
-        if len(stage) > MAX_DIGITS or len(mb) > MAX_DIGITS:
-            which = "stage" if len(stage) > MAX_DIGITS else "microbatch"
-            digits = max(len(stage), len(mb))
-            shown = text if len(text) <= 40 else text[:20] + "..." + text[-12:]
-            raise ActionSyntaxError(f"a {which} index of {digits} digits is absurdly large: {shown!r}")
+        if len(stage) > MAX_DIGITS or len(mb) > MAX_DIGITS:  # leading zeros aside, as int() reads it
+            long_stage = len(stage.lstrip("0")) > MAX_DIGITS
+            if long_stage or len(mb.lstrip("0")) > MAX_DIGITS:
+                which, digits = ("stage", stage) if long_stage else ("microbatch", mb)
+                shown = text if len(text) <= 40 else text[:20] + "..." + text[-12:]
+                raise ActionSyntaxError(f"a {which} index of {len(digits.lstrip('0'))} digits is absurdly "
+                                        f"large: {shown!r}")
         kind = _KINDS[kind]
         if kind in BOOKKEEPING_KINDS:
             if mb:
@@ -189,7 +191,7 @@ def is_action(text) -> bool:
     m = _SIMPLE.fullmatch(text.strip())
     if m is not None:
         stage, kind, mb = m.groups()
-        return (len(stage) <= MAX_DIGITS and len(mb) <= MAX_DIGITS
+        return (len(stage.lstrip("0")) <= MAX_DIGITS and len(mb.lstrip("0")) <= MAX_DIGITS
                 and (not mb) == (kind in BOOKKEEPING_KINDS))
     if not text.lstrip().startswith("("):
         return False
