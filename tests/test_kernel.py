@@ -31,7 +31,7 @@ from schedverify.io.actions import parse_action, parse_row
 from schedverify.model import Costs, MemoryModel, resolve_costs, resolve_memory
 from schedverify.strategies import mutations, valid_schedules
 
-from _helpers import generated
+from _helpers import generated, pure_python
 
 KERNEL = _accel.kernel
 if KERNEL is None:
@@ -42,16 +42,6 @@ if KERNEL is None:
 GRAPH_FIELDS = ("explicit_comm", "rendezvous", "acts", "dev", "pos", "starts", "wait", "more_waits", "inversions", "counts",
                 "code", "stage", "producer", "duplicates", "wrong_device", "mixed", "malformed",
                 "out_of_range", "missing_recv", "reduce_grads")
-
-
-@contextmanager
-def pure_python():
-    saved = _accel.kernel
-    _accel.kernel = None
-    try:
-        yield
-    finally:
-        _accel.kernel = saved
 
 
 class Spy:
