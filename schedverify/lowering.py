@@ -38,6 +38,7 @@ from .model import (
     W,
     Action,
     Schedule,
+    malformation,
 )
 
 
@@ -47,7 +48,14 @@ Rows = dict[int, list[Action]]
 def _stage(a: Action) -> int:
     """The stage of a compute or communication action.  Every well-formed one has an int
     stage (only an overlap has None, and the lowering works on its sub-actions)."""
-    return cast(int, a.stage)  # not checked here: see torch_lowering
+    return cast(int, a.stage)  # torch_lowering refuses an action without one (_unstaged)
+
+
+def _unstaged(a: Action) -> Action | None:
+    """The part of ``a`` whose stage the lowering reads (``a`` itself unless it is an overlap,
+    and its sub-actions) that has no int stage, or None."""
+    own = () if a.kind == OVERLAP_F_B and a.sub is not None else (a,)
+    return next((x for x in (*own, *(a.sub or ())) if not isinstance(x.stage, int)), None)
 
 
 def torch_lowering(schedule: Schedule, *, defer_recv: bool = False) -> Schedule:
@@ -62,6 +70,13 @@ def torch_lowering(schedule: Schedule, *, defer_recv: bool = False) -> Schedule:
                 raise LoweringError(f"Expected compute-only schedule but found {a} at rank {d}, "
                                     f"position {k} (PyTorch's lowering adds UNSHARD, RESHARD and "
                                     "REDUCE_GRAD itself)")
+            if a is None or a.sub is None and isinstance(a.stage, int):
+                continue  # an idle slot, or the common case
+            bad = _unstaged(a)
+            if bad is not None:
+                raise LoweringError(f"{a} at rank {d}, position {k} has no stage index "
+                                    f"({malformation(bad)}): PyTorch's lowering places every action "
+                                    "by its stage")
     if schedule.placement.is_bidirectional:
         raise LoweringError("PyTorch's runtime places each stage on one rank: a bidirectional "
                             "schedule (two routes) cannot be lowered")
