@@ -24,11 +24,14 @@ to index anything):
 from __future__ import annotations
 
 import os
+from types import ModuleType
 
-kernel = None
+kernel: ModuleType | None = None
 if not os.environ.get("SCHEDVERIFY_PURE_PYTHON"):
     try:
-        from . import _kernel as kernel  # noqa: F811
+        from . import _kernel
+
+        kernel = _kernel
     except ImportError:  # not built: the pure-Python paths run
         kernel = None
 

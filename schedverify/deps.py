@@ -64,8 +64,10 @@ RENDEZVOUS_WHY = "waits, under rendezvous semantics, until {dep} is posted"
 
 def needs(action: Action, num_stages: int) -> Iterator[tuple[Need, int]]:
     """The needs of one (leaf) action, each with the producer's stage, in range only."""
+    own = action.stage
+    assert own is not None, f"{action} is not a leaf action"  # a leaf's stage is an int
     for need in NEEDS.get(action.kind, ()):
-        stage = action.stage + need.offset
+        stage = own + need.offset
         if 0 <= stage < num_stages:
             yield need, stage
 

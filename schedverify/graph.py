@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
 from operator import add, and_, eq, gt, itemgetter, lt, mul, ne
+from typing import cast
 
 from . import _accel
 from . import deps as rules
@@ -120,7 +121,7 @@ class Graph:
         edge (wait until ``j`` has ended on the peer device).  Built once, on first use."""
         if self._waits is None:
             n, more = len(self.acts), self.more_waits
-            out = [() if j == n else (j,) for j in self.wait]
+            out: list[tuple[int, ...]] = [() if j == n else (j,) for j in self.wait]
             for i, extra in more.items():
                 out[i] += tuple(~j if sync else j for j, sync in extra)
             self._waits = out
@@ -171,7 +172,8 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
     _link(g, S, M)
     g.code = [KIND_CODE.get(a.kind, -1) if a.sub is None and a.microbatch is not None
               and type(a.stage) is int and 0 <= a.stage < S else -1 for a in g.acts]
-    g.stage = [a.stage if c >= 0 else -1 for a, c in zip(g.acts, g.code)]
+    # a code >= 0 means an int stage in range (the test of None is only for the type checker)
+    g.stage = [a.stage if c >= 0 and a.stage is not None else -1 for a, c in zip(g.acts, g.code)]
     return g
 
 
@@ -186,9 +188,10 @@ def _compile_fast(g: Graph, S: int, M: int) -> bool:
     n = len(acts)
     if any(map(_SUB, acts)):
         return False
-    codes = list(map(_FAST_CODE.get, map(_KIND, acts)))
-    if None in codes:
+    found = list(map(_FAST_CODE.get, map(_KIND, acts)))
+    if None in found:
         return False
+    codes = cast("list[int]", found)  # every kind has a code (no None, just checked)
     stg = list(map(_STAGE, acts))
     mbs = list(map(_MB, acts))
     if n and (not set(map(type, stg)) <= _INT or not set(map(type, mbs)) <= _INT
@@ -268,7 +271,8 @@ def _fast_slots():
     width = max(len(rules.NEEDS[k]) for k in _FAST_CODE)
     slots = []
     for k in range(width):
-        offset, codediff, alt = [None] * 4, [0] * 4, [0] * 4
+        offset: list[int | None] = [None] * 4
+        codediff, alt = [0] * 4, [0] * 4
         for kind, c in _FAST_CODE.items():
             needs = rules.NEEDS[kind]
             if k < len(needs):
@@ -446,7 +450,7 @@ def sweep(g: Graph, durations: list[float], comm: float = 0, *, max_cycles: int 
     done = bytearray(n + 1)
     done[n] = 1
     ptr = starts[:-1]
-    clock = [0] * D
+    clock: list[float] = [0] * D
     waiting: dict[int, list[int]] = {}
     ignored: set[tuple[int, int]] = set()
     cycles: list[list[tuple[int, int]]] = []

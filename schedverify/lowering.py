@@ -20,7 +20,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 from .errors import LoweringError
 from .model import (
@@ -38,10 +38,24 @@ from .model import (
     W,
     Action,
     Schedule,
+    malformation,
 )
 
 
 Rows = dict[int, list[Action]]
+
+
+def _stage(a: Action) -> int:
+    """The stage of a compute or communication action.  Every well-formed one has an int
+    stage (only an overlap has None, and the lowering works on its sub-actions)."""
+    return cast(int, a.stage)  # torch_lowering refuses an action without one (_unstaged)
+
+
+def _unstaged(a: Action) -> Action | None:
+    """The part of ``a`` whose stage the lowering reads (``a`` itself unless it is an overlap,
+    and its sub-actions) that has no int stage, or None."""
+    own = () if a.kind == OVERLAP_F_B and a.sub is not None else (a,)
+    return next((x for x in (*own, *(a.sub or ())) if not isinstance(x.stage, int)), None)
 
 
 def torch_lowering(schedule: Schedule, *, defer_recv: bool = False) -> Schedule:
@@ -56,6 +70,13 @@ def torch_lowering(schedule: Schedule, *, defer_recv: bool = False) -> Schedule:
                 raise LoweringError(f"Expected compute-only schedule but found {a} at rank {d}, "
                                     f"position {k} (PyTorch's lowering adds UNSHARD, RESHARD and "
                                     "REDUCE_GRAD itself)")
+            if a is None or a.sub is None and isinstance(a.stage, int):
+                continue  # an idle slot, or the common case
+            bad = _unstaged(a)
+            if bad is not None:
+                raise LoweringError(f"{a} at rank {d}, position {k} has no stage index "
+                                    f"({malformation(bad)}): PyTorch's lowering places every action "
+                                    "by its stage")
     if schedule.placement.is_bidirectional:
         raise LoweringError("PyTorch's runtime places each stage on one rank: a bidirectional "
                             "schedule (two routes) cannot be lowered")
@@ -79,7 +100,8 @@ def add_unshard_reshard(actions: list[Action | None], max_active_stages: int = 3
     device computes, evicting (RESHARD) the others; idle slots are dropped."""
 
     def stages_of(a: Action) -> tuple[int, ...]:
-        return tuple(x.stage for x in a.sub) if a.kind == OVERLAP_F_B and a.sub is not None else (a.stage,)
+        leaves = a.sub if a.kind == OVERLAP_F_B and a.sub is not None else (a,)
+        return tuple(_stage(x) for x in leaves)
 
     # PyTorch's next_stage_indices scans the rest of the list from each action (quadratic
     # when fewer than max_active_stages stages remain).  The same answer, in linear time in
@@ -104,13 +126,13 @@ def add_unshard_reshard(actions: list[Action | None], max_active_stages: int = 3
             if a.kind == OVERLAP_F_B and a.sub is not None:
                 for x in a.sub:
                     if x.stage not in seen:
-                        seen.add(x.stage)
-                        out.append(x.stage)
+                        seen.add(_stage(x))
+                        out.append(_stage(x))
                 if len(out) >= count:
                     break
             elif a.stage not in seen:
-                seen.add(a.stage)
-                out.append(a.stage)
+                seen.add(_stage(a))
+                out.append(_stage(a))
                 if len(out) == count:
                     break
         return out
@@ -146,9 +168,10 @@ def add_reduce_grad(actions: list[Action], microbatches: int) -> list[Action]:
         out.append(a)
         for x in (a.sub if a.kind == OVERLAP_F_B and a.sub is not None else (a,)):
             if x.kind in (W, B):
-                count[x.stage] = count.get(x.stage, 0) + 1
-                if count[x.stage] == microbatches:
-                    out.append(Action(x.stage, REDUCE_GRAD, None))
+                s = _stage(x)
+                count[s] = count.get(s, 0) + 1
+                if count[s] == microbatches:
+                    out.append(Action(s, REDUCE_GRAD, None))
     return out
 
 
@@ -160,24 +183,29 @@ def add_send_recv(compute: Rows, rank_of: Callable[[int], int], num_stages: int)
 
     def has_comms(a: Action) -> bool:
         if a.kind == F:
-            return a.stage != num_stages - 1 and rank_of(a.stage + 1) != rank_of(a.stage)
+            s = _stage(a)
+            return s != num_stages - 1 and rank_of(s + 1) != rank_of(s)
         if a.kind in (I, B):
-            return a.stage != 0 and rank_of(a.stage - 1) != rank_of(a.stage)
+            s = _stage(a)
+            return s != 0 and rank_of(s - 1) != rank_of(s)
         return False
 
     def comms(a: Action) -> tuple[Action, Action]:
+        s = _stage(a)
         if a.kind == F:
-            return Action(a.stage, SEND_F, a.microbatch), Action(a.stage + 1, RECV_F, a.microbatch)
-        return Action(a.stage, SEND_B, a.microbatch), Action(a.stage - 1, RECV_B, a.microbatch)
+            return Action(s, SEND_F, a.microbatch), Action(s + 1, RECV_F, a.microbatch)
+        return Action(s, SEND_B, a.microbatch), Action(s - 1, RECV_B, a.microbatch)
 
     def ready(a: Action, prev: set[Action]) -> bool:
         if a.kind == F and a.stage != 0:
-            return (Action(a.stage, RECV_F, a.microbatch) in prev
-                    or Action(a.stage - 1, F, a.microbatch) in prev)
+            s = _stage(a)
+            return (Action(s, RECV_F, a.microbatch) in prev
+                    or Action(s - 1, F, a.microbatch) in prev)
         if a.kind in (I, B) and a.stage != num_stages - 1:
-            return (Action(a.stage, RECV_B, a.microbatch) in prev
-                    or Action(a.stage + 1, I, a.microbatch) in prev
-                    or Action(a.stage + 1, B, a.microbatch) in prev)
+            s = _stage(a)
+            return (Action(s, RECV_B, a.microbatch) in prev
+                    or Action(s + 1, I, a.microbatch) in prev
+                    or Action(s + 1, B, a.microbatch) in prev)
         return True
 
     for rank, acts in compute.items():
@@ -202,7 +230,7 @@ def add_send_recv(compute: Rows, rank_of: Callable[[int], int], num_stages: int)
                     send, recv = comms(x)
                     out[rank].append(send)
                     prev[rank].add(send)
-                    dest = rank_of(recv.stage)
+                    dest = rank_of(_stage(recv))
                     out[dest].append(recv)
                     prev[dest].add(recv)
             heads[rank] += 1
@@ -220,15 +248,17 @@ def defer_recv_ops(actions: Rows, rank_of: Callable[[int], int]) -> Rows:
     that consumes it, or until a SEND to the same peer from a lower rank."""
 
     def recv_peer(a: Action) -> int:
-        return rank_of(a.stage - 1) if a.kind == RECV_F else rank_of(a.stage + 1)
+        s = _stage(a)
+        return rank_of(s - 1) if a.kind == RECV_F else rank_of(s + 1)
 
     def send_peer(a: Action) -> int:
-        return rank_of(a.stage + 1) if a.kind == SEND_F else rank_of(a.stage - 1)
+        s = _stage(a)
+        return rank_of(s + 1) if a.kind == SEND_F else rank_of(s - 1)
 
     result: Rows = {}
     for rank, row in actions.items():
         new: list[Action] = []
-        deferred: dict[tuple[int, str, int | None], Action] = {}
+        deferred: dict[tuple[int | None, str, int | None], Action] = {}
         for a in row:
             if a.kind in (RECV_F, RECV_B):
                 deferred[(a.stage, a.kind, a.microbatch)] = a
@@ -347,22 +377,26 @@ def _keyed_lowering(schedule: Schedule, timeline) -> Schedule:
     for row in rows.values():
         for a in row:
             for x in (a.sub if a.sub is not None else (a,)):
-                if x.kind == F and x.stage + 1 < S and route[x.stage + 1] != route[x.stage]:
-                    peer, send, recv, consumer = x.stage + 1, SEND_F, RECV_F, (F,)
-                elif x.kind in (B, I) and x.stage > 0 and route[x.stage - 1] != route[x.stage]:
-                    peer, send, recv, consumer = x.stage - 1, SEND_B, RECV_B, (B, I)
+                if x.kind not in (F, B, I):
+                    continue
+                s = _stage(x)
+                consumer: tuple[str, ...]
+                if x.kind == F and s + 1 < S and route[s + 1] != route[s]:
+                    peer, send, recv, consumer = s + 1, SEND_F, RECV_F, (F,)
+                elif x.kind in (B, I) and s > 0 and route[s - 1] != route[s]:
+                    peer, send, recv, consumer = s - 1, SEND_B, RECV_B, (B, I)
                 else:
                     continue
                 use = next(at[key] for key in ((peer, c, x.microbatch) for c in consumer) if key in at)
-                key = (end_of[(x.stage, x.kind, x.microbatch)], route[x.stage], route[peer],
-                       x.stage, send, x.microbatch)
-                messages.append((key, Action(x.stage, send, x.microbatch), at[(x.stage, x.kind, x.microbatch)],
+                key = (end_of[(s, x.kind, x.microbatch)], route[s], route[peer],
+                       s, send, x.microbatch)
+                messages.append((key, Action(s, send, x.microbatch), at[(s, x.kind, x.microbatch)],
                                  Action(peer, recv, x.microbatch), use))
     messages.sort(key=lambda m: m[0])
     inserts: dict[int, dict[int, list[Action]]] = {d: {} for d in rows}  # device -> after row index k
-    for (t, src, dst, *_), send, producer, recv, consumer in messages:
+    for (t, src, dst, *_), send_at, producer, recv_at, user in messages:
         # after the last compute that ends by the key, but after the producer, before the consumer
-        for d, comm, lo, hi in ((src, send, producer, len(rows[src]) - 1), (dst, recv, -1, consumer - 1)):
+        for d, comm, lo, hi in ((src, send_at, producer, len(rows[src]) - 1), (dst, recv_at, -1, user - 1)):
             j = bisect_right(ends[d], t) - 1
             k = computed[d][j] if j >= 0 else -1
             inserts[d].setdefault(min(max(k, lo), hi), []).append(comm)

@@ -12,7 +12,7 @@ from itertools import chain
 from fractions import Fraction
 from numbers import Integral
 from operator import attrgetter
-from typing import NamedTuple, Union
+from typing import Any, NamedTuple, Union
 from collections.abc import Sequence
 
 from .errors import UsageError
@@ -192,12 +192,12 @@ def per_stage(value: PerStage, stage: int) -> float:
 MAX_NUMBER = 1e308
 
 
-def number_problem(v, minimum: float = 0, maximum: float | None = None) -> str | None:
+def number_problem(v: object, minimum: float = 0, maximum: float | None = None) -> str | None:
     """What makes ``v`` unusable as a cost, a memory amount or a limit, or None: the one rule
     for the API and for files (their readers word the value in their own terms)."""
     if isinstance(v, bool) or not isinstance(v, (int, float, Fraction)):
         return "expected a finite number"
-    if not abs(v) <= MAX_NUMBER:  # also NaN; an int is compared exactly, never converted
+    if not -MAX_NUMBER <= v <= MAX_NUMBER:  # also NaN; an int is compared exactly, never converted
         return "expected a finite number"
     if v < minimum:
         return f"must be at least {minimum:g}"
@@ -274,12 +274,13 @@ class Costs:
         if kind == OVERLAP_F_B:
             if self.OVERLAP_F_B is None or action.sub is None:
                 return sum(self.of(a) for a in action.leaves())
-            return per_stage(self.OVERLAP_F_B, action.sub[0].stage)
+            # a malformed action's None stage raises TypeError on a per-stage tuple, as callers expect
+            return per_stage(self.OVERLAP_F_B, action.sub[0].stage)  # type: ignore[arg-type]
         if kind not in COSTED_KINDS:
             return 0  # bookkeeping, or a malformed action (the checker reports it)
-        return per_stage(getattr(self, kind), action.stage)
+        return per_stage(getattr(self, kind), action.stage)  # type: ignore[arg-type]  # as above
 
-    def with_values(self, **values: PerStage) -> Costs:
+    def with_values(self, **values: Any) -> Costs:  # each field's own type (checked on building)
         return replace(self, **values)
 
 

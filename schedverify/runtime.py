@@ -105,6 +105,7 @@ def match(g: Graph) -> Matching:
     acts, dev, code, stage = g.acts, g.dev, g.code, g.stage
     for i in [i for i, c in enumerate(code) if c in _COMM_CODES]:
         c, mb = code[i], acts[i][2]
+        assert mb is not None  # a SEND/RECV with a code has its microbatch (compile_graph)
         ps = stage[i] + _PEER_OFFSET[c]
         if not 0 <= ps < S or not 0 <= mb < M:
             unmatched.append((i, "no-peer", 0, 0))
@@ -136,6 +137,7 @@ def match(g: Graph) -> Matching:
 def intended_receive(send: Action) -> Action:
     """The RECV a SEND's data is meant for: ``SEND_F(s,i)`` -> ``RECV_F(s+1,i)``."""
     kind, offset = MATCH[send.kind]
+    assert send.stage is not None  # a SEND carries its stage
     return Action(send.stage + offset, kind, send.microbatch)
 
 
@@ -318,7 +320,7 @@ class _Sweep:
                 items = lanes[k]
                 p, now, src = ptr[k], clock[k], source[k]  # src: the event that set ``now``
                 last = len(items)
-                stuck = None
+                stuck: tuple[int, int] | None = None  # (the action awaited, its event)
                 while p < last:
                     i = items[p]
                     if is_comm[i]:
@@ -389,19 +391,19 @@ class _Sweep:
                 break
             for w in release:
                 self._release(w, stack)
-        stuck = list(seen.values())
+        lanes_stuck = list(seen.values())
         if not nccl_mode:  # the step ends by waiting for every send (a stream never gets past one)
             sends = _SENDS
             code = g.code
-            stuck += [Wait(self.lane_of[i], g.dev[i], i, i, DONE) for i in range(n)
+            lanes_stuck += [Wait(self.lane_of[i], g.dev[i], i, i, DONE) for i in range(n)
                       if done[i] is None and code[i] in sends and ptr[self.lane_of[i]] == len(lanes[self.lane_of[i]])]
-        stuck.sort(key=lambda w: (w.device, g.pos[w.head]))
+        lanes_stuck.sort(key=lambda w: (w.device, g.pos[w.head]))
         # a compute action's times are (end - duration, end); a SEND/RECV's (ready, done); what
         # never happened is 0 (a hang's times are not reported)
         finish = [e if e is not None else (dn if dn is not None else 0) for e, dn in zip(end, done)]
         start = [(r if r is not None else 0) if c else (f - t if e is not None else 0)
                  for c, r, f, t, e in zip(is_comm, ready, finish, dur, end)]
-        return RuntimeResult(start, finish, bind, cycles, stuck, self.m, ready, is_comm, self.lane_of,
+        return RuntimeResult(start, finish, bind, cycles, lanes_stuck, self.m, ready, is_comm, self.lane_of,
                              self.lane_kind)
 
     def _release(self, w: Wait, woken: list) -> None:
@@ -467,10 +469,12 @@ def data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
     consumers = (F_, B_, I_, -1)
     for i in [i for i, c in enumerate(code) if c in consumers]:
         c = code[i]
+        sub = acts[i].sub
+        leaves: tuple[tuple[int | None, int, int | None], ...]
         if c >= 0:
             leaves = ((stage[i], c, acts[i][2]),)
-        elif acts[i].sub is not None:  # OVERLAP_F_B
-            leaves = tuple((x.stage, KIND_CODE.get(x.kind, -1), x.microbatch) for x in acts[i].sub)
+        elif sub is not None:  # OVERLAP_F_B
+            leaves = tuple((x.stage, KIND_CODE.get(x.kind, -1), x.microbatch) for x in sub)
         else:
             continue  # bookkeeping
         for s, k, mb in leaves:

@@ -232,6 +232,7 @@ def _valid(draw, devices, microbatches, chunks, placements, bidirectional, backw
     semantics = draw(comm)
 
     def device(a: Action) -> int:
+        assert a.stage is not None  # every node is a plain action with its stage
         return placement.device(a.stage, a.microbatch)
 
     # The nodes (compute leaves and communication) and what each needs, from deps.NEEDS.
@@ -247,6 +248,7 @@ def _valid(draw, devices, microbatches, chunks, placements, bidirectional, backw
     todo = list(nodes)
     while todo:
         a = todo.pop()
+        assert a.stage is not None  # a plain action with its stage
         pre = prereqs[a] = []
         for need, ps in deps.needs(a, S):
             p = next(Action(ps, k, a.microbatch) for k in need.kinds if Action(ps, k, a.microbatch) in nodes)
@@ -293,6 +295,7 @@ def _valid(draw, devices, microbatches, chunks, placements, bidirectional, backw
             # Post the RECV right away: everything before it on its device is done, so the
             # SEND's rendezvous wait is satisfied (and the RECV's data wait too).
             peer_kind, offset = deps.MATCH[a.kind]
+            assert a.stage is not None  # a plain SEND
             recv = Action(a.stage + offset, peer_kind, a.microbatch)
             ready.remove(recv)
             order[device(recv)].append(recv)
@@ -302,16 +305,18 @@ def _valid(draw, devices, microbatches, chunks, placements, bidirectional, backw
     if draw(reduce_grad):
         for row in order:
             last: dict[int, int] = {}
-            for p, e in enumerate(row):
+            for pos, e in enumerate(row):
+                assert e is not None  # the idle slots are added below
                 for x in e.leaves():
                     if x.kind in (B, I, W):
-                        last[x.stage] = p
-            inserts = []
+                        assert x.stage is not None  # a compute leaf
+                        last[x.stage] = pos
+            inserts: list[tuple[int, int]] = []
             for s in sorted(last):
                 if draw(st.booleans()):
                     inserts.append((draw(st.integers(last[s] + 1, len(row))), s))
-            for p, s in sorted(inserts, reverse=True):
-                row.insert(p, Action(s, REDUCE_GRAD, None))
+            for at, s in sorted(inserts, reverse=True):
+                row.insert(at, Action(s, REDUCE_GRAD, None))
     if draw(idle):
         for _ in range(draw(st.integers(0, 3))):
             row = order[draw(st.integers(0, D - 1))]
@@ -673,6 +678,7 @@ def _order_codes(s: Schedule) -> tuple[frozenset[str], frozenset[str]]:
                         waits.setdefault((d, k), []).append(producer)
                 if rdv and x.kind in _SENDS:
                     peer_kind, offset = deps.MATCH[x.kind]
+                    assert x.stage is not None  # complete and placed: a plain SEND
                     recv = where[Action(x.stage + offset, peer_kind, x.microbatch)]
                     if recv[0] != d:
                         posts.setdefault((d, k), []).append(recv)

@@ -182,3 +182,21 @@ def test_lower_refuses_what_cannot_run():
         lower(FAMILIES["dualpipe"](2, 4))
     with pytest.raises(LoweringError, match="comm_semantics must be 'torch' or 'torch-nccl'"):
         lower(FAMILIES["1f1b"](2, 2), comm_semantics="eager")
+
+
+@pytest.mark.parametrize("bad", [sv.Action(None, "F", 1), sv.Action(None, "W", 1), sv.Action("1", "B", 1)],
+                         ids=["F", "W", "str"])
+def test_pytorch_lowering_refuses_an_action_without_a_stage(bad):
+    """An action whose stage is not an int (only the API can build one) is refused with a
+    LoweringError that names it, not a TypeError from the lowering's arithmetic nor a lowered
+    schedule with UNSHARD/RESHARD of stage None."""
+    s = sv.Schedule.build([["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", bad, "1F1", "1B1"]],
+                          stages=2, microbatches=2)
+    with pytest.raises(LoweringError, match=rf"{bad} at rank 1, position 2 has no stage index"):
+        torch_lowering(s)
+    with pytest.raises(LoweringError, match="has no stage index"):
+        lower(s)
+    overlapped = sv.Schedule.build([["0F0", "0F1", "0B0", "0B1"], ["1F0", sv.overlap(sv.Action(1, "F", 1), bad)]],
+                                   stages=2, microbatches=2)
+    with pytest.raises(LoweringError, match="has no stage index"):
+        torch_lowering(overlapped)

@@ -17,7 +17,7 @@ from ..diagnostics import Report, Verdict, Violation
 from ..errors import InvalidSchedule, UsageError
 from ..graph import compile_graph, durations_for
 from ..model import COMM_SEMANTICS, Schedule, as_schedule, resolve_costs, resolve_memory
-from ..runtime import RUNTIME_SEMANTICS, TORCH, TORCH_NCCL, NcclOptions, simulate
+from ..runtime import RUNTIME_SEMANTICS, TORCH, TORCH_NCCL, NcclOptions, RuntimeResult, simulate
 from . import rules
 
 DEFAULT_MAX_VIOLATIONS = 1000
@@ -50,7 +50,7 @@ class _Run:
         runtime = sem in RUNTIME_SEMANTICS
         self.schedule = schedule
         self.graph = compile_graph(schedule, comm_semantics="eager" if runtime else sem)
-        self.runtime = None
+        self.runtime: RuntimeResult | None = None
         self._timed = False
 
     @cached_property

@@ -18,6 +18,7 @@ def loc(g: Graph, i: int) -> Location:
 
 def missing(g: Graph, action: Action) -> Location:
     p = g.schedule.placement
+    assert action.stage is not None  # a missing action is named by its (stage, microbatch)
     return Location(p.device(action.stage, action.microbatch), None, str(action))
 
 
@@ -26,6 +27,7 @@ def well_formed(g: Graph) -> Iterator[Violation]:
     for i, reason in g.malformed:
         yield Violation(dx.MALFORMED_ACTION, reason, (loc(g, i),))
     for i, a in g.out_of_range:
+        assert a.stage is not None  # out of range, not malformed: its stage is an int
         if a.stage >= S:
             msg = f"stage {a.stage} is out of range: the schedule has {S} stages (0..{S - 1})"
         else:
@@ -90,7 +92,9 @@ def _leaf_named(g: Graph, i: int, first: int) -> str:
 
 def placed(g: Graph) -> Iterator[Violation]:
     p = g.schedule.placement
+    mroute = p.microbatch_route  # not None: bidirectional
     for i, a, expected in g.wrong_device:
+        assert a.stage is not None  # well-formed, on the wrong device
         if a.microbatch is None:  # bookkeeping: any device holding the stage will do
             held = sorted(p.devices_of_stage(a.stage))
             where = f"device {held[0]}" if len(held) == 1 else "devices " + " and ".join(map(str, held))
@@ -98,9 +102,9 @@ def placed(g: Graph) -> Iterator[Violation]:
                             f"device {g.dev[i]}", (loc(g, i),))
             continue
         route = ""
-        if p.is_bidirectional:
-            route = f" on microbatch {a.microbatch}'s route {p.microbatch_route[a.microbatch]}"
-        spec = p.specs[p.microbatch_route[a.microbatch] if p.is_bidirectional else 0] if p.specs else None
+        if mroute is not None:
+            route = f" on microbatch {a.microbatch}'s route {mroute[a.microbatch]}"
+        spec = p.specs[mroute[a.microbatch] if mroute is not None else 0] if p.specs else None
         how = f" (placement {spec!r})" if isinstance(spec, str) else ""
         yield Violation(
             dx.WRONG_DEVICE,
@@ -112,7 +116,9 @@ def placed(g: Graph) -> Iterator[Violation]:
 def ordered(g: Graph) -> Iterator[Violation]:
     for i, j in g.inversions:
         if i == j:
-            f, b = g.acts[i].sub
+            sub = g.acts[i].sub
+            assert sub is not None  # an action waiting for itself is an overlap (F;B or F;I)
+            f, b = sub
             yield Violation(
                 dx.RUNS_BEFORE_DEPENDENCY,
                 f"{g.acts[i]} runs {b} together with {f}, but {b} needs what {f} produces; "

@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 from typing import TextIO
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import SchedverifyError
 
@@ -98,7 +98,7 @@ class Interrupts:
         self._repeater: threading.Thread | None = None
         self._installed = False
         self._old_handler = None
-        self._old_hook = None
+        self._old_hook: Callable[[sys.UnraisableHookArgs], object] | None = None
 
     def __enter__(self) -> Interrupts:
         if threading.current_thread() is not threading.main_thread():
@@ -119,6 +119,7 @@ class Interrupts:
             self._repeater.join()
         if self._installed:
             signal.signal(signal.SIGINT, self._old_handler)
+            assert self._old_hook is not None  # saved when the handlers were installed
             sys.unraisablehook = self._old_hook
             self._installed = False
 

@@ -76,7 +76,7 @@ def per_action_effects(g: Graph, model: MemoryModel) -> list[list]:
     cols = [list(map((alloc + [0]).__getitem__, at)), list(map((free + [0]).__getitem__, at)),
             list(map((n_in + [0]).__getitem__, g.code)), list(map((n_out + [0]).__getitem__, g.code))]
     for i in compress(range(len(g.code)), map(lt, g.code, repeat(0))):
-        total = [0, 0, 0, 0]
+        total: list[float] = [0, 0, 0, 0]
         for x in g.acts[i].leaves():
             if x.kind in (F, B, I, W) and type(x.stage) is int and 0 <= x.stage < S:
                 for k, v in enumerate(_effects(model, x.kind, per_stage(model.activation, x.stage))):
@@ -98,7 +98,7 @@ def memory_sweep(g: Graph, model: MemoryModel, start=None, end=None) -> MemoryRe
             return MemoryResult(static, *peaks)
     alloc, free, n_in, n_out = per_action_effects(g, model)
     peaks_n, peaks_m, peak_at, over = [], [], [], []
-    series = [] if start is not None else None
+    series: list[list[tuple[float, float]]] | None = [] if start is not None else None
     for d in range(g.schedule.devices):
         lo, hi = g.starts[d], g.starts[d + 1]
         a, f = alloc[lo:hi], free[lo:hi]

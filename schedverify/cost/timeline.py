@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 from .. import _accel
 from ..errors import DeadlockError
@@ -68,11 +68,25 @@ class Metrics:
         }
 
 
+class TimedRun(Protocol):
+    """What a :class:`Timeline` reads from a run: a :class:`~schedverify.graph.SweepResult` or
+    the runtime model's :class:`~schedverify.runtime.RuntimeResult`."""
+
+    @property
+    def start(self) -> list[float]: ...
+
+    @property
+    def end(self) -> list[float]: ...
+
+    @property
+    def completed(self) -> bool: ...
+
+
 class Timeline:
     """The as-soon-as-possible execution of a schedule under given costs."""
 
     def __init__(self, graph: Graph, costs: Costs, memory: MemoryModel, durations: list[float],
-                 result: SweepResult, critical_path: Callable[[], list[int]] | None = None):
+                 result: TimedRun, critical_path: Callable[[], list[int]] | None = None):
         """``result`` holds the times (a :class:`SweepResult`, or the runtime model's result,
         which then gives ``critical_path`` too: docs/spec.md 8 has other waits than
         ``graph``'s)."""

@@ -100,7 +100,8 @@ def zb_v(devices: int, microbatches: int) -> Schedule:
             wgt(1)
         while w[0] < b[0]:
             wgt(0)
-        order.append([a for a in row if a.microbatch < microbatches])
+        # every action here has its microbatch (the None test is for the type checker)
+        order.append([a for a in row if a.microbatch is not None and a.microbatch < microbatches])
     return assemble(
         "zb-v", order, stages=2 * devices, microbatches=microbatches, placement="v",
         metadata={"family": "zb-v", "devices": devices, "microbatches": microbatches,
@@ -246,7 +247,7 @@ def _squeeze(result: list[list[list[int]]], with_w: bool) -> list[list[list[int]
     p = len(result)
     m = len(result[0][0])
     limit = max(_peak(lists) for lists in result)
-    taken = [set() for _ in range(p)]
+    taken: list[set[int]] = [set() for _ in range(p)]  # per device, the slots in use
     phase = 0
     for x, d, t, k in _events(result):
         if phase == 0 and t == 3 and d == 0:

@@ -95,7 +95,9 @@ def _parse_slow(text: str) -> Action:
         return Action(None, OVERLAP_F_B, None, sub)
     if not text:
         raise ActionSyntaxError("empty action (use null for an idle slot)")
-    stage, kind, mb, rest = _ANY.fullmatch(text).groups()  # always matches
+    m = _ANY.fullmatch(text)
+    assert m is not None  # every group may be empty: the pattern matches any text
+    stage, kind, mb, rest = m.groups()
     if not stage or stage.startswith("-"):
         raise ActionSyntaxError(
             f"an action starts with its stage index, as in '0F1': {text!r}"
@@ -144,10 +146,10 @@ class CellErrors:
         self.shown: list[str] = []
         self.count = 0
 
-    def parse(self, cells, where) -> list:
+    def parse(self, cells, where) -> list[Action | None]:
         """Each cell parsed (None for an idle slot: None or ''), a bad one recorded with
         ``where(k)`` naming its place and kept as None."""
-        out = []
+        out: list[Action | None] = []
         append = out.append
         for k, cell in enumerate(cells):
             if cell is None or cell == "":

@@ -14,7 +14,7 @@ from operator import attrgetter
 
 from ..errors import InputError
 from ..limits import limits
-from ..model import (Placement, PlacementSpec, Schedule, as_schedule, infer_sizes, leaf_rows,
+from ..model import (Action, Placement, PlacementSpec, Schedule, as_schedule, infer_sizes, leaf_rows,
                      stage_devices)
 from .actions import CellErrors, parse_row
 from .files import as_text
@@ -97,7 +97,7 @@ def _parse_plain(cells: list[str]) -> list | None:
     fast = parse_row([cells[k] for k in keep])
     if fast is None:
         return None
-    out = [None] * len(cells)
+    out: list[Action | None] = [None] * len(cells)
     for k, a in zip(keep, fast):
         out[k] = a
     return out
@@ -171,8 +171,8 @@ def _vote_placement(order, devices: int, stages: int, microbatches: int) -> Plac
             route_of[mb] = len(groups) - 1
     if len(groups) == 2:
         routes = [tuple(g.get(s, majority[s]) for s in range(stages)) for g in groups]
-        route_of = [route_of.get(mb, 0) for mb in range(microbatches)]
-        return Placement.bidirectional([_name(r, devices, stages) for r in routes], route_of, devices, stages)
+        mb_route = [route_of.get(mb, 0) for mb in range(microbatches)]
+        return Placement.bidirectional([_name(r, devices, stages) for r in routes], mb_route, devices, stages)
     return Placement.of(_name(majority, devices, stages), devices, stages)
 
 

@@ -286,7 +286,7 @@ def to_document(schedule: Schedule) -> dict:
     doc["microbatches"] = schedule.microbatches
     p = schedule.placement
     specs = p.specs or p.routes
-    if p.is_bidirectional:
+    if p.microbatch_route is not None:  # bidirectional
         doc["routes"] = [_spec_json(s) for s in specs]
         doc["microbatch_route"] = list(p.microbatch_route)
     else:

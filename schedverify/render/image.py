@@ -122,6 +122,7 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
     ``stream`` (a binary file object), into that stream in ``path``'s format."""
     fmt = image_format(path)
     matplotlib, Figure = _matplotlib()
+    from matplotlib.artist import Artist
     from matplotlib.collections import PolyCollection
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -240,10 +241,10 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
                     chosen = level
                     break
             for i in timed_bars:
-                level = next((lv for lv in range(chosen, 3) if fits(i, lv)), None)
-                if level is None or not text_of(i, level):
+                fitting = next((lv for lv in range(chosen, 3) if fits(i, lv)), None)
+                if fitting is None or not text_of(i, fitting):
                     continue
-                ax.text((start[i] + end[i]) / 2, g.dev[i], text_of(i, level), ha="center",
+                ax.text((start[i] + end[i]) / 2, g.dev[i], text_of(i, fitting), ha="center",
                         va="center", fontsize=fontsize, color="white", zorder=7, clip_on=True)
         ax.set_yticks(range(D))
         ax.set_yticklabels([f"dev {d}" for d in range(D)])
@@ -295,8 +296,8 @@ def render_image(view: View, path, *, dpi: float = DEFAULT_DPI, title: str | Non
 
         # ------------------------------------------------------------ legend and title
         present = [k for k in COLOURS if any(kind_key(a) == k for a in g.acts)]
-        handles = [Patch(facecolor=COLOURS[k][0], edgecolor="white", label=COLOURS[k][1])
-                   for k in present]
+        handles: list[Artist] = [Patch(facecolor=COLOURS[k][0], edgecolor="white", label=COLOURS[k][1])
+                                 for k in present]
         if bands:
             handles.append(Patch(facecolor="#bbbbbb", edgecolor="#222222", hatch="",
                                  linewidth=0, label="band: later chunk on the device"))

@@ -283,10 +283,11 @@ def timeline_rows(view, cols: int, span: float | None = None) -> tuple[list[str]
                 if cover <= eps:
                     continue
                 busy[c] += cover
-                if kinds[c] is None:
+                seen = kinds[c]
+                if seen is None:
                     kinds[c] = {acts[i].kind}
                 else:
-                    kinds[c].add(acts[i].kind)
+                    seen.add(acts[i].kind)
                 if cover > best[c] + eps:
                     best[c], owner[c] = cover, i
         cells = [IDLE] * cols
@@ -303,7 +304,8 @@ def timeline_rows(view, cols: int, span: float | None = None) -> tuple[list[str]
             e = c
             while e < cols and owner[e] == i and busy[e] >= 0.5 * scale - eps:
                 e += 1
-            mixed = all(len(kinds[k]) > 1 and best[k] < scale - eps for k in range(c, e))
+            # a run's columns are covered (owner >= 0), so each has its set of kinds
+            mixed = all(len(kinds[k] or ()) > 1 and best[k] < scale - eps for k in range(c, e))
             runs.append((c, e, i, mixed))
             c = e
         layouts.append((cells, runs))

@@ -36,6 +36,16 @@ from ..model import B, F, I, W, Action
 from .budget import Budget, TimeUp
 from .problem import Problem, Units
 
+#: (stage, kind, microbatch) of a compute action: how the encodings index a problem's actions
+Key = tuple[int, str, int]
+
+
+def action_key(a: Action) -> Key:
+    """``a``'s (stage, kind, microbatch): for the compute actions of a problem, which carry both
+    indices (the same as ``a[:3]``, typed)."""
+    assert a.stage is not None and a.microbatch is not None, f"{a} is not a problem's action"
+    return a.stage, a.kind, a.microbatch
+
 
 def earliest_starts(p: Problem, u: Units) -> dict[tuple[int, str], int]:
     """Earliest start of each (stage, kind) for one microbatch, ignoring device contention."""
@@ -106,7 +116,7 @@ def device_lags(p: Problem, u: Units, device) -> dict:
     return {n: gaps(n) for n in nodes if place[n[0]] in devs}
 
 
-def lower_bound(p: Problem, u: Units | None = None) -> tuple[int, dict]:
+def lower_bound(p: Problem, u: Units | None = None) -> tuple[int, dict[str, int | float]]:
     """A makespan no schedule can beat (scaled units), and the argument, as data.
 
     Device ``d`` has ``work_d`` to do, cannot start before its earliest action can
@@ -117,7 +127,8 @@ def lower_bound(p: Problem, u: Units | None = None) -> tuple[int, dict]:
     u = u or Units(p)
     place = p.placement_obj().routes[0]
     est, tails = earliest_starts(p, u), least_tails(p, u)
-    best, why = 0, {}
+    best = 0
+    why: dict[str, int | float] = {}
     for d in range(p.devices):
         stages = [s for s in range(p.stages) if place[s] == d]
         work = p.microbatches * sum(u.idur[(s, k)] for s in stages for k in p.kinds)
@@ -149,7 +160,7 @@ def min_peak_memory(p: Problem, u: Units | None = None) -> tuple[int, int]:
     return need[d], d
 
 
-def memory_precedences(p: Problem, u: Units, limit: int) -> list[tuple[Action, Action]]:
+def memory_precedences(p: Problem, u: Units, limit: int) -> list[tuple[Action | None, Action]]:
     """Orders every schedule within memory ``limit`` (scaled) must keep, as (earlier, later)
     action pairs, and ``(None, a)`` when forward ``a`` can never run within the limit.
 
@@ -182,7 +193,7 @@ def memory_precedences(p: Problem, u: Units, limit: int) -> list[tuple[Action, A
     (:class:`TimeWindows`, which uses them, does).  Only for class ``fifo`` (the argument
     orders microbatches)."""
     place = p.placement_obj().routes[0]
-    out: list = []
+    out: list[tuple[Action | None, Action]] = []
     bk = I if p.split else B
     for s in range(p.stages):
         a = u.alloc[s]
@@ -272,11 +283,11 @@ class TimeWindows:
         # forward -> the least sets of its stage's actions that must precede it (memory)
         self.memory: list[tuple[int, list[list[int]]]] = []
         if limit is not None:
-            for y, x in memory_precedences(p, u, limit):
-                if y is None:
+            for earlier, later in memory_precedences(p, u, limit):
+                if earlier is None:
                     self.impossible = True
                 else:
-                    succ[idx[y[:3]]].append((idx[x[:3]], 0))
+                    succ[idx[action_key(earlier)]].append((idx[action_key(later)], 0))
             for s in range(p.stages):
                 others = [e for e in range(p.stages) if place[e] == place[s] and e != s]
                 for i in range(M):

@@ -43,6 +43,7 @@ which turns Ctrl-C into :class:`KeyboardInterrupt`, never into UNKNOWN.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from fractions import Fraction
 
 from .. import deps as rules
@@ -102,7 +103,11 @@ class _Index:
         self.entries: list[tuple[int, int, Action]] = []  # (device, position, action)
         self.first: dict[tuple[int, int, str], int] = {}  # (stage, mb, kind) -> first entry
         self.found: list[Violation] = []  # structural, in rule order
-        malformed, out_of_range, duplicate, mixed, wrong = [], [], [], [], []
+        malformed: list[tuple[int, str]] = []
+        out_of_range: list[tuple[int, Action]] = []  # their stage is an int (their index is out of range)
+        duplicate: list[tuple[int, int, Action]] = []
+        mixed: list[int] = []
+        wrong: list[tuple[int, Action, int]] = []  # well-formed, with an int stage in range
         self.reduce_grads: list[int] = []
         routes = schedule.placement.routes
         mroute = schedule.placement.microbatch_route
@@ -112,6 +117,7 @@ class _Index:
                     continue
                 e = len(self.entries)
                 self.entries.append((d, p, a))
+                leaves: tuple[Action, ...]
                 if a.sub is not None or a.kind == OVERLAP_F_B:
                     subs = a.sub or ()
                     if (a.kind != OVERLAP_F_B or len(subs) != 2 or subs[0].kind != F
@@ -156,6 +162,7 @@ class _Index:
         for e, why in malformed:
             V(Violation(dx.MALFORMED_ACTION, why, (self.loc(e),)))
         for e, x in out_of_range:
+            assert x.stage is not None
             if x.stage >= S:
                 msg = f"stage {x.stage} is out of range: the schedule has {S} stages (0..{S - 1})"
             else:
@@ -184,6 +191,7 @@ class _Index:
                 elif I not in have:
                     V(self._missing(Action(s, I, mb), f"{s}W{mb} has no input-gradient pass {s}I{mb}"))
         for e, x, expected in wrong:
+            assert x.stage is not None
             if x.microbatch is None:
                 held = sorted(schedule.placement.devices_of_stage(x.stage))
                 V(Violation(dx.WRONG_DEVICE, f"stage {x.stage} is held by device(s) "
@@ -198,16 +206,18 @@ class _Index:
         return Location(d, p, str(a))
 
     def _missing(self, a: Action, msg: str) -> Violation:
+        assert a.stage is not None  # built above from an in-range (stage, microbatch)
         return Violation(dx.MISSING_ACTION, msg,
                          (Location(self.s.placement.device(a.stage, a.microbatch), None, str(a)),))
 
-    def memory_leaves(self, e: int):
-        """The compute leaves that move memory: any F/B/I/W whose stage is in range (memory is
-        counted by stage, even for an action reported for its microbatch index)."""
+    def memory_leaves(self, e: int) -> Iterator[tuple[str, int]]:
+        """(kind, stage) of the compute leaves that move memory: any F/B/I/W whose stage is in
+        range (memory is counted by stage, even for an action reported for its microbatch index)."""
         a = self.entries[e][2]
         for x in (a.sub if a.sub is not None else (a,)):
-            if x.kind in (F, B, I, W) and type(x.stage) is int and 0 <= x.stage < self.s.stages:
-                yield x
+            stage = x.stage
+            if x.kind in (F, B, I, W) and type(stage) is int and 0 <= stage < self.s.stages:
+                yield x.kind, stage
 
     def leaves(self, e: int):
         a = self.entries[e][2]
@@ -233,7 +243,7 @@ class _Edges:
         dev = [d for d, _, _ in ix.entries]
         self.edges: list[tuple[int, int, Fraction, str, str]] = []
         self.comm_found: list[Violation] = []
-        missing_recv = []
+        missing_recv: list[tuple[int, int, Action]] = []
         first = ix.first
         # position of each entry among its device's entries, and the entry before it
         prev: dict[int, int | None] = {}
@@ -245,6 +255,7 @@ class _Edges:
             d = dev[e]
             for x in ix.leaves(e):
                 s, mb = x.stage, x.microbatch
+                assert s is not None and mb is not None  # leaves() yields in-range leaves only
                 for need, ps in rules.needs(x, S):
                     j = next((first[(ps, mb, k)] for k in need.kinds if (ps, mb, k) in first), None)
                     if j is None:
@@ -267,8 +278,7 @@ class _Edges:
                     peer, off = rules.MATCH[x.kind]
                     if 0 <= s + off < S:
                         r = first.get((s + off, mb, peer))
-                        if r is not None and dev[r] != d and prev[r] is not None:
-                            k = prev[r]
+                        if r is not None and dev[r] != d and (k := prev[r]) is not None:
                             why = rules.RENDEZVOUS_WHY.format(
                                 dep=f"{ix.entries[r][2]} (after {ix.entries[k][2]})")
                             self.edges.append((e, k, Fraction(0), why, "rendezvous"))
@@ -290,6 +300,7 @@ class _Edges:
             self.unmatched_found.append(Violation(
                 code, f"{a} has no matching {Action(ps, peer, a.microbatch)}", (ix.loc(e),)))
         for e, j, recv in missing_recv:
+            assert recv.stage is not None  # built from a leaf's stage
             self.missing_found.append(Violation(
                 dx.MISSING_RECV,
                 f"{ix.entries[e][2]} needs what {ix.entries[j][2]} produces on device {dev[j]}, but "
@@ -319,11 +330,14 @@ class _Positional:
         self.sending = [c and a.kind in (SEND_F, SEND_B) for c, (_, _, a) in zip(self.comm, ix.entries)]
         sends: dict[tuple[int, int], list[int]] = {}
         recvs: dict[tuple[int, int], list[int]] = {}
-        unmatched, crossed = [], []
+        unmatched: list[tuple[int, str]] = []
+        crossed: list[tuple[int, int, int, Action]] = []
         for e, (d, _p, a) in enumerate(ix.entries):
             if not self.comm[e]:
                 continue
             _kind, off = rules.MATCH[a.kind]
+            # _is_comm: an int stage in range and a microbatch index
+            assert a.stage is not None and a.microbatch is not None
             ps, mb = a.stage + off, a.microbatch
             if not (0 <= ps < S and 0 <= mb < M):
                 if 0 <= mb < M:  # an out-of-range microbatch is SV102 already
@@ -344,6 +358,7 @@ class _Positional:
                 self.partner[x], self.partner[r] = r, x
                 sa, ra = ix.entries[x][2], ix.entries[r][2]
                 kind, off = rules.MATCH[sa.kind]
+                assert sa.stage is not None  # a SEND the runtime posts (_is_comm)
                 if (sa.stage + off, kind, sa.microbatch) != (ra.stage, ra.kind, ra.microbatch):
                     crossed.append((x, r, k, Action(sa.stage + off, kind, sa.microbatch)))
             for k in range(len(rs), len(ss)):
@@ -391,7 +406,7 @@ class _Events:
     """
 
     def __init__(self, chk: _Z3Check, nccl_mode: bool, data: dict[int, list[tuple[int, Fraction]]]):
-        ix, pm = chk.ix, chk.pm
+        ix, pm = chk.ix, chk._pm
         n = len(ix.entries)
         dur = chk.durations()
         self.nccl_mode = nccl_mode
@@ -491,18 +506,19 @@ class _Events:
             todo = [s0]
             while todo and t0 not in prev:
                 x = todo.pop()
-                for y, k in after.get(x, ()):
+                for y, via in after.get(x, ()):
                     if y not in prev:
-                        prev[y] = (x, k)
+                        prev[y] = (x, via)
                         todo.append(y)
             if t0 not in prev:
                 continue
-            path, x = [], t0
+            path: list[int] = []
+            x = t0
             while True:  # walk back from t0 to s0, then the wait k0 itself
-                x, k = prev[x]
-                if k is not None:
-                    path.append(k)
-                if k == k0:
+                x, via = prev[x]
+                if via is not None:
+                    path.append(via)
+                if via == k0:
                     break
             path.reverse()
             return path
@@ -553,6 +569,19 @@ class _Z3Check:
                 "the schedule lists its communication but no REDUCE_GRAD: PyTorch's runtime runs it "
                 "without scaling the gradients by the number of microbatches (docs/spec.md 8.3)")
 
+    @property
+    def _ed(self) -> _Edges:
+        """The waits; run() builds them before any method that reads them."""
+        assert self.ed is not None
+        return self.ed
+
+    @property
+    def _pm(self) -> _Positional:
+        """The positional matching; run() builds it (explicit communication under a runtime
+        semantics) before any method that reads it."""
+        assert self.pm is not None
+        return self.pm
+
     def solver(self):
         from .solver import make_solver
 
@@ -571,9 +600,12 @@ class _Z3Check:
 
     def run(self) -> Report:
         found = list(self.ix.found)
-        ordered, reason = [], None
-        cycles, makespan, mem = [], None, None
-        comm_found = []
+        ordered: list[Violation] = []
+        reason: str | None = None
+        cycles: list[Violation] = []
+        makespan: Fraction | None = None
+        mem = None
+        comm_found: list[Violation] = []
         try:
             self.ed = _Edges(self.ix, "eager" if self.runtime else self.semantics, self.comm,
                              self.budget)
@@ -584,7 +616,7 @@ class _Z3Check:
             if self.runtime:
                 ordered += self.loss_order()
             if self.explicit_runtime:
-                comm_found = self.pm.found + self.ed.missing_found
+                comm_found = self._pm.found + self.ed.missing_found
                 cycles, makespan = self.runtime_execution()
             else:
                 cycles = self.deadlocks()
@@ -618,7 +650,7 @@ class _Z3Check:
         s = self.solver()
         self._device_order(s, rank)
         lits = {}
-        for k, (e, j, _lat, _why, kind) in enumerate(_paced(self.ed.edges, self.budget)):
+        for k, (e, j, _lat, _why, kind) in enumerate(_paced(self._ed.edges, self.budget)):
             if kind == "same":
                 lit = z3.Bool(f"same{k}")
                 s.add(z3.Implies(lit, rank[e] > rank[j]))
@@ -632,7 +664,7 @@ class _Z3Check:
             core = s.unsat_core()
             for c in core:
                 lit, k = active.pop(c.get_id())
-                e, j, _lat, why, _ = self.ed.edges[k]
+                e, j, _lat, why, _ = self._ed.edges[k]
                 d = self.ix.entries[e][0]
                 out.append(Violation(
                     dx.RUNS_BEFORE_DEPENDENCY,
@@ -644,7 +676,7 @@ class _Z3Check:
         return out
 
     def _device_order(self, s, rank) -> None:
-        prev = {}
+        prev: dict[int, int] = {}  # device -> its last entry so far
         for e, (d, _, _) in enumerate(_paced(self.ix.entries, self.budget)):
             if d in prev:
                 s.add(rank[e] > rank[prev[d]])
@@ -671,7 +703,7 @@ class _Z3Check:
         schedule also hangs without them (a data cycle, or a device waiting for itself), the
         data cycles are what to report and fix first."""
         cycles = self._cycles(("data", "rendezvous"))
-        if cycles and any(kind == "rendezvous" for *_, kind in self.ed.edges):
+        if cycles and any(kind == "rendezvous" for *_, kind in self._ed.edges):
             eager = self._cycles(("data",))
             if eager or self.inverted:
                 cycles = eager
@@ -684,13 +716,13 @@ class _Z3Check:
         s = self.solver()
         self._device_order(s, rank)
         active = {}
-        for k, (e, j, _lat, _why, kind) in enumerate(_paced(self.ed.edges, self.budget)):
+        for k, (e, j, _lat, _why, kind) in enumerate(_paced(self._ed.edges, self.budget)):
             if kind not in kinds:
                 continue
             lit = z3.Bool(f"wait{k}")
             s.add(z3.Implies(lit, rank[e] > rank[j]))
             active[lit.get_id()] = (lit, k)
-        out = []
+        out: list[Violation] = []
         while True:
             r = self.check(s, *[lit for lit, _ in active.values()], what="deadlock detection")
             if r == z3.sat:
@@ -709,7 +741,7 @@ class _Z3Check:
     def _cycle(self, core: list[int]) -> list[int]:
         """Order the core's waits into a cycle: from a consumer, to its producer's device, to
         the wait on that device whose consumer comes no later than the producer."""
-        ix, edges = self.ix, self.ed.edges
+        ix, edges = self.ix, self._ed.edges
         by_dev: dict[int, list[int]] = {}
         for k in core:
             by_dev.setdefault(ix.entries[edges[k][0]][0], []).append(k)
@@ -729,7 +761,7 @@ class _Z3Check:
         return cycle
 
     def _deadlock_violation(self, cycle: list[int]) -> Violation:
-        ix, edges = self.ix, self.ed.edges
+        ix, edges = self.ix, self._ed.edges
         steps, locs, rdv = [], [], False
         for k in cycle:
             e, j, _lat, why, kind = edges[k]
@@ -768,14 +800,14 @@ class _Z3Check:
         dur = self.durations()
         st = [z3.Real(f"s{e}") for e in _paced(range(n), self.budget)]
         T = z3.Real("T")
-        prev = {}
+        prev: dict[int, int] = {}  # device -> its last entry so far
         for e, (d, _, _) in enumerate(_paced(self.ix.entries, self.budget)):
             o.add(st[e] >= 0)
             o.add(st[e] + z3.RealVal(dur[e]) <= T)
             if d in prev:
                 o.add(st[e] >= st[prev[d]] + z3.RealVal(dur[prev[d]]))
             prev[d] = e
-        for _k, (e, j, lat, _why, kind) in enumerate(_paced(self.ed.edges, self.budget)):
+        for _k, (e, j, lat, _why, kind) in enumerate(_paced(self._ed.edges, self.budget)):
             if kind == "same":
                 continue  # same-device: implied by device order (here none is inverted)
             o.add(st[e] >= st[j] + z3.RealVal(dur[j] + lat))
@@ -802,8 +834,10 @@ class _Z3Check:
                 for d in sched.placement.devices_of_stage(s):
                     static[d] += Fraction(per_stage(m.static, s)).limit_denominator(10**9)
         limit = None if m.limit is None else Fraction(m.limit).limit_denominator(10**9)
-        s = self.solver() if limit is not None else None
-        out, peaks, inflight = [], [], []
+        solv = self.solver() if limit is not None else None
+        out: list[Violation] = []
+        peaks: list[Fraction] = []
+        inflight: list[int] = []
         for d in range(sched.devices):
             ents = [e for e, (dd, _, _) in enumerate(self.ix.entries) if dd == d]
             cur, n, peak, peak_n = static[d], 0, static[d], 0
@@ -812,39 +846,41 @@ class _Z3Check:
             prev_free = static[d]
             last_free = Fraction(0)  # what the previous action freed (none before the first)
             for q, e in enumerate(_paced(ents, self.budget)):
-                alloc = sum((act[x.stage] for x in self.ix.memory_leaves(e) if x.kind == F), Fraction(0))
-                n += sum(1 for x in self.ix.memory_leaves(e) if x.kind == F)
+                alloc = sum((act[st] for k, st in self.ix.memory_leaves(e) if k == F), Fraction(0))
+                n += sum(1 for k, _ in self.ix.memory_leaves(e) if k == F)
                 free = Fraction(0)
-                for x in self.ix.memory_leaves(e):
-                    if x.kind == B:
-                        free += act[x.stage]
-                    elif x.kind == I:
-                        free += (1 - w) * act[x.stage]
-                    elif x.kind == W:
-                        free += w * act[x.stage]
+                for k, st in self.ix.memory_leaves(e):
+                    if k == B:
+                        free += act[st]
+                    elif k == I:
+                        free += (1 - w) * act[st]
+                    elif k == W:
+                        free += w * act[st]
                 cur = cur + alloc
                 values.append(cur)
                 peak, peak_n = max(peak, cur), max(peak_n, n)
-                n -= sum(1 for x in self.ix.memory_leaves(e) if x.kind in (B, W))
-                if s is not None:
+                n -= sum(1 for k, _ in self.ix.memory_leaves(e) if k in (B, W))
+                if solv is not None:
+                    assert limit is not None  # a solver is made only under a limit
                     base = z3.RealVal(prev_free) if q == 0 else mvars[q - 1] - z3.RealVal(last_free)
-                    s.add(mvars[q] == base + z3.RealVal(alloc))
+                    solv.add(mvars[q] == base + z3.RealVal(alloc))
                     lit = z3.Bool(f"within{d}_{q}")
-                    s.add(z3.Implies(lit, mvars[q] <= z3.RealVal(limit + _EPS)))
+                    solv.add(z3.Implies(lit, mvars[q] <= z3.RealVal(limit + _EPS)))
                     lits.append(lit)
                 last_free = free
                 cur -= free
             peaks.append(peak)
             inflight.append(peak_n)
-            if s is None or not lits:
+            if solv is None or not lits:
                 continue
-            r = self.check(s, *lits, what="memory")
+            assert limit is not None
+            r = self.check(solv, *lits, what="memory")
             if r == z3.sat:
                 continue
             lo, hi = 0, len(lits)  # the shortest unsat prefix ends at the first position over
             while lo + 1 < hi:
                 mid = (lo + hi) // 2
-                r = self.check(s, *lits[:mid], what="memory")
+                r = self.check(solv, *lits[:mid], what="memory")
                 if r == z3.unsat:
                     hi = mid
                 else:
@@ -883,11 +919,11 @@ class _Z3Check:
         """What each compute action's start waits for (8.4), as (entry, latency): the done of
         the RECV of its own label on its device, before it; a cross-device producer's end
         plus ``comm`` when that RECV is missing (or a RECV's done when it sits elsewhere)."""
-        ix, pm = self.ix, self.pm
+        ix, pm = self.ix, self._pm
         sched = self.schedule
         S, M = sched.stages, sched.microbatches
         out: dict[int, list[tuple[int, Fraction]]] = {}
-        for e, j, _lat, _why, kind in self.ed.edges:
+        for e, j, _lat, _why, kind in self._ed.edges:
             if kind == "data" and not pm.comm[e]:
                 out.setdefault(e, []).append((j, Fraction(0) if pm.comm[j] else self.comm))
         for e, (d, _p, a) in enumerate(ix.entries):
@@ -978,8 +1014,8 @@ class _Z3Check:
             dj, pj, b = ix.entries[j]
             here = f"device {d} is stuck at {a} (position {p}) on {ev.lane_name[ev.lane[tgt]]}"
             if kind == "data":
-                what = "the data that" if self.pm.comm[j] else "what"
-                verb = "receives" if self.pm.comm[j] else "produces"
+                what = "the data that" if self._pm.comm[j] else "what"
+                verb = "receives" if self._pm.comm[j] else "produces"
                 steps.append(f"{here}: it needs {what} {b} (device {dj}, position {pj}) {verb}, which has "
                              "not happened")
             elif kind == "message":
@@ -1020,7 +1056,7 @@ class _Z3Check:
 
         n = len(self.ix.entries)
         never = ev.never_closure()
-        pm = self.pm
+        pm = self._pm
         for e in range(n):
             needed = (2 * e, 2 * e + 1) if ev.nccl_mode or not pm.comm[e] or pm.sending[e] else (2 * e,)
             if any(x in never for x in needed):
@@ -1069,7 +1105,7 @@ class _Z3Check:
         return Metrics(_num(T), frac, ratio, devices, (), self.costs)
 
 
-def _num(x: Fraction) -> float | int:
+def _num(x: Fraction | int) -> float | int:
     x = Fraction(x)
     return int(x) if x.denominator == 1 else float(x)
 

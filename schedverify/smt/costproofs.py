@@ -40,15 +40,7 @@ class _Builder:
             return z3.RealVal(f"{q.numerator}/{q.denominator}")
         if op == "sym":
             return self.var(t[1])
-        args = [self.expr(a) for a in t[1:]] if op not in ("pow",) else None
-        if op == "add":
-            return z3.Sum(*args) if len(args) > 1 else args[0]
-        if op == "mul":
-            out = args[0]
-            for a in args[1:]:
-                out = out * a
-            return out
-        if op == "pow":
+        if op == "pow":  # (pow, base, exponent): the exponent is a number, not an expression
             base, k = self.expr(t[1]), int(t[2])
             if k == 0:
                 return z3.RealVal(1)
@@ -56,6 +48,14 @@ class _Builder:
             for _ in range(abs(k) - 1):
                 out = out * base
             return out if k > 0 else 1 / out
+        args = [self.expr(a) for a in t[1:]]
+        if op == "add":
+            return z3.Sum(*args) if len(args) > 1 else args[0]
+        if op == "mul":
+            out = args[0]
+            for a in args[1:]:
+                out = out * a
+            return out
         if op in ("max", "min"):
             out = args[0]
             for a in args[1:]:

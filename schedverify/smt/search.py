@@ -83,8 +83,8 @@ from typing import Any
 from .. import deps as rules
 from ..errors import UsageError
 from ..model import B, F, I, W, Action, Schedule
-from .bounds import (TimeWindows, device_lags, earliest_starts, least_tails, lower_bound, memory_precedences,
-                     min_peak_memory, order_search, propagation_bound)
+from .bounds import (TimeWindows, action_key, device_lags, earliest_starts, least_tails, lower_bound,
+                     memory_precedences, min_peak_memory, order_search, propagation_bound)
 from .budget import Budget, TimeUp
 from .problem import Problem, Units, frac, make_problem
 
@@ -180,10 +180,10 @@ class _Encoding:
         for g, (s, k, mbs) in enumerate(self.groups):
             check()
             for j in range(len(mbs)):
-                x = self.t((g, j))
-                out(f"(declare-const {x} Int)")
-                out(f"(assert (>= {x} {est[(s, k)] + (j * dur[g] if self.fifo else 0)}))")
-                out(f"(assert (>= makespan (+ {x} {dur[g] + tails[(s, k)]})))")
+                tj = self.t((g, j))
+                out(f"(declare-const {tj} Int)")
+                out(f"(assert (>= {tj} {est[(s, k)] + (j * dur[g] if self.fifo else 0)}))")
+                out(f"(assert (>= makespan (+ {tj} {dur[g] + tails[(s, k)]})))")
             if self.fifo:
                 for j in range(len(mbs) - 1):
                     out(f"(assert (>= {self.t((g, j + 1))} (+ {self.t((g, j))} {dur[g]})))")
@@ -193,24 +193,24 @@ class _Encoding:
                 for b in gs[ai + 1:]:
                     check()
                     for j in range(len(self.groups[a][2])):
-                        for k in range(len(self.groups[b][2])):
-                            out(f"(declare-const o_{a}_{j}_{b}_{k} Bool)")
+                        for m in range(len(self.groups[b][2])):
+                            out(f"(declare-const o_{a}_{j}_{b}_{m} Bool)")
         for gs in self.by_dev.values():
             for ai, a in enumerate(gs):
                 for b in gs[ai + 1:]:
                     na, nb = len(self.groups[a][2]), len(self.groups[b][2])
                     for j in range(na):
                         check()
-                        for k in range(nb):
-                            o = f"o_{a}_{j}_{b}_{k}"
-                            ta, tb = self.t((a, j)), self.t((b, k))
+                        for m in range(nb):
+                            o = f"o_{a}_{j}_{b}_{m}"
+                            ta, tb = self.t((a, j)), self.t((b, m))
                             out(f"(assert (or (not {o}) (>= {tb} (+ {ta} {dur[a]}))))")
                             out(f"(assert (or {o} (>= {ta} (+ {tb} {dur[b]}))))")
                             if self.fifo:
-                                if k + 1 < nb:
-                                    out(f"(assert (or (not {o}) o_{a}_{j}_{b}_{k + 1}))")
+                                if m + 1 < nb:
+                                    out(f"(assert (or (not {o}) o_{a}_{j}_{b}_{m + 1}))")
                                 if j > 0:
-                                    out(f"(assert (or (not {o}) o_{a}_{j - 1}_{b}_{k}))")
+                                    out(f"(assert (or (not {o}) o_{a}_{j - 1}_{b}_{m}))")
         if self.device is not None:
             # one device alone: every path between two of its actions through other devices
             # (same microbatch) is a lag of the path's length, the rest runs infinitely fast
@@ -293,12 +293,12 @@ class _Encoding:
                     lines.append(f"(assert (=> {name} {body}))")
         # the orders the limit forces (memory_precedences): implied by the constraints above,
         # but as order literals they propagate without pseudo-Boolean reasoning
-        for y, x in memory_precedences(self.p, u, limit) if self.fifo else ():
-            x = x[:3]
-            y = None if y is None else y[:3]
-            if x not in self.where or (y is not None and y not in self.where):
+        for earlier, later in memory_precedences(self.p, u, limit) if self.fifo else ():
+            kx = action_key(later)
+            ky = None if earlier is None else action_key(earlier)
+            if kx not in self.where or (ky is not None and ky not in self.where):
                 continue  # not on the devices of this relaxation
-            lit = "false" if y is None else self.before(self.where[y], self.where[x])
+            lit = "false" if ky is None else self.before(self.where[ky], self.where[kx])
             lines.append(f"(assert (=> {name} {lit}))")
         self._declare(lines)
         self._mem[limit] = self.z3.Bool(name)
@@ -349,7 +349,7 @@ class _Encoding:
                 self._win[key] = self.z3.Bool(name)
         return self._win[key]
 
-    def fixed_outside(self, report, lo: int, hi: int, devices=None) -> list:
+    def fixed_outside(self, report, lo: float, hi: float, devices=None) -> list:
         """Assumptions that keep ``report``'s device order for every pair of actions except
         pairs that both start within [lo, hi) (scaled time): a neighbourhood to re-optimise."""
         z3 = self.z3
@@ -363,9 +363,8 @@ class _Encoding:
         inside = {x for x, st in start.items() if lo <= st < hi
                   and (devices is None or self.gdev[x[0]] in devices)}
         out = []
-        for (a, b), n in self._pair_sizes.items():
+        for (a, b), (na, nb) in self._pair_sizes.items():
             self.budget.check()
-            na, nb = n
             for j in range(na):
                 xa = (a, j)
                 for k in range(nb):
@@ -661,7 +660,7 @@ def family_candidates(p: Problem, *, budget: Budget | None = None):
     large = p.devices * p.chunks * p.microbatches * len(p.kinds) > BOUNDED_ACTIONS
     for name, fam in list(FAMILIES.items()):
         budget.check()
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         if getattr(fam, "chunks", False):
             kwargs["chunks"] = p.chunks
         try:
@@ -785,6 +784,8 @@ def best_generator(p: Problem, *, makespan_bound: float | None = None, objective
                        "peak_memory": rep.metrics.peak_memory if rep.metrics is not None else None}
         if not rep.is_valid:
             continue
+        # a valid schedule runs to the end: it has metrics and a makespan
+        assert rep.metrics is not None and ms is not None
         if objective == "makespan":
             key = (ms, rep.metrics.peak_memory)
         else:
@@ -897,6 +898,7 @@ class _Search:
             return self.run_memory(makespan_bound)
         p, u = self.p, self.u
         limit = u.limit
+        reason: str | None
         need, dev = min_peak_memory(p, u)
         if limit is not None and need > limit:
             reason = (f"no schedule exists under these limits: when a microbatch's last forward starts, "
@@ -915,7 +917,7 @@ class _Search:
         warm = {"name": name, "makespan": rep.metrics.makespan, "candidates": table}
         best_s, best_r = sched, rep
         best = round(rep.metrics.makespan * u.tscale)
-        cert = {"lower_bound_argument": why}
+        cert: dict[str, Any] = {"lower_bound_argument": why}
         self.log.append(("warm", name, best))
         status, reason = "feasible", None
         # quick randomised list schedules before the solver
@@ -988,7 +990,7 @@ class _Search:
                     span = best * width
                     # neighbourhoods: time windows over every device, then pairs of neighbouring
                     # devices over a window twice as wide
-                    hoods = []
+                    hoods: list[tuple[float, float, set[int] | None]] = []
                     lo = 0.0
                     while lo < best:
                         hoods.append((lo, lo + span, None))
@@ -1159,6 +1161,7 @@ class _Search:
         p, u = self.p, self.u
         tb = math.floor(frac(makespan_bound) * u.tscale)
         lb, _why = lower_bound(p, u)
+        reason: str | None
         if tb < lb:
             reason = (f"no schedule exists under these limits: the makespan bound "
                       f"{u.time(tb)} is below the lower bound {u.time(lb)} ({_why})")
@@ -1191,7 +1194,8 @@ class _Search:
             best_s, best_r = self.validated(value)
         hi = round(best_r.metrics.peak_memory * u.mscale)
         lo = mlo
-        status, reason, cert = "feasible", None, {}
+        cert: dict[str, Any] = {}
+        status, reason = "feasible", None
         while lo < hi:
             if self.left() <= 0:
                 reason = "time limit reached"
