@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
 from itertools import chain, islice, product
-from typing import Callable, Iterator
+from types import MappingProxyType
+from typing import Callable, Iterator, Mapping
 
 from ..errors import UsageError
 from . import fit
@@ -251,33 +252,62 @@ class Piece:
     value: object
 
 
-@dataclass
+@dataclass(frozen=True)
+class Part:
+    """One part of a family's derivation (see PARTS), as :func:`derive_part` returns it (read
+    only: pieces are tuples, polynomials read-only mappings).
+
+    ``pieces`` None: no form fits, ``failure`` says why (which sizes broke it).  ``domain``:
+    the size condition (``m >= T``, possibly ``& Ne(p, q)``) the form was derived on, where no
+    form holds for every size.  ``confirm_range`` (p, m, v) and ``confirmed`` (how many sizes):
+    where this part was confirmed exactly.  ``slice``: the cost conditions the makespan holds
+    under (empty: all costs >= 0), ``slice_failures``: why the slices tried before failed."""
+
+    family: str
+    key: str
+    chunks: bool
+    pieces: tuple[Piece, ...] | None
+    failure: str | None
+    domain: str | None
+    trained: int
+    confirmed: int
+    confirm_range: dict
+    skipped: tuple[tuple[int, int, int], ...] = ()
+    slice: tuple[str, ...] = ()
+    slice_failures: tuple[str, ...] = ()
+    seconds: float = 0.0  # process CPU time of the derivation
+
+
+@dataclass(frozen=True)
 class Derivation:
-    """Everything derived for one family, plus the ranges it was fitted and confirmed on.
+    """Every part of one family (:func:`derive`), plus the widest range a part was fitted
+    and confirmed on (read only).
 
     A metric that no form fits is None, and ``failures`` says why (which sizes broke it)."""
 
     family: str
     chunks: bool
-    makespan: list[Piece] | None
-    busiest: list[Piece] | None
-    total_busy: list[Piece] | None
-    busy: list[Piece] | None
-    peak_inflight: list[Piece] | None
-    peak_inflight_d: list[Piece] | None
-    peak_memory: list[Piece] | None
-    peak_memory_d: list[Piece] | None
+    makespan: tuple[Piece, ...] | None
+    busiest: tuple[Piece, ...] | None
+    total_busy: tuple[Piece, ...] | None
+    busy: tuple[Piece, ...] | None
+    peak_inflight: tuple[Piece, ...] | None
+    peak_inflight_d: tuple[Piece, ...] | None
+    peak_memory: tuple[Piece, ...] | None
+    peak_memory_d: tuple[Piece, ...] | None
     trained: int
     confirmed: int
-    skipped: list[tuple[int, int, int]] = field(default_factory=list)
-    confirm_range: dict = field(default_factory=dict)
-    failures: dict = field(default_factory=dict)  # metric -> why no form was found
+    skipped: tuple[tuple[int, int, int], ...] = ()
+    confirm_range: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    failures: Mapping = field(default_factory=lambda: MappingProxyType({}))
     slice: tuple[str, ...] = ()  # cost conditions the makespan holds under (empty: all costs >= 0)
-    slice_failures: list = field(default_factory=list)  # why the slices tried before failed
+    slice_failures: tuple[str, ...] = ()  # why the slices tried before failed
     seconds: float = 0.0  # process CPU time of the derivation
     #: metric key -> size condition (``m >= T``, possibly ``& Ne(p, q)``) a form was derived
     #: on, where no form holds for every size (keys: makespan, busiest, peak_inflight(d), ...)
-    domains: dict = field(default_factory=dict)
+    domains: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    #: part key (PARTS) -> its :class:`Part`, with the range that part was confirmed on
+    parts: Mapping = field(default_factory=lambda: MappingProxyType({}))
 
 
 # --------------------------------------------------------------------------- decision lists
@@ -753,23 +783,40 @@ def _sizes(name: str, vs, confirm_p, confirm_m, distinct: int, past: int = 2):
     return train, confirm, sorted(set(skipped)), cp
 
 
-@lru_cache(maxsize=64)
-def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_P.stop - 1),
-           confirm_m: tuple[int, int] = (CONFIRM_M.start, CONFIRM_M.stop - 1),
-           cost_slice: tuple[str, ...] | None = None) -> Derivation:
-    """Derive and confirm every metric of family ``name``.  The makespan is taken on the
-    first cost slice of SLICES where a form survives (all costs, then c == 0, ...), or on
-    ``cost_slice`` only (one of SLICES' conditions); a metric that no form fits is None,
-    with the reason in ``failures``."""
-    import time
+#: The parts a derivation is made of, each derived on its own (:func:`derive_part`): the
+#: makespan (a max of linear forms in the costs), the busiest device's busy time, the total
+#: and per-device busy time (linear in the costs), and the peaks (whole schedule and per device).
+PARTS = ("total_busy", "busy", "busiest", "peak_inflight", "peak_inflight(d)", "peak_memory",
+         "peak_memory(d)", "makespan")
 
-    family(name)
+
+def _check_slice(cost_slice: tuple[str, ...] | None) -> list:
     slices = list(enumerate(SLICES))
     if cost_slice is not None:
         slices = [(i, sl) for i, sl in slices if sl[1] == tuple(cost_slice)]
         if not slices:
             raise UsageError(f"cost slice {', '.join(cost_slice) or 'all costs'!s} is not one of "
                              + "; ".join(", ".join(c) or "all costs" for _, c in SLICES))
+    return slices
+
+
+@lru_cache(maxsize=256)
+def derive_part(name: str, key: str, *,
+                confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_P.stop - 1),
+                confirm_m: tuple[int, int] = (CONFIRM_M.start, CONFIRM_M.stop - 1),
+                cost_slice: tuple[str, ...] | None = None) -> Part:
+    """Derive and confirm one part (one of PARTS) of family ``name``, and nothing else.  The
+    makespan is taken on the first cost slice of SLICES where a form survives (all costs,
+    then c == 0, ...), or on ``cost_slice`` only (one of SLICES' conditions; the makespan
+    only).  A part that no form fits has ``pieces`` None, with the reason in ``failure``."""
+    import time
+
+    family(name)
+    if key not in PARTS:
+        raise UsageError(f"unknown part {key!r}; known: {', '.join(PARTS)}")
+    if cost_slice is not None and key != "makespan":
+        raise UsageError(f"a cost slice applies to the makespan only, not to {key}")
+    slices = _check_slice(cost_slice)
     t0 = time.process_time()
     chunks = has_chunks(name)
     vs = CHUNKS if chunks else (1,)
@@ -780,7 +827,6 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
     if len(train) < 8:
         raise NotDerived(f"{name}: only {len(train)} supported sizes in the training grid "
                          f"p={TRAIN_P_MIN}..{TRAIN_P_MAX}, m=1..{TRAIN_M_MAX}")
-    failures: dict[str, str] = {}
     domains: dict[str, str] = {}
     used = {"cp": cp, "sizes": {**confirm, **train}}
 
@@ -817,13 +863,6 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
             raise NotDerived("; then: ".join(e for e, _ in errs))
         return run
 
-    def optional(label, fn):
-        try:
-            return fn()
-        except NotDerived as e:
-            failures[label] = str(e)
-            return None
-
     def components(label, fn, device):
         return [widening(lambda tr, full, restrict, k=k: _scalar(
             f"{name}: {label}[{COST_SYMBOLS[k]}]" + ("(d)" if device else ""),
@@ -835,21 +874,38 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
                         label, exceptions=True)
 
     om = lambda val: val[0]  # noqa: E731  (the order metrics of a grid entry)
-    total = optional("total_busy", lambda: components(
-        "total busy", lambda val: _total(om(val).busy), False))
-    busy = optional("busy", lambda: components("busy", lambda val, d: om(val).busy[d], True))
-    busiest = optional("busiest", lambda: widening(lambda tr, full, restrict: _tropical(
-        f"{name}: busiest device's busy time", tr, full, restrict), "busiest")(
-            lambda val: prune(om(val).busy)))
-    pin = optional("peak_inflight", lambda: scalar("peak_inflight")(
-        lambda val: Fraction(max(om(val).peak_inflight))))
-    pin_d = optional("peak_inflight(d)", lambda: scalar("peak_inflight(d)")(
-        lambda val, d: Fraction(om(val).peak_inflight[d]), True))
-    pmem = optional("peak_memory", lambda: scalar("peak_memory")(
-        lambda val: Fraction(max(om(val).peak_memory))))
-    pmem_d = optional("peak_memory(d)", lambda: scalar("peak_memory(d)")(
-        lambda val, d: Fraction(om(val).peak_memory[d]), True))
+    conds, reasons, failure, pieces = (), [], None, None
+    try:
+        if key == "total_busy":
+            pieces = [Piece(None, components("total busy", lambda val: _total(om(val).busy),
+                                             False))]
+        elif key == "busy":
+            pieces = [Piece(None, components("busy", lambda val, d: om(val).busy[d], True))]
+        elif key == "busiest":
+            pieces = widening(lambda tr, full, restrict: _tropical(
+                f"{name}: busiest device's busy time", tr, full, restrict), "busiest")(
+                    lambda val: prune(om(val).busy))
+        elif key in ("peak_inflight", "peak_memory"):
+            pieces = scalar(key)(lambda val: Fraction(max(getattr(om(val), key))))
+        elif key in ("peak_inflight(d)", "peak_memory(d)"):
+            attr = key[:-3]
+            pieces = scalar(key)(lambda val, d: Fraction(getattr(om(val), attr)[d]), True)
+        else:
+            pieces, conds, reasons = _derive_makespan(name, grids, slices, domains, used)
+    except NotDerived as e:
+        failure = str(e)
+    cp, allpts = used["cp"], used["sizes"]
+    rng = {"p": (cp.start, cp.stop - 1), "m": (confirm_m[0], max(x[1] for x in allpts)),
+           "v": ((min(x[2] for x in allpts), max(x[2] for x in allpts)) if chunks
+                 else tuple(sorted({x[2] for x in allpts})))}
+    return Part(name, key, chunks, _freeze(pieces), failure, domains.get(key), len(train),
+                len(allpts), rng, tuple(skipped), tuple(conds) if pieces is not None else (),
+                tuple(reasons) if pieces is not None else (), time.process_time() - t0)
 
+
+def _derive_makespan(name: str, grids, slices, domains: dict, used: dict):
+    """(pieces, cost slice, why the slices before it failed) of the makespan; NotDerived
+    (naming every slice tried) when no slice has a form."""
     # every slice with the plain fits first, then every slice with the period-3 features
     # and a restricted domain of m: a family derived before keeps its form and its time
     mk, conds, chosen = None, (), len(slices)
@@ -883,16 +939,45 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
     reasons = [f"[{', '.join(SLICES[i][1]) or 'all costs'}] " + "; then: ".join(w for w, _ in why[i])
                for i, _ in slices[:chosen]]
     if mk is None:
-        failures["makespan"] = "; ".join(reasons)
-    cp, allpts = used["cp"], used["sizes"]
-    rng = {"p": [cp.start, cp.stop - 1], "m": [confirm_m[0], max(x[1] for x in allpts)],
-           "v": ([min(x[2] for x in allpts), max(x[2] for x in allpts)] if chunks
-                 else sorted({x[2] for x in allpts}))}
-    return Derivation(name, chunks, mk, busiest, total and [Piece(None, total)],
-                      busy and [Piece(None, busy)], pin,
-                      pin_d, pmem, pmem_d, len(train), len(allpts), skipped, rng,
-                      failures=failures, slice=conds, slice_failures=reasons if mk else [],
-                      seconds=time.process_time() - t0, domains=domains)
+        raise NotDerived("; ".join(reasons))
+    return mk, conds, reasons
+
+
+def _freeze(value):
+    """A read-only copy: lists become tuples, dicts (polynomials) read-only mappings."""
+    if isinstance(value, Piece):
+        return Piece(value.cond, _freeze(value.value))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(x) for x in value)
+    if isinstance(value, dict):
+        return MappingProxyType(dict(value))
+    return value
+
+
+@lru_cache(maxsize=64)
+def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_P.stop - 1),
+           confirm_m: tuple[int, int] = (CONFIRM_M.start, CONFIRM_M.stop - 1),
+           cost_slice: tuple[str, ...] | None = None) -> Derivation:
+    """Derive and confirm every part (PARTS) of family ``name`` (each by :func:`derive_part`);
+    the makespan on ``cost_slice`` when given.  A part that no form fits is None, with the
+    reason in ``failures``; ``confirm_range`` is the widest range a part was confirmed on."""
+    _check_slice(cost_slice)
+    parts = {k: derive_part(name, k, confirm_p=confirm_p, confirm_m=confirm_m,
+                            cost_slice=cost_slice if k == "makespan" else None) for k in PARTS}
+    widest = parts[PARTS[0]]
+    for pt in parts.values():
+        if pt.confirm_range["p"][1] > widest.confirm_range["p"][1]:
+            widest = pt
+    mk = parts["makespan"]
+    return Derivation(
+        name, widest.chunks, mk.pieces, parts["busiest"].pieces, parts["total_busy"].pieces,
+        parts["busy"].pieces, parts["peak_inflight"].pieces, parts["peak_inflight(d)"].pieces,
+        parts["peak_memory"].pieces, parts["peak_memory(d)"].pieces, widest.trained,
+        widest.confirmed, widest.skipped, MappingProxyType(dict(widest.confirm_range)),
+        MappingProxyType({k: pt.failure for k, pt in parts.items() if pt.failure is not None}),
+        mk.slice, mk.slice_failures, sum(pt.seconds for pt in parts.values()),
+        MappingProxyType({k: pt.domain for k, pt in parts.items() if pt.domain is not None}),
+        MappingProxyType(parts))
 
 
 def _total(busy) -> tuple:
