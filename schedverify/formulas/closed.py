@@ -43,7 +43,7 @@ def _pieces(pieces: list[Piece], one) -> sympy.Expr:
     """A decision list as a sympy Piecewise (first matching condition wins)."""
     if len(pieces) == 1:
         return one(pieces[0].value)
-    return sympy.Piecewise(*[(one(pc.value), True if pc.cond is None else parse(pc.cond))
+    return sympy.Piecewise(*[(one(pc.value), True if pc.cond is None else parse(str(pc.cond)))
                              for pc in pieces])
 
 
@@ -125,8 +125,11 @@ class Formula:
         rec = proof_record(self.family, self.metric, self.device)
         if rec is None:
             return False
-        base = self if self.device in (None, "d") else formula(self.family, self.metric, "d",
-                                                              self.cost_slice or None)
+        base = self
+        if self.device not in (None, "d"):  # a proof of the per-device form covers each device
+            base = formula(self.family, self.metric, "d")
+            if base.cost_slice != self.cost_slice:
+                return False
         return rec.get("expression") == base.text()
 
     def confirmed_range(self) -> str:

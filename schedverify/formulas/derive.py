@@ -172,42 +172,41 @@ LATE_EXTRAS: tuple[tuple[str, Callable[[int, int, int, int], int]], ...] = (
 )
 #: Every feature, in the order of a point's coordinates after (p, m, v, d).
 FEATURES = EXTRAS + LATE_EXTRAS
-#: Whether the fits may use LATE_EXTRAS (set for one attempt by :func:`_late`); RESTRICTED
-#: on a restricted domain, where the decision lists may also use LATE_ATOMS.
-_LATE: list = [False]
-RESTRICTED = 2
+
+
+@dataclass(frozen=True)
+class Fitting:
+    """How one attempt fits, passed down explicitly: ``late``, the fits may use LATE_EXTRAS
+    (the wider grid's last attempts); ``restricted``, on a restricted domain, where decision
+    lists may also use LATE_ATOMS (and the fits use LATE_EXTRAS)."""
+
+    late: bool = False
+    restricted: bool = False
+
+
+PLAIN = Fitting()
+LATE = Fitting(late=True)
+RESTRICTED = Fitting(late=True, restricted=True)
 
 
 def _key(p: int, m: int, v: int, d: int = 0) -> tuple:
     return (p, m, v, d) + tuple(f(p, m, v, d) for _, f in FEATURES)
 
 
-class _late:
-    """Within the block, fits may use the LATE_EXTRAS features."""
-
-    def __init__(self, on: bool = True):
-        self.on = on
-
-    def __enter__(self):
-        self.old = _LATE[0]
-        _LATE[0] = self.on
-
-    def __exit__(self, *exc):
-        _LATE[0] = self.old
-
-
-_FITS: dict = {}
 #: Two ways to rank the fits of one set of values: polynomials of every degree before the
 #: features, or the features at each degree (fewer parameters).  Each can be right where the
 #: other over-fits; both are offered to confirmation.
 MODES = (False, True)
 
 
-def _fit(data: dict, features_first: bool = False):
-    late = bool(_LATE[0])
-    key = (tuple(sorted(data.items())), features_first, late)
-    if key in _FITS:
-        return _FITS[key]
+def _fit(data: dict, features_first: bool = False, ctx: Fitting = PLAIN):
+    return _fit_items(tuple(sorted(data.items())), features_first, ctx.late)
+
+
+@lru_cache(maxsize=20000)
+def _fit_items(items: tuple, features_first: bool, late: bool):
+    """:func:`_fit` of the points ``items`` (cached: the same values recur in many regions)."""
+    data = dict(items)
     if late and features_first:
         # every feature at each degree: on a few device counts a cubic in p would otherwise
         # interpolate what floor((p + 1)/3) states
@@ -216,17 +215,14 @@ def _fit(data: dict, features_first: bool = False):
         poly = fit.fit_poly(data, 4, n_extra=len(EXTRAS), features_first=features_first)
         if poly is None and late:
             poly = fit.fit_poly(data, 4, n_extra=len(FEATURES), features_first=features_first)
-    if len(_FITS) > 20000:
-        _FITS.clear()
-    _FITS[key] = poly
     return poly
 
 
-def _fits(data: dict) -> list:
+def _fits(data: dict, ctx: Fitting = PLAIN) -> list:
     """The distinct fits of ``data`` (see MODES)."""
     out = []
     for mode in MODES:
-        poly = _fit(data, mode)
+        poly = _fit(data, mode, ctx)
         if poly is not None and poly not in out:
             out.append(poly)
     return out
@@ -313,33 +309,50 @@ class Derivation:
 # --------------------------------------------------------------------------- decision lists
 
 
-def holds(cond: str | None, x) -> bool:
+def holds(cond: str | Threshold | None, x) -> bool:
     if cond is None:
         return True
     p, m, v, d = (tuple(x) + (0,))[:4]
-    pred = _ATOM.get(cond) or _LEARNED[cond]
+    pred = cond if isinstance(cond, Threshold) else _ATOM[cond]
     return pred(p, m, v, d)
 
 
-#: Conditions ``m >= T(p, v, d)`` whose threshold was itself fitted (text -> predicate).
-_LEARNED: dict[str, Callable[[int, int, int, int], bool]] = {}
+@dataclass(frozen=True, repr=False)
+class Threshold:
+    """A condition ``m >= T(p, v, d)`` whose threshold was itself fitted (a piece's ``cond``):
+    ``text`` as sympy parses it (``str()`` gives it), ``poly`` T over (p, v, d, Mod(p, 2)) and,
+    when ``late``, the period-3 features (sorted items)."""
+
+    text: str
+    poly: tuple
+    late: bool
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return repr(self.text)
+
+    def __call__(self, p: int, m: int, v: int, d: int) -> bool:
+        feats = (p, v, d, p % 2) + ((p // 3, (p + 1) // 3) if self.late else ())
+        return m >= fit.evaluate(dict(self.poly), feats)
 
 
 def _candidates(data: dict, fit_one: Callable[[dict], list],
-                depth: int = MAX_PIECES) -> Iterator[list[Piece]]:
+                depth: int = MAX_PIECES, ctx: Fitting = PLAIN) -> Iterator[list[Piece]]:
     """Decision lists of up to ``depth`` pieces, each fitting its region of ``data`` exactly,
     fewest pieces first."""
     for n in range(1, depth + 1):
-        yield from _lists(data, fit_one, n)
+        yield from _lists(data, fit_one, n, ctx)
 
 
-def _lists(data: dict, fit_one, n: int) -> Iterator[list[Piece]]:
+def _lists(data: dict, fit_one, n: int, ctx: Fitting = PLAIN) -> Iterator[list[Piece]]:
     """Decision lists of exactly ``n`` pieces: a region by one condition, then the rest."""
     if n == 1:
         for whole in fit_one(data):
             yield [Piece(None, whole)]
         return
-    for text, pred in (ATOMS + LATE_ATOMS if _LATE[0] == RESTRICTED else ATOMS):
+    for text, pred in (ATOMS + LATE_ATOMS if ctx.restricted else ATOMS):
         sel = {x: y for x, y in data.items() if pred(*x[:4])}
         if not sel or len(sel) == len(data):
             continue
@@ -347,12 +360,12 @@ def _lists(data: dict, fit_one, n: int) -> Iterator[list[Piece]]:
         if not firsts:
             continue
         rest = {x: y for x, y in data.items() if not pred(*x[:4])}
-        for tail in _lists(rest, fit_one, n - 1):
+        for tail in _lists(rest, fit_one, n - 1, ctx):
             for first in firsts:
                 yield [Piece(text, first)] + tail
 
 
-def _learned_split(data: dict, fit_one, agrees) -> Iterator[list[Piece]]:
+def _learned_split(data: dict, fit_one, agrees, ctx: Fitting = PLAIN) -> Iterator[list[Piece]]:
     """Two pieces split at a threshold fitted from the data: a form fitted on the largest m of
     every (p, v, d) is followed down in m while it agrees; the first m where it does, per
     (p, v, d), is fitted as a polynomial T(p, v, d) (with the Mod features), and the sizes
@@ -363,7 +376,7 @@ def _learned_split(data: dict, fit_one, agrees) -> Iterator[list[Piece]]:
     if len(top) == len(data):
         return
     for tail in fit_one(top)[:2]:
-        yield from _split_below(data, fit_one, agrees, groups, tail)
+        yield from _split_below(data, fit_one, agrees, groups, tail, ctx)
 
 
 def _by_size_but_m(data: dict) -> dict:
@@ -392,16 +405,17 @@ def _first_agreeing(data: dict, groups: dict, tail, agrees) -> dict | None:
     return first
 
 
-def _split_below(data: dict, fit_one, agrees, groups: dict, tail) -> Iterator[list[Piece]]:
+def _split_below(data: dict, fit_one, agrees, groups: dict, tail,
+                 ctx: Fitting = PLAIN) -> Iterator[list[Piece]]:
     first = _first_agreeing(data, groups, tail, agrees)
     if first is None:
         return
 
     def feats(p, v, d):  # Mod(p, 2), and the period-3 features where they are allowed
-        return (p % 2,) + ((p // 3, (p + 1) // 3) if _LATE[0] else ())
+        return (p % 2,) + ((p // 3, (p + 1) // 3) if ctx.late else ())
 
     pts = {(p, v, d) + feats(p, v, d): Fraction(m0) for (p, v, d), m0 in first.items()}
-    if _LATE[0]:  # every feature at each degree (a cubic in p interpolates few device counts)
+    if ctx.late:  # every feature at each degree (a cubic in p interpolates few device counts)
         poly = fit.fit_poly(pts, 3, n_extra=3, features_first=True)
     else:
         poly = fit.fit_poly(pts, 3) or fit.fit_poly(pts, 3, n_extra=1)
@@ -412,11 +426,9 @@ def _split_below(data: dict, fit_one, agrees, groups: dict, tail) -> Iterator[li
     if not head:
         return
     names = ("p", "v", "d", "Mod(p, 2)") + tuple(t for t, _ in LATE_EXTRAS)
-    text = "m >= " + _poly_text(poly, names)
-    _LEARNED[text] = lambda p, m, v, d, poly=poly, late=_LATE[0]: m >= fit.evaluate(
-        poly, (p, v, d, p % 2) + ((p // 3, (p + 1) // 3) if late else ()))
+    cond = Threshold("m >= " + _poly_text(poly, names), tuple(sorted(poly.items())), ctx.late)
     for lo in fit_one(head):
-        yield [Piece(text, tail), Piece(None, lo)]
+        yield [Piece(cond, tail), Piece(None, lo)]
 
 
 def _poly_text(poly: dict, names) -> str:
@@ -430,7 +442,7 @@ def _poly_text(poly: dict, names) -> str:
 
 
 def _confirmed(label: str, train: dict, full, fit_one, agrees,
-               three: bool | None = None) -> list[Piece]:
+               three: bool | None = None, ctx: Fitting = PLAIN) -> list[Piece]:
     """The first candidate fitted on ``train`` that ``agrees`` with every point of ``full``
     (a dict, or a function returning it, called only once a candidate exists).
 
@@ -440,12 +452,13 @@ def _confirmed(label: str, train: dict, full, fit_one, agrees,
     seen, bad, tried = set(), None, 0
     one = lambda val, x, y: agrees([Piece(None, val)], x, y)  # noqa: E731
     if three is None:
-        three = not _LATE[0]
+        three = not ctx.late
     # the whole and the two-piece lists first, then a learned split, then three pieces
-    cands = chain(islice(_candidates(train, fit_one, 2), 4 * MAX_CANDIDATES),
-                  _learned_split(train, fit_one, one), _lists(train, fit_one, 3) if three else ())
-    if _LATE[0]:  # the last attempts: the fitted split first, the listed ones had their turn
-        cands = chain(_learned_split(train, fit_one, one), cands)
+    cands = chain(islice(_candidates(train, fit_one, 2, ctx), 4 * MAX_CANDIDATES),
+                  _learned_split(train, fit_one, one, ctx),
+                  _lists(train, fit_one, 3, ctx) if three else ())
+    if ctx.late:  # the last attempts: the fitted split first, the listed ones had their turn
+        cands = chain(_learned_split(train, fit_one, one, ctx), cands)
     for pieces in cands:
         key = repr(pieces)
         if key in seen:
@@ -463,7 +476,7 @@ def _confirmed(label: str, train: dict, full, fit_one, agrees,
         if tried >= MAX_CANDIDATES:
             break
     if bad is None:
-        feats = EXTRAS + (LATE_EXTRAS if _LATE[0] else ())
+        feats = EXTRAS + (LATE_EXTRAS if ctx.late else ())
         raise NotDerived(f"{label}: no form of up to {MAX_PIECES if three else 2} pieces "
                          f"(polynomials in p, m, v, d and {', '.join(t for t, _ in feats)}; "
                          f"split at listed or fitted thresholds of m, 2*d < p, v < 2, p < 3 or "
@@ -480,15 +493,14 @@ def _restricted(label: str, train: dict, full, fit_one, agrees,
                 exceptions: bool = False) -> tuple[str, list[Piece]]:
     """(domain condition, pieces) on a restricted domain: ``m >= T`` (:func:`_restricted_in`);
     with ``exceptions``, where that fails, ``m >= T`` without one device count
-    (:func:`_without_one_p`)."""
-    with _late(RESTRICTED):
-        try:
-            return _restricted_in(label, train, full, fit_one, agrees)
-        except NotDerived as e:
-            if not exceptions:
-                raise
-            first = e
-        return _without_one_p(label, train, full, fit_one, agrees, first)
+    (:func:`_without_one_p`).  ``fit_one`` fits in the RESTRICTED context."""
+    try:
+        return _restricted_in(label, train, full, fit_one, agrees)
+    except NotDerived as e:
+        if not exceptions:
+            raise
+        first = e
+    return _without_one_p(label, train, full, fit_one, agrees, first)
 
 
 #: Device counts a domain with an exception must still be fitted on (beside the one left out).
@@ -538,7 +550,7 @@ def _restricted_in(label: str, train: dict, full, fit_one, agrees) -> tuple[str,
     top = {x: train[x] for g in groups.values() for x in g[-3:]}
     tried, errs = set(), []
     # the form at the largest m: whole first, else a list of two pieces (such as d < 1)
-    for tail in islice(_candidates(top, fit_one, 2), 2):
+    for tail in islice(_candidates(top, fit_one, 2, RESTRICTED), 2):
         first = _first_agreeing(train, groups, tail, agrees)
         if first is None:
             continue
@@ -562,7 +574,7 @@ def _restricted_in(label: str, train: dict, full, fit_one, agrees) -> tuple[str,
                 # two pieces (and a fitted split): with the extra conditions and
                 # features an exhaustive three-piece search costs minutes per metric
                 return cond, _confirmed(f"{label} on {cond}", sub, within, fit_one, agrees,
-                                        three=False)
+                                        three=False, ctx=RESTRICTED)
             except NotDerived as e:
                 errs.append(str(e))
     raise NotDerived(f"{label}: no restricted domain m >= T (listed T) either"
@@ -597,13 +609,14 @@ def _scalar_value(pieces: list[Piece], x) -> Fraction:
     raise AssertionError("no piece applies")
 
 
-def _scalar(label: str, train: dict, full: dict, restrict: int = 0):
+def _scalar(label: str, train: dict, full: dict, restrict: int = 0, ctx: Fitting = PLAIN):
     """Confirmed pieces; with ``restrict`` (a level of :func:`_attempts`), (domain
     condition, pieces) on a restricted domain."""
     agrees = lambda pieces, x, y: _scalar_value(pieces, x) == y  # noqa: E731
     if restrict:
-        return _restricted(label, train, full, _fits, agrees, exceptions=restrict == EXCEPTED)
-    return _confirmed(label, train, full, _fits, agrees)
+        return _restricted(label, train, full, lambda data: _fits(data, RESTRICTED), agrees,
+                           exceptions=restrict == EXCEPTED)
+    return _confirmed(label, train, full, lambda data: _fits(data, ctx), agrees, ctx=ctx)
 
 
 # --------------------------------------------------------------------------- tropical
@@ -620,7 +633,8 @@ def _argmaxes(terms: Tropical) -> tuple:
     return tuple(_argmax(terms, u) for u in PROBES)
 
 
-def _fit_terms(data: dict, mode: bool = False, ranked: bool = False) -> list | None:
+def _fit_terms(data: dict, mode: bool = False, ranked: bool = False,
+               ctx: Fitting = PLAIN) -> list | None:
     """Term polynomials (one per cost symbol per term) matched across the sizes; None if
     none fits.
 
@@ -635,7 +649,7 @@ def _fit_terms(data: dict, mode: bool = False, ranked: bool = False) -> list | N
     def add(comps_of):
         comps = []
         for k in range(NDIM):
-            poly = _fit(comps_of(k), mode)
+            poly = _fit(comps_of(k), mode, ctx)
             if poly is None:
                 return
             comps.append(poly)
@@ -710,24 +724,27 @@ def _tropical_at(pieces: list[Piece], x) -> Tropical:
     raise AssertionError("no piece applies")
 
 
-def _tropical(label: str, train: dict, full: dict, restrict: int = 0):
+def _tropical(label: str, train: dict, full: dict, restrict: int = 0, ctx: Fitting = PLAIN):
     cache: dict = {}
+    if restrict:
+        ctx = RESTRICTED
 
     def fit_one(sub):
         key = tuple(sorted(sub))
         if key not in cache:
             alts = []
             for mode, ranked in product(MODES, (False, True)):
-                terms = _fit_terms(sub, mode, ranked)
+                terms = _fit_terms(sub, mode, ranked, ctx)
                 if terms is not None and terms not in alts and all(
                         _tropical_equal(_terms_at(terms, x), t) for x, t in sub.items()):
                     alts.append(terms)
             cache[key] = alts
         return cache[key]
 
-    how = _restricted if restrict else _confirmed
-    return how(label, train, full, fit_one,
-               lambda pieces, x, y: _tropical_equal(_tropical_at(pieces, x), y))
+    agrees = lambda pieces, x, y: _tropical_equal(_tropical_at(pieces, x), y)  # noqa: E731
+    if restrict:
+        return _restricted(label, train, full, fit_one, agrees)
+    return _confirmed(label, train, full, fit_one, agrees, ctx=ctx)
 
 
 # --------------------------------------------------------------------------- derivation
@@ -850,8 +867,7 @@ def derive_part(name: str, key: str, *,
                     continue
                 allpts = {**co, **tr}
                 try:
-                    with _late(late):
-                        out = fit_fn(f(fn, tr), f(fn, allpts), restrict)
+                    out = fit_fn(f(fn, tr), f(fn, allpts), restrict, LATE if late else PLAIN)
                 except NotDerived as e:
                     errs.append((str(e), e.refuted))
                     continue
@@ -864,14 +880,15 @@ def derive_part(name: str, key: str, *,
         return run
 
     def components(label, fn, device):
-        return [widening(lambda tr, full, restrict, k=k: _scalar(
+        return [widening(lambda tr, full, restrict, ctx, k=k: _scalar(
             f"{name}: {label}[{COST_SYMBOLS[k]}]" + ("(d)" if device else ""),
             {x: Fraction(t[k]) for x, t in tr.items()},
-            {x: Fraction(t[k]) for x, t in full.items()}))(fn, device) for k in range(NDIM)]
+            {x: Fraction(t[k]) for x, t in full.items()}, ctx=ctx))(fn, device)
+            for k in range(NDIM)]
 
     def scalar(label):
-        return widening(lambda tr, full, restrict: _scalar(f"{name}: {label}", tr, full, restrict),
-                        label, exceptions=True)
+        return widening(lambda tr, full, restrict, ctx: _scalar(
+            f"{name}: {label}", tr, full, restrict, ctx), label, exceptions=True)
 
     om = lambda val: val[0]  # noqa: E731  (the order metrics of a grid entry)
     conds, reasons, failure, pieces = (), [], None, None
@@ -882,8 +899,8 @@ def derive_part(name: str, key: str, *,
         elif key == "busy":
             pieces = [Piece(None, components("busy", lambda val, d: om(val).busy[d], True))]
         elif key == "busiest":
-            pieces = widening(lambda tr, full, restrict: _tropical(
-                f"{name}: busiest device's busy time", tr, full, restrict), "busiest")(
+            pieces = widening(lambda tr, full, restrict, ctx: _tropical(
+                f"{name}: busiest device's busy time", tr, full, restrict, ctx), "busiest")(
                     lambda val: prune(om(val).busy))
         elif key in ("peak_inflight", "peak_memory"):
             pieces = scalar(key)(lambda val: Fraction(max(getattr(om(val), key))))
@@ -917,8 +934,8 @@ def _derive_makespan(name: str, grids, slices, domains: dict, used: dict):
                 continue
             for tr, co, cp_, late, restrict in _attempts(grids, why[i], phase):
                 try:
-                    with _late(late):
-                        mk = _makespan(name, merge, tr, {**co, **tr}, restrict)
+                    mk = _makespan(name, merge, tr, {**co, **tr}, restrict,
+                                   LATE if late else PLAIN)
                 except TooComplex as e:
                     why[i].append((str(e), False))
                     complex_.add(i)
@@ -1013,7 +1030,7 @@ def _attempts(grids, errs: list, phase: int, exceptions: bool = False) -> Iterat
 
 
 def _makespan(name: str, merge: tuple, train: dict, allpts: dict,
-              restrict: int = 0) -> list[Piece]:
+              restrict: int = 0, ctx: Fitting = PLAIN) -> list[Piece]:
     def sym(pts):
         out = {}
         for (p, m, v), (_, varg) in pts.items():
@@ -1023,4 +1040,4 @@ def _makespan(name: str, merge: tuple, train: dict, allpts: dict,
             out[_key(p, m, v)] = sm.makespan
         return out
 
-    return _tropical(f"{name}: makespan", sym(train), lambda: sym(allpts), restrict)
+    return _tropical(f"{name}: makespan", sym(train), lambda: sym(allpts), restrict, ctx)
