@@ -109,8 +109,12 @@ def parse_srepr(text: str):
                 ctor = _constructor(name)
                 if name == "ExprCondPair":
                     return ctor(*args)
-                # evaluated where that gives what was written (the canonical object), else
-                # as written: evaluating would rewrite 2*(x + 1), which factor left so
+                if name not in ("Add", "Mul"):
+                    # written as evaluated: rebuilding it as is gives the same object
+                    # (evaluating a Max again would compare its terms pairwise: seconds)
+                    return ctor(*args, evaluate=False)
+                # a sum or product: evaluated where that gives what was written (its terms in
+                # sympy's own order), else as written (factor left 2*(x + 1) unexpanded)
                 out = ctor(*args)
                 if not (out.func is ctor and len(out.args) == len(args)
                         and set(out.args) == set(args)) and \
