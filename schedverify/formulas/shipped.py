@@ -24,6 +24,7 @@ import ast
 import json
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 
 import sympy
 
@@ -33,8 +34,8 @@ FORMS = HERE / "forms.json"
 PROOFS = HERE / "proofs.json"
 FORMAT = 1
 
-#: Metric keys shipped per family: every metric, and the per-device form of DEVICE_METRICS.
-def keys() -> tuple[tuple[str, str | None], ...]:
+def shipped_keys() -> tuple[tuple[str, str | None], ...]:
+    """(metric, device) shipped per family: every metric, and DEVICE_METRICS per device."""
     from .derive import DEVICE_METRICS, METRICS
 
     out = [(metric, None) for metric in METRICS]
@@ -78,8 +79,8 @@ def _constructor(name: str):
     return ExprCondPair if name == "ExprCondPair" else getattr(sympy, name)
 
 
-_CONSTANTS = {"true": sympy.true, "false": sympy.false, "oo": sympy.oo,
-              "nan": sympy.nan, "zoo": sympy.zoo}
+_CONSTANTS = MappingProxyType({"true": sympy.true, "false": sympy.false, "oo": sympy.oo,
+                               "nan": sympy.nan, "zoo": sympy.zoo})
 
 
 def parse_srepr(text: str):
@@ -212,7 +213,8 @@ def _entry_of(family: str, metric: str, device) -> dict:
 
 def family_entries(family: str) -> dict:
     """Every shipped key of ``family``, derived now (the file's entry for it)."""
-    return {key_of(metric, device): _entry_of(family, metric, device) for metric, device in keys()}
+    return {key_of(metric, device): _entry_of(family, metric, device)
+            for metric, device in shipped_keys()}
 
 
 def dumps(families: dict) -> str:
@@ -255,7 +257,7 @@ def rebuild(families=None, path: str | Path | None = None, jobs: int = 1, log=No
         from concurrent.futures import ProcessPoolExecutor
 
         # the slowest families first, so the pool's last task is a short one
-        order = sorted(names, key=lambda n: -_COST.get(n, 0))
+        order = sorted(names, key=lambda n: _SLOWEST.index(n) if n in _SLOWEST else len(_SLOWEST))
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             for name, text in zip(order, pool.map(_family_text, order)):
                 out[name] = json.loads(text)
@@ -271,5 +273,5 @@ def rebuild(families=None, path: str | Path | None = None, jobs: int = 1, log=No
     return text
 
 
-#: Rough derivation CPU seconds (README's table), to schedule the slowest families first.
-_COST = {"v-min": 64, "v-half": 43, "zb-v": 28, "looped-bfs": 16, "zb-h1": 10, "zb-h2": 7}
+#: The families slowest to derive (README's table), scheduled first.
+_SLOWEST = ("v-min", "v-half", "zb-v", "looped-bfs", "zb-h1", "zb-h2")
