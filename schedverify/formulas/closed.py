@@ -26,8 +26,13 @@ t_F, t_B, t_I, t_W, c = sympy.symbols("t_F t_B t_I t_W c")
 COSTS = (t_F, t_B, t_I, t_W, c)
 SYMBOLS = {s.name: s for s in (p, m, v, d, t_F, t_B, t_I, t_W, c)}
 _LOCALS = dict(SYMBOLS)
-_FEATURES = tuple(sympy.sympify(text, locals=_LOCALS) for text, _ in FEATURES)
-_BASIS = (p, m, v, d) + _FEATURES
+
+
+@lru_cache(maxsize=1)
+def _basis() -> tuple:
+    """The symbols and features a fitted polynomial's coordinates stand for (parsed when a
+    form is first derived: reading a shipped form needs none of them)."""
+    return (p, m, v, d) + tuple(sympy.sympify(text, locals=_LOCALS) for text, _ in FEATURES)
 
 
 def parse(text: str):
@@ -36,7 +41,7 @@ def parse(text: str):
 
 
 def _poly(poly) -> sympy.Expr:
-    return fit.to_sympy(poly, _BASIS)
+    return fit.to_sympy(poly, _basis())
 
 
 def _pieces(pieces: list[Piece], one) -> sympy.Expr:
