@@ -6,19 +6,20 @@ The public API is re-exported here; the engines that need z3 or sympy (``schedve
 
 from __future__ import annotations
 
-from .check import check, is_valid, iter_violations
+from .check import assert_valid, check, is_valid, iter_violations
 from .cost import DeadlockError, Metrics, Timeline, timeline
 from .diagnostics import CODES, Code, Location, Report, Verdict, Violation
-from .errors import InputError, SchedverifyError, UnsupportedSize, UsageError
+from .errors import InputError, InvalidSchedule, SchedverifyError, UnsupportedSize, UsageError
 from .io import dump, dumps, dumps_csv, load, loads, loads_csv, parse_action
 from .model import Action, Costs, MemoryModel, Placement, Schedule, overlap
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CODES", "Action", "Code", "Costs", "DeadlockError", "InputError", "Location", "MemoryModel",
+    "CODES", "Action", "Code", "Costs", "DeadlockError", "InputError", "InvalidSchedule", "Location",
+    "MemoryModel",
     "Metrics", "Placement", "Report", "Schedule", "SchedverifyError", "Timeline", "UnsupportedSize",
-    "UsageError", "Verdict", "Violation", "__version__", "check", "dump", "dumps", "dumps_csv",
+    "UsageError", "Verdict", "Violation", "__version__", "assert_valid", "check", "dump", "dumps", "dumps_csv",
     "is_valid", "iter_violations", "load", "loads", "loads_csv", "overlap", "parse_action",
     "timeline",
 ]

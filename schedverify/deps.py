@@ -16,7 +16,7 @@ tables instead of restating the rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from collections.abc import Iterator
 
 from .model import B, F, I, RECV_B, RECV_F, SEND_B, SEND_F, W, Action
 

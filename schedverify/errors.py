@@ -36,3 +36,26 @@ class UsageError(SchedverifyError, ValueError):
 
 class UnsupportedSize(UsageError):
     """A generator or formula was asked for sizes outside its domain; the message says the rule."""
+
+
+class DeadlockError(SchedverifyError):
+    """A timeline was asked of a schedule that deadlocks; ``check`` shows the cycle."""
+
+
+class LoweringError(SchedverifyError):
+    """PyTorch's lowering cannot handle this schedule (it raises where this does)."""
+
+
+class InvalidSchedule(SchedverifyError):
+    """Raised only by :func:`schedverify.assert_valid` (for tests and pipelines that want an
+    exception): ``report`` is the full :class:`~schedverify.diagnostics.Report`."""
+
+    def __init__(self, report, shown: int = 5):
+        self.report = report
+        lines = [f"{v.code} {v.message}" for v in report.violations[:shown]]
+        more = len(report.violations) + report.truncated - len(lines)
+        super().__init__("invalid schedule: " + "; ".join(lines) + (f"; and {more} more" if more > 0 else ""))
+
+
+class EngineDisagreement(SchedverifyError):
+    """``--engine both``: the graph and Z3 engines reached different findings (a bug in one)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
-from typing import Mapping
+from collections.abc import Mapping
 
 from .errors import UsageError
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from .errors import SchedverifyError
+from .errors import LoweringError
 from .model import (
     B,
     F,
@@ -39,10 +39,6 @@ from .model import (
     Action,
     Schedule,
 )
-
-
-class LoweringError(SchedverifyError):
-    """PyTorch's lowering cannot handle this schedule (it raises where this does)."""
 
 
 Rows = dict[int, list[Action]]

@@ -12,7 +12,8 @@ from itertools import chain
 from fractions import Fraction
 from numbers import Integral
 from operator import attrgetter
-from typing import NamedTuple, Sequence, Union
+from typing import NamedTuple, Union
+from collections.abc import Sequence
 
 from .errors import UsageError
 
@@ -98,7 +99,7 @@ def malformation(a: Action) -> str:
 
 # --------------------------------------------------------------------------- placement
 
-PlacementSpec = Union[str, Sequence[int]]
+PlacementSpec = Union[str, Sequence[int]]  # noqa: UP007 - an alias evaluated at import, on 3.10
 
 
 def stage_devices(spec: PlacementSpec, devices: int, stages: int) -> tuple[int, ...]:
@@ -178,7 +179,7 @@ def _freeze_spec(spec: PlacementSpec) -> PlacementSpec:
 
 # --------------------------------------------------------------------------- costs, memory
 
-PerStage = Union[float, tuple[float, ...]]
+PerStage = Union[float, tuple[float, ...]]  # noqa: UP007 - an alias evaluated at import, on 3.10
 
 
 def per_stage(value: PerStage, stage: int) -> float:
@@ -355,13 +356,7 @@ class Schedule:
             for row in order
         )
         devices = len(rows)
-        leaves = [x for row in rows for a in row if a is not None for x in a.leaves()]
-        if stages is None:
-            stages = 1 + max((a.stage for a in leaves if a.stage is not None), default=devices - 1)
-        if microbatches is None:
-            microbatches = 1 + max(
-                (a.microbatch for a in leaves if a.microbatch is not None), default=-1
-            )
+        stages, microbatches = infer_sizes(rows, devices, stages, microbatches)
         if not isinstance(placement, Placement):
             placement = Placement.of(placement, devices, stages)
         return cls(
@@ -379,6 +374,48 @@ class Schedule:
 
     def with_(self, **changes) -> Schedule:
         return replace(self, **changes)
+
+
+def leaf_rows(order):
+    """Each row's actions as leaves (an overlap's two sub-actions), idle slots dropped."""
+    for row in order:
+        acts = list(filter(None, row))
+        if any(map(_SUB, acts)):
+            acts = [x for a in acts for x in a.leaves()]
+        yield acts
+
+
+def infer_sizes(order, devices: int, stages: int | None = None,
+                microbatches: int | None = None) -> tuple[int, int]:
+    """(stages, microbatches): the ones given, else inferred from the largest stage and
+    microbatch index any action names, with at least one stage per device (every rank holds
+    a stage, as in PyTorch) and one microbatch.  The one rule for both file formats and
+    :meth:`Schedule.build`; the readers then refuse sizes too large in their own terms."""
+    if stages is not None and microbatches is not None:
+        return stages, microbatches
+    top_stage, top_mb = devices - 1, 0
+    for acts in leaf_rows(order):
+        top_stage = max(top_stage, _largest(map(_STAGE, acts)))
+        top_mb = max(top_mb, _largest(map(_MB, acts)))
+    return (1 + top_stage if stages is None else stages,
+            1 + top_mb if microbatches is None else microbatches)
+
+
+def _largest(values) -> int:
+    """The largest of some indices, None (bookkeeping, a malformed action) left out; 0 if none."""
+    values = list(values)
+    try:
+        top = max(values, default=0)
+        if type(top) is int:
+            return top
+    except TypeError:
+        pass
+    return max((v for v in values if type(v) is int), default=0)
+
+
+_SUB = attrgetter("sub")
+_STAGE = attrgetter("stage")
+_MB = attrgetter("microbatch")
 
 
 def as_schedule(obj, where: str) -> Schedule:

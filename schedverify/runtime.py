@@ -478,7 +478,7 @@ def data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
                 continue
             if k == F_:
                 ps, recv = s - 1, recv_f
-            elif k == B_ or k == I_:
+            elif k in (B_, I_):
                 ps, recv = s + 1, recv_b
             else:
                 continue

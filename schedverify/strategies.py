@@ -41,7 +41,8 @@ Importing this module imports Hypothesis; ``import schedverify`` does not.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
+from collections.abc import Sequence
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -299,7 +300,7 @@ def _valid(draw, devices, microbatches, chunks, placements, bidirectional, backw
         ready.sort(key=_kind_rank)
 
     if draw(reduce_grad):
-        for d, row in enumerate(order):
+        for row in order:
             last: dict[int, int] = {}
             for p, e in enumerate(row):
                 for x in e.leaves():

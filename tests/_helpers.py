@@ -1,11 +1,12 @@
 """Assertions shared by the generator test files (imported as ``_helpers``: pytest puts
 this folder on sys.path)."""
 
+from contextlib import contextmanager
 from fractions import Fraction
 
 from hypothesis import strategies as st
 
-from schedverify import check
+from schedverify import _accel, check
 
 #: costs in quarters, which floating point represents exactly
 cost = st.integers(1, 12).map(lambda n: Fraction(n, 4))
@@ -31,3 +32,14 @@ def generated(family: str, devices: int, microbatches: int):
         return FAMILIES[family].generate(devices, microbatches)
     except UnsupportedSize:
         return None
+
+
+@contextmanager
+def pure_python():
+    """The compiled kernel switched off (callers read ``_accel.kernel`` at call time)."""
+    saved = _accel.kernel
+    _accel.kernel = None
+    try:
+        yield
+    finally:
+        _accel.kernel = saved

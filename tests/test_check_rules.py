@@ -472,7 +472,7 @@ def test_bad_arguments_raise_usage_errors():
         ({"costs": {"F": (1, 2, 3)}}, "costs F: 3 per-stage values given, but the schedule has 2 stages"),
         ({"costs": {"Q": 1}}, "costs: unknown field 'Q'"),
         ({"memory": {"activation": (1,)}}, "memory activation: 1 per-stage values given"),
-        ({"memory": {"w": 1.5}}, "memory w: the weight gradient's share of the activation is in 0..1, got 1.5"),
+        ({"memory": {"w": 1.5}}, "memory w: must be at most 1, got 1.5"),
         ({"memory": {"limt": 1}}, "memory: unknown field 'limt'"),
     ]:
         with pytest.raises(sv.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -22,10 +22,11 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 import schedverify
-from schedverify import _accel
 from schedverify.cli import run
 from schedverify.io.jsonfmt import FIELDS
 from schedverify.strategies import schedules, valid_schedules
+
+from _helpers import pure_python
 
 _counter = itertools.count()
 
@@ -220,22 +221,12 @@ DIFF_OPTIONS = st.sampled_from([
 ])
 
 
-@contextmanager
-def kernel_switched_off():
-    saved = _accel.kernel
-    _accel.kernel = None
-    try:
-        yield
-    finally:
-        _accel.kernel = saved
-
-
 def assert_kernel_agrees(directory, data: bytes, suffix: str, options) -> None:
     """``check`` on one file with the kernel and without: the same exit code and output."""
     path = directory / f"f{next(_counter)}{suffix}"
     path.write_bytes(data)
     results = []
-    for switch in (contextmanager(lambda: (yield))(), kernel_switched_off()):
+    for switch in (contextmanager(lambda: (yield))(), pure_python()):
         out, err = io.StringIO(), io.StringIO()
         with switch:
             code = run(["check", str(path), *options], out, err)

@@ -26,11 +26,12 @@ from schedverify.cost.memory import memory_sweep
 from schedverify.cost.timeline import Timeline
 from schedverify.generators import FAMILIES
 from schedverify.graph import compile_graph, durations_for, sweep
-from schedverify.io.actions import parse_row
+from schedverify.errors import ActionSyntaxError
+from schedverify.io.actions import parse_action, parse_row
 from schedverify.model import Costs, MemoryModel, resolve_costs, resolve_memory
 from schedverify.strategies import mutations, valid_schedules
 
-from _helpers import generated
+from _helpers import generated, pure_python
 
 KERNEL = _accel.kernel
 if KERNEL is None:
@@ -41,16 +42,6 @@ if KERNEL is None:
 GRAPH_FIELDS = ("explicit_comm", "rendezvous", "acts", "dev", "pos", "starts", "wait", "more_waits", "inversions", "counts",
                 "code", "stage", "producer", "duplicates", "wrong_device", "mixed", "malformed",
                 "out_of_range", "missing_recv", "reduce_grads")
-
-
-@contextmanager
-def pure_python():
-    saved = _accel.kernel
-    _accel.kernel = None
-    try:
-        yield
-    finally:
-        _accel.kernel = saved
 
 
 class Spy:
@@ -492,18 +483,18 @@ def test_inconsistent_arguments_raise_instead_of_crashing(call, error):
                                   "0F" + "9" * 19, "1" * 5000 + "F0", "0F" + "1" * 5000])
 def test_overlong_indices_are_left_to_python(cell):
     """An index of more than 18 digits: the kernel declines (it once accumulated 20 digits
-    into a long long: signed overflow), and Python's code reads it, or refuses it (int()
-    takes at most 4300 digits: the caller turns that into an input error)."""
+    into a long long: signed overflow), so does Python's bulk parser, and parse_action reads
+    it (leading zeros aside, at most 18 digits) or refuses it as absurdly large."""
     assert KERNEL.parse_row([cell], Action, ("F",)) is None
     assert KERNEL.parse_row(["0F0", cell], Action, ("F",)) is None
     with pure_python():
-        try:
-            slow = parse_row([cell])
-        except ValueError:  # beyond int()'s limit
-            assert len(cell) > 4300
-            return
+        assert parse_row([cell]) is None
     stage, _, mb = cell.partition("F")
-    assert slow == [Action(int(stage), "F", int(mb))]
+    if max(len(stage.lstrip("0")), len(mb.lstrip("0"))) > 18:
+        with pytest.raises(ActionSyntaxError, match="digits is absurdly large"):
+            parse_action(cell)
+    else:
+        assert parse_action(cell) == Action(int(stage), "F", int(mb))
 
 
 def test_format_plain_declines_what_is_not_an_action():

@@ -7,13 +7,14 @@ raise only for arguments they cannot use, never because a schedule is invalid.
 
 from __future__ import annotations
 
+from functools import cached_property
 from itertools import islice
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..cost.memory import memory_sweep
 from ..cost.timeline import Timeline, order_only_metrics, run_timeline
 from ..diagnostics import Report, Verdict, Violation
-from ..errors import UsageError
+from ..errors import InvalidSchedule, UsageError
 from ..graph import compile_graph, durations_for
 from ..model import COMM_SEMANTICS, Schedule, as_schedule, resolve_costs, resolve_memory
 from ..runtime import RUNTIME_SEMANTICS, TORCH, TORCH_NCCL, NcclOptions, simulate
@@ -25,7 +26,11 @@ MAX_COUNTED = 100_000
 
 
 class _Run:
-    """One check's state, so that the rules and the metrics share a single graph and sweep."""
+    """One check's state, so that the rules and the metrics share a single graph and sweep.
+
+    The arguments are checked and the graph built at once; the memory sweep and the timeline
+    only when a rule or the metrics need them, so that ``is_valid`` on a schedule with a
+    structural violation stops before timing it."""
 
     def __init__(self, schedule: Schedule, costs, memory, memory_limit, comm_semantics, nccl=None):
         as_schedule(schedule, "check")
@@ -43,10 +48,22 @@ class _Run:
         # PyTorch's runtime (docs/spec.md 8): the structure as under eager, the execution by
         # the runtime model when the schedule lists its communication
         runtime = sem in RUNTIME_SEMANTICS
+        self.schedule = schedule
         self.graph = compile_graph(schedule, comm_semantics="eager" if runtime else sem)
-        self.memory = memory_sweep(self.graph, self.memory_model)
         self.runtime = None
-        if runtime and self.graph.explicit_comm:
+        self._timed = False
+
+    @cached_property
+    def memory(self):
+        return memory_sweep(self.graph, self.memory_model)
+
+    def _time(self) -> None:
+        """Run the timeline (or PyTorch's runtime model) once."""
+        if self._timed:
+            return
+        self._timed = True
+        schedule = self.schedule
+        if self.semantics in RUNTIME_SEMANTICS and self.graph.explicit_comm:
             self._run_runtime()
             return
         self.timeline, self.sweep = run_timeline(self.graph, self.costs, self.memory_model)
@@ -89,6 +106,7 @@ class _Run:
         yield from rules.ordered(g)
         if self.semantics in RUNTIME_SEMANTICS:
             yield from rules.loss_order(g)
+        self._time()
         if self.runtime is not None:
             yield from rules.runtime_communication(g, self.runtime.matching)
             yield from rules.runtime_hangs(g, self.hangs, self.hang_mode)
@@ -99,6 +117,7 @@ class _Run:
             yield from rules.memory(g, self.memory, self.memory_model.limit)
 
     def metrics(self):
+        self._time()
         if self.timeline.completed:
             return self.timeline.metrics(self.memory)
         return order_only_metrics(self.timeline, self.memory)
@@ -112,6 +131,15 @@ def iter_violations(schedule: Schedule, *, costs=None, memory=None, memory_limit
 
 def is_valid(schedule: Schedule, **options) -> bool:
     return next(iter_violations(schedule, **options), None) is None
+
+
+def assert_valid(schedule: Schedule, **options) -> Report:
+    """:func:`check`, raising :class:`~schedverify.errors.InvalidSchedule` (with the report)
+    when the schedule is not valid; the report when it is."""
+    report = check(schedule, **options)
+    if not report.is_valid:
+        raise InvalidSchedule(report)
+    return report
 
 
 def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, comm_semantics=None,
@@ -134,7 +162,8 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
     # lists a few actions has billions of missing ones, and counting them would never end.
     truncated = sum(1 for _ in islice(found, MAX_COUNTED + 1))
     verdict = Verdict.INVALID if kept else Verdict.VALID
-    report = Report(verdict, kept, run.metrics(), min(truncated, MAX_COUNTED),
+    metrics = run.metrics()
+    report = Report(verdict, kept, metrics, min(truncated, MAX_COUNTED),
                     truncated_exact=truncated <= MAX_COUNTED, comm_semantics=run.semantics,
                     warnings=run.warnings)
     report.timeline = run.timeline if run.timeline.completed else None
@@ -142,4 +171,4 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
     return report
 
 
-__all__ = ["check", "is_valid", "iter_violations"]
+__all__ = ["assert_valid", "check", "is_valid", "iter_violations"]

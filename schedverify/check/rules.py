@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from .. import diagnostics as dx
 from ..deps import MATCH
@@ -66,7 +66,8 @@ def complete(g: Graph) -> Iterator[Violation]:
             if not has[2] and not has[3]:
                 yield Violation(
                     dx.MISSING_ACTION,
-                    f"stage {s} never runs the backward of microbatch {mb} (neither {s}B{mb} nor {s}I{mb} with {s}W{mb})",
+                    f"stage {s} never runs the backward of microbatch {mb} "
+                    f"(neither {s}B{mb} nor {s}I{mb} with {s}W{mb})",
                     (missing(g, Action(s, B, mb)),))
             elif not has[3]:
                 yield Violation(dx.MISSING_ACTION,
@@ -161,7 +162,8 @@ def deadlocks(g: Graph, cycles) -> Iterator[Violation]:
             # a rendezvous wait is for the RECV right after k on its device: name its place
             shown = k if awaited >= 0 else k + 1
             head_e = next(h for h, _ in cycle if g.dev[h] == e)
-            behind = "" if head_e == shown else f", behind {g.acts[head_e]} (position {g.pos[head_e]}) where device {e} is stuck"
+            behind = ("" if head_e == shown else
+                      f", behind {g.acts[head_e]} (position {g.pos[head_e]}) where device {e} is stuck")
             steps.append(
                 f"device {d} is stuck at {g.acts[head]} (position {g.pos[head]}): it "
                 f"{explain_wait(g, head, awaited)}, which is at position {g.pos[shown]} on device {e}{behind}"
@@ -184,7 +186,8 @@ def communication(g: Graph) -> Iterator[Violation]:
             continue
         peer_kind, off = MATCH[a.kind]
         ps = a.stage + off
-        if 0 <= ps < S and 0 <= a.microbatch < g.schedule.microbatches and g.find(ps, a.microbatch, peer_kind) is not None:
+        if (0 <= ps < S and 0 <= a.microbatch < g.schedule.microbatches
+                and g.find(ps, a.microbatch, peer_kind) is not None):
             continue
         if not (0 <= a.stage < S and 0 <= a.microbatch < g.schedule.microbatches):
             continue  # reported as out of range

@@ -3,16 +3,25 @@
 Each sub-command lives in its own module of this package with ``register(subparsers)`` and
 ``run(args, out, err) -> int``; this module only dispatches.  ``main`` is the one place that
 calls ``sys.exit``.  Exit codes: 0 valid / proved, 1 invalid / refuted / infeasible,
-2 usage or input error, 3 unknown.
+2 usage or input error, 3 unknown, 130 interrupted.
+
+Interrupts: :class:`Interrupts` is the one SIGINT handler of a command, and ``run`` the one
+place that answers it: one line, "interrupted", on standard error, and exit code 130, on
+every command and whatever was running.  Z3 never sees the signal (its own handler, which
+would turn it into an ``unknown`` verdict, is off: :mod:`schedverify.smt.solver`).
 """
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import contextlib
 import importlib
+import signal
 import sys
-from typing import Sequence, TextIO
+import threading
+from typing import TextIO
+from collections.abc import Sequence
 
 from ..errors import SchedverifyError
 
@@ -20,6 +29,7 @@ EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process killed by Ctrl-C
 
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS = ("check", "generate", "lower", "show", "formula", "prove", "search")
@@ -65,11 +75,113 @@ def build_parser(out: TextIO | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class Interrupts:
+    """The one SIGINT handler of a command (a context manager, in the main thread).
+
+    Ctrl-C raises :class:`KeyboardInterrupt`, as Python's own handler does, and that
+    interrupt sticks: Python cannot raise it where it lands in a destructor (z3 frees its
+    objects in ``__del__``) or a ctypes callback, which would print a traceback and carry on
+    as if nothing happened; ctypes turns one raised while it converts an argument into
+    ``ArgumentError``; and a library may catch it.  So such a swallowed interrupt is not
+    printed (``sys.unraisablehook``), an exception that escapes the command after an
+    interrupt is reported as the interrupt (:func:`run`), and until the command has answered it
+    (:meth:`answered`) it is raised again in the main thread every :attr:`REPEAT_S`
+    seconds.  When SIGINT is ignored (a background job) it stays ignored; outside the main
+    thread nothing is installed."""
+
+    REPEAT_S = 0.5
+
+    def __init__(self):
+        self.seen = False
+        self._answered = threading.Event()
+        self._poke = threading.Event()  # raise it again now, not at the next repeat
+        self._repeater: threading.Thread | None = None
+        self._installed = False
+        self._old_handler = None
+        self._old_hook = None
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        old = signal.getsignal(signal.SIGINT)
+        if old is signal.SIG_IGN:
+            return self
+        self._old_handler = old
+        self._old_hook = sys.unraisablehook
+        signal.signal(signal.SIGINT, self._handler)
+        sys.unraisablehook = self._unraisable
+        self._installed = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.answered()
+        if self._repeater is not None:  # so none lands after the old handler is back
+            self._repeater.join()
+        if self._installed:
+            signal.signal(signal.SIGINT, self._old_handler)
+            sys.unraisablehook = self._old_hook
+            self._installed = False
+
+    def answered(self) -> None:
+        """The command is answering the interrupt: stop raising it (a further Ctrl-C while
+        the one line is printed is ignored)."""
+        self._answered.set()
+        self._poke.set()
+
+    def _handler(self, signum, frame):
+        if self._answered.is_set():
+            return
+        if not self.seen:
+            self.seen = True
+            self._repeater = threading.Thread(target=self._repeat, name="schedverify-interrupt",
+                                              daemon=True)
+            self._repeater.start()
+        raise KeyboardInterrupt
+
+    def _repeat(self) -> None:
+        while not self._answered.is_set():
+            self._poke.wait(self.REPEAT_S)
+            self._poke.clear()
+            if not self._answered.is_set():
+                _thread.interrupt_main(signal.SIGINT)
+
+    def _unraisable(self, info) -> None:
+        # a KeyboardInterrupt, or what it broke (ctypes reports one raised while it converts
+        # an argument as ArgumentError), while the interrupt is not answered yet
+        if isinstance(info.exc_value, KeyboardInterrupt) or (self.seen and not self._answered.is_set()):
+            self._poke.set()  # the repeater raises it again, where it can be raised
+            return
+        (self._old_hook or sys.__unraisablehook__)(info)
+
+
 def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         stderr: TextIO | None = None) -> int:
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     argv = list(sys.argv[1:] if argv is None else argv)
+    with Interrupts() as interrupts:
+        try:
+            code = _run(argv, out, err)
+        except KeyboardInterrupt:
+            code = None
+        except Exception:
+            if not interrupts.seen:
+                raise
+            code = None  # what the interrupt broke: ctypes turns one into ArgumentError
+        finally:
+            while interrupts.seen:  # a repeat may land as this starts: then once more
+                try:
+                    interrupts.answered()
+                    break
+                except KeyboardInterrupt:
+                    pass
+        if code is None or interrupts.seen:  # an interrupt a library swallowed counts too
+            print("interrupted", file=err)
+            return EXIT_INTERRUPTED
+        return code
+
+
+def _run(argv: list[str], out: TextIO, err: TextIO) -> int:
     parser = build_parser()
     try:
         with contextlib.redirect_stdout(out):  # argparse prints --help and --version there
@@ -88,9 +200,6 @@ def run(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     except SchedverifyError as e:
         print(f"schedverify {args.command}: error: {e}", file=err)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted", file=err)
-        return 130
     except BrokenPipeError:
         return EXIT_OK
 
@@ -101,4 +210,8 @@ def main() -> None:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
-    sys.exit(run())
+    code = run()
+    if code == EXIT_INTERRUPTED:
+        with contextlib.suppress(ValueError):  # answered: a further Ctrl-C does not print a traceback
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)

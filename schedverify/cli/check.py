@@ -6,6 +6,8 @@ import json
 
 from ..diagnostics import CODES, Verdict
 from ..errors import SchedverifyError, UsageError
+from ..engines import ENGINES, run_engine
+from ..io.files import source_name
 from . import EXIT_INVALID, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE
 from .common import (add_cost_options, add_input_options, check_costs_fit, load_input,
                      nccl_options, non_negative_float, positive_int)
@@ -40,7 +42,7 @@ def register(sub) -> None:
     p.add_argument("--max-violations", type=positive_int, default=1000, metavar="N",
                    help="report at most N violations per file (default 1000)")
     p.add_argument("--list-codes", action="store_true", help="list every violation code and exit")
-    p.add_argument("--engine", choices=("graph", "z3", "both"), default="graph",
+    p.add_argument("--engine", choices=tuple(ENGINES), default="graph",
                    help="graph (fast, default); z3 (an independent SMT encoding); both (run both, "
                         "exit 2 if they disagree)")
     p.add_argument("--timeout", type=non_negative_float, default=60.0, metavar="S",
@@ -66,7 +68,8 @@ def run(args, out, err) -> int:
 
 def _lowered(schedule, args, source: str):
     """(the schedule to check, whether it was lowered, a warning or None) for --lowering."""
-    from ..lowering import LoweringError, torch_lowering
+    from ..errors import LoweringError
+    from ..lowering import torch_lowering
     from ..runtime import RUNTIME_SEMANTICS
 
     how = args.lowering
@@ -90,9 +93,7 @@ def _lowered(schedule, args, source: str):
 
 
 def check_one(path: str, args, out, err) -> int:
-    from ..check import check
-
-    source = "<stdin>" if path == "-" else path
+    source = source_name(path)
     try:
         schedule = load_input(path, args)
         check_costs_fit(args.costs, schedule, source)
@@ -100,12 +101,7 @@ def check_one(path: str, args, out, err) -> int:
         opts = dict(costs=args.costs, memory_limit=args.memory_limit,
                     comm_semantics=args.comm_semantics, nccl=nccl_options(args),
                     max_violations=args.max_violations)
-        if args.engine == "graph":
-            report = check(schedule, **opts)
-        else:  # the Z3 engine is imported only when asked for
-            from ..smt.check import run_engine
-
-            report = run_engine(args.engine, schedule, timeout_s=args.timeout, **opts)
+        report = run_engine(args.engine, schedule, timeout_s=args.timeout, **opts)  # z3 loads when used
         if note:
             report.warnings.append(note)
     except SchedverifyError as e:

@@ -7,7 +7,6 @@ family registered there is available here (and in ``--list``) without touching t
 from __future__ import annotations
 
 import argparse
-import difflib
 
 from ..errors import UsageError
 from . import EXIT_OK, EXIT_USAGE
@@ -85,15 +84,12 @@ def run(args, out, err) -> int:
     if args.list:
         print(list_text(), file=out)
         return EXIT_OK
-    families = _families()
     if args.family is None:
         print("schedverify generate: error: name a FAMILY (see 'schedverify generate --list')", file=err)
         return EXIT_USAGE
-    family = families.get(args.family)
-    if family is None:
-        close = difflib.get_close_matches(args.family, list(families), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(families)}"
-        raise UsageError(f"unknown family {args.family!r}{hint}")
+    from ..generators import family as lookup
+
+    family = lookup(args.family)
     missing = [flag for flag, v in (("--devices", args.devices), ("--microbatches", args.microbatches))
                if v is None]
     if missing:
@@ -123,10 +119,9 @@ def run(args, out, err) -> int:
 
 
 def _write(schedule, path: str | None, out) -> None:
-    from ..io import dumps, dumps_csv
+    from ..io import dumps, dumps_for
 
     if path is None or path == "-":
         out.write(dumps(schedule))
         return
-    text = dumps_csv(schedule) if path.lower().endswith(".csv") else dumps(schedule)
-    write_output(path, text)
+    write_output(path, dumps_for(schedule, path))

@@ -9,6 +9,7 @@ PyTorch's own lowering.  What PyTorch's own lowerings would do is printed beside
 from __future__ import annotations
 
 from ..errors import SchedverifyError, UsageError
+from ..io.files import source_name
 from . import EXIT_OK
 from .common import add_cost_options, add_input_options, check_costs_fit, load_input, nccl_options, write_output
 
@@ -34,10 +35,10 @@ def register(sub) -> None:
 
 def run(args, out, err) -> int:
     from ..check import check
-    from ..io import dumps, dumps_csv
+    from ..io import dumps_csv, dumps_for
     from ..lowering import lower_checked, torch_lowering
 
-    source = "<stdin>" if args.file == "-" else args.file
+    source = source_name(args.file)
     schedule = load_input(args.file, args)
     check_costs_fit(args.costs, schedule, source)
     sem, nccl = args.comm_semantics, nccl_options(args)
@@ -65,7 +66,7 @@ def run(args, out, err) -> int:
         print(dumps_csv(lowered).rstrip("\n"), file=out)
         print(summary, file=err)
         return EXIT_OK
-    text = dumps(lowered) if args.output.lower().endswith(".json") else dumps_csv(lowered)
+    text = dumps_for(lowered, args.output, default="csv")
     write_output(args.output, text, inputs=(args.file,))
     print(summary, file=out)
     print(f"wrote {args.output}", file=out)

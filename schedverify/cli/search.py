@@ -68,7 +68,8 @@ def register(sub) -> None:
                    help="fifo: microbatches in order per stage and kind (loses no optimum, see "
                         "the docs; default); unrestricted: every order (slow, for cross-checks)")
     p.add_argument("--time-limit", type=_positive_float, default=60.0, metavar="S",
-                   help="seconds (default 60); when hit: best found, lower bound, gap, exit 3")
+                   help="seconds for the whole search, warm start included (default 60); it "
+                        "answers within S + 1 s; when hit: best found, lower bound, gap, exit 3")
     p.add_argument("--no-warm-start", action="store_true",
                    help="do not start from the generators (FAMILIES) and the greedy heuristic")
     p.add_argument("-o", "--output", metavar="FILE", help="write the schedule here (schedverify/1 JSON)")
@@ -94,9 +95,9 @@ def run(args, out, err) -> int:
     )
     written = None
     if result.schedule is not None and args.output:
-        from ..io import dumps, dumps_csv
+        from ..io import dumps_for
 
-        text = dumps_csv(result.schedule) if args.output.lower().endswith(".csv") else dumps(result.schedule)
+        text = dumps_for(result.schedule, args.output)
         write_output(args.output, text)
         written = args.output
     code = {"optimal": EXIT_OK, "infeasible": EXIT_INVALID}.get(result.status, EXIT_UNKNOWN)

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import UsageError
+from ..io.files import source_name
 from . import EXIT_INVALID, EXIT_OK
 from .common import (add_cost_options, add_input_options, check_costs_fit, load_input, nccl_options,
                      whole_number, write_output)
@@ -51,7 +52,7 @@ def register(sub) -> None:
 def run(args, out, err) -> int:
     from ..render.view import build_view
 
-    source = "<stdin>" if args.file == "-" else args.file
+    source = source_name(args.file)
     schedule = load_input(args.file, args)
     check_costs_fit(args.costs, schedule, source)
     if args.output:

@@ -8,14 +8,10 @@ from functools import cached_property
 from typing import Any
 
 from .. import _accel
-from ..errors import SchedverifyError
+from ..errors import DeadlockError
 from ..graph import Graph, SweepResult, compile_graph, durations_for, sweep
 from ..model import Action, Costs, MemoryModel, Schedule, as_schedule, resolve_costs, resolve_memory
 from .memory import MemoryResult, memory_sweep
-
-
-class DeadlockError(SchedverifyError):
-    """A timeline was asked of a schedule that deadlocks; ``check`` shows the cycle."""
 
 
 def _num(x: float) -> float | int:

@@ -13,7 +13,8 @@ the tuple at the bottom.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..model import Schedule
 from .bidirectional import chimera, dualpipe, dualpipe_v
@@ -109,7 +110,31 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "D even, M a multiple of D"),
 )}
 
+
+
+def family(name: str) -> Family:
+    """The family registered as ``name``; an unknown name is a :class:`UsageError` that
+    suggests the closest known one."""
+    import difflib
+
+    from ..errors import UsageError
+
+    found = FAMILIES.get(name) if isinstance(name, str) else None
+    if found is None:
+        close = difflib.get_close_matches(str(name), list(FAMILIES), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(FAMILIES)}"
+        raise UsageError(f"unknown family {name!r}{hint}")
+    return found
+
+
+def generate(name: str, devices: int, microbatches: int, **options: Any) -> Schedule:
+    """The schedule of the family registered as ``name`` (``"zb-h1"``, ...) at these sizes;
+    ``options`` are the family's keyword options (``chunks``, ``group_size``)."""
+    return family(name)(devices, microbatches, **options)
+
+
 __all__ = [
-    "FAMILIES", "Family", "Option", "gpipe", "interleaved_1f1b", "looped_bfs", "one_f_one_b", "zb_h1",
+    "FAMILIES", "Family", "Option", "family", "generate", "gpipe", "interleaved_1f1b", "looped_bfs",
+    "one_f_one_b", "zb_h1",
     "zb_h2", "chimera", "dualpipe", "dualpipe_v", "v_half", "v_min", "zb_v",
 ]

@@ -21,7 +21,7 @@ backward is a full ``B``, and ``_forward_backward_chunk`` is one ``OVERLAP_F_B``
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from ..model import B, F, I, W, Action, Placement, Schedule, overlap
 from ._build import assemble, positive, require

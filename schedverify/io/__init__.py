@@ -16,7 +16,7 @@ from .actions import ActionSyntaxError, format_action, parse_action
 from .files import read_text, write_atomic
 
 __all__ = [
-    "ActionSyntaxError", "dump", "dumps", "dumps_csv", "format_action", "load", "loads",
+    "ActionSyntaxError", "dump", "dumps", "dumps_csv", "dumps_for", "format_action", "load", "loads",
     "loads_csv", "parse_action", "read_text", "write_atomic",
 ]
 
@@ -53,7 +53,14 @@ def load(path: str | os.PathLike, **csv_options) -> Schedule:
     return loads(text, name, **csv_options)
 
 
+def dumps_for(schedule: Schedule, path: str | os.PathLike, default: str = "json") -> str:
+    """The text :func:`dump` writes to ``path``: PyTorch's CSV for ``.csv``, schedverify/1
+    JSON for ``.json``, else the ``default`` ("json" or "csv")."""
+    suffix = Path(str(path)).suffix.lower()
+    fmt = {".csv": "csv", ".json": "json"}.get(suffix, default)
+    return dumps_csv(schedule) if fmt == "csv" else dumps(schedule)
+
+
 def dump(schedule: Schedule, path: str | os.PathLike) -> None:
     """Write ``schedule`` as JSON or CSV by the file's extension, whole or not at all."""
-    text = dumps_csv(schedule) if str(path).lower().endswith(".csv") else dumps(schedule)
-    files.write_atomic(path, text)
+    files.write_atomic(path, dumps_for(schedule, path))

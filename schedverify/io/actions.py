@@ -7,7 +7,6 @@ must parse.
 from __future__ import annotations
 
 import re
-from operator import attrgetter
 from itertools import repeat
 
 from .. import _accel
@@ -54,11 +53,13 @@ def parse_action(text: str) -> Action:
     m = _SIMPLE.fullmatch(text) if type(text) is str else None
     if m is not None:
         stage, kind, mb = m.groups()
-        if len(stage) > MAX_DIGITS or len(mb) > MAX_DIGITS:
-            which = "stage" if len(stage) > MAX_DIGITS else "microbatch"
-            digits = max(len(stage), len(mb))
-            shown = text if len(text) <= 40 else text[:20] + "..." + text[-12:]
-            raise ActionSyntaxError(f"a {which} index of {digits} digits is absurdly large: {shown!r}")
+        if len(stage) > MAX_DIGITS or len(mb) > MAX_DIGITS:  # leading zeros aside, as int() reads it
+            long_stage = len(stage.lstrip("0")) > MAX_DIGITS
+            if long_stage or len(mb.lstrip("0")) > MAX_DIGITS:
+                which, digits = ("stage", stage) if long_stage else ("microbatch", mb)
+                shown = text if len(text) <= 40 else text[:20] + "..." + text[-12:]
+                raise ActionSyntaxError(f"a {which} index of {len(digits.lstrip('0'))} digits is absurdly "
+                                        f"large: {shown!r}")
         kind = _KINDS[kind]
         if kind in BOOKKEEPING_KINDS:
             if mb:
@@ -190,7 +191,7 @@ def is_action(text) -> bool:
     m = _SIMPLE.fullmatch(text.strip())
     if m is not None:
         stage, kind, mb = m.groups()
-        return (len(stage) <= MAX_DIGITS and len(mb) <= MAX_DIGITS
+        return (len(stage.lstrip("0")) <= MAX_DIGITS and len(mb.lstrip("0")) <= MAX_DIGITS
                 and (not mb) == (kind in BOOKKEEPING_KINDS))
     if not text.lstrip().startswith("("):
         return False
@@ -199,38 +200,6 @@ def is_action(text) -> bool:
     except ActionSyntaxError:
         return False
     return True
-
-
-def leaf_rows(order):
-    """Each row's actions as leaves (an overlap's two sub-actions), idle slots dropped."""
-    for row in order:
-        acts = list(filter(None, row))
-        if any(map(_SUB, acts)):
-            acts = [x for a in acts for x in a.leaves()]
-        yield acts
-
-
-def infer_sizes(order, devices: int, stages: int | None,
-                microbatches: int | None) -> tuple[int, int]:
-    """(stages, microbatches): the ones the file gives, else inferred from the largest stage
-    and microbatch index any action names (at least one stage per device).  Both file
-    formats call it; each then refuses sizes too large in its own terms."""
-    if stages is not None and microbatches is not None:
-        return stages, microbatches
-    top_stages, top_mbs = [0], [0]
-    for acts in leaf_rows(order):
-        top_stages.append(max(map(_STAGE, acts), default=0))
-        named = list(map(_MB, acts))
-        if None in named:  # bookkeeping actions name no microbatch
-            named = [m for m in named if m is not None]
-        top_mbs.append(max(named, default=0))
-    return (max(devices, 1 + max(top_stages)) if stages is None else stages,
-            1 + max(top_mbs) if microbatches is None else microbatches)
-
-
-_SUB = attrgetter("sub")
-_STAGE = attrgetter("stage")
-_MB = attrgetter("microbatch")
 
 
 def format_action(action: Action | None) -> str:

@@ -14,8 +14,9 @@ from operator import attrgetter
 
 from ..errors import InputError
 from ..limits import limits
-from ..model import Placement, PlacementSpec, Schedule, as_schedule, stage_devices
-from .actions import CellErrors, infer_sizes, leaf_rows, parse_row
+from ..model import (Placement, PlacementSpec, Schedule, as_schedule, infer_sizes, leaf_rows,
+                     stage_devices)
+from .actions import CellErrors, parse_row
 from .files import as_text
 from .jsonfmt import refuse_huge_index
 
@@ -47,7 +48,7 @@ def loads(
         cells = list(map(str.strip, row))
         out = _parse_plain(cells)
         if out is None:
-            out = errors.parse(cells, lambda p: f"row {d + 1}, column {p + 1}")
+            out = errors.parse(cells, lambda p, d=d: f"row {d + 1}, column {p + 1}")
         order.append(tuple(out))
     errors.raise_any()
     if devices is None:
@@ -112,9 +113,9 @@ def _uniform_placement(order, devices: int, stages: int) -> PlacementSpec | None
         return None  # None stages (malformed) or out of range: let the vote handle them
     for spec in ("loop", "v"):
         where = stage_devices(spec, devices, stages)
-        if all(where[s] == d for d, row in enumerate(per_row) for s in row):
-            if spec == "loop" or len(everything) == stages:
-                return spec
+        if all(where[s] == d for d, row in enumerate(per_row) for s in row) and (
+                spec == "loop" or len(everything) == stages):
+            return spec
     return None
 
 

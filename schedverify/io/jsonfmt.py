@@ -21,9 +21,10 @@ from ..model import (
     Placement,
     Schedule,
     as_schedule,
+    infer_sizes,
     number_problem,
 )
-from .actions import CellErrors, infer_sizes, parse_row
+from .actions import CellErrors, parse_row
 from .files import as_text
 
 FORMAT = "schedverify/1"
@@ -216,7 +217,7 @@ def _read_order(r: _Reader, order_doc: list) -> tuple:
         if not isinstance(row, list):
             raise r.fail(f"order[{d}]", f"expected the list of device {d}'s actions, got {_describe(row)}")
         fast = parse_row(row)
-        rows.append(tuple(fast if fast is not None else errors.parse(row, lambda p: f"order[{d}][{p}]")))
+        rows.append(tuple(fast if fast is not None else errors.parse(row, lambda p, d=d: f"order[{d}][{p}]")))
     errors.raise_any()
     return tuple(rows)
 
@@ -250,7 +251,8 @@ def _read_placement(r: _Reader, doc: dict, devices: int, stages: int, microbatch
                          f"({microbatches}), got {_describe(mr) if 'microbatch_route' in doc else 'nothing'}")
         for i, k in enumerate(mr):
             if type(k) is not int or not 0 <= k < len(routes):
-                raise r.fail(f"microbatch_route[{i}]", f"expected a route index in 0..{len(routes) - 1}, got {_describe(k)}")
+                raise r.fail(f"microbatch_route[{i}]",
+                             f"expected a route index in 0..{len(routes) - 1}, got {_describe(k)}")
         return Placement.bidirectional(specs, mr, devices, stages)
     if "microbatch_route" in doc:
         raise r.fail("microbatch_route", "only meaningful together with routes")

@@ -52,7 +52,8 @@ def _matplotlib():
 def image_format(path) -> str:
     suffix = Path(str(path)).suffix.lower().lstrip(".")
     if suffix not in FORMATS:
-        raise UsageError(f"-o {path}: cannot tell the image format from {('.' + suffix) if suffix else 'no extension'}; "
+        given = ("." + suffix) if suffix else "no extension"
+        raise UsageError(f"-o {path}: cannot tell the image format from {given}; "
                          f"use a name ending in {', '.join('.' + f for f in FORMATS)}")
     return suffix
 
@@ -83,10 +84,7 @@ def pixel_size(view: View, dpi: float = DEFAULT_DPI) -> tuple[int, int]:
 def _shade(hex_colour: str, microbatch: int | None, microbatches: int) -> tuple[float, float, float]:
     """Mix the kind's colour with white: microbatch 0 full colour, the last one 55% strength."""
     r, g, b = (int(hex_colour[k:k + 2], 16) / 255 for k in (1, 3, 5))
-    if microbatch is None or microbatches <= 1:
-        t = 0.0
-    else:
-        t = 0.45 * min(1.0, microbatch / (microbatches - 1))
+    t = 0.0 if microbatch is None or microbatches <= 1 else 0.45 * min(1.0, microbatch / (microbatches - 1))
     return (r + (1 - r) * t, g + (1 - g) * t, b + (1 - b) * t)
 
 

@@ -4,7 +4,7 @@ device x time timeline that ``schedverify show`` prints."""
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..diagnostics import Report
 from ..model import Schedule

@@ -19,6 +19,10 @@ whole problem runs for minutes.  Where the windows alone stop short (two chunks 
 branches over one device's order with the windows propagated at every node and the device's
 memory counted exactly along the order: 4x8 v2 split mem 4 (59, device 3 refutes 58 in 10
 nodes) and mem 2 (101, device 0 refutes 94..100 in 9 s).
+
+Each of them runs within a :class:`~.budget.Budget` when given one (propagation on 100 x 100
+takes seconds per makespan): :class:`~.budget.TimeUp` when it runs out, except where the
+function says what it returns instead.
 """
 
 from __future__ import annotations
@@ -26,10 +30,10 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-import time
 
 from .. import deps as rules
 from ..model import B, F, I, W, Action
+from .budget import Budget, TimeUp
 from .problem import Problem, Units
 
 
@@ -244,7 +248,8 @@ class TimeWindows:
     loses no optimum (module docstring), so a refuted ``T`` bounds every schedule.
     """
 
-    def __init__(self, p: Problem, u: Units, limit: int | None):
+    def __init__(self, p: Problem, u: Units, limit: int | None, *, budget: Budget | None = None):
+        budget = budget if budget is not None else Budget(None)
         place = p.placement_obj().routes[0]
         M = p.microbatches
         self.limit = limit
@@ -275,6 +280,7 @@ class TimeWindows:
             for s in range(p.stages):
                 others = [e for e in range(p.stages) if place[e] == place[s] and e != s]
                 for i in range(M):
+                    budget.check()
                     least = _memory_options(p, u, limit, s, i)
                     if least is None:
                         continue  # too many to enumerate: the rule is skipped (it only adds)
@@ -307,22 +313,25 @@ class TimeWindows:
         for x, (s, _, _) in enumerate(self.keys):
             self.by_dev.setdefault(place[s], []).append(x)
 
-    def windows(self, T: int) -> tuple[list[int], list[int]] | None:
+    def windows(self, T: int, *, budget: Budget | None = None) -> tuple[list[int], list[int]] | None:
         """(earliest start, latest end) per action (indexed like ``keys``) for makespan
-        ``T``, or None when propagation refutes ``T``."""
+        ``T``, or None when propagation refutes ``T``; :class:`~.budget.TimeUp` when
+        ``budget`` runs out first."""
         if self.impossible:
             return None
         est = list(self.est0)
         lct = [T - t for t in self.tail]
         try:
-            self._propagate(est, lct)
+            self._propagate(est, lct, budget)
         except _Refuted:
             return None
         return est, lct
 
-    def _propagate(self, est: list[int], lct: list[int]) -> None:
+    def _propagate(self, est: list[int], lct: list[int], budget: Budget | None = None) -> None:
         dur = self.dur
+        check = budget.check if budget is not None else (lambda: None)
         while True:
+            check()
             for x in self.topo:
                 e = est[x] + dur[x]
                 for y, lag in self.succ[x]:
@@ -336,7 +345,9 @@ class TimeWindows:
             if any(est[x] + dur[x] > lct[x] for x in range(len(est))):
                 raise _Refuted
             changed = False
-            for f, sets in self.memory:
+            for n, (f, sets) in enumerate(self.memory):
+                if not n % 64:
+                    check()
                 latest = lct[f] - dur[f]
                 ects = [_ect(tasks, est, dur) for tasks in sets]
                 least = min(ects)
@@ -351,6 +362,7 @@ class TimeWindows:
                     if lct[y] > latest:
                         lct[y], changed = latest, True
             for tasks in self.by_dev.values():
+                check()
                 changed |= _edge_find(tasks, est, lct, dur)
                 mest = {x: -lct[x] for x in tasks}
                 mlct = {x: -est[x] for x in tasks}
@@ -456,11 +468,12 @@ def _edge_find(tasks, est, lct, dur) -> bool:
 
 
 def order_search(tw: TimeWindows, p: Problem, u: Units, T: int, device: int, *,
-                 deadline: float, follow: tuple[Action, ...] | None = None) -> bool | None:
+                 deadline: float | None = None, budget: Budget | None = None,
+                 follow: tuple[Action, ...] | None = None) -> bool | None:
     """Branch over the order of one device, with the time windows propagated at every node:
     True when every order is refuted (no FIFO schedule finishes by ``T`` within the memory
     limit ``tw`` was built for), False when some order survives (nothing is proven), None
-    when ``deadline`` (``time.monotonic()``) passes first.
+    when ``deadline`` (``time.monotonic()``) passes or ``budget`` runs out first.
 
     A node is an order prefix of ``device``; a child places one more action next: the head
     of one of the device's (stage, kind) chains (class ``fifo``) whose same-device
@@ -473,7 +486,14 @@ def order_search(tw: TimeWindows, p: Problem, u: Units, T: int, device: int, *,
     every constraint added on that path holds in it (the windows keep every such schedule),
     so its leaf survives and the answer is not True.  ``follow`` restricts the children to
     that order's (a test replays valid schedules with it)."""
-    win = tw.windows(T)
+    if budget is None:
+        budget = Budget.until(deadline)
+    elif deadline is not None:
+        budget = Budget.until(min(deadline, budget.deadline))
+    try:
+        win = tw.windows(T, budget=budget)
+    except TimeUp:
+        return None
     if win is None:
         return True
     est, lct = win
@@ -509,11 +529,10 @@ def order_search(tw: TimeWindows, p: Problem, u: Units, T: int, device: int, *,
                     lct[last], changed = m, True
             if not changed:
                 return
-            tw._propagate(est, lct)
+            tw._propagate(est, lct, budget)
 
     def dfs(est, lct, heads, mem, prefix):
-        if time.monotonic() > deadline:
-            raise TimeoutError
+        budget.check()
         if len(prefix) == total:
             return False
         unplaced = [x for c, xs in chains.items() for x in xs[heads[c]:]]
@@ -546,18 +565,26 @@ def order_search(tw: TimeWindows, p: Problem, u: Units, T: int, device: int, *,
 
     try:
         return dfs(est, lct, {c: 0 for c in chains}, u.static[device], [])
-    except TimeoutError:
+    except TimeUp:
         return None
 
 
 def propagation_bound(p: Problem, u: Units, lb: int, hi: int, *, deadline: float | None = None,
-                      windows: TimeWindows | None = None) -> int:
+                      windows: TimeWindows | None = None, budget: Budget | None = None) -> int:
     """The least makespan in [lb, hi] that :class:`TimeWindows` does not refute (``hi`` when
-    all below are refuted or time runs out: the caller's best known makespan)."""
-    w = windows or TimeWindows(p, u, u.limit)
+    all below are refuted: the caller's best known makespan); when ``deadline`` passes or
+    ``budget`` runs out first, the least makespan not refuted yet (every one below is)."""
+    if budget is None:
+        budget = Budget.until(deadline)
+    elif deadline is not None:
+        budget = Budget.until(min(deadline, budget.deadline))
+    w = windows or TimeWindows(p, u, u.limit, budget=budget)
     t = lb
-    while t < hi and (deadline is None or time.monotonic() < deadline):
-        if w.windows(t) is not None:
-            return t
+    while t < hi and not budget.expired():
+        try:
+            if w.windows(t, budget=budget) is not None:
+                return t
+        except TimeUp:
+            break
         t += 1
     return t

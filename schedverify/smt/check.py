@@ -35,17 +35,20 @@ by side (``schedverify check --engine both``) and any disagreement is a bug in o
   one the run needs is among them there is no makespan, else it is minimised over real times.
 
 A solver that gives up (time limit) makes the verdict UNKNOWN with the reason, never valid.
+Every phase (indexing, building each encoding, each solver call) runs under one
+:class:`~.budget.Budget` of ``timeout_s`` seconds, so the check answers within its limit
+plus :data:`~.budget.OVERSHOOT_S`; every solver call goes through :func:`.solver.check`,
+which turns Ctrl-C into :class:`KeyboardInterrupt`, never into UNKNOWN.
 """
 
 from __future__ import annotations
 
-import time
 from fractions import Fraction
 
 from .. import deps as rules
 from .. import diagnostics as dx
 from ..diagnostics import Location, Report, Verdict, Violation
-from ..errors import SchedverifyError, UsageError
+from ..errors import EngineDisagreement, UsageError  # noqa: F401 - EngineDisagreement re-exported
 from ..model import (
     B,
     BOOKKEEPING_KINDS,
@@ -67,6 +70,7 @@ from ..model import (
     resolve_costs,
     resolve_memory,
 )
+from .budget import Budget, TimeUp
 
 MAX_CYCLES = 10
 RUNTIME_SEMANTICS = ("torch", "torch-nccl")  # docs/spec.md 8 (the names, not the graph engine's code)
@@ -78,6 +82,15 @@ class _Undecided(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
+
+
+def _paced(items, budget: Budget, every: int = 1024):
+    """``items`` as they are, checking ``budget`` every ``every`` of them (raises
+    :class:`~.budget.TimeUp` when it is spent): for the loops that build an encoding."""
+    for n, x in enumerate(items):
+        if not n % every:
+            budget.check()
+        yield x
 
 
 class _Index:
@@ -133,9 +146,8 @@ class _Index:
                         duplicate.append((e, self.first[key], x))
                         continue
                     self.first[key] = e
-                    if x.kind == B and ((s, mb, I) in self.first or (s, mb, W) in self.first):
-                        mixed.append(e)
-                    elif x.kind in (I, W) and (s, mb, B) in self.first:
+                    split = (s, mb, I) in self.first or (s, mb, W) in self.first
+                    if x.kind == B and split or x.kind in (I, W) and (s, mb, B) in self.first:
                         mixed.append(e)
                     expected = (routes[mroute[mb]] if mroute is not None else routes[0])[s]
                     if expected != d:
@@ -212,7 +224,8 @@ class _Edges:
     with kind "same" (same device), "data" or "rendezvous"; plus unmatched SEND/RECV and
     missing RECV findings."""
 
-    def __init__(self, ix: _Index, semantics: str, comm: Fraction):
+    def __init__(self, ix: _Index, semantics: str, comm: Fraction, budget: Budget | None = None):
+        budget = budget if budget is not None else Budget(None)
         sched = ix.s
         S, M = sched.stages, sched.microbatches
         explicit = sched.has_explicit_comm
@@ -228,7 +241,7 @@ class _Edges:
         for e, d in enumerate(dev):
             prev[e] = last.get(d)
             last[d] = e
-        for e in range(len(ix.entries)):
+        for e in _paced(range(len(ix.entries)), budget):
             d = dev[e]
             for x in ix.leaves(e):
                 s, mb = x.stage, x.microbatch
@@ -263,7 +276,7 @@ class _Edges:
         self.missing_found: list[Violation] = []  # SV503 (3.5 and 8.3 alike)
         if not explicit:
             return
-        for e, (d, p, a) in enumerate(ix.entries):
+        for e, (_d, _p, a) in enumerate(ix.entries):
             if a.kind not in COMM_KINDS or type(a.stage) is not int or type(a.microbatch) is not int:
                 continue
             if not (0 <= a.stage < S and 0 <= a.microbatch < M):
@@ -498,7 +511,7 @@ class _Events:
 
 class _Z3Check:
     def __init__(self, schedule, costs, memory, memory_limit, comm_semantics, timeout_s, max_violations,
-                 nccl=None):
+                 nccl=None, budget: Budget | None = None):
         if not isinstance(schedule, Schedule):
             raise UsageError(f"expected a Schedule, got {type(schedule).__name__}")
         sem = comm_semantics or schedule.comm_semantics or "eager"
@@ -521,16 +534,18 @@ class _Z3Check:
         self.buffered_sends = nccl is not None and bool(nccl.buffered_sends)
         self.costs = resolve_costs(schedule, costs)
         self.memory = resolve_memory(schedule, memory, memory_limit)
-        self.deadline = time.monotonic() + timeout_s
+        self.budget = budget if budget is not None else Budget(timeout_s)
         self.max_violations = max_violations
+        # the structural rules: linear in the actions (0.3 s per 100k) and never cut short, so
+        # a schedule with structural violations is INVALID whatever the time limit
         self.ix = _Index(schedule)
         self.comm = Fraction(self.costs.comm).limit_denominator(10**9)
         # PyTorch's runtime (docs/spec.md 8): the rules of 3.1-3.4 as under eager; with listed
         # communication, 3.5 is replaced by positional matching and the event constraints of 8.4
         self.runtime = sem in RUNTIME_SEMANTICS
-        self.ed = _Edges(self.ix, "eager" if self.runtime else sem, self.comm)
         self.explicit_runtime = self.runtime and schedule.has_explicit_comm
-        self.pm = _Positional(self.ix) if self.explicit_runtime else None
+        self.ed: _Edges | None = None  # the waits, in run(): they take time from the budget
+        self.pm: _Positional | None = None
         self.warnings: list[str] = []
         if self.explicit_runtime and not any(
                 a.kind == REDUCE_GRAD for row in schedule.order for a in row if a is not None):
@@ -538,23 +553,32 @@ class _Z3Check:
                 "the schedule lists its communication but no REDUCE_GRAD: PyTorch's runtime runs it "
                 "without scaling the gradients by the number of microbatches (docs/spec.md 8.3)")
 
-    def left(self) -> float:
-        return self.deadline - time.monotonic()
-
     def solver(self):
         from .solver import make_solver
 
-        left = self.left()
-        if left <= 0:
+        if self.budget.expired():
             raise _Undecided("time limit reached")
-        return make_solver(timeout_s=left, unsat_core=True, core_minimize=True)
+        return make_solver(timeout_s=self.budget.remaining(), unsat_core=True, core_minimize=True)
+
+    def check(self, s, *assumptions, what: str):
+        """One solver call (through :func:`.solver.check`): sat or unsat; _Undecided else."""
+        from .solver import check
+
+        r, why = check(s, *assumptions, budget=self.budget)
+        if r != self.z3.sat and r != self.z3.unsat:
+            raise _Undecided(why if why == "time limit reached" else f"solver gave up on {what}: {why}")
+        return r
 
     def run(self) -> Report:
         found = list(self.ix.found)
         ordered, reason = [], None
         cycles, makespan, mem = [], None, None
-        comm_found = self.ed.comm_found
+        comm_found = []
         try:
+            self.ed = _Edges(self.ix, "eager" if self.runtime else self.semantics, self.comm,
+                             self.budget)
+            self.pm = _Positional(self.ix) if self.explicit_runtime else None
+            comm_found = self.ed.comm_found
             ordered = self.inversions()
             ordered += self.reduce_grad()
             if self.runtime:
@@ -569,6 +593,8 @@ class _Z3Check:
             mem = self.memory_peaks()
         except _Undecided as u:
             reason = u.reason
+        except TimeUp:
+            reason = "time limit reached"
         found += ordered + comm_found + cycles
         if mem is not None:
             found += mem[0]
@@ -588,11 +614,11 @@ class _Z3Check:
     def inversions(self) -> list[Violation]:
         z3 = self.z3
         n = len(self.ix.entries)
-        rank = [z3.Int(f"r{e}") for e in range(n)]
+        rank = [z3.Int(f"r{e}") for e in _paced(range(n), self.budget)]
         s = self.solver()
         self._device_order(s, rank)
         lits = {}
-        for k, (e, j, _lat, why, kind) in enumerate(self.ed.edges):
+        for k, (e, j, _lat, _why, kind) in enumerate(_paced(self.ed.edges, self.budget)):
             if kind == "same":
                 lit = z3.Bool(f"same{k}")
                 s.add(z3.Implies(lit, rank[e] > rank[j]))
@@ -600,11 +626,9 @@ class _Z3Check:
         out = []
         active = dict(lits)
         while active:
-            r = s.check(*[lit for lit, _ in active.values()])
+            r = self.check(s, *[lit for lit, _ in active.values()], what="device order")
             if r == z3.sat:
                 break
-            if r != z3.unsat:
-                raise _Undecided(f"solver gave up on device order: {s.reason_unknown()}")
             core = s.unsat_core()
             for c in core:
                 lit, k = active.pop(c.get_id())
@@ -621,7 +645,7 @@ class _Z3Check:
 
     def _device_order(self, s, rank) -> None:
         prev = {}
-        for e, (d, _, _) in enumerate(self.ix.entries):
+        for e, (d, _, _) in enumerate(_paced(self.ix.entries, self.budget)):
             if d in prev:
                 s.add(rank[e] > rank[prev[d]])
             prev[d] = e
@@ -656,11 +680,11 @@ class _Z3Check:
     def _cycles(self, kinds) -> list[Violation]:
         z3 = self.z3
         n = len(self.ix.entries)
-        rank = [z3.Int(f"r{e}") for e in range(n)]
+        rank = [z3.Int(f"r{e}") for e in _paced(range(n), self.budget)]
         s = self.solver()
         self._device_order(s, rank)
         active = {}
-        for k, (e, j, _lat, _why, kind) in enumerate(self.ed.edges):
+        for k, (e, j, _lat, _why, kind) in enumerate(_paced(self.ed.edges, self.budget)):
             if kind not in kinds:
                 continue
             lit = z3.Bool(f"wait{k}")
@@ -668,11 +692,9 @@ class _Z3Check:
             active[lit.get_id()] = (lit, k)
         out = []
         while True:
-            r = s.check(*[lit for lit, _ in active.values()])
+            r = self.check(s, *[lit for lit, _ in active.values()], what="deadlock detection")
             if r == z3.sat:
                 return out
-            if r != z3.unsat:
-                raise _Undecided(f"solver gave up on deadlock detection: {s.reason_unknown()}")
             if len(out) >= MAX_CYCLES:  # the marker has the code of the cycle before it
                 out.append(Violation(out[-1].code, "more deadlock cycles exist; fix the ones "
                                      "above and check again"))
@@ -739,28 +761,27 @@ class _Z3Check:
         z3 = self.z3
         from .solver import make_optimizer
 
-        if self.left() <= 0:
+        if self.budget.expired():
             raise _Undecided("time limit reached")
-        o = make_optimizer(timeout_s=self.left())
+        o = make_optimizer(timeout_s=self.budget.remaining())
         n = len(self.ix.entries)
         dur = self.durations()
-        st = [z3.Real(f"s{e}") for e in range(n)]
+        st = [z3.Real(f"s{e}") for e in _paced(range(n), self.budget)]
         T = z3.Real("T")
         prev = {}
-        for e, (d, _, _) in enumerate(self.ix.entries):
+        for e, (d, _, _) in enumerate(_paced(self.ix.entries, self.budget)):
             o.add(st[e] >= 0)
-            o.add(T >= st[e] + z3.RealVal(dur[e]))
+            o.add(st[e] + z3.RealVal(dur[e]) <= T)
             if d in prev:
                 o.add(st[e] >= st[prev[d]] + z3.RealVal(dur[prev[d]]))
             prev[d] = e
-        for k, (e, j, lat, _why, kind) in enumerate(self.ed.edges):
+        for _k, (e, j, lat, _why, kind) in enumerate(_paced(self.ed.edges, self.budget)):
             if kind == "same":
                 continue  # same-device: implied by device order (here none is inverted)
             o.add(st[e] >= st[j] + z3.RealVal(dur[j] + lat))
         h = o.minimize(T)
-        r = o.check()
-        if r != z3.sat:
-            raise _Undecided(f"solver gave up on the makespan: {o.reason_unknown()}")
+        if self.check(o, what="the makespan") != z3.sat:
+            raise _Undecided("solver gave up on the makespan: unsat")
         v = o.lower(h) if n else z3.RealVal(0)
         value = o.model().eval(T, model_completion=True) if n else v
         self.busy = [sum((dur[e] for e, (dd, _, _) in enumerate(self.ix.entries) if dd == d), Fraction(0))
@@ -789,7 +810,8 @@ class _Z3Check:
             values, lits = [], []
             mvars = [z3.Real(f"m{d}_{q}") for q in range(len(ents))]
             prev_free = static[d]
-            for q, e in enumerate(ents):
+            last_free = Fraction(0)  # what the previous action freed (none before the first)
+            for q, e in enumerate(_paced(ents, self.budget)):
                 alloc = sum((act[x.stage] for x in self.ix.memory_leaves(e) if x.kind == F), Fraction(0))
                 n += sum(1 for x in self.ix.memory_leaves(e) if x.kind == F)
                 free = Fraction(0)
@@ -816,21 +838,17 @@ class _Z3Check:
             inflight.append(peak_n)
             if s is None or not lits:
                 continue
-            r = s.check(*lits)
+            r = self.check(s, *lits, what="memory")
             if r == z3.sat:
                 continue
-            if r != z3.unsat:
-                raise _Undecided(f"solver gave up on memory: {s.reason_unknown()}")
             lo, hi = 0, len(lits)  # the shortest unsat prefix ends at the first position over
             while lo + 1 < hi:
                 mid = (lo + hi) // 2
-                r = s.check(*lits[:mid])
+                r = self.check(s, *lits[:mid], what="memory")
                 if r == z3.unsat:
                     hi = mid
-                elif r == z3.sat:
-                    lo = mid
                 else:
-                    raise _Undecided(f"solver gave up on memory: {s.reason_unknown()}")
+                    lo = mid
             q = hi - 1
             e = ents[q]
             out.append(Violation(
@@ -922,22 +940,20 @@ class _Z3Check:
         each, the waits of the lanes it passes through are relaxed, so the next is independent
         (None at the end: more than MAX_CYCLES)."""
         z3 = self.z3
-        rank = [z3.Int(f"q{x}") for x in range(len(ev.lane))]
+        rank = [z3.Int(f"q{x}") for x in _paced(range(len(ev.lane)), self.budget)]
         s = self.solver()
-        for tgt, src, _ in ev.hard:
+        for tgt, src, _ in _paced(ev.hard, self.budget):
             s.add(rank[tgt] > rank[src])
         active = {}
-        for k, (tgt, src, _d, _kind) in enumerate(ev.waits):
+        for k, (tgt, src, _d, _kind) in enumerate(_paced(ev.waits, self.budget)):
             lit = z3.Bool(f"after{k}")
             s.add(z3.Implies(lit, rank[tgt] > rank[src]))
             active[lit.get_id()] = (lit, k)
         out: list[list[int] | None] = []
         while True:
-            r = s.check(*[lit for lit, _ in active.values()])
+            r = self.check(s, *[lit for lit, _ in active.values()], what="the runtime's hangs")
             if r == z3.sat:
                 return out
-            if r != z3.unsat:
-                raise _Undecided(f"solver gave up on the runtime's hangs: {s.reason_unknown()}")
             if len(out) >= MAX_CYCLES:
                 out.append(None)
                 return out
@@ -1014,20 +1030,20 @@ class _Z3Check:
                           if dd == d and not pm.comm[e]), Fraction(0)) for d in range(self.schedule.devices)]
         if n == 0:
             return Fraction(0)
-        if self.left() <= 0:
+        if self.budget.expired():
             raise _Undecided("time limit reached")
-        o = make_optimizer(timeout_s=self.left())
-        t = [z3.Real(f"t{x}") for x in range(2 * n)]
+        o = make_optimizer(timeout_s=self.budget.remaining())
+        t = [z3.Real(f"t{x}") for x in _paced(range(2 * n), self.budget)]
         T = z3.Real("T")
-        for x in range(2 * n):
+        for x in _paced(range(2 * n), self.budget):
             if x not in never:
-                o.add(t[x] >= 0, T >= t[x])
-        for tgt, src, delay, *_ in ev.hard + ev.waits:
+                o.add(t[x] >= 0, t[x] <= T)
+        for tgt, src, delay, *_ in _paced(ev.hard + ev.waits, self.budget):
             if tgt not in never:
                 o.add(t[tgt] >= t[src] + z3.RealVal(delay))
         h = o.minimize(T)
-        if o.check() != z3.sat:
-            raise _Undecided(f"solver gave up on the makespan: {o.reason_unknown()}")
+        if self.check(o, what="the makespan") != z3.sat:
+            raise _Undecided("solver gave up on the makespan: unsat")
         o.lower(h)
         return Fraction(o.model().eval(T, model_completion=True).as_fraction())
 
@@ -1059,22 +1075,23 @@ def _num(x: Fraction) -> float | int:
 
 
 def check_z3(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, comm_semantics=None,
-             nccl=None, timeout_s: float = 60.0, max_violations: int = 1000) -> Report:
+             nccl=None, timeout_s: float = 60.0, max_violations: int = 1000,
+             budget: Budget | None = None) -> Report:
     """Check ``schedule`` with the Z3 engine; the same options and Report as
     :func:`schedverify.check`, with ``engine="z3"``.  ``comm_semantics`` is one of
     ``eager``, ``rendezvous``, ``torch`` or ``torch-nccl`` (docs/spec.md 3.5 and 8); ``nccl``
     (a :class:`schedverify.runtime.NcclOptions`) says how NCCL runs point-to-point under
     ``torch-nccl``.  ``timeout_s`` bounds the solver calls in total; when it runs out before
-    a verdict, the verdict is UNKNOWN and ``reason`` says why."""
+    a verdict, the verdict is UNKNOWN and ``reason`` says why.  Every phase after the
+    structural rules (linear, never cut short) runs under one :class:`~.budget.Budget` (``budget``, or one of
+    ``timeout_s`` seconds from now): the check returns within it plus
+    :data:`~.budget.OVERSHOOT_S`."""
+    if budget is None:
+        if timeout_s is None or timeout_s <= 0:
+            raise UsageError(f"timeout must be > 0 seconds, got {timeout_s!r}")
+        budget = Budget(timeout_s)
     return _Z3Check(schedule, costs, memory, memory_limit, comm_semantics, timeout_s,
-                    max_violations, nccl).run()
-
-
-ENGINES = ("graph", "z3", "both")
-
-
-class EngineDisagreement(SchedverifyError):
-    """``--engine both``: the graph and Z3 engines reached different findings (a bug in one)."""
+                    max_violations, nccl, budget).run()
 
 
 def disagreements(graph: Report, z3: Report) -> list[str]:
@@ -1092,26 +1109,7 @@ def disagreements(graph: Report, z3: Report) -> list[str]:
 
 
 def run_engine(engine: str, schedule: Schedule, *, timeout_s: float = 60.0, **options) -> Report:
-    """Check with ``engine`` ("graph", "z3" or "both").  ``both`` returns the graph report
-    when the engines agree, raises :class:`EngineDisagreement` when they do not, and returns
-    the Z3 report (verdict UNKNOWN, never valid) when Z3 could not decide."""
-    if engine not in ENGINES:
-        raise UsageError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if engine == "z3":
-        return check_z3(schedule, timeout_s=timeout_s, **options)
-    from ..check import check
+    """:func:`schedverify.engines.run_engine`, kept here where it was first published."""
+    from ..engines import run_engine as run
 
-    graph = check(schedule, **options)
-    if engine == "graph":
-        return graph
-    z3 = check_z3(schedule, timeout_s=timeout_s, **options)
-    if z3.verdict is Verdict.UNKNOWN:
-        z3.reason = f"z3 engine undecided ({z3.reason}); the graph engine says {graph.verdict}"
-        return z3
-    diff = disagreements(graph, z3)
-    if diff:
-        raise EngineDisagreement(
-            f"the graph and z3 engines disagree on {schedule.name or 'the schedule'}: "
-            + "; ".join(diff))
-    graph.engine = "graph+z3"
-    return graph
+    return run(engine, schedule, timeout_s=timeout_s, **options)

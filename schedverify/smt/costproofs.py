@@ -15,11 +15,11 @@ costs, and ``unknown`` (timeout, resource limit, incomplete theory) is never rea
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import z3
 
-from .solver import make_solver
+from .solver import check, make_solver
 
 DEFAULT_TIMEOUT_S = 20.0
 
@@ -91,13 +91,13 @@ def find_counterexample(goal, assumptions: Sequence = (), *, positive: Iterable[
     for a in assumptions:
         s.add(b.rel(a))
     s.add(z3.Not(b.rel(goal)))
-    r = s.check()
+    r, why = check(s, at_most=timeout_s)  # Ctrl-C raises KeyboardInterrupt, never "unknown"
     if r == z3.unsat:
         return "unsat", None
     if r == z3.sat:
         model = s.model()
         return "sat", {n: _value(model.eval(v, model_completion=True)) for n, v in b.vars.items()}
-    return "unknown", s.reason_unknown() or "solver gave up"
+    return "unknown", why
 
 
 def tropical_leq(a: Iterable[Sequence[int]], b: Iterable[Sequence[int]], n: int,
@@ -112,7 +112,7 @@ def tropical_leq(a: Iterable[Sequence[int]], b: Iterable[Sequence[int]], n: int,
         lhs = z3.Sum(*[int(k) * x for k, x in zip(t, xs)])
         for u in b:
             s.add(lhs > z3.Sum(*[int(k) * x for k, x in zip(u, xs)]))
-        r = s.check()
+        r, _ = check(s, at_most=timeout_s)
         if r != z3.unsat:
             return False
     return True

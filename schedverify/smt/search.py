@@ -63,6 +63,13 @@ every order:
 
 ``fifo=False`` searches every order (no symmetry breaking); the tests compare the two, and
 both with exhaustive enumeration, on small sizes.
+
+Time: the whole search runs under one :class:`~.budget.Budget` of ``time_limit`` seconds.
+The warm start, the bounds, the encoding (built and handed to Z3 in pieces, the budget
+checked between them) and each solver call take their time from it; when it is spent, the
+phase that is running stops (:class:`~.budget.TimeUp`) and the search answers with the best
+schedule found so far, its lower bound and gap (or "nothing found" when there is none), so
+it returns within ``time_limit`` plus :data:`~.budget.OVERSHOOT_S`.
 """
 
 from __future__ import annotations
@@ -78,6 +85,7 @@ from ..errors import UsageError
 from ..model import B, F, I, W, Action, Schedule
 from .bounds import (TimeWindows, device_lags, earliest_starts, least_tails, lower_bound, memory_precedences,
                      min_peak_memory, order_search, propagation_bound)
+from .budget import Budget, TimeUp
 from .problem import Problem, Units, frac, make_problem
 
 CLASS_FIFO = "fifo"
@@ -92,13 +100,19 @@ class _Encoding:
     memory <= L)?" incrementally.  The constraints are written as SMT-LIB text and parsed by
     Z3 in one go (building them through the Python API costs seconds)."""
 
+    #: SMT-LIB lines handed to Z3 in one piece (parsing is not interruptible; a piece of this
+    #: size takes well under 0.1 s, and the budget is checked between pieces)
+    PIECE = 20000
+
     def __init__(self, p: Problem, u: Units, *, fifo: bool, timeout_s: float | None,
-                 cuts: bool = False, device: int | None = None, windows: dict | None = None):
+                 cuts: bool = False, device: int | None = None, windows: dict | None = None,
+                 budget: Budget | None = None):
         import z3
 
         from .solver import make_solver
 
         self.z3 = z3
+        self.budget = budget if budget is not None else Budget(None)
         self.p, self.u, self.fifo, self.cuts, self.device = p, u, fifo, cuts, device
         # without the cuts every arithmetic atom is a difference constraint (t_x >= t_y + c):
         # Z3's Bellman-Ford difference-logic theory proves memory-tight instances several
@@ -137,7 +151,7 @@ class _Encoding:
                             for b in gs[ai + 1:]}
         self._lines: list[str] = []
         self._build(place)
-        self.solver.from_string("\n".join(self._lines))
+        self._declare(self._lines)
         self._lines = []
 
     # -- names and literals (SMT-LIB text)
@@ -161,8 +175,10 @@ class _Encoding:
         dur = self.gdur
         est = earliest_starts(p, u)
         tails = least_tails(p, u)
+        check = self.budget.check
         out("(declare-const makespan Int)")
         for g, (s, k, mbs) in enumerate(self.groups):
+            check()
             for j in range(len(mbs)):
                 x = self.t((g, j))
                 out(f"(declare-const {x} Int)")
@@ -175,6 +191,7 @@ class _Encoding:
         for gs in self.by_dev.values():
             for ai, a in enumerate(gs):
                 for b in gs[ai + 1:]:
+                    check()
                     for j in range(len(self.groups[a][2])):
                         for k in range(len(self.groups[b][2])):
                             out(f"(declare-const o_{a}_{j}_{b}_{k} Bool)")
@@ -183,6 +200,7 @@ class _Encoding:
                 for b in gs[ai + 1:]:
                     na, nb = len(self.groups[a][2]), len(self.groups[b][2])
                     for j in range(na):
+                        check()
                         for k in range(nb):
                             o = f"o_{a}_{j}_{b}_{k}"
                             ta, tb = self.t((a, j)), self.t((b, k))
@@ -197,14 +215,18 @@ class _Encoding:
             # one device alone: every path between two of its actions through other devices
             # (same microbatch) is a lag of the path's length, the rest runs infinitely fast
             lags = device_lags(p, u, self.device)
-            for (s, k, i), x in self.where.items():
+            for n, ((s, k, i), x) in enumerate(self.where.items()):
+                if not n % 256:
+                    check()
                 for (ps, pk), lag in lags.get((s, k), {}).items():
                     y = self.where[(ps, pk, i)]
                     out(f"(assert (>= {self.t(x)} (+ {self.t(y)} {dur[y[0]] + lag})))")
                     if self.gdev[y[0]] == self.gdev[x[0]]:
                         out(f"(assert {self.before(y, x)})")
         # dependencies (deps.NEEDS), per microbatch
-        for (s, k, i), x in (self.where.items() if self.device is None else ()):
+        for n, ((s, k, i), x) in enumerate(self.where.items() if self.device is None else ()):
+            if not n % 256:
+                check()
             for need, ps in rules.needs(Action(s, k, i), p.stages):
                 pk = next(c for c in need.kinds if c in p.kinds)
                 y = self.where[(ps, pk, i)]
@@ -220,6 +242,7 @@ class _Encoding:
             total = sum(dur[g] * len(self.groups[g][2]) for g in gs)
             for g in gs:
                 for j in range(len(self.groups[g][2])):
+                    check()
                     x = (g, j)
                     terms = [f"(ite {self.before((h, m), x)} {dur[h]} 0)"
                              for h in gs if h != g and dur[h]
@@ -243,6 +266,7 @@ class _Encoding:
                 if k != F:
                     continue
                 for j in range(len(mbs)):
+                    self.budget.check()
                     x = (g, j)
                     const = u.static[d] + u.alloc[s] * ((j + 1) if self.fifo else 1)
                     lits, coefs = [], []
@@ -281,8 +305,11 @@ class _Encoding:
         return self._mem[limit]
 
     def _declare(self, lines: list[str]) -> None:
-        # the solver's parser remembers the symbols declared by earlier text
-        self.solver.from_string("\n".join(lines))
+        # the solver's parser remembers the symbols declared by earlier text, so the text can
+        # go in pieces, each short enough that the budget is checked often
+        for i in range(0, len(lines), self.PIECE):
+            self.budget.check()
+            self.solver.from_string("\n".join(lines[i:i + self.PIECE]))
 
     def bound_literal(self, t: int):
         if t not in self._bounds:
@@ -302,8 +329,8 @@ class _Encoding:
         if key not in self._win:
             tw = self._tw.get(limit)
             if tw is None:
-                tw = self._tw[limit] = TimeWindows(self.p, self.u, limit)
-            win = tw.windows(t)
+                tw = self._tw[limit] = TimeWindows(self.p, self.u, limit, budget=self.budget)
+            win = tw.windows(t, budget=self.budget)
             if win is None:
                 self._win[key] = None
             else:
@@ -311,6 +338,8 @@ class _Encoding:
                 name = f"win_{t}_{'none' if limit is None else limit}"
                 lines = [f"(declare-const {name} Bool)"]
                 for n, action in enumerate(tw.keys):
+                    if not n % 1024:
+                        self.budget.check()
                     x = self.where.get(action)
                     if x is not None:
                         v = self.t(x)
@@ -335,6 +364,7 @@ class _Encoding:
                   and (devices is None or self.gdev[x[0]] in devices)}
         out = []
         for (a, b), n in self._pair_sizes.items():
+            self.budget.check()
             na, nb = n
             for j in range(na):
                 xa = (a, j)
@@ -346,10 +376,14 @@ class _Encoding:
                     out.append(lit if pos[xa] < pos[xb] else z3.Not(lit))
         return out
 
-    def check(self, t: int, memory_limit: int | None, timeout_s: float, extra=()):
+    def check(self, t: int, memory_limit: int | None, timeout_s: float | None, extra=()):
         """"sat" and the device orders, "unsat" (no order in the class finishes by ``t``
         within ``memory_limit``; with the reason "time windows" when propagation alone
-        refutes it) or "unknown" and Z3's reason."""
+        refutes it) or "unknown" and Z3's reason.  Runs within the encoding's budget (and
+        ``timeout_s`` seconds); raises :class:`~.budget.TimeUp` when the budget is spent
+        while the assumptions are built."""
+        from .solver import check
+
         assumptions = [self.bound_literal(t), *extra]
         if memory_limit is not None:
             assumptions.append(self.memory_literal(memory_limit))
@@ -358,8 +392,7 @@ class _Encoding:
             if win is None:
                 return "unsat", "time windows"
             assumptions.append(win)
-        self.solver.set("timeout", max(1, int(timeout_s * 1000)))
-        r = self.solver.check(*assumptions)
+        r, why = check(self.solver, *assumptions, budget=self.budget, at_most=timeout_s)
         z3 = self.z3
         if r == z3.sat:
             model = self.solver.model()
@@ -367,7 +400,7 @@ class _Encoding:
             return "sat", self.decode(model)
         if r == z3.unsat:
             return "unsat", None
-        return "unknown", self.solver.reason_unknown()
+        return "unknown", why
 
     def decode(self, model) -> tuple[tuple[Action, ...], ...]:
         """Device orders from a model: actions by start time, ties broken by dependency rank."""
@@ -430,8 +463,12 @@ class SearchResult:
 # --------------------------------------------------------------------------- warm starts
 
 
-def _fits(p: Problem, sched: Schedule) -> bool:
-    if (sched.devices, sched.stages, sched.microbatches) != (p.devices, p.stages, p.microbatches):
+def _fits(p: Problem, sched: Schedule, *, microbatches: bool = True) -> bool:
+    """Whether ``sched`` has the problem's shape (``microbatches=False``: but for the count
+    of microbatches)."""
+    if (sched.devices, sched.stages) != (p.devices, p.stages):
+        return False
+    if microbatches and sched.microbatches != p.microbatches:
         return False
     if sched.placement.is_bidirectional or sched.placement.routes[0] != p.placement_obj().routes[0]:
         return False
@@ -481,7 +518,7 @@ GREEDY_POLICIES = ((B, I, W, F), (B, I, F, W), (F, B, I, W))
 
 
 def greedy(p: Problem, priority: tuple[str, ...] = GREEDY_POLICIES[0], *, rng=None,
-           slack: int = 0, reserve: int = 0) -> Schedule | None:
+           slack: int = 0, reserve: int = 0, budget: Budget | None = None) -> Schedule | None:
     """A list schedule: whenever a device is free, run the ready action (microbatches in
     order per stage and kind) that can start first, preferring kinds by ``priority``; a
     forward waits while it would exceed the memory limit, and (with several stages per
@@ -492,7 +529,10 @@ def greedy(p: Problem, priority: tuple[str, ...] = GREEDY_POLICIES[0], *, rng=No
     broken at random (a randomised restart of the heuristic); ``reserve`` (scaled memory)
     keeps a forward waiting unless that much room is left after it, which makes room for
     the backwards sooner.  None when memory blocks every
-    device (the heuristic got stuck; the exact search may still succeed)."""
+    device (the heuristic got stuck; the exact search may still succeed).  Raises
+    :class:`~.budget.TimeUp` when ``budget`` runs out first (one step per action, each
+    looking at every (stage, kind): 64 x 64 takes seconds)."""
+    budget = budget if budget is not None else Budget(None)
     u = Units(p)
     place = p.placement_obj().routes[0]
     M = p.microbatches
@@ -512,6 +552,7 @@ def greedy(p: Problem, priority: tuple[str, ...] = GREEDY_POLICIES[0], *, rng=No
     rank = {k: n for n, k in enumerate(priority)}
     left = len(chains) * M
     while left:
+        budget.check()
         cands = []
         for d, cs in by_dev.items():
             for s, k in cs:
@@ -564,22 +605,27 @@ def greedy(p: Problem, priority: tuple[str, ...] = GREEDY_POLICIES[0], *, rng=No
                     p.placement_obj(), "greedy")
 
 
-def randomised_greedy(p: Problem, seconds: float, *, seed: int = 0):
-    """The best of randomised greedy restarts within ``seconds`` (deterministic per seed and
-    number of restarts): yields improving schedules."""
+def randomised_greedy(p: Problem, seconds: float | Budget, *, seed: int = 0):
+    """The best of randomised greedy restarts within ``seconds`` (or a :class:`~.budget.Budget`;
+    deterministic per seed and number of restarts): yields improving schedules, and stops,
+    mid-restart if need be, when the time is up."""
     import random
 
     rng = random.Random(seed)
     u = Units(p)
-    stop = time.monotonic() + seconds
+    budget = seconds if isinstance(seconds, Budget) else Budget(seconds)
     best = None
     maxdur = max(u.idur.values())
     n = 0
-    while time.monotonic() < stop and n < 2000:
+    while not budget.expired() and n < 2000:
         n += 1
         prio = GREEDY_POLICIES[n % len(GREEDY_POLICIES)]
         reserve = rng.choice([0, 0, max(u.alloc.values()) // 2, max(u.alloc.values())])
-        sched = greedy(p, prio, rng=rng, slack=rng.randint(0, maxdur), reserve=reserve)
+        try:
+            sched = greedy(p, prio, rng=rng, slack=rng.randint(0, maxdur), reserve=reserve,
+                           budget=budget)
+        except TimeUp:
+            return
         if sched is None:
             continue
         rep = evaluate(p, sched)
@@ -588,12 +634,33 @@ def randomised_greedy(p: Problem, seconds: float, *, seed: int = 0):
             yield sched.with_(name="greedy-random"), rep
 
 
-def generator_candidates(p: Problem):
+def generator_candidates(p: Problem, *, budget: Budget | None = None):
     """(name, schedule) for every family in FAMILIES that produces this problem's shape, looked
-    up at run time; families that do not fit (or refuse the sizes) are skipped."""
+    up at run time (families that do not fit, or refuse the sizes, are skipped), then the
+    greedy heuristic's schedules and the sequential one.  The greedy ones run within
+    ``budget`` (:class:`~.budget.TimeUp` when it is spent)."""
+    yield from family_candidates(p, budget=budget)
+    yield from heuristic_candidates(p, budget=budget)
+
+
+#: A problem with more actions than this generates each family in a child process that the
+#: budget can stop (V-Half takes 26 s at 64 x 64; the small ones stay in this process).
+BOUNDED_ACTIONS = 4096
+
+
+def family_candidates(p: Problem, *, budget: Budget | None = None):
+    """(name, schedule) for every family in FAMILIES that produces this problem's shape.
+
+    A family's shape (its stages and placement) does not depend on the microbatches, so each
+    is first built with one or two (milliseconds) and skipped when that shape does not fit.
+    Families are built within ``budget``: on large problems in a child process, stopped when
+    the budget runs out (:class:`~.budget.TimeUp`)."""
     from ..generators import FAMILIES
 
+    budget = budget if budget is not None else Budget(None)
+    large = p.devices * p.chunks * p.microbatches * len(p.kinds) > BOUNDED_ACTIONS
     for name, fam in list(FAMILIES.items()):
+        budget.check()
         kwargs = {}
         if getattr(fam, "chunks", False):
             kwargs["chunks"] = p.chunks
@@ -602,14 +669,79 @@ def generator_candidates(p: Problem):
             params = inspect.signature(gen).parameters
             if "placement" in params and p.chunks > 1:
                 kwargs["placement"] = p.placement
-            sched = fam(p.devices, p.microbatches, **kwargs)
+            if p.microbatches > 2 and not _shape_may_fit(p, fam, kwargs):
+                continue
+            if large:
+                sched = _generate_bounded(fam, p.devices, p.microbatches, kwargs, budget)
+            else:
+                sched = fam(p.devices, p.microbatches, **kwargs)
+        except TimeUp:
+            raise
         except Exception:  # noqa: BLE001  (a family that cannot make this shape is skipped)
             continue
         if not isinstance(sched, Schedule) or not _fits(p, sched):
             continue
         yield name, _convert_split(sched, p.split)
-    for n, prio in enumerate(GREEDY_POLICIES):
-        sched = greedy(p, prio)
+
+
+def _shape_may_fit(p: Problem, fam, kwargs) -> bool:
+    """False when the family, built with few microbatches, has another shape than ``p``
+    (then it has at every size); True when it fits or refuses the small sizes."""
+    for m in (1, 2):
+        try:
+            small = fam(p.devices, m, **kwargs)
+        except Exception:  # noqa: BLE001  (refused at this size: try the next, or the real one)
+            continue
+        return not isinstance(small, Schedule) or _fits(p, small, microbatches=False)
+    return True
+
+
+def _generate_bounded(fam, devices: int, microbatches: int, kwargs: dict, budget: Budget):
+    """``fam(devices, microbatches, **kwargs)`` in a forked child process, which is killed
+    when ``budget`` runs out (:class:`~.budget.TimeUp`) or on Ctrl-C (then re-raised).  The
+    child ignores SIGINT: the parent alone answers an interrupt."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_generate_child, args=(send, fam, devices, microbatches, kwargs),
+                       daemon=True)
+    proc.start()
+    send.close()
+    try:
+        while True:
+            if recv.poll(max(0.0, min(0.05, budget.remaining()))):
+                kind, value = recv.recv()
+                break
+            if not proc.is_alive():
+                raise RuntimeError("the generator's process ended without an answer")
+            budget.check()
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+        recv.close()
+    if kind != "ok":
+        raise RuntimeError(value)
+    return value
+
+
+def _generate_child(conn, fam, devices, microbatches, kwargs) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        conn.send(("ok", fam(devices, microbatches, **kwargs)))
+    except Exception as e:  # noqa: BLE001  (reported to the parent, which skips the family)
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+    finally:
+        conn.close()
+
+
+def heuristic_candidates(p: Problem, *, budget: Budget | None = None):
+    """The greedy list schedules (one per policy, within ``budget``), then the sequential one."""
+    for prio in GREEDY_POLICIES:
+        sched = greedy(p, prio, budget=budget)
         if sched is not None:
             yield f"greedy-{''.join(prio)}", sched
     yield "sequential", sequential(p)
@@ -622,12 +754,31 @@ def evaluate(p: Problem, sched: Schedule):
     return check(sched, costs=p.costs, memory=p.memory, max_violations=5)
 
 
-def best_generator(p: Problem, *, makespan_bound: float | None = None, objective: str = "makespan"):
+def best_generator(p: Problem, *, makespan_bound: float | None = None, objective: str = "makespan",
+                   budget: Budget | None = None, lower_bound: float | None = None):
     """The best valid candidate: least makespan (within the memory limit), or least peak
-    memory (within ``makespan_bound``).  Returns (name, schedule, report, all) or Nones."""
+    memory (within ``makespan_bound``).  Returns (name, schedule, report, all) or Nones.
+
+    Every family is tried (they take milliseconds); the greedy heuristics (seconds at
+    64 x 64) only when no family reaches ``lower_bound`` (a makespan) and only while
+    ``budget`` lasts: when it runs out the best so far is returned."""
+    budget = budget if budget is not None else Budget(None)
     best = None
     table = {}
-    for name, sched in generator_candidates(p):
+
+    def candidates():
+        yield from family_candidates(p, budget=budget)
+        if (objective == "makespan" and lower_bound is not None and best is not None
+                and best[0][0] <= lower_bound):
+            return  # a family is optimal already: no heuristic can do better
+        yield from heuristic_candidates(p, budget=budget)
+
+    it = candidates()
+    while True:
+        try:
+            name, sched = next(it)
+        except (StopIteration, TimeUp):
+            break
         rep = evaluate(p, sched)
         ms = rep.metrics.makespan if rep.metrics is not None else None
         table[name] = {"valid": rep.is_valid, "makespan": ms,
@@ -654,15 +805,19 @@ def search(devices: int, microbatches: int, *, chunks: int = 1, placement: str =
            split_backward: bool = False, costs=None, memory=None, memory_limit: float | None = None,
            comm_latency: float | None = None, time_limit: float = 60.0,
            minimize: str = "makespan", makespan_bound: float | None = None,
-           fifo: bool = True, warm_start: bool = True) -> SearchResult:
+           fifo: bool = True, warm_start: bool = True, budget: Budget | None = None) -> SearchResult:
     """Search the best schedule of the given shape.
 
     ``minimize="makespan"`` (within ``memory_limit``) or ``"memory"`` (peak memory, within
     ``makespan_bound``).  ``fifo`` chooses the search class (see the module docstring: FIFO
     loses no optimum).  Never raises for an infeasible or hard instance: the result's
     ``status`` says what was found.  Every schedule returned has been re-validated by the
-    graph checker.
+    graph checker.  Every phase runs under one :class:`~.budget.Budget` (``budget``, or one
+    of ``time_limit`` seconds from the call): the search returns within it plus
+    :data:`~.budget.OVERSHOOT_S`, with the best found so far when it runs out.
     """
+    if budget is None and time_limit is not None and time_limit > 0:
+        budget = Budget(time_limit)
     p = make_problem(devices, microbatches, chunks=chunks, placement=placement,
                      split_backward=split_backward, costs=costs, memory=memory,
                      memory_limit=memory_limit, comm_latency=comm_latency)
@@ -672,33 +827,38 @@ def search(devices: int, microbatches: int, *, chunks: int = 1, placement: str =
         raise UsageError("search: minimising memory needs a makespan bound (--makespan-bound T)")
     if time_limit is None or time_limit <= 0:
         raise UsageError(f"search: time limit must be > 0 seconds, got {time_limit!r}")
-    return _Search(p, fifo=fifo, time_limit=time_limit, warm_start=warm_start).run(minimize, makespan_bound)
+    return _Search(p, fifo=fifo, time_limit=time_limit, warm_start=warm_start,
+                   budget=budget).run(minimize, makespan_bound)
 
 
 class _Search:
-    def __init__(self, p: Problem, *, fifo: bool, time_limit: float, warm_start: bool):
+    def __init__(self, p: Problem, *, fifo: bool, time_limit: float | None = None, warm_start: bool,
+                 budget: Budget | None = None):
         self.p, self.fifo, self.warm = p, fifo, warm_start
+        self.budget = budget if budget is not None else Budget(time_limit)
         self.u = Units(p)
-        self.t0 = time.monotonic()
-        self.deadline = self.t0 + time_limit
+        self.t0 = self.budget.start
         self.cls = CLASS_FIFO if fifo else CLASS_ALL
         self.log: list = []
         self.enc: _Encoding | None = None
         self._tw: dict[int | None, TimeWindows] = {}
 
     def left(self) -> float:
-        return self.deadline - time.monotonic()
+        return self.budget.remaining()
 
-    def encoding_windows(self, limit: int | None) -> TimeWindows:
-        """The :class:`TimeWindows` of ``limit``, shared with the encodings (built once)."""
+    def encoding_windows(self, limit: int | None, budget: Budget | None = None) -> TimeWindows:
+        """The :class:`TimeWindows` of ``limit``, shared with the encodings (built once,
+        within ``budget``)."""
         if limit not in self._tw:
-            self._tw[limit] = TimeWindows(self.p, self.u, limit)
+            self._tw[limit] = TimeWindows(self.p, self.u, limit, budget=budget or self.budget)
         return self._tw[limit]
 
     def encoding(self) -> _Encoding:
+        """The whole problem's encoding, built within the budget (:class:`~.budget.TimeUp`
+        when it runs out first; the next call starts again)."""
         if self.enc is None:
             self.enc = _Encoding(self.p, self.u, fifo=self.fifo, timeout_s=max(self.left(), 0.001),
-                                 windows=self._tw)
+                                 windows=self._tw, budget=self.budget)
             self.log.append(("encoded", round(time.monotonic() - self.t0, 3)))
         return self.enc
 
@@ -744,7 +904,11 @@ class _Search:
                       f"with static memory), over the memory limit {u.mem(limit)}")
             return self.result("infeasible", "makespan", None, None, None, reason)
         lb, why = lower_bound(p, u)
-        name, sched, rep, table = best_generator(p) if self.warm else (None, None, None, {})
+        # the heuristics of the warm start get at most half the time (the families take
+        # milliseconds); the sequential fallback and the checks of what they found are linear
+        name, sched, rep, table = (best_generator(p, budget=self.budget.part(0.5),
+                                                  lower_bound=u.time(lb))
+                                   if self.warm else (None, None, None, {}))
         if sched is None:  # without warm start: the sequential fallback is always valid here
             name, sched = "sequential", sequential(p)
             rep = evaluate(p, sched)
@@ -756,7 +920,7 @@ class _Search:
         status, reason = "feasible", None
         # quick randomised list schedules before the solver
         if self.warm and best > lb:
-            for s2, r2 in randomised_greedy(p, min(1.5, self.left() / 40)):
+            for s2, r2 in randomised_greedy(p, self.budget.part(1 / 40, at_most=1.5)):
                 ms = round(r2.metrics.makespan * u.tscale)
                 if ms < best:
                     best, best_s, best_r = ms, s2, r2
@@ -764,8 +928,12 @@ class _Search:
         # time windows by propagation (class fifo: the argument orders microbatches), then
         # per-device relaxations (the other devices become time lags) raise the lower bound
         if best > lb and self.fifo:
-            lb2 = propagation_bound(p, u, lb, best, deadline=time.monotonic() + 0.2 * self.left(),
-                                    windows=self.encoding_windows(limit))
+            part = self.budget.part(0.2)
+            try:
+                lb2 = propagation_bound(p, u, lb, best, budget=part,
+                                        windows=self.encoding_windows(limit, part))
+            except TimeUp:  # the windows were not even built in time
+                lb2 = lb
             self.log.append(("windows", u.time(lb2), round(time.monotonic() - self.t0, 3)))
             if lb2 > lb:
                 lb = lb2
@@ -787,81 +955,84 @@ class _Search:
         # optimal already, and the whole proof is cheaper than neighbourhoods that cannot
         # improve.  One bisection probe first, when the gap is wide, raises the lower bound
         # for the gap report.
-        budget = max(5.0, 0.3 * self.left())
+        prove_s = max(5.0, 0.3 * self.left())
         width = 0.25
         probed = False
         prove = True
-        while True:
-            if best <= lb:
-                status = "optimal"
-                if "proof" not in cert or not cert["proof"].endswith(f"by {u.time(best - 1)} "
-                                                                      "under these limits (unsat)"):
-                    cert["proof"] = (f"makespan {u.time(best)} equals the lower bound (see "
-                                     f"lower_bound_argument)")
-                break
-            left = self.left()
-            if left <= 0:
-                reason = "time limit reached"
-                break
-            enc = self.encoding()
-            if not probed and best - lb > 2:
-                probed = True
-                t = (lb + best - 1) // 2
-                r, value = enc.check(t, limit, min(left, max(2.0, left / 20)))
-            elif prove:
-                prove = False
-                t = best - 1
-                r, value = enc.check(t, limit, min(left, budget))
-                budget *= 2
-            else:
-                prove = True
-                improved = False
-                span = best * width
-                # neighbourhoods: time windows over every device, then pairs of neighbouring
-                # devices over a window twice as wide
-                hoods = []
-                lo = 0.0
-                while lo < best:
-                    hoods.append((lo, lo + span, None))
-                    lo += span / 2
-                for d in range(max(1, p.devices - 1)):
-                    for lo in range(0, best, max(1, int(span))):
-                        hoods.append((lo, lo + 2 * span, {d, d + 1}))
-                for lo, hi, devs in hoods:
-                    if self.left() <= 0:
-                        break
-                    extra = enc.fixed_outside(best_r, lo, hi, devs)
+        try:
+            while True:
+                if best <= lb:
+                    status = "optimal"
+                    if "proof" not in cert or not cert["proof"].endswith(f"by {u.time(best - 1)} "
+                                                                          "under these limits (unsat)"):
+                        cert["proof"] = (f"makespan {u.time(best)} equals the lower bound (see "
+                                         f"lower_bound_argument)")
+                    break
+                left = self.left()
+                if left <= 0:
+                    reason = "time limit reached"
+                    break
+                enc = self.encoding()
+                if not probed and best - lb > 2:
+                    probed = True
+                    t = (lb + best - 1) // 2
+                    r, value = enc.check(t, limit, max(2.0, left / 20))
+                elif prove:
+                    prove = False
                     t = best - 1
-                    r, value = enc.check(t, limit, min(self.left(), 2.0), extra)
-                    self.log.append(("lns", u.time(t), round(lo), devs and sorted(devs), r,
-                                     round(time.monotonic() - self.t0, 3)))
-                    if r == "sat":
-                        s2, r2 = self.validated(value)
-                        best, best_s, best_r = round(r2.metrics.makespan * u.tscale), s2, r2
-                        improved = True
-                        break
-                # a wider window next time when this one found nothing (up to half the
-                # horizon; then start small again)
-                width = 0.25 if improved or width >= 0.5 else width * 2
-                if improved:
-                    prove = False  # keep improving while neighbourhoods pay off
-                continue
-            self.log.append(("check", u.time(t), r, round(time.monotonic() - self.t0, 3)))
-            if r == "sat":
-                s2, r2 = self.validated(value)
-                ms = round(r2.metrics.makespan * u.tscale)
-                if ms > t:
-                    raise AssertionError(f"solver schedule makespan {ms} exceeds the bound {t}")
-                best, best_s, best_r = ms, s2, r2
-                prove = True
-            elif r == "unsat":
-                lb = t + 1
-                how = "Z3" if value is None else value
-                cert["proof"] = (f"{how}: no order in class {self.cls} finishes by {u.time(t)} "
-                                 f"under these limits (unsat)")
-            elif self.left() <= 0:
-                reason = f"solver gave up: {value}"
-                break
+                    r, value = enc.check(t, limit, prove_s)
+                    prove_s *= 2
+                else:
+                    prove = True
+                    improved = False
+                    span = best * width
+                    # neighbourhoods: time windows over every device, then pairs of neighbouring
+                    # devices over a window twice as wide
+                    hoods = []
+                    lo = 0.0
+                    while lo < best:
+                        hoods.append((lo, lo + span, None))
+                        lo += span / 2
+                    for d in range(max(1, p.devices - 1)):
+                        for lo in range(0, best, max(1, int(span))):
+                            hoods.append((lo, lo + 2 * span, {d, d + 1}))
+                    for lo, hi, devs in hoods:
+                        if self.left() <= 0:
+                            break
+                        extra = enc.fixed_outside(best_r, lo, hi, devs)
+                        t = best - 1
+                        r, value = enc.check(t, limit, 2.0, extra)
+                        self.log.append(("lns", u.time(t), round(lo), devs and sorted(devs), r,
+                                         round(time.monotonic() - self.t0, 3)))
+                        if r == "sat":
+                            s2, r2 = self.validated(value)
+                            best, best_s, best_r = round(r2.metrics.makespan * u.tscale), s2, r2
+                            improved = True
+                            break
+                    # a wider window next time when this one found nothing (up to half the
+                    # horizon; then start small again)
+                    width = 0.25 if improved or width >= 0.5 else width * 2
+                    if improved:
+                        prove = False  # keep improving while neighbourhoods pay off
+                    continue
+                self.log.append(("check", u.time(t), r, round(time.monotonic() - self.t0, 3)))
+                if r == "sat":
+                    s2, r2 = self.validated(value)
+                    ms = round(r2.metrics.makespan * u.tscale)
+                    if ms > t:
+                        raise AssertionError(f"solver schedule makespan {ms} exceeds the bound {t}")
+                    best, best_s, best_r = ms, s2, r2
+                    prove = True
+                elif r == "unsat":
+                    lb = t + 1
+                    how = "Z3" if value is None else value
+                    cert["proof"] = (f"{how}: no order in class {self.cls} finishes by {u.time(t)} "
+                                     f"under these limits (unsat)")
+                elif self.left() <= 0:
+                    reason = value if value == "time limit reached" else f"solver gave up: {value}"
+                    break
+        except TimeUp:  # building the encoding or its assumptions ran out of time
+            status, reason = "feasible", "time limit reached"
         return self.result(status, "makespan", best_s, best_r, u.time(lb), reason, warm, cert)
 
     def order_bound(self, best: int, lb: int, cert: dict, *, share: float) -> int:
@@ -874,20 +1045,22 @@ class _Search:
         problem (with the windows) often proves quickly what the branching could not (4x16
         split F=2,I=2,W=1 mem 3: 107 unsat in 0.3 s), so the share stays small."""
         p, u = self.p, self.u
-        stop = time.monotonic() + self.left() * share
-        tw = self.encoding_windows(u.limit)
+        part = self.budget.part(share)
+        try:
+            tw = self.encoding_windows(u.limit, part)
+        except TimeUp:
+            return lb
         devices = list(range(p.devices))
         prefer = None
-        while lb < best and devices and time.monotonic() < stop:
+        while lb < best and devices and not part.expired():
             refuted = survived = False
-            while devices and not refuted and not survived and time.monotonic() < stop:
+            while devices and not refuted and not survived and not part.expired():
                 # another round only while no device has an order surviving this makespan:
                 # once one has, the makespan is often reachable and Z3 does better
                 for d in list(devices):
-                    left = stop - time.monotonic()
+                    left = part.remaining()
                     piece = left / 2 if d == prefer else max(0.5, left / (2 * len(devices)))
-                    r = order_search(tw, p, u, lb, d,
-                                     deadline=min(stop, time.monotonic() + piece))
+                    r = order_search(tw, p, u, lb, d, budget=part.part(at_most=piece))
                     self.log.append(("order", d, u.time(lb), r,
                                      round(time.monotonic() - self.t0, 3)))
                     if r is True:
@@ -917,8 +1090,8 @@ class _Search:
         so they cut no schedule's restriction away.  Each device gets a share of the time; Z3
         bisects on its makespan, and only an unsat raises the bound."""
         p, u = self.p, self.u
-        stop = time.monotonic() + self.left() * share
-        cap = max(1.0, self.left() * share / 10)
+        part = self.budget.part(share)
+        cap = max(1.0, part.remaining() / 10)
         place = p.placement_obj().routes[0]
         est = earliest_starts(p, u)
         # likely bottleneck first: the device whose arithmetic bound is largest
@@ -940,20 +1113,26 @@ class _Search:
         groups: list = list(order)
         groups += [(d, d + 1) for d in order if d + 1 < p.devices]
         for d in groups:
-            if time.monotonic() >= stop or lb >= best:
+            if part.expired() or lb >= best:
                 break
             # one device with the energy cuts (and so the simplex): a device's idle time while
             # memory blocks its forwards and no backward is ready is exactly what they count;
             # on 4x16 split F=1,I=2,W=1 mem 4 device 0's relaxation proves 69 impossible in
             # 0.8 s with them and is still open after 60 s without.  Pairs of devices are
             # solved faster without them, on difference logic, like the whole problem.
-            enc = _Encoding(p, u, fifo=self.fifo, timeout_s=max(stop - time.monotonic(), 0.01),
-                            device=d, cuts=isinstance(d, int), windows=self._tw)
+            try:
+                enc = _Encoding(p, u, fifo=self.fifo, timeout_s=max(part.remaining(), 0.01),
+                                device=d, cuts=isinstance(d, int), windows=self._tw, budget=part)
+            except TimeUp:  # building it ran out of time: the bound proven so far
+                break
             lo, hi = lb, best - 1
             t = (lo + hi) // 2
-            while lo <= hi and time.monotonic() < stop:
+            while lo <= hi and not part.expired():
                 # each probe gets a slice, so one hard probe does not starve the others
-                r, why = enc.check(t, u.limit, max(min(stop - time.monotonic(), cap), 0.01))
+                try:
+                    r, why = enc.check(t, u.limit, cap)
+                except TimeUp:
+                    break
                 self.log.append(("relax", d, u.time(t), r, round(time.monotonic() - self.t0, 3)))
                 if r == "unsat":
                     lo = t + 1
@@ -989,14 +1168,18 @@ class _Search:
             return self.result("infeasible", "memory", None, None, None,
                                f"no schedule exists under these limits: memory limit {u.mem(u.limit)} "
                                f"is below the least possible peak {u.mem(mlo)}")
-        name, sched, rep, table = (best_generator(p, makespan_bound=u.time(tb), objective="memory")
+        name, sched, rep, table = (best_generator(p, makespan_bound=u.time(tb), objective="memory",
+                                                  budget=self.budget.part(0.5))
                                    if self.warm else (None, None, None, {}))
         warm = {"name": name, "peak_memory": rep.metrics.peak_memory if rep else None,
                 "candidates": table}
         best_s, best_r = sched, rep
         cap = u.limit
         if sched is None:
-            r, value = self.encoding().check(tb, cap, max(self.left(), 0.001))
+            try:
+                r, value = self.encoding().check(tb, cap, None)
+            except TimeUp:
+                r, value = "unknown", "time limit reached"
             if r == "unsat":
                 return self.result("infeasible", "memory", None, None, None,
                                    f"no schedule exists under these limits: {value or 'Z3'} finds "
@@ -1014,7 +1197,10 @@ class _Search:
                 reason = "time limit reached"
                 break
             mid = (lo + hi - 1) // 2
-            r, value = self.encoding().check(tb, mid, self.left())
+            try:
+                r, value = self.encoding().check(tb, mid, None)
+            except TimeUp:
+                r, value = "unknown", "time limit reached"
             self.log.append(("check-memory", mid, r))
             if r == "sat":
                 s2, r2 = self.validated(value)
@@ -1023,7 +1209,7 @@ class _Search:
             elif r == "unsat":
                 lo = mid + 1
             else:
-                reason = f"solver gave up: {value}"
+                reason = value if value == "time limit reached" else f"solver gave up: {value}"
                 break
         if lo >= hi:
             status = "optimal"
