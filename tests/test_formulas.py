@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 import pytest
 from hypothesis import given, settings
@@ -179,7 +179,7 @@ def _inside(family: str, key: str, sizes: dict) -> bool:
                for c in _domain(family, key))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _supported(family: str) -> tuple:
     """The (p, m, v) the family accepts in the confirmation range p=2..8, m=1..24."""
     from schedverify.errors import UnsupportedSize

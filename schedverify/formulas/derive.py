@@ -52,7 +52,7 @@ from fractions import Fraction
 from functools import lru_cache
 from itertools import chain, islice, product
 from types import MappingProxyType
-from typing import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from ..errors import UsageError
 from . import fit
@@ -675,7 +675,7 @@ def _fit_terms(data: dict, mode: bool = False, ranked: bool = False,
         order = (lead,) + tuple(k for k in range(NDIM) if k != lead)
         rank = {x: sorted(data[x], key=lambda t: tuple(t[k] for k in order)) for x in pts}
         for i in range(n):
-            add(lambda k, i=i: {x: Fraction(rank[x][i][k]) for x in pts})
+            add(lambda k, i=i, rank=rank: {x: Fraction(rank[x][i][k]) for x in pts})
     return [c for _, c in found] or None
 
 

@@ -13,7 +13,7 @@ from fractions import Fraction
 from functools import lru_cache
 from math import gcd
 from itertools import combinations_with_replacement
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 Point = tuple  # tuple[int, ...] of size values, in the order of the variables
 Poly = dict  # exponent tuple -> Fraction
