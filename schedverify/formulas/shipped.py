@@ -137,8 +137,13 @@ def _raw_of(family: str, metric: str, doc: dict):
     from .closed import Raw
 
     return Raw(family, metric, doc["per_device"], parse_srepr(doc["srepr"]),
-               tuple((k, c) for k, c in doc["domains"]), doc["confirmed"], doc["chunks"],
+               tuple((k, c) for k, c in doc["domains"]), _copy(doc["confirmed"]), doc["chunks"],
                tuple(doc["slice"]), tuple(doc["slice_failures"]), doc["skipped"])
+
+
+def _copy(confirmed: dict) -> dict:
+    """A copy of a ``confirmed`` mapping (the loaded file is cached: never handed out)."""
+    return {k: list(x) if isinstance(x, list) else x for k, x in confirmed.items()}
 
 
 def formula(family: str, metric: str, device=None):
@@ -156,7 +161,7 @@ def formula(family: str, metric: str, device=None):
     if device is not None and device != "d":  # one device: assembled from the raw form
         return assemble(_raw_of(family, metric, doc["raw"]), device)
     return Formula(family, metric, doc["device"], parse_srepr(doc["srepr"]),
-                   tuple(doc["conditions"]), doc["confirmed"], tuple(doc["notes"]),
+                   tuple(doc["conditions"]), _copy(doc["confirmed"]), tuple(doc["notes"]),
                    getattr(_family(family), "domain", ""), tuple(doc["restricted"]),
                    tuple(doc["cost_slice"]))
 
