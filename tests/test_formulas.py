@@ -607,3 +607,25 @@ def test_proof_status_is_confirmed_until_a_proof_of_that_very_form_is_recorded(m
     assert proof_status("1f1b", "peak_inflight", 3) == "proved for all sizes in its domain"
     assert formula("1f1b", "peak_inflight", "d").extrapolated({"p": 64, "m": 512}) is None
     assert proof_status("1f1b", "makespan") == "confirmed on p=2..8, m=1..24"
+
+
+def test_rebuild_writes_the_forms_file_for_one_family(tmp_path):
+    """``formula FAMILY --rebuild -o PATH`` derives that family's forms and writes them (the
+    other families of an existing file are kept); the text is the shipped one's."""
+    import io
+    import json
+
+    from schedverify.formulas import shipped
+
+    path = tmp_path / "forms.json"
+    path.write_text(shipped.dumps({"chimera": {"makespan": {"not_derived": "kept"}}}))
+    err = io.StringIO()
+    assert run(["formula", "gpipe", "--rebuild", "-o", str(path)], io.StringIO(), err) == 0
+    assert f"wrote {path}" in err.getvalue()
+    doc = json.loads(path.read_text())
+    assert doc["families"]["chimera"] == {"makespan": {"not_derived": "kept"}}
+    assert doc["families"]["gpipe"] == shipped.load()["families"]["gpipe"]
+    assert path.read_text() == shipped.dumps(doc["families"])
+    assert [p.name for p in tmp_path.iterdir()] == ["forms.json"]  # no temporary left
+    err = io.StringIO()
+    assert run(["formula"], io.StringIO(), err) == 2 and "give a FAMILY" in err.getvalue()
