@@ -43,6 +43,15 @@ compared exactly with the schedule (equal term sets, or equal functions of the c
 Z3 query when the sets differ only by redundant terms, after a cheap numeric pre-check).  A
 candidate that fails anywhere is rejected and the next one tried; if nothing survives the
 metric is reported as not derived, with the sizes that broke the last candidate, never guessed.
+
+Each part of a family (PARTS: makespan, busiest, total and per-device busy time, peaks) is
+derived on its own by :func:`derive_part`, so a metric costs only its parts; :func:`derive`
+gathers them all.  What an attempt may use (the late features, a restricted domain's extra
+conditions) is an explicit :class:`Fitting` passed down, and a fitted threshold is a
+:class:`Threshold` that evaluates itself; the only stores are lru caches of pure functions,
+so a result depends on its arguments alone, never on what the process derived before (the
+order of the attempts within one derivation is part of its definition: the first confirmed
+candidate wins).  Results are read only.
 """
 
 from __future__ import annotations
