@@ -43,7 +43,7 @@ for metric, device in (("makespan", None), ("bubble_fraction", None), ("bubble_r
     timing = metric.startswith(("makespan", "bubble"))
     rows[key] = {"derived": True, "slice": list(der.slice) if timing else [],
                  "sizes": list(f.restricted)}
-print(json.dumps({"family": name, "cpu": cpu, "wall": wall, "confirm": der.confirm_range,
+print(json.dumps({"family": name, "cpu": cpu, "wall": wall, "confirm": dict(der.confirm_range),
                   "sizes": der.confirmed, "rows": rows}))
 """
 
