@@ -629,3 +629,49 @@ def test_rebuild_writes_the_forms_file_for_one_family(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["forms.json"]  # no temporary left
     err = io.StringIO()
     assert run(["formula"], io.StringIO(), err) == 2 and "give a FAMILY" in err.getvalue()
+
+
+def test_the_json_read_from_the_file_is_the_forms_own():
+    """``formula`` prints a shipped form from the file without building it in sympy: what it
+    reads is exactly ``Formula.to_json()`` of the form, for every family and shipped key."""
+    from schedverify.formulas import NotDerived, shipped
+    from schedverify.generators import FAMILIES
+
+    for family in FAMILIES:
+        for metric, dev in shipped.shipped_keys():
+            try:
+                want = formula(family, metric, dev).to_json()
+            except NotDerived as e:
+                with pytest.raises(NotDerived) as got:
+                    shipped.json_doc(family, metric, dev)
+                assert str(got.value) == str(e)
+                continue
+            assert shipped.json_doc(family, metric, dev) == want, (family, metric, dev)
+    assert shipped.json_doc("1f1b", "peak_inflight", 2) is None  # one device: assembled
+
+
+def test_a_cold_formula_command_imports_no_sympy_and_derives_nothing():
+    """In a fresh process, ``formula FAMILY --metric M`` answers from the shipped file: sympy
+    is never imported, nothing is derived (the part deriver is never called)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, io\n"
+            "import schedverify.formulas.derive as d\n"
+            "d.derive_part = None\n"
+            "from schedverify.cli import run\n"
+            "out = io.StringIO()\n"
+            "assert run(['formula', 'v-min', '--metric', 'makespan'], out, sys.stderr) == 0\n"
+            "assert run(['formula', 'zb-v', '--metric', 'peak_memory', '--device', 'd',\n"
+            "            '--format', 'json'], out, sys.stderr) == 0\n"
+            "print(out.getvalue())\n"
+            "print('sympy loaded:', 'sympy' in sys.modules)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          check=True)
+    assert "v-min makespan = t_F*(6*m + 6*p - 4*floor(p/3) - 2*floor(p/3 + 1/3) - 7)" in done.stdout
+    assert "; confirmed on p=2..9, m=1..24\n" in done.stdout
+    assert '"metric": "peak_memory", "device": "d"' in done.stdout
+    assert done.stdout.rstrip().endswith("sympy loaded: False")

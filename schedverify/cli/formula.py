@@ -84,7 +84,6 @@ def _slice(text: str) -> tuple[str, ...]:
 
 def run(args, out, err) -> int:
     from ..errors import UsageError
-    from ..formulas import formula, formula_at, smallest_m
 
     if args.rebuild:
         return _rebuild(args, out, err)
@@ -95,6 +94,16 @@ def run(args, out, err) -> int:
     sizes = _assignments(args.at, "--at", ("p", "m", "v", "d"))
     costs = {"t_F": 1, "t_B": 2, "t_I": 1, "t_W": 1, "c": 0}
     costs.update(_assignments(args.costs, "--costs", ("t_F", "t_B", "t_I", "t_W", "c")))
+    at = "p" in sizes and "m" in sizes
+    if args.slice is None and args.smallest_m_below is None and not at:
+        # a shipped form is printed from the file as it is: no sympy, no derivation
+        from ..formulas.shipped import json_doc
+
+        doc = json_doc(args.family, args.metric, args.device)
+        if doc is not None:
+            return _print(doc, args, out)
+    from ..formulas import formula, formula_at, smallest_m
+
     if args.smallest_m_below is not None:
         if "p" not in sizes:
             raise UsageError("--smallest-m-below needs the devices: --at p=N")
@@ -117,12 +126,12 @@ def run(args, out, err) -> int:
         return EXIT_OK if mv is not None else EXIT_INVALID
     if args.slice is not None:
         f = formula(args.family, args.metric, args.device, _slice(args.slice))
-    elif "p" in sizes and "m" in sizes:
+    elif at:
         f = formula_at(args.family, args.metric, args.device, costs=costs)
     else:
         f = formula(args.family, args.metric, args.device)
     doc = f.to_json()
-    if "p" in sizes and "m" in sizes:
+    if at:
         doc["at"] = _evaluate(f, args.family, args.metric, args.device, sizes, costs)
         warning = f.extrapolated(doc["at"]["sizes"])
         doc["at"]["status"] = f.status
@@ -130,19 +139,25 @@ def run(args, out, err) -> int:
         doc["at"]["warning"] = warning
         if warning and args.format != "json":
             print(f"warning: {warning}", file=err)
+    return _print(doc, args, out)
+
+
+def _print(doc: dict, args, out) -> int:
+    """Print a form's JSON (``Formula.to_json()``, with ``at`` after --at) as --format asks."""
     if args.format == "json":
         print(json.dumps(doc, ensure_ascii=False), file=out)
         return EXIT_OK
-    expr = f.latex() if args.format == "latex" else f.text()
+    expr = doc["latex"] if args.format == "latex" else doc["expression"]
     who = f"{args.metric}" + (f"({args.device})" if args.device is not None else "")
     print(f"{args.family} {who} = {expr}", file=out)
     if args.format == "text":
-        print("  domain: " + ", ".join(f.conditions) + f"; {f.status}", file=out)
-        rng = f.confirmed
+        dom = doc["domain"]
+        print("  domain: " + ", ".join(dom["conditions"]) + f"; {dom['status']}", file=out)
+        rng = dom["confirmed"]
         print(f"  confirmed exactly against the schedules at {rng['sizes']} sizes: "
               f"p={rng['p'][0]}..{rng['p'][1]}, m={rng['m'][0]}..{rng['m'][1]}, v={rng['v']}",
               file=out)
-        for note in f.notes:
+        for note in doc["notes"]:
             print(f"  note: {note}", file=out)
         if "at" in doc:
             a = doc["at"]

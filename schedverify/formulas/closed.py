@@ -16,7 +16,7 @@ import sympy
 
 from ..errors import UsageError
 from . import fit
-from .derive import (DEVICE_METRICS, FEATURES, MAX_PIECES, METRICS, SLICES, NotDerived, Piece,
+from .derive import (FEATURES, MAX_PIECES, METRICS, SLICES, NotDerived, Piece,
                      derive_part)
 from .sizes import family as _family
 from .tropical import COST_SYMBOLS
@@ -139,18 +139,16 @@ class Formula:
 
     def confirmed_range(self) -> str:
         """``p=2..8, m=1..24`` (and ``v=1..3`` for a family with a chunks option)."""
-        rng = self.confirmed
-        out = f"p={rng['p'][0]}..{rng['p'][1]}, m={rng['m'][0]}..{rng['m'][1]}"
-        if len(rng["v"]) == 2 and any("<= v <=" in c for c in self.conditions):
-            out += f", v={rng['v'][0]}..{rng['v'][1]}"
-        return out
+        from .shipped import range_text
+
+        return range_text(self.confirmed, self.conditions)
 
     @property
     def status(self) -> str:
         """"proved for all sizes in its domain", or "confirmed on p=2..8, m=1..24"."""
-        if self.proved:
-            return "proved for all sizes in its domain"
-        return "confirmed on " + self.confirmed_range()
+        from .shipped import status_text
+
+        return status_text(self.proved, self.confirmed, self.conditions)
 
     def extrapolated(self, sizes: dict) -> str | None:
         """None where ``sizes`` are inside what was confirmed (or the form is proved); else
@@ -260,17 +258,9 @@ class Raw:
 
 
 def _validate(family: str, metric: str, device) -> None:
-    _family(family)
-    if metric not in METRICS and metric != "busy":
-        raise UsageError(f"unknown metric {metric!r}; known: {', '.join(METRICS + ('busy',))}")
-    if device is not None and metric not in DEVICE_METRICS:
-        raise UsageError(f"metric {metric!r} is not per device; --device applies to "
-                         f"{', '.join(DEVICE_METRICS)}")
-    if device is not None and device != "d":
-        try:
-            int(device)
-        except (TypeError, ValueError):
-            raise UsageError(f"--device: expected a device index or 'd', got {device!r}") from None
+    from .shipped import validate
+
+    validate(family, metric, device)
 
 
 @lru_cache(maxsize=256)

@@ -13,6 +13,10 @@ key (``makespan``, ``peak_inflight(d)``, ...) an entry holds either
   from, so a form for one device number is assembled from it exactly as when derived; or
 - ``not_derived``: the message of the NotDerived error the derivation raised.
 
+Reading needs no sympy: :func:`json_doc` gives a form's JSON (``Formula.to_json()``, with the
+LaTeX stored too) straight from the file, which is how ``schedverify formula`` answers a
+shipped form in a fraction of a second; sympy is imported only to build the expression.
+
 Whether a form is proved for all sizes is not derived data: proof records live beside it in
 ``proofs.json`` (:func:`proof_record`), so that a proof is kept across rebuilds and counts
 only for the very form it proved.
@@ -24,15 +28,13 @@ import ast
 import json
 from functools import lru_cache
 from pathlib import Path
-from types import MappingProxyType
-
-import sympy
 
 HERE = Path(__file__).resolve().parent
 #: The shipped forms, and the proof records (both package data, see pyproject.toml).
 FORMS = HERE / "forms.json"
 PROOFS = HERE / "proofs.json"
 FORMAT = 1
+
 
 def shipped_keys() -> tuple[tuple[str, str | None], ...]:
     """(metric, device) shipped per family: every metric, and DEVICE_METRICS per device."""
@@ -74,19 +76,25 @@ _NAMES = ("Add", "Mul", "Pow", "Integer", "Rational", "Max", "Min", "Piecewise",
           "floor", "ceiling", "Mod", "StrictLessThan", "LessThan", "StrictGreaterThan",
           "GreaterThan", "Equality", "Unequality", "And", "Or", "Not", "Abs")
 def _constructor(name: str):
+    import sympy
     from sympy.functions.elementary.piecewise import ExprCondPair
 
     return ExprCondPair if name == "ExprCondPair" else getattr(sympy, name)
 
 
-_CONSTANTS = MappingProxyType({"true": sympy.true, "false": sympy.false, "oo": sympy.oo,
-                               "nan": sympy.nan, "zoo": sympy.zoo})
+def _constant(name: str):
+    import sympy
+
+    return {"true": sympy.true, "false": sympy.false, "oo": sympy.oo, "nan": sympy.nan,
+            "zoo": sympy.zoo}.get(name)
 
 
 def parse_srepr(text: str):
     """The expression ``sympy.srepr`` wrote, rebuilt from the syntax tree: calls of the
     sympy constructors in _NAMES, ``Symbol('x')`` of the formula symbols only, integers.
     Nothing is evaluated as Python code."""
+    import sympy
+
     from .closed import SYMBOLS
 
     def build(node):
@@ -98,8 +106,8 @@ def parse_srepr(text: str):
                 return -val
         if isinstance(node, ast.Tuple):
             return tuple(build(x) for x in node.elts)
-        if isinstance(node, ast.Name) and node.id in _CONSTANTS:
-            return _CONSTANTS[node.id]
+        if isinstance(node, ast.Name) and _constant(node.id) is not None:
+            return _constant(node.id)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
             name, args = node.func.id, [build(a) for a in node.args]
             if name == "Symbol" and len(args) == 1 and args[0] in SYMBOLS:
@@ -129,6 +137,8 @@ def parse_srepr(text: str):
 
 def same(a, b) -> bool:
     """Do two expressions print the same (srepr, text, LaTeX)?"""
+    import sympy
+
     return (sympy.srepr(a) == sympy.srepr(b) and sympy.sstr(a) == sympy.sstr(b)
             and sympy.latex(a) == sympy.latex(b))
 
@@ -166,6 +176,65 @@ def formula(family: str, metric: str, device=None):
                    tuple(doc["cost_slice"]))
 
 
+def validate(family: str, metric: str, device) -> None:
+    """UsageError for an unknown family or metric, or a device given to a whole-schedule one."""
+    from ..errors import UsageError
+    from .derive import DEVICE_METRICS, METRICS
+    from .sizes import family as _family
+
+    _family(family)
+    if metric not in METRICS and metric != "busy":
+        raise UsageError(f"unknown metric {metric!r}; known: {', '.join(METRICS + ('busy',))}")
+    if device is not None and metric not in DEVICE_METRICS:
+        raise UsageError(f"metric {metric!r} is not per device; --device applies to "
+                         f"{', '.join(DEVICE_METRICS)}")
+    if device is not None and device != "d":
+        try:
+            int(device)
+        except (TypeError, ValueError):
+            raise UsageError(f"--device: expected a device index or 'd', got {device!r}") from None
+
+
+def range_text(confirmed: dict, conditions) -> str:
+    """``p=2..8, m=1..24`` (and ``v=1..3`` for a family with a chunks option)."""
+    out = f"p={confirmed['p'][0]}..{confirmed['p'][1]}, m={confirmed['m'][0]}..{confirmed['m'][1]}"
+    if len(confirmed["v"]) == 2 and any("<= v <=" in c for c in conditions):
+        out += f", v={confirmed['v'][0]}..{confirmed['v'][1]}"
+    return out
+
+
+def status_text(proved: bool, confirmed: dict, conditions) -> str:
+    if proved:
+        return "proved for all sizes in its domain"
+    return "confirmed on " + range_text(confirmed, conditions)
+
+
+def json_doc(family: str, metric: str, device=None) -> dict | None:
+    """``formula(family, metric, device).to_json()`` read from the file, without sympy; None
+    when the form is not shipped (or is for one device number: that is assembled); raises
+    NotDerived when the derivation that made the file found no form."""
+    from .derive import NotDerived
+    from .sizes import family as _family
+
+    validate(family, metric, device)
+    if device not in (None, "d"):
+        return None
+    doc = entry(family, metric, device)
+    if doc is None:
+        return None
+    if "not_derived" in doc:
+        raise NotDerived(doc["not_derived"])
+    rec = proof_record(family, metric, device)
+    proved = rec is not None and rec.get("expression") == doc["expression"]
+    return {"family": family, "metric": metric, "device": doc["device"],
+            "expression": doc["expression"], "latex": doc["latex"],
+            "domain": {"conditions": list(doc["conditions"]), "confirmed": _copy(doc["confirmed"]),
+                       "generator_domain": getattr(_family(family), "domain", ""),
+                       "proved": proved,
+                       "status": status_text(proved, doc["confirmed"], doc["conditions"])},
+            "notes": list(doc["notes"])}
+
+
 # --------------------------------------------------------------------------- proof records
 
 
@@ -189,6 +258,8 @@ def proof_record(family: str, metric: str, device=None) -> dict | None:
 
 
 def _entry_of(family: str, metric: str, device) -> dict:
+    import sympy
+
     from .closed import assemble, derive_raw
     from .derive import NotDerived
 
@@ -199,6 +270,7 @@ def _entry_of(family: str, metric: str, device) -> dict:
         return {"not_derived": str(e)}
     f = assemble(raw, device)
     out = {"device": f.device, "expression": sympy.sstr(f.expression),
+           "latex": sympy.latex(f.expression),
            "srepr": sympy.srepr(f.expression), "conditions": list(f.conditions),
            "confirmed": f.confirmed, "notes": list(f.notes), "restricted": list(f.restricted),
            "cost_slice": list(f.cost_slice)}
