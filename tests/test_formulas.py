@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 import pytest
 from hypothesis import given, settings
@@ -179,7 +179,7 @@ def _inside(family: str, key: str, sizes: dict) -> bool:
                for c in _domain(family, key))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _supported(family: str) -> tuple:
     """The (p, m, v) the family accepts in the confirmation range p=2..8, m=1..24."""
     from schedverify.errors import UnsupportedSize
@@ -464,3 +464,214 @@ def test_no_form_for_costs_outside_every_derived_slice():
     assert run(["formula", "zb-v", "--slice", "c==0,t_I==t_F", "--format", "json"], out,
                io.StringIO()) == 0
     assert "t_I == t_F" in out.getvalue() and "t_W == t_F" not in out.getvalue()
+
+
+# --------------------------------------------------------------------------- shipped forms
+
+
+@pytest.mark.parametrize("family", ["gpipe", "1f1b"])
+def test_shipped_forms_equal_a_fresh_derivation(family):
+    """The forms file is what the derivation gives today (.ci/formulas checks every family)."""
+    import json
+
+    from schedverify.formulas import shipped
+
+    fresh = json.loads(json.dumps(shipped.family_entries(family)))
+    assert fresh == shipped.load()["families"][family]
+    assert set(fresh) == {shipped.key_of(metric, dev) for metric, dev in shipped.shipped_keys()}
+
+
+def test_formula_reads_the_shipped_form_without_deriving(monkeypatch):
+    """A shipped form (any family, per device, for one device number, or a form the
+    derivation did not find) is read, not derived: the deriver is made to fail."""
+    import sys
+
+    from schedverify.formulas import NotDerived, closed, shipped
+
+    derive_mod = sys.modules["schedverify.formulas.derive"]
+
+    def no(*args, **kwargs):
+        raise AssertionError("derived although shipped")
+
+    expected = {family: formula(family, *key) for family, key in (
+        ("v-min", ("makespan",)), ("zb-v", ("peak_inflight", "d")), ("1f1b", ("busy",)))}
+    formula.cache_clear()
+    monkeypatch.setattr(closed, "derive_raw", no)
+    monkeypatch.setattr(closed, "derive_part", no)
+    monkeypatch.setattr(derive_mod, "derive_part", no)
+    try:
+        for family in ("gpipe", "v-min", "v-half", "zb-v", "chimera"):
+            for metric, dev in shipped.shipped_keys():
+                try:
+                    f = formula(family, metric, dev)
+                except NotDerived as e:
+                    assert e.args[0] == shipped.entry(family, metric, dev)["not_derived"]
+                    continue
+                assert f.expression == shipped.parse_srepr(shipped.entry(family, metric, dev)["srepr"])
+        for family, key in (("v-min", ("makespan",)), ("zb-v", ("peak_inflight", "d")),
+                            ("1f1b", ("busy",))):
+            assert formula(family, *key) == expected[family]
+        assert formula("1f1b", "peak_inflight", 1).text() == "Piecewise((p - 1, m >= p - 1), (m, True))"
+        with pytest.raises(AssertionError, match="derived although shipped"):
+            formula("zb-v", "makespan", None, ("c == 0", "t_I == t_F"))  # not shipped: derived
+    finally:
+        formula.cache_clear()
+
+
+@pytest.mark.parametrize("family, metric, device", [
+    ("1f1b", "peak_inflight", 0), ("1f1b", "peak_memory", 1), ("gpipe", "bubble_time", 2),
+    ("1f1b", "busy", 1)])
+def test_a_shipped_form_for_one_device_equals_the_derived_one(family, metric, device):
+    from schedverify.formulas import derive_formula
+
+    assert formula(family, metric, device) == derive_formula(family, metric, device)
+
+
+def test_srepr_reader_builds_only_formula_expressions():
+    from schedverify.formulas.shipped import parse_srepr
+
+    p, m = parse("p"), parse("m")
+    assert parse_srepr("Add(Symbol('p'), Mul(Integer(-2), Symbol('m')))") == p - 2 * m
+    for bad in ("__import__('os').system('true')", "Symbol('x')", "Symbol('p', integer=True)",
+                "eval('1')", "Integer(1).__class__"):
+        with pytest.raises(ValueError, match="not a derived form"):
+            parse_srepr(bad)
+
+
+def test_text_output_labels_the_domain_with_what_was_confirmed():
+    import io
+
+    out = io.StringIO()
+    assert run(["formula", "1f1b", "--metric", "makespan"], out, io.StringIO()) == 0
+    domain = next(line for line in out.getvalue().splitlines() if line.startswith("  domain:"))
+    assert domain.endswith("c >= 0; confirmed on p=2..8, m=1..24")
+    out = io.StringIO()
+    assert run(["formula", "interleaved-1f1b", "--metric", "peak_memory"], out, io.StringIO()) == 0
+    assert "2 <= v <= 3; confirmed on p=2..8, m=1..48, v=2..3\n" in out.getvalue()
+
+
+def test_at_outside_the_confirmed_range_warns_and_says_so_in_json():
+    import io
+    import json
+
+    err = io.StringIO()
+    out = io.StringIO()
+    assert run(["formula", "1f1b", "--metric", "peak_inflight", "--at", "p=32,m=128"], out,
+               err) == 0
+    assert err.getvalue() == ("warning: p=32, m=128 is outside the confirmed range p=2..8, "
+                              "m=1..24: the form is extrapolated\n")
+    assert "formula 32, schedule 32" in out.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["formula", "1f1b", "--metric", "peak_inflight", "--at", "p=32,m=128",
+                "--format", "json"], out, err) == 0
+    at = json.loads(out.getvalue())["at"]
+    assert at["extrapolated"] is True and "extrapolated" in at["warning"]
+    assert at["status"] == "confirmed on p=2..8, m=1..24" and err.getvalue() == ""
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["formula", "1f1b", "--metric", "peak_inflight", "--at", "p=8,m=24",
+                "--format", "json"], out, err) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["at"]["extrapolated"] is False and doc["at"]["warning"] is None
+    assert doc["domain"]["proved"] is False
+    err = io.StringIO()
+    assert run(["formula", "1f1b", "--metric", "makespan", "--at", "p=4,m=8"], io.StringIO(),
+               err) == 0
+    assert err.getvalue() == ""
+    # a chunked family: v outside the confirmed chunks is extrapolated too
+    f = formula("interleaved-1f1b", "peak_inflight")
+    assert f.extrapolated({"p": 4, "m": 8, "v": 2}) is None
+    assert f.extrapolated({"p": 4, "m": 8, "v": 4}) == (
+        "p=4, m=8, v=4 is outside the confirmed range p=2..8, m=1..48, v=2..3: the form is "
+        "extrapolated")
+
+
+def test_smallest_m_beyond_the_confirmed_range_warns():
+    import io
+
+    err, out = io.StringIO(), io.StringIO()
+    assert run(["formula", "1f1b", "--smallest-m-below", "0.05", "--at", "p=4"], out, err) == 0
+    assert "smallest m with bubble_fraction < 0.05 at p=4: 58" in out.getvalue()
+    assert "p=4, m=58 is outside the confirmed range p=2..8, m=1..24" in err.getvalue()
+
+
+def test_proof_status_is_confirmed_until_a_proof_of_that_very_form_is_recorded(monkeypatch):
+    from schedverify.formulas import proof_status, shipped
+
+    assert proof_status("1f1b", "makespan") == "confirmed on p=2..8, m=1..24"
+    assert proof_status("v-min", "peak_memory", "d") == "confirmed on p=2..11, m=1..24"
+    text = formula("1f1b", "peak_inflight", "d").text()
+    records = {"1f1b/peak_inflight(d)": {"expression": text, "by": "test"},
+               "1f1b/makespan": {"expression": "a form that is not the shipped one", "by": "test"}}
+    monkeypatch.setattr(shipped, "_proofs", lambda path=None: records)
+    assert proof_status("1f1b", "peak_inflight", "d") == "proved for all sizes in its domain"
+    assert proof_status("1f1b", "peak_inflight", 3) == "proved for all sizes in its domain"
+    assert formula("1f1b", "peak_inflight", "d").extrapolated({"p": 64, "m": 512}) is None
+    assert proof_status("1f1b", "makespan") == "confirmed on p=2..8, m=1..24"
+
+
+def test_rebuild_writes_the_forms_file_for_one_family(tmp_path):
+    """``formula FAMILY --rebuild -o PATH`` derives that family's forms and writes them (the
+    other families of an existing file are kept); the text is the shipped one's."""
+    import io
+    import json
+
+    from schedverify.formulas import shipped
+
+    path = tmp_path / "forms.json"
+    path.write_text(shipped.dumps({"chimera": {"makespan": {"not_derived": "kept"}}}))
+    err = io.StringIO()
+    assert run(["formula", "gpipe", "--rebuild", "-o", str(path)], io.StringIO(), err) == 0
+    assert f"wrote {path}" in err.getvalue()
+    doc = json.loads(path.read_text())
+    assert doc["families"]["chimera"] == {"makespan": {"not_derived": "kept"}}
+    assert doc["families"]["gpipe"] == shipped.load()["families"]["gpipe"]
+    assert path.read_text() == shipped.dumps(doc["families"])
+    assert [p.name for p in tmp_path.iterdir()] == ["forms.json"]  # no temporary left
+    err = io.StringIO()
+    assert run(["formula"], io.StringIO(), err) == 2 and "give a FAMILY" in err.getvalue()
+
+
+def test_the_json_read_from_the_file_is_the_forms_own():
+    """``formula`` prints a shipped form from the file without building it in sympy: what it
+    reads is exactly ``Formula.to_json()`` of the form, for every family and shipped key."""
+    from schedverify.formulas import NotDerived, shipped
+    from schedverify.generators import FAMILIES
+
+    for family in FAMILIES:
+        for metric, dev in shipped.shipped_keys():
+            try:
+                want = formula(family, metric, dev).to_json()
+            except NotDerived as e:
+                with pytest.raises(NotDerived) as got:
+                    shipped.json_doc(family, metric, dev)
+                assert str(got.value) == str(e)
+                continue
+            assert shipped.json_doc(family, metric, dev) == want, (family, metric, dev)
+    assert shipped.json_doc("1f1b", "peak_inflight", 2) is None  # one device: assembled
+
+
+def test_a_cold_formula_command_imports_no_sympy_and_derives_nothing():
+    """In a fresh process, ``formula FAMILY --metric M`` answers from the shipped file: sympy
+    is never imported, nothing is derived (the part deriver is never called)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, io\n"
+            "import schedverify.formulas.derive as d\n"
+            "d.derive_part = None\n"
+            "from schedverify.cli import run\n"
+            "out = io.StringIO()\n"
+            "assert run(['formula', 'v-min', '--metric', 'makespan'], out, sys.stderr) == 0\n"
+            "assert run(['formula', 'zb-v', '--metric', 'peak_memory', '--device', 'd',\n"
+            "            '--format', 'json'], out, sys.stderr) == 0\n"
+            "print(out.getvalue())\n"
+            "print('sympy loaded:', 'sympy' in sys.modules)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          check=True)
+    assert "v-min makespan = t_F*(6*m + 6*p - 4*floor(p/3) - 2*floor(p/3 + 1/3) - 7)" in done.stdout
+    assert "; confirmed on p=2..9, m=1..24\n" in done.stdout
+    assert '"metric": "peak_memory", "device": "d"' in done.stdout
+    assert done.stdout.rstrip().endswith("sympy loaded: False")

@@ -5,6 +5,7 @@
     schedverify formula 1f1b --metric bubble_fraction --at p=4,m=8 --costs t_F=1,t_B=2
     schedverify formula 1f1b --smallest-m-below 0.05 --at p=8
     schedverify formula zb-v --slice "c == 0, t_I == t_F"
+    schedverify formula --rebuild [-o PATH] [--jobs 2]   # re-derive the shipped forms
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def register(sub) -> None:
                     "over a range (stated in the domain). Symbols: p devices, m microbatches, "
                     "v chunks per device, d device, t_F t_B t_I t_W costs, c latency.",
     )
-    p.add_argument("family", metavar="FAMILY")
+    p.add_argument("family", metavar="FAMILY", nargs="?",
+                   help="the family (with --rebuild: only its forms, others kept)")
     p.add_argument("--metric", choices=METRIC_NAMES, default="makespan")
     p.add_argument("--device", metavar="d", help="per-device form: 'd' (general) or an index")
     p.add_argument("--format", choices=("text", "latex", "json"), default="text")
@@ -39,6 +41,12 @@ def register(sub) -> None:
                         "instead of the widest one found")
     p.add_argument("--smallest-m-below", type=float, metavar="X",
                    help="the smallest m whose --metric (default bubble_fraction) is below X at --at's p")
+    p.add_argument("--rebuild", action="store_true",
+                   help="derive every shipped form again (all families, or FAMILY) and write "
+                        "them to the package's forms file, or to -o")
+    p.add_argument("-o", "--output", metavar="PATH", help="with --rebuild: the file to write")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="with --rebuild: derive families in N processes")
     p.set_defaults(handler=run)
 
 
@@ -76,46 +84,80 @@ def _slice(text: str) -> tuple[str, ...]:
 
 def run(args, out, err) -> int:
     from ..errors import UsageError
-    from ..formulas import formula, formula_at, smallest_m
 
+    if args.rebuild:
+        return _rebuild(args, out, err)
+    if args.family is None:
+        raise UsageError("formula: give a FAMILY (or --rebuild)")
+    if args.output is not None:
+        raise UsageError("-o/--output applies to --rebuild only")
     sizes = _assignments(args.at, "--at", ("p", "m", "v", "d"))
     costs = {"t_F": 1, "t_B": 2, "t_I": 1, "t_W": 1, "c": 0}
     costs.update(_assignments(args.costs, "--costs", ("t_F", "t_B", "t_I", "t_W", "c")))
+    at = "p" in sizes and "m" in sizes
+    if args.slice is None and args.smallest_m_below is None and not at:
+        # a shipped form is printed from the file as it is: no sympy, no derivation
+        from ..formulas.shipped import json_doc
+
+        doc = json_doc(args.family, args.metric, args.device)
+        if doc is not None:
+            return _print(doc, args, out)
+    from ..formulas import formula, formula_at, smallest_m
+
     if args.smallest_m_below is not None:
         if "p" not in sizes:
             raise UsageError("--smallest-m-below needs the devices: --at p=N")
         metric = args.metric if args.metric != "makespan" else "bubble_fraction"
         mv = smallest_m(args.family, int(sizes["p"]), args.smallest_m_below, metric=metric,
                         costs=costs, v_value=int(sizes["v"]) if "v" in sizes else None)
+        f = formula_at(args.family, metric, costs=costs)
+        where = {"p": int(sizes["p"]), "m": mv if mv is not None else 4096}
+        warning = f.extrapolated(where)
         if args.format == "json":
             print(json.dumps({"family": args.family, "metric": metric, "p": int(sizes["p"]),
-                              "below": args.smallest_m_below, "smallest_m": mv}), file=out)
+                              "below": args.smallest_m_below, "smallest_m": mv,
+                              "status": f.status, "extrapolated": warning is not None,
+                              "warning": warning}), file=out)
         else:
+            if warning:
+                print(f"warning: {warning}", file=err)
             print(f"{args.family}: smallest m with {metric} < {args.smallest_m_below:g} at "
                   f"p={int(sizes['p'])}: {mv if mv is not None else 'none up to 4096'}", file=out)
         return EXIT_OK if mv is not None else EXIT_INVALID
     if args.slice is not None:
         f = formula(args.family, args.metric, args.device, _slice(args.slice))
-    elif "p" in sizes and "m" in sizes:
+    elif at:
         f = formula_at(args.family, args.metric, args.device, costs=costs)
     else:
         f = formula(args.family, args.metric, args.device)
     doc = f.to_json()
-    if "p" in sizes and "m" in sizes:
+    if at:
         doc["at"] = _evaluate(f, args.family, args.metric, args.device, sizes, costs)
+        warning = f.extrapolated(doc["at"]["sizes"])
+        doc["at"]["status"] = f.status
+        doc["at"]["extrapolated"] = warning is not None
+        doc["at"]["warning"] = warning
+        if warning and args.format != "json":
+            print(f"warning: {warning}", file=err)
+    return _print(doc, args, out)
+
+
+def _print(doc: dict, args, out) -> int:
+    """Print a form's JSON (``Formula.to_json()``, with ``at`` after --at) as --format asks."""
     if args.format == "json":
         print(json.dumps(doc, ensure_ascii=False), file=out)
         return EXIT_OK
-    expr = f.latex() if args.format == "latex" else f.text()
+    expr = doc["latex"] if args.format == "latex" else doc["expression"]
     who = f"{args.metric}" + (f"({args.device})" if args.device is not None else "")
     print(f"{args.family} {who} = {expr}", file=out)
     if args.format == "text":
-        print("  domain: " + ", ".join(f.conditions), file=out)
-        rng = f.confirmed
+        dom = doc["domain"]
+        print("  domain: " + ", ".join(dom["conditions"]) + f"; {dom['status']}", file=out)
+        rng = dom["confirmed"]
         print(f"  confirmed exactly against the schedules at {rng['sizes']} sizes: "
               f"p={rng['p'][0]}..{rng['p'][1]}, m={rng['m'][0]}..{rng['m'][1]}, v={rng['v']}",
               file=out)
-        for note in f.notes:
+        for note in doc["notes"]:
             print(f"  note: {note}", file=out)
         if "at" in doc:
             a = doc["at"]
@@ -160,3 +202,24 @@ def _evaluate(f, family: str, metric: str, device, sizes: dict, costs: dict) -> 
                                                   for k, x in costs.items()})
     return {"sizes": full, "costs": {k: str(x) for k, x in costs.items()},
             "formula": str(val), "schedule": sympy.sstr(own)}
+
+
+def _rebuild(args, out, err) -> int:
+    import time
+
+    from ..errors import UsageError
+    from ..formulas import shipped
+    from ..formulas.sizes import family
+
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    names = None
+    if args.family is not None:
+        family(args.family)
+        names = [args.family]
+    t0 = time.time()
+    shipped.rebuild(names, args.output, jobs=args.jobs,
+                    log=lambda msg: print(f"formula --rebuild: {msg}", file=err))
+    print(f"formula --rebuild: wrote {args.output or shipped.FORMS} in {time.time() - t0:.0f} s",
+          file=err)
+    return EXIT_OK

@@ -16,8 +16,8 @@ import sympy
 
 from ..errors import UsageError
 from . import fit
-from .derive import (DEVICE_METRICS, FEATURES, MAX_PIECES, METRICS, SLICES, Derivation, NotDerived,
-                     Piece, derive)
+from .derive import (FEATURES, MAX_PIECES, METRICS, SLICES, NotDerived, Piece,
+                     derive_part)
 from .sizes import family as _family
 from .tropical import COST_SYMBOLS
 
@@ -26,8 +26,13 @@ t_F, t_B, t_I, t_W, c = sympy.symbols("t_F t_B t_I t_W c")
 COSTS = (t_F, t_B, t_I, t_W, c)
 SYMBOLS = {s.name: s for s in (p, m, v, d, t_F, t_B, t_I, t_W, c)}
 _LOCALS = dict(SYMBOLS)
-_FEATURES = tuple(sympy.sympify(text, locals=_LOCALS) for text, _ in FEATURES)
-_BASIS = (p, m, v, d) + _FEATURES
+
+
+@lru_cache(maxsize=1)
+def _basis() -> tuple:
+    """The symbols and features a fitted polynomial's coordinates stand for (parsed when a
+    form is first derived: reading a shipped form needs none of them)."""
+    return (p, m, v, d) + tuple(sympy.sympify(text, locals=_LOCALS) for text, _ in FEATURES)
 
 
 def parse(text: str):
@@ -36,14 +41,14 @@ def parse(text: str):
 
 
 def _poly(poly) -> sympy.Expr:
-    return fit.to_sympy(poly, _BASIS)
+    return fit.to_sympy(poly, _basis())
 
 
 def _pieces(pieces: list[Piece], one) -> sympy.Expr:
     """A decision list as a sympy Piecewise (first matching condition wins)."""
     if len(pieces) == 1:
         return one(pieces[0].value)
-    return sympy.Piecewise(*[(one(pc.value), True if pc.cond is None else parse(pc.cond))
+    return sympy.Piecewise(*[(one(pc.value), True if pc.cond is None else parse(str(pc.cond)))
                              for pc in pieces])
 
 
@@ -63,12 +68,6 @@ def _tropical(pieces: list[Piece]) -> sympy.Expr:
         return sympy.Max(*forms) if len(forms) > 1 else forms[0]
 
     return _pieces(pieces, one)
-
-
-def _need(der: Derivation, pieces, key: str):
-    if pieces is None:
-        raise NotDerived(der.failures.get(key, f"{der.family}: {key}: not derived"))
-    return pieces
 
 
 def _tidy(e):
@@ -117,9 +116,59 @@ class Formula:
             "family": self.family, "metric": self.metric, "device": self.device,
             "expression": sympy.sstr(self.expression), "latex": self.latex(),
             "domain": {"conditions": list(self.conditions), "confirmed": self.confirmed,
-                       "generator_domain": self.generator_domain},
+                       "generator_domain": self.generator_domain, "proved": self.proved,
+                       "status": self.status},
             "notes": list(self.notes),
         }
+
+    @property
+    def proved(self) -> bool:
+        """Is this very form proved for all sizes of its domain (a record in the shipped
+        proofs.json whose expression is this form's, or the per-device form's it comes from)?"""
+        from .shipped import proof_record
+
+        rec = proof_record(self.family, self.metric, self.device)
+        if rec is None:
+            return False
+        base = self
+        if self.device not in (None, "d"):  # a proof of the per-device form covers each device
+            base = formula(self.family, self.metric, "d")
+            if base.cost_slice != self.cost_slice:
+                return False
+        return rec.get("expression") == base.text()
+
+    def confirmed_range(self) -> str:
+        """``p=2..8, m=1..24`` (and ``v=1..3`` for a family with a chunks option)."""
+        from .shipped import range_text
+
+        return range_text(self.confirmed, self.conditions)
+
+    @property
+    def status(self) -> str:
+        """"proved for all sizes in its domain", or "confirmed on p=2..8, m=1..24"."""
+        from .shipped import status_text
+
+        return status_text(self.proved, self.confirmed, self.conditions)
+
+    def extrapolated(self, sizes: dict) -> str | None:
+        """None where ``sizes`` are inside what was confirmed (or the form is proved); else
+        the warning that the value there is extrapolated from the confirmed range."""
+        if self.proved:
+            return None
+        rng = self.confirmed
+        chunked = any("<= v <=" in c for c in self.conditions)
+        out = False
+        for k in ("p", "m"):
+            if k in sizes and not rng[k][0] <= sizes[k] <= rng[k][1]:
+                out = True
+        if "v" in sizes and chunked and not rng["v"][0] <= sizes["v"] <= rng["v"][-1]:
+            out = True
+        if not out:
+            return None
+        given = ", ".join(f"{k}={sizes[k]}" for k in ("p", "m", "v")
+                          if k in sizes and (k != "v" or chunked))
+        return (f"{given} is outside the confirmed range {self.confirmed_range()}: the form "
+                "is extrapolated")
 
     def evaluate(self, sizes: dict, costs: dict | None = None) -> Fraction:
         """The exact value at ``sizes`` (p, m, v, d) and ``costs`` (t_F, ..., c)."""
@@ -178,57 +227,96 @@ def formula_at(family: str, metric: str, device: int | str | None = None, *,
                      f"needs {', '.join(f.cost_slice)}" + "".join("; " + t for t in tried))
 
 
-@lru_cache(maxsize=1024)
-def formula(family: str, metric: str, device: int | str | None = None,
-            cost_slice: tuple[str, ...] | None = None) -> Formula:
-    """The derived closed form of ``metric`` for ``family`` (per device when ``device`` is
-    given: ``"d"`` for the general form, or a number).  Timing metrics hold on the widest
-    cost slice where a form was found, or on ``cost_slice`` (one of derive.SLICES)."""
-    _family(family)
-    if metric not in METRICS and metric != "busy":
-        raise UsageError(f"unknown metric {metric!r}; known: {', '.join(METRICS + ('busy',))}")
-    if device is not None and metric not in DEVICE_METRICS:
-        raise UsageError(f"metric {metric!r} is not per device; --device applies to "
-                         f"{', '.join(DEVICE_METRICS)}")
-    if metric == "busy" and device is None:
-        device = "d"
-    der: Derivation = derive(family, cost_slice=cost_slice)
-    per_device = device is not None
+#: The parts (derive.PARTS) each metric is made of, in the order they are needed.
+def _parts_of(metric: str, per_device: bool) -> tuple[str, ...]:
     if metric == "busy":
-        expr = _linear(_need(der, der.busy, "busy")[0].value)
+        return ("busy",)
+    if metric in ("peak_inflight", "peak_memory"):
+        return (metric + ("(d)" if per_device else ""),)
+    return {"makespan": ("makespan",), "bubble_fraction": ("makespan", "total_busy"),
+            "bubble_time": ("makespan", "busy") if per_device else ("makespan", "busiest"),
+            "bubble_ratio": ("makespan", "busiest")}[metric]
+
+
+@dataclass(frozen=True)
+class Raw:
+    """What a form is assembled from (:func:`assemble`): the expression before tidying, with
+    ``d`` free for a per-device metric, the size domains of its parts, where its parts were
+    all confirmed, and its cost slice.  Plain data besides ``expression``: it is what the
+    shipped forms store, so that a form for one device is assembled exactly as when derived."""
+
+    family: str
+    metric: str
+    per_device: bool
+    expression: Any
+    domains: tuple[tuple[str, str], ...]  # (part key, its size condition)
+    confirmed: dict  # {"p": [lo, hi], "m": [lo, hi], "v": [...], "sizes": n}
+    chunks: bool
+    slice: tuple[str, ...]
+    slice_failures: tuple[str, ...]
+    skipped: int
+
+
+def _validate(family: str, metric: str, device) -> None:
+    from .shipped import validate
+
+    validate(family, metric, device)
+
+
+@lru_cache(maxsize=256)
+def derive_raw(family: str, metric: str, per_device: bool = False,
+               cost_slice: tuple[str, ...] | None = None) -> Raw:
+    """Derive the parts ``metric`` is made of (and no other) and combine them; NotDerived
+    when one of them has no form (the first one needed, in order)."""
+    if metric == "busy":
+        per_device = True
+    parts = []
+    for key in _parts_of(metric, per_device):
+        pt = derive_part(family, key, cost_slice=cost_slice if key == "makespan" else None)
+        if pt.pieces is None:
+            raise NotDerived(pt.failure or f"{family}: {key}: not derived")
+        parts.append(pt)
+    got = {pt.key: pt.pieces for pt in parts}
+    if metric == "busy":
+        expr = _linear(got["busy"][0].value)
     elif metric in ("peak_inflight", "peak_memory"):
-        key = metric + ("(d)" if per_device else "")
-        pieces = {"peak_inflight": der.peak_inflight, "peak_inflight(d)": der.peak_inflight_d,
-                  "peak_memory": der.peak_memory, "peak_memory(d)": der.peak_memory_d}[key]
-        expr = _scalar(_need(der, pieces, key))
+        expr = _scalar(got[parts[0].key])
     else:
-        T = _tropical(_need(der, der.makespan, "makespan"))
+        T = _tropical(got["makespan"])
         if metric == "makespan":
             expr = T
         elif metric == "bubble_fraction":
-            expr = 1 - _linear(_need(der, der.total_busy, "total_busy")[0].value) / (p * T)
+            expr = 1 - _linear(got["total_busy"][0].value) / (p * T)
         elif metric == "bubble_time" and per_device:
-            expr = T - _linear(_need(der, der.busy, "busy")[0].value)
+            expr = T - _linear(got["busy"][0].value)
         else:
-            busiest = _tropical(_need(der, der.busiest, "busiest"))
+            busiest = _tropical(got["busiest"])
             expr = T - busiest if metric == "bubble_time" else (T - busiest) / busiest
+    # confirmed where every part was: the narrowest of their ranges (the grids are nested)
+    narrow = min(parts, key=lambda pt: (pt.confirm_range["p"][1], pt.confirmed))
+    rng = narrow.confirm_range
+    confirmed = {"p": list(rng["p"]), "m": list(rng["m"]), "v": list(rng["v"]),
+                 "sizes": narrow.confirmed}
+    mk = next((pt for pt in parts if pt.key == "makespan"), None)
+    return Raw(family, metric, per_device, expr,
+               tuple((pt.key, pt.domain) for pt in parts if pt.domain is not None),
+               confirmed, parts[0].chunks, mk.slice if mk else (),
+               mk.slice_failures if mk else (), len(parts[0].skipped))
+
+
+def assemble(raw: Raw, device: int | str | None = None) -> Formula:
+    """The :class:`Formula` of ``raw`` (for one device when ``device`` is a number): tidied,
+    with its domain's conditions and notes."""
+    family, metric, per_device = raw.family, raw.metric, raw.per_device
+    if metric == "busy" and device is None:
+        device = "d"
+    expr = raw.expression
     if per_device and device != "d":
-        try:
-            dv = int(device)
-        except (TypeError, ValueError):
-            raise UsageError(f"--device: expected a device index or 'd', got {device!r}") from None
-        expr = expr.subs(d, dv)
+        expr = expr.subs(d, int(device))
     expr = _tidy(expr)
     # the restricted size domains of the parts the expression is made of
-    keys = ({"makespan": ("makespan",), "bubble_fraction": ("makespan",),
-             "bubble_time": ("makespan",) if per_device else ("makespan", "busiest"),
-             "bubble_ratio": ("makespan", "busiest")}.get(metric)
-            or (metric + ("(d)" if per_device else ""),))
     restricted = []
-    for key in keys:
-        cond = der.domains.get(key)
-        if cond is None:
-            continue
+    for key, cond in raw.domains:
         e = parse(cond)
         if not key.endswith("(d)"):
             e = e.subs(d, 0)  # a whole-schedule metric was fitted at d = 0
@@ -238,9 +326,9 @@ def formula(family: str, metric: str, device: int | str | None = None,
             text = sympy.sstr(part)
             if text not in restricted:
                 restricted.append(text)
-    rng = der.confirm_range
+    rng = raw.confirmed
     conds = ["p >= 2", "m >= 1"]
-    if der.chunks:
+    if raw.chunks:
         conds.append(f"{rng['v'][0]} <= v <= {rng['v'][1]}")
     else:
         conds.append(f"v == {rng['v'][0]}" if len(rng["v"]) == 1 else f"v in {rng['v']}")
@@ -252,12 +340,12 @@ def formula(family: str, metric: str, device: int | str | None = None,
     slice_ = ()
     if timing:
         conds += ["t_F > 0", "t_B > 0", "t_I > 0", "t_W > 0"]
-        slice_ = () if metric == "busy" else der.slice
+        slice_ = () if metric == "busy" else raw.slice
         conds += list(slice_)
         if "c == 0" not in slice_:
             conds.append("c >= 0")
         notes.append("uniform costs per action kind; an OVERLAP_F_B action costs its two parts' sum")
-        for why in (() if metric == "busy" else der.slice_failures):
+        for why in (() if metric == "busy" else raw.slice_failures):
             notes.append("not derived on a cost domain tried before this one: " + why)
     if restricted:
         notes.append("derived on " + " and ".join(restricted) + " only: no form of up to "
@@ -265,13 +353,50 @@ def formula(family: str, metric: str, device: int | str | None = None,
                      "outside it: at small m, or at one device count)")
     if metric == "peak_memory":
         notes.append("memory model: activation 1 per stage, w = 1/2, no static memory")
-    if der.skipped:
-        notes.append(f"{len(der.skipped)} sizes in the ranges are not accepted by the generator "
+    if raw.skipped:
+        notes.append(f"{raw.skipped} sizes in the ranges are not accepted by the generator "
                      "and were skipped")
-    confirmed = {"p": rng["p"], "m": rng["m"], "v": rng["v"], "sizes": der.confirmed}
+    confirmed = {"p": list(rng["p"]), "m": list(rng["m"]), "v": list(rng["v"]),
+                 "sizes": rng["sizes"]}
     return Formula(family, metric, None if device is None else str(device), expr, tuple(conds),
                    confirmed, tuple(notes), getattr(_family(family), "domain", ""),
                    tuple(restricted), tuple(slice_))
+
+
+def derive_formula(family: str, metric: str, device: int | str | None = None,
+                   cost_slice: tuple[str, ...] | None = None) -> Formula:
+    """:func:`formula`, derived now from the schedules (never the shipped forms): only the
+    parts the metric is made of are derived."""
+    _validate(family, metric, device)
+    per_device = device is not None or metric == "busy"
+    return assemble(derive_raw(family, metric, per_device, cost_slice), device)
+
+
+@lru_cache(maxsize=1024)
+def formula(family: str, metric: str, device: int | str | None = None,
+            cost_slice: tuple[str, ...] | None = None) -> Formula:
+    """The derived closed form of ``metric`` for ``family`` (per device when ``device`` is
+    given: ``"d"`` for the general form, or a number).  Timing metrics hold on the widest
+    cost slice where a form was found, or on ``cost_slice`` (one of derive.SLICES).
+
+    The widest-slice forms ship with the package (:mod:`.shipped`, made by the same
+    derivation: ``schedverify formula --rebuild``); a form not shipped (another cost slice)
+    is derived now, only the parts it is made of."""
+    _validate(family, metric, device)
+    if cost_slice is None:
+        from . import shipped
+
+        f = shipped.formula(family, metric, device)
+        if f is not None:
+            return f
+    return derive_formula(family, metric, device, cost_slice)
+
+
+def proof_status(family: str, metric: str, device: int | str | None = None) -> str:
+    """"proved for all sizes in its domain" when a proof record holds for the shipped form,
+    else "confirmed on p=2..8, m=1..24" (where it was confirmed exactly against the
+    schedules).  Raises what :func:`formula` raises (NotDerived: no form)."""
+    return formula(family, metric, device).status
 
 
 def smallest_m(family: str, p_value: int, below: float, *, metric: str = "bubble_fraction",
@@ -303,5 +428,5 @@ def _has_v(name: str) -> bool:
     return has_chunks(name)
 
 
-__all__ = ["COST_SYMBOLS", "Formula", "METRICS", "SYMBOLS", "formula", "formula_at", "parse",
-           "smallest_m"]
+__all__ = ["COST_SYMBOLS", "Formula", "METRICS", "Raw", "SYMBOLS", "assemble", "derive_formula",
+           "derive_raw", "formula", "formula_at", "parse", "proof_status", "smallest_m"]

@@ -43,6 +43,15 @@ compared exactly with the schedule (equal term sets, or equal functions of the c
 Z3 query when the sets differ only by redundant terms, after a cheap numeric pre-check).  A
 candidate that fails anywhere is rejected and the next one tried; if nothing survives the
 metric is reported as not derived, with the sizes that broke the last candidate, never guessed.
+
+Each part of a family (PARTS: makespan, busiest, total and per-device busy time, peaks) is
+derived on its own by :func:`derive_part`, so a metric costs only its parts; :func:`derive`
+gathers them all.  What an attempt may use (the late features, a restricted domain's extra
+conditions) is an explicit :class:`Fitting` passed down, and a fitted threshold is a
+:class:`Threshold` that evaluates itself; the only stores are lru caches of pure functions,
+so a result depends on its arguments alone, never on what the process derived before (the
+order of the attempts within one derivation is part of its definition: the first confirmed
+candidate wins).  Results are read only.
 """
 
 from __future__ import annotations
@@ -51,7 +60,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
 from itertools import chain, islice, product
-from typing import Callable, Iterator
+from types import MappingProxyType
+from collections.abc import Callable, Iterator, Mapping
 
 from ..errors import UsageError
 from . import fit
@@ -171,42 +181,41 @@ LATE_EXTRAS: tuple[tuple[str, Callable[[int, int, int, int], int]], ...] = (
 )
 #: Every feature, in the order of a point's coordinates after (p, m, v, d).
 FEATURES = EXTRAS + LATE_EXTRAS
-#: Whether the fits may use LATE_EXTRAS (set for one attempt by :func:`_late`); RESTRICTED
-#: on a restricted domain, where the decision lists may also use LATE_ATOMS.
-_LATE: list = [False]
-RESTRICTED = 2
+
+
+@dataclass(frozen=True)
+class Fitting:
+    """How one attempt fits, passed down explicitly: ``late``, the fits may use LATE_EXTRAS
+    (the wider grid's last attempts); ``restricted``, on a restricted domain, where decision
+    lists may also use LATE_ATOMS (and the fits use LATE_EXTRAS)."""
+
+    late: bool = False
+    restricted: bool = False
+
+
+PLAIN = Fitting()
+LATE = Fitting(late=True)
+RESTRICTED = Fitting(late=True, restricted=True)
 
 
 def _key(p: int, m: int, v: int, d: int = 0) -> tuple:
     return (p, m, v, d) + tuple(f(p, m, v, d) for _, f in FEATURES)
 
 
-class _late:
-    """Within the block, fits may use the LATE_EXTRAS features."""
-
-    def __init__(self, on: bool = True):
-        self.on = on
-
-    def __enter__(self):
-        self.old = _LATE[0]
-        _LATE[0] = self.on
-
-    def __exit__(self, *exc):
-        _LATE[0] = self.old
-
-
-_FITS: dict = {}
 #: Two ways to rank the fits of one set of values: polynomials of every degree before the
 #: features, or the features at each degree (fewer parameters).  Each can be right where the
 #: other over-fits; both are offered to confirmation.
 MODES = (False, True)
 
 
-def _fit(data: dict, features_first: bool = False):
-    late = bool(_LATE[0])
-    key = (tuple(sorted(data.items())), features_first, late)
-    if key in _FITS:
-        return _FITS[key]
+def _fit(data: dict, features_first: bool = False, ctx: Fitting = PLAIN):
+    return _fit_items(tuple(sorted(data.items())), features_first, ctx.late)
+
+
+@lru_cache(maxsize=20000)
+def _fit_items(items: tuple, features_first: bool, late: bool):
+    """:func:`_fit` of the points ``items`` (cached: the same values recur in many regions)."""
+    data = dict(items)
     if late and features_first:
         # every feature at each degree: on a few device counts a cubic in p would otherwise
         # interpolate what floor((p + 1)/3) states
@@ -215,17 +224,14 @@ def _fit(data: dict, features_first: bool = False):
         poly = fit.fit_poly(data, 4, n_extra=len(EXTRAS), features_first=features_first)
         if poly is None and late:
             poly = fit.fit_poly(data, 4, n_extra=len(FEATURES), features_first=features_first)
-    if len(_FITS) > 20000:
-        _FITS.clear()
-    _FITS[key] = poly
     return poly
 
 
-def _fits(data: dict) -> list:
+def _fits(data: dict, ctx: Fitting = PLAIN) -> list:
     """The distinct fits of ``data`` (see MODES)."""
     out = []
     for mode in MODES:
-        poly = _fit(data, mode)
+        poly = _fit(data, mode, ctx)
         if poly is not None and poly not in out:
             out.append(poly)
     return out
@@ -251,65 +257,111 @@ class Piece:
     value: object
 
 
-@dataclass
+@dataclass(frozen=True)
+class Part:
+    """One part of a family's derivation (see PARTS), as :func:`derive_part` returns it (read
+    only: pieces are tuples, polynomials read-only mappings).
+
+    ``pieces`` None: no form fits, ``failure`` says why (which sizes broke it).  ``domain``:
+    the size condition (``m >= T``, possibly ``& Ne(p, q)``) the form was derived on, where no
+    form holds for every size.  ``confirm_range`` (p, m, v) and ``confirmed`` (how many sizes):
+    where this part was confirmed exactly.  ``slice``: the cost conditions the makespan holds
+    under (empty: all costs >= 0), ``slice_failures``: why the slices tried before failed."""
+
+    family: str
+    key: str
+    chunks: bool
+    pieces: tuple[Piece, ...] | None
+    failure: str | None
+    domain: str | None
+    trained: int
+    confirmed: int
+    confirm_range: dict
+    skipped: tuple[tuple[int, int, int], ...] = ()
+    slice: tuple[str, ...] = ()
+    slice_failures: tuple[str, ...] = ()
+    seconds: float = 0.0  # process CPU time of the derivation
+
+
+@dataclass(frozen=True)
 class Derivation:
-    """Everything derived for one family, plus the ranges it was fitted and confirmed on.
+    """Every part of one family (:func:`derive`), plus the widest range a part was fitted
+    and confirmed on (read only).
 
     A metric that no form fits is None, and ``failures`` says why (which sizes broke it)."""
 
     family: str
     chunks: bool
-    makespan: list[Piece] | None
-    busiest: list[Piece] | None
-    total_busy: list[Piece] | None
-    busy: list[Piece] | None
-    peak_inflight: list[Piece] | None
-    peak_inflight_d: list[Piece] | None
-    peak_memory: list[Piece] | None
-    peak_memory_d: list[Piece] | None
+    makespan: tuple[Piece, ...] | None
+    busiest: tuple[Piece, ...] | None
+    total_busy: tuple[Piece, ...] | None
+    busy: tuple[Piece, ...] | None
+    peak_inflight: tuple[Piece, ...] | None
+    peak_inflight_d: tuple[Piece, ...] | None
+    peak_memory: tuple[Piece, ...] | None
+    peak_memory_d: tuple[Piece, ...] | None
     trained: int
     confirmed: int
-    skipped: list[tuple[int, int, int]] = field(default_factory=list)
-    confirm_range: dict = field(default_factory=dict)
-    failures: dict = field(default_factory=dict)  # metric -> why no form was found
+    skipped: tuple[tuple[int, int, int], ...] = ()
+    confirm_range: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    failures: Mapping = field(default_factory=lambda: MappingProxyType({}))
     slice: tuple[str, ...] = ()  # cost conditions the makespan holds under (empty: all costs >= 0)
-    slice_failures: list = field(default_factory=list)  # why the slices tried before failed
+    slice_failures: tuple[str, ...] = ()  # why the slices tried before failed
     seconds: float = 0.0  # process CPU time of the derivation
     #: metric key -> size condition (``m >= T``, possibly ``& Ne(p, q)``) a form was derived
     #: on, where no form holds for every size (keys: makespan, busiest, peak_inflight(d), ...)
-    domains: dict = field(default_factory=dict)
+    domains: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    #: part key (PARTS) -> its :class:`Part`, with the range that part was confirmed on
+    parts: Mapping = field(default_factory=lambda: MappingProxyType({}))
 
 
 # --------------------------------------------------------------------------- decision lists
 
 
-def holds(cond: str | None, x) -> bool:
+def holds(cond: str | Threshold | None, x) -> bool:
     if cond is None:
         return True
     p, m, v, d = (tuple(x) + (0,))[:4]
-    pred = _ATOM.get(cond) or _LEARNED[cond]
+    pred = cond if isinstance(cond, Threshold) else _ATOM[cond]
     return pred(p, m, v, d)
 
 
-#: Conditions ``m >= T(p, v, d)`` whose threshold was itself fitted (text -> predicate).
-_LEARNED: dict[str, Callable[[int, int, int, int], bool]] = {}
+@dataclass(frozen=True, repr=False)
+class Threshold:
+    """A condition ``m >= T(p, v, d)`` whose threshold was itself fitted (a piece's ``cond``):
+    ``text`` as sympy parses it (``str()`` gives it), ``poly`` T over (p, v, d, Mod(p, 2)) and,
+    when ``late``, the period-3 features (sorted items)."""
+
+    text: str
+    poly: tuple
+    late: bool
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return repr(self.text)
+
+    def __call__(self, p: int, m: int, v: int, d: int) -> bool:
+        feats = (p, v, d, p % 2) + ((p // 3, (p + 1) // 3) if self.late else ())
+        return m >= fit.evaluate(dict(self.poly), feats)
 
 
 def _candidates(data: dict, fit_one: Callable[[dict], list],
-                depth: int = MAX_PIECES) -> Iterator[list[Piece]]:
+                depth: int = MAX_PIECES, ctx: Fitting = PLAIN) -> Iterator[list[Piece]]:
     """Decision lists of up to ``depth`` pieces, each fitting its region of ``data`` exactly,
     fewest pieces first."""
     for n in range(1, depth + 1):
-        yield from _lists(data, fit_one, n)
+        yield from _lists(data, fit_one, n, ctx)
 
 
-def _lists(data: dict, fit_one, n: int) -> Iterator[list[Piece]]:
+def _lists(data: dict, fit_one, n: int, ctx: Fitting = PLAIN) -> Iterator[list[Piece]]:
     """Decision lists of exactly ``n`` pieces: a region by one condition, then the rest."""
     if n == 1:
         for whole in fit_one(data):
             yield [Piece(None, whole)]
         return
-    for text, pred in (ATOMS + LATE_ATOMS if _LATE[0] == RESTRICTED else ATOMS):
+    for text, pred in (ATOMS + LATE_ATOMS if ctx.restricted else ATOMS):
         sel = {x: y for x, y in data.items() if pred(*x[:4])}
         if not sel or len(sel) == len(data):
             continue
@@ -317,12 +369,12 @@ def _lists(data: dict, fit_one, n: int) -> Iterator[list[Piece]]:
         if not firsts:
             continue
         rest = {x: y for x, y in data.items() if not pred(*x[:4])}
-        for tail in _lists(rest, fit_one, n - 1):
+        for tail in _lists(rest, fit_one, n - 1, ctx):
             for first in firsts:
                 yield [Piece(text, first)] + tail
 
 
-def _learned_split(data: dict, fit_one, agrees) -> Iterator[list[Piece]]:
+def _learned_split(data: dict, fit_one, agrees, ctx: Fitting = PLAIN) -> Iterator[list[Piece]]:
     """Two pieces split at a threshold fitted from the data: a form fitted on the largest m of
     every (p, v, d) is followed down in m while it agrees; the first m where it does, per
     (p, v, d), is fitted as a polynomial T(p, v, d) (with the Mod features), and the sizes
@@ -333,7 +385,7 @@ def _learned_split(data: dict, fit_one, agrees) -> Iterator[list[Piece]]:
     if len(top) == len(data):
         return
     for tail in fit_one(top)[:2]:
-        yield from _split_below(data, fit_one, agrees, groups, tail)
+        yield from _split_below(data, fit_one, agrees, groups, tail, ctx)
 
 
 def _by_size_but_m(data: dict) -> dict:
@@ -362,16 +414,17 @@ def _first_agreeing(data: dict, groups: dict, tail, agrees) -> dict | None:
     return first
 
 
-def _split_below(data: dict, fit_one, agrees, groups: dict, tail) -> Iterator[list[Piece]]:
+def _split_below(data: dict, fit_one, agrees, groups: dict, tail,
+                 ctx: Fitting = PLAIN) -> Iterator[list[Piece]]:
     first = _first_agreeing(data, groups, tail, agrees)
     if first is None:
         return
 
     def feats(p, v, d):  # Mod(p, 2), and the period-3 features where they are allowed
-        return (p % 2,) + ((p // 3, (p + 1) // 3) if _LATE[0] else ())
+        return (p % 2,) + ((p // 3, (p + 1) // 3) if ctx.late else ())
 
     pts = {(p, v, d) + feats(p, v, d): Fraction(m0) for (p, v, d), m0 in first.items()}
-    if _LATE[0]:  # every feature at each degree (a cubic in p interpolates few device counts)
+    if ctx.late:  # every feature at each degree (a cubic in p interpolates few device counts)
         poly = fit.fit_poly(pts, 3, n_extra=3, features_first=True)
     else:
         poly = fit.fit_poly(pts, 3) or fit.fit_poly(pts, 3, n_extra=1)
@@ -382,11 +435,9 @@ def _split_below(data: dict, fit_one, agrees, groups: dict, tail) -> Iterator[li
     if not head:
         return
     names = ("p", "v", "d", "Mod(p, 2)") + tuple(t for t, _ in LATE_EXTRAS)
-    text = "m >= " + _poly_text(poly, names)
-    _LEARNED[text] = lambda p, m, v, d, poly=poly, late=_LATE[0]: m >= fit.evaluate(
-        poly, (p, v, d, p % 2) + ((p // 3, (p + 1) // 3) if late else ()))
+    cond = Threshold("m >= " + _poly_text(poly, names), tuple(sorted(poly.items())), ctx.late)
     for lo in fit_one(head):
-        yield [Piece(text, tail), Piece(None, lo)]
+        yield [Piece(cond, tail), Piece(None, lo)]
 
 
 def _poly_text(poly: dict, names) -> str:
@@ -400,7 +451,7 @@ def _poly_text(poly: dict, names) -> str:
 
 
 def _confirmed(label: str, train: dict, full, fit_one, agrees,
-               three: bool | None = None) -> list[Piece]:
+               three: bool | None = None, ctx: Fitting = PLAIN) -> list[Piece]:
     """The first candidate fitted on ``train`` that ``agrees`` with every point of ``full``
     (a dict, or a function returning it, called only once a candidate exists).
 
@@ -410,12 +461,13 @@ def _confirmed(label: str, train: dict, full, fit_one, agrees,
     seen, bad, tried = set(), None, 0
     one = lambda val, x, y: agrees([Piece(None, val)], x, y)  # noqa: E731
     if three is None:
-        three = not _LATE[0]
+        three = not ctx.late
     # the whole and the two-piece lists first, then a learned split, then three pieces
-    cands = chain(islice(_candidates(train, fit_one, 2), 4 * MAX_CANDIDATES),
-                  _learned_split(train, fit_one, one), _lists(train, fit_one, 3) if three else ())
-    if _LATE[0]:  # the last attempts: the fitted split first, the listed ones had their turn
-        cands = chain(_learned_split(train, fit_one, one), cands)
+    cands = chain(islice(_candidates(train, fit_one, 2, ctx), 4 * MAX_CANDIDATES),
+                  _learned_split(train, fit_one, one, ctx),
+                  _lists(train, fit_one, 3, ctx) if three else ())
+    if ctx.late:  # the last attempts: the fitted split first, the listed ones had their turn
+        cands = chain(_learned_split(train, fit_one, one, ctx), cands)
     for pieces in cands:
         key = repr(pieces)
         if key in seen:
@@ -433,7 +485,7 @@ def _confirmed(label: str, train: dict, full, fit_one, agrees,
         if tried >= MAX_CANDIDATES:
             break
     if bad is None:
-        feats = EXTRAS + (LATE_EXTRAS if _LATE[0] else ())
+        feats = EXTRAS + (LATE_EXTRAS if ctx.late else ())
         raise NotDerived(f"{label}: no form of up to {MAX_PIECES if three else 2} pieces "
                          f"(polynomials in p, m, v, d and {', '.join(t for t, _ in feats)}; "
                          f"split at listed or fitted thresholds of m, 2*d < p, v < 2, p < 3 or "
@@ -450,15 +502,14 @@ def _restricted(label: str, train: dict, full, fit_one, agrees,
                 exceptions: bool = False) -> tuple[str, list[Piece]]:
     """(domain condition, pieces) on a restricted domain: ``m >= T`` (:func:`_restricted_in`);
     with ``exceptions``, where that fails, ``m >= T`` without one device count
-    (:func:`_without_one_p`)."""
-    with _late(RESTRICTED):
-        try:
-            return _restricted_in(label, train, full, fit_one, agrees)
-        except NotDerived as e:
-            if not exceptions:
-                raise
-            first = e
-        return _without_one_p(label, train, full, fit_one, agrees, first)
+    (:func:`_without_one_p`).  ``fit_one`` fits in the RESTRICTED context."""
+    try:
+        return _restricted_in(label, train, full, fit_one, agrees)
+    except NotDerived as e:
+        if not exceptions:
+            raise
+        first = e
+    return _without_one_p(label, train, full, fit_one, agrees, first)
 
 
 #: Device counts a domain with an exception must still be fitted on (beside the one left out).
@@ -508,7 +559,7 @@ def _restricted_in(label: str, train: dict, full, fit_one, agrees) -> tuple[str,
     top = {x: train[x] for g in groups.values() for x in g[-3:]}
     tried, errs = set(), []
     # the form at the largest m: whole first, else a list of two pieces (such as d < 1)
-    for tail in islice(_candidates(top, fit_one, 2), 2):
+    for tail in islice(_candidates(top, fit_one, 2, RESTRICTED), 2):
         first = _first_agreeing(train, groups, tail, agrees)
         if first is None:
             continue
@@ -532,7 +583,7 @@ def _restricted_in(label: str, train: dict, full, fit_one, agrees) -> tuple[str,
                 # two pieces (and a fitted split): with the extra conditions and
                 # features an exhaustive three-piece search costs minutes per metric
                 return cond, _confirmed(f"{label} on {cond}", sub, within, fit_one, agrees,
-                                        three=False)
+                                        three=False, ctx=RESTRICTED)
             except NotDerived as e:
                 errs.append(str(e))
     raise NotDerived(f"{label}: no restricted domain m >= T (listed T) either"
@@ -567,13 +618,14 @@ def _scalar_value(pieces: list[Piece], x) -> Fraction:
     raise AssertionError("no piece applies")
 
 
-def _scalar(label: str, train: dict, full: dict, restrict: int = 0):
+def _scalar(label: str, train: dict, full: dict, restrict: int = 0, ctx: Fitting = PLAIN):
     """Confirmed pieces; with ``restrict`` (a level of :func:`_attempts`), (domain
     condition, pieces) on a restricted domain."""
     agrees = lambda pieces, x, y: _scalar_value(pieces, x) == y  # noqa: E731
     if restrict:
-        return _restricted(label, train, full, _fits, agrees, exceptions=restrict == EXCEPTED)
-    return _confirmed(label, train, full, _fits, agrees)
+        return _restricted(label, train, full, lambda data: _fits(data, RESTRICTED), agrees,
+                           exceptions=restrict == EXCEPTED)
+    return _confirmed(label, train, full, lambda data: _fits(data, ctx), agrees, ctx=ctx)
 
 
 # --------------------------------------------------------------------------- tropical
@@ -590,7 +642,8 @@ def _argmaxes(terms: Tropical) -> tuple:
     return tuple(_argmax(terms, u) for u in PROBES)
 
 
-def _fit_terms(data: dict, mode: bool = False, ranked: bool = False) -> list | None:
+def _fit_terms(data: dict, mode: bool = False, ranked: bool = False,
+               ctx: Fitting = PLAIN) -> list | None:
     """Term polynomials (one per cost symbol per term) matched across the sizes; None if
     none fits.
 
@@ -605,7 +658,7 @@ def _fit_terms(data: dict, mode: bool = False, ranked: bool = False) -> list | N
     def add(comps_of):
         comps = []
         for k in range(NDIM):
-            poly = _fit(comps_of(k), mode)
+            poly = _fit(comps_of(k), mode, ctx)
             if poly is None:
                 return
             comps.append(poly)
@@ -631,7 +684,7 @@ def _fit_terms(data: dict, mode: bool = False, ranked: bool = False) -> list | N
         order = (lead,) + tuple(k for k in range(NDIM) if k != lead)
         rank = {x: sorted(data[x], key=lambda t: tuple(t[k] for k in order)) for x in pts}
         for i in range(n):
-            add(lambda k, i=i: {x: Fraction(rank[x][i][k]) for x in pts})
+            add(lambda k, i=i, rank=rank: {x: Fraction(rank[x][i][k]) for x in pts})
     return [c for _, c in found] or None
 
 
@@ -680,24 +733,27 @@ def _tropical_at(pieces: list[Piece], x) -> Tropical:
     raise AssertionError("no piece applies")
 
 
-def _tropical(label: str, train: dict, full: dict, restrict: int = 0):
+def _tropical(label: str, train: dict, full: dict, restrict: int = 0, ctx: Fitting = PLAIN):
     cache: dict = {}
+    if restrict:
+        ctx = RESTRICTED
 
     def fit_one(sub):
         key = tuple(sorted(sub))
         if key not in cache:
             alts = []
             for mode, ranked in product(MODES, (False, True)):
-                terms = _fit_terms(sub, mode, ranked)
+                terms = _fit_terms(sub, mode, ranked, ctx)
                 if terms is not None and terms not in alts and all(
                         _tropical_equal(_terms_at(terms, x), t) for x, t in sub.items()):
                     alts.append(terms)
             cache[key] = alts
         return cache[key]
 
-    how = _restricted if restrict else _confirmed
-    return how(label, train, full, fit_one,
-               lambda pieces, x, y: _tropical_equal(_tropical_at(pieces, x), y))
+    agrees = lambda pieces, x, y: _tropical_equal(_tropical_at(pieces, x), y)  # noqa: E731
+    if restrict:
+        return _restricted(label, train, full, fit_one, agrees)
+    return _confirmed(label, train, full, fit_one, agrees, ctx=ctx)
 
 
 # --------------------------------------------------------------------------- derivation
@@ -753,23 +809,40 @@ def _sizes(name: str, vs, confirm_p, confirm_m, distinct: int, past: int = 2):
     return train, confirm, sorted(set(skipped)), cp
 
 
-@lru_cache(maxsize=64)
-def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_P.stop - 1),
-           confirm_m: tuple[int, int] = (CONFIRM_M.start, CONFIRM_M.stop - 1),
-           cost_slice: tuple[str, ...] | None = None) -> Derivation:
-    """Derive and confirm every metric of family ``name``.  The makespan is taken on the
-    first cost slice of SLICES where a form survives (all costs, then c == 0, ...), or on
-    ``cost_slice`` only (one of SLICES' conditions); a metric that no form fits is None,
-    with the reason in ``failures``."""
-    import time
+#: The parts a derivation is made of, each derived on its own (:func:`derive_part`): the
+#: makespan (a max of linear forms in the costs), the busiest device's busy time, the total
+#: and per-device busy time (linear in the costs), and the peaks (whole schedule and per device).
+PARTS = ("total_busy", "busy", "busiest", "peak_inflight", "peak_inflight(d)", "peak_memory",
+         "peak_memory(d)", "makespan")
 
-    family(name)
+
+def _check_slice(cost_slice: tuple[str, ...] | None) -> list:
     slices = list(enumerate(SLICES))
     if cost_slice is not None:
         slices = [(i, sl) for i, sl in slices if sl[1] == tuple(cost_slice)]
         if not slices:
             raise UsageError(f"cost slice {', '.join(cost_slice) or 'all costs'!s} is not one of "
                              + "; ".join(", ".join(c) or "all costs" for _, c in SLICES))
+    return slices
+
+
+@lru_cache(maxsize=256)
+def derive_part(name: str, key: str, *,
+                confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_P.stop - 1),
+                confirm_m: tuple[int, int] = (CONFIRM_M.start, CONFIRM_M.stop - 1),
+                cost_slice: tuple[str, ...] | None = None) -> Part:
+    """Derive and confirm one part (one of PARTS) of family ``name``, and nothing else.  The
+    makespan is taken on the first cost slice of SLICES where a form survives (all costs,
+    then c == 0, ...), or on ``cost_slice`` only (one of SLICES' conditions; the makespan
+    only).  A part that no form fits has ``pieces`` None, with the reason in ``failure``."""
+    import time
+
+    family(name)
+    if key not in PARTS:
+        raise UsageError(f"unknown part {key!r}; known: {', '.join(PARTS)}")
+    if cost_slice is not None and key != "makespan":
+        raise UsageError(f"a cost slice applies to the makespan only, not to {key}")
+    slices = _check_slice(cost_slice)
     t0 = time.process_time()
     chunks = has_chunks(name)
     vs = CHUNKS if chunks else (1,)
@@ -780,7 +853,6 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
     if len(train) < 8:
         raise NotDerived(f"{name}: only {len(train)} supported sizes in the training grid "
                          f"p={TRAIN_P_MIN}..{TRAIN_P_MAX}, m=1..{TRAIN_M_MAX}")
-    failures: dict[str, str] = {}
     domains: dict[str, str] = {}
     used = {"cp": cp, "sizes": {**confirm, **train}}
 
@@ -804,8 +876,7 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
                     continue
                 allpts = {**co, **tr}
                 try:
-                    with _late(late):
-                        out = fit_fn(f(fn, tr), f(fn, allpts), restrict)
+                    out = fit_fn(f(fn, tr), f(fn, allpts), restrict, LATE if late else PLAIN)
                 except NotDerived as e:
                     errs.append((str(e), e.refuted))
                     continue
@@ -817,39 +888,50 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
             raise NotDerived("; then: ".join(e for e, _ in errs))
         return run
 
-    def optional(label, fn):
-        try:
-            return fn()
-        except NotDerived as e:
-            failures[label] = str(e)
-            return None
-
     def components(label, fn, device):
-        return [widening(lambda tr, full, restrict, k=k: _scalar(
+        return [widening(lambda tr, full, restrict, ctx, k=k: _scalar(
             f"{name}: {label}[{COST_SYMBOLS[k]}]" + ("(d)" if device else ""),
             {x: Fraction(t[k]) for x, t in tr.items()},
-            {x: Fraction(t[k]) for x, t in full.items()}))(fn, device) for k in range(NDIM)]
+            {x: Fraction(t[k]) for x, t in full.items()}, ctx=ctx))(fn, device)
+            for k in range(NDIM)]
 
     def scalar(label):
-        return widening(lambda tr, full, restrict: _scalar(f"{name}: {label}", tr, full, restrict),
-                        label, exceptions=True)
+        return widening(lambda tr, full, restrict, ctx: _scalar(
+            f"{name}: {label}", tr, full, restrict, ctx), label, exceptions=True)
 
     om = lambda val: val[0]  # noqa: E731  (the order metrics of a grid entry)
-    total = optional("total_busy", lambda: components(
-        "total busy", lambda val: _total(om(val).busy), False))
-    busy = optional("busy", lambda: components("busy", lambda val, d: om(val).busy[d], True))
-    busiest = optional("busiest", lambda: widening(lambda tr, full, restrict: _tropical(
-        f"{name}: busiest device's busy time", tr, full, restrict), "busiest")(
-            lambda val: prune(om(val).busy)))
-    pin = optional("peak_inflight", lambda: scalar("peak_inflight")(
-        lambda val: Fraction(max(om(val).peak_inflight))))
-    pin_d = optional("peak_inflight(d)", lambda: scalar("peak_inflight(d)")(
-        lambda val, d: Fraction(om(val).peak_inflight[d]), True))
-    pmem = optional("peak_memory", lambda: scalar("peak_memory")(
-        lambda val: Fraction(max(om(val).peak_memory))))
-    pmem_d = optional("peak_memory(d)", lambda: scalar("peak_memory(d)")(
-        lambda val, d: Fraction(om(val).peak_memory[d]), True))
+    conds, reasons, failure, pieces = (), [], None, None
+    try:
+        if key == "total_busy":
+            pieces = [Piece(None, components("total busy", lambda val: _total(om(val).busy),
+                                             False))]
+        elif key == "busy":
+            pieces = [Piece(None, components("busy", lambda val, d: om(val).busy[d], True))]
+        elif key == "busiest":
+            pieces = widening(lambda tr, full, restrict, ctx: _tropical(
+                f"{name}: busiest device's busy time", tr, full, restrict, ctx), "busiest")(
+                    lambda val: prune(om(val).busy))
+        elif key in ("peak_inflight", "peak_memory"):
+            pieces = scalar(key)(lambda val: Fraction(max(getattr(om(val), key))))
+        elif key in ("peak_inflight(d)", "peak_memory(d)"):
+            attr = key[:-3]
+            pieces = scalar(key)(lambda val, d: Fraction(getattr(om(val), attr)[d]), True)
+        else:
+            pieces, conds, reasons = _derive_makespan(name, grids, slices, domains, used)
+    except NotDerived as e:
+        failure = str(e)
+    cp, allpts = used["cp"], used["sizes"]
+    rng = {"p": (cp.start, cp.stop - 1), "m": (confirm_m[0], max(x[1] for x in allpts)),
+           "v": ((min(x[2] for x in allpts), max(x[2] for x in allpts)) if chunks
+                 else tuple(sorted({x[2] for x in allpts})))}
+    return Part(name, key, chunks, _freeze(pieces), failure, domains.get(key), len(train),
+                len(allpts), rng, tuple(skipped), tuple(conds) if pieces is not None else (),
+                tuple(reasons) if pieces is not None else (), time.process_time() - t0)
 
+
+def _derive_makespan(name: str, grids, slices, domains: dict, used: dict):
+    """(pieces, cost slice, why the slices before it failed) of the makespan; NotDerived
+    (naming every slice tried) when no slice has a form."""
     # every slice with the plain fits first, then every slice with the period-3 features
     # and a restricted domain of m: a family derived before keeps its form and its time
     mk, conds, chosen = None, (), len(slices)
@@ -861,8 +943,8 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
                 continue
             for tr, co, cp_, late, restrict in _attempts(grids, why[i], phase):
                 try:
-                    with _late(late):
-                        mk = _makespan(name, merge, tr, {**co, **tr}, restrict)
+                    mk = _makespan(name, merge, tr, {**co, **tr}, restrict,
+                                   LATE if late else PLAIN)
                 except TooComplex as e:
                     why[i].append((str(e), False))
                     complex_.add(i)
@@ -883,16 +965,45 @@ def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_
     reasons = [f"[{', '.join(SLICES[i][1]) or 'all costs'}] " + "; then: ".join(w for w, _ in why[i])
                for i, _ in slices[:chosen]]
     if mk is None:
-        failures["makespan"] = "; ".join(reasons)
-    cp, allpts = used["cp"], used["sizes"]
-    rng = {"p": [cp.start, cp.stop - 1], "m": [confirm_m[0], max(x[1] for x in allpts)],
-           "v": ([min(x[2] for x in allpts), max(x[2] for x in allpts)] if chunks
-                 else sorted({x[2] for x in allpts}))}
-    return Derivation(name, chunks, mk, busiest, total and [Piece(None, total)],
-                      busy and [Piece(None, busy)], pin,
-                      pin_d, pmem, pmem_d, len(train), len(allpts), skipped, rng,
-                      failures=failures, slice=conds, slice_failures=reasons if mk else [],
-                      seconds=time.process_time() - t0, domains=domains)
+        raise NotDerived("; ".join(reasons))
+    return mk, conds, reasons
+
+
+def _freeze(value):
+    """A read-only copy: lists become tuples, dicts (polynomials) read-only mappings."""
+    if isinstance(value, Piece):
+        return Piece(value.cond, _freeze(value.value))
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(x) for x in value)
+    if isinstance(value, dict):
+        return MappingProxyType(dict(value))
+    return value
+
+
+@lru_cache(maxsize=64)
+def derive(name: str, *, confirm_p: tuple[int, int] = (CONFIRM_P.start, CONFIRM_P.stop - 1),
+           confirm_m: tuple[int, int] = (CONFIRM_M.start, CONFIRM_M.stop - 1),
+           cost_slice: tuple[str, ...] | None = None) -> Derivation:
+    """Derive and confirm every part (PARTS) of family ``name`` (each by :func:`derive_part`);
+    the makespan on ``cost_slice`` when given.  A part that no form fits is None, with the
+    reason in ``failures``; ``confirm_range`` is the widest range a part was confirmed on."""
+    _check_slice(cost_slice)
+    parts = {k: derive_part(name, k, confirm_p=confirm_p, confirm_m=confirm_m,
+                            cost_slice=cost_slice if k == "makespan" else None) for k in PARTS}
+    widest = parts[PARTS[0]]
+    for pt in parts.values():
+        if pt.confirm_range["p"][1] > widest.confirm_range["p"][1]:
+            widest = pt
+    mk = parts["makespan"]
+    return Derivation(
+        name, widest.chunks, mk.pieces, parts["busiest"].pieces, parts["total_busy"].pieces,
+        parts["busy"].pieces, parts["peak_inflight"].pieces, parts["peak_inflight(d)"].pieces,
+        parts["peak_memory"].pieces, parts["peak_memory(d)"].pieces, widest.trained,
+        widest.confirmed, widest.skipped, MappingProxyType(dict(widest.confirm_range)),
+        MappingProxyType({k: pt.failure for k, pt in parts.items() if pt.failure is not None}),
+        mk.slice, mk.slice_failures, sum(pt.seconds for pt in parts.values()),
+        MappingProxyType({k: pt.domain for k, pt in parts.items() if pt.domain is not None}),
+        MappingProxyType(parts))
 
 
 def _total(busy) -> tuple:
@@ -928,7 +1039,7 @@ def _attempts(grids, errs: list, phase: int, exceptions: bool = False) -> Iterat
 
 
 def _makespan(name: str, merge: tuple, train: dict, allpts: dict,
-              restrict: int = 0) -> list[Piece]:
+              restrict: int = 0, ctx: Fitting = PLAIN) -> list[Piece]:
     def sym(pts):
         out = {}
         for (p, m, v), (_, varg) in pts.items():
@@ -938,4 +1049,4 @@ def _makespan(name: str, merge: tuple, train: dict, allpts: dict,
             out[_key(p, m, v)] = sm.makespan
         return out
 
-    return _tropical(f"{name}: makespan", sym(train), lambda: sym(allpts), restrict)
+    return _tropical(f"{name}: makespan", sym(train), lambda: sym(allpts), restrict, ctx)

@@ -10,9 +10,10 @@ approximate: a fit either reproduces all points or is rejected.  Pure Python, no
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from math import gcd
 from itertools import combinations_with_replacement
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 Point = tuple  # tuple[int, ...] of size values, in the order of the variables
 Poly = dict  # exponent tuple -> Fraction
@@ -130,17 +131,10 @@ class _System:
         return {self.basis[c]: Fraction(s, den) for c, s in ints}
 
 
-_SYSTEMS: dict = {}
-
-
+@lru_cache(maxsize=4096)
 def _system(pts: tuple, basis: tuple) -> _System:
-    key = (pts, basis)
-    sysm = _SYSTEMS.get(key)
-    if sysm is None:
-        if len(_SYSTEMS) > 4096:
-            _SYSTEMS.clear()
-        sysm = _SYSTEMS[key] = _System(list(pts), list(basis))
-    return sysm
+    """The reduced system of a point set and a basis (cached: fits of many values share it)."""
+    return _System(list(pts), list(basis))
 
 
 def fit_poly(data: Mapping[Point, Fraction], nvars: int, max_degree: int = 3,
