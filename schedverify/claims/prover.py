@@ -55,10 +55,28 @@ class Result:
     counterexample: dict | None = None
     reason: str = ""
     seconds: float = 0.0
+    #: "all sizes in <domain>" or "finite range p=..,m=.." (what PROVED or REFUTED covers)
+    kind: str = ""
+    #: why the claim has no all-sizes verdict, when one was asked for and none was given
+    all_sizes_reason: str = ""
+    #: all-sizes REFUTED: why no smaller counterexample exists
+    minimal: str = ""
+    #: all-sizes: each family's closed forms and its certificate's check
+    forms: dict = field(default_factory=dict)
+    certificates: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         c = self.claim
-        return {
+        extra = {"kind": self.kind}
+        if self.all_sizes_reason:
+            extra["all_sizes_reason"] = self.all_sizes_reason
+        if self.minimal:
+            extra["minimal"] = self.minimal
+        if self.forms:
+            extra["closed_forms"] = self.forms
+        if self.certificates:
+            extra["certificates"] = self.certificates
+        return extra | {
             "id": c.id, "claim": c.text, "family": c.family, "source": c.source,
             "assume": c.assume, "verdict": self.verdict, "domain": self.domain,
             "sizes_checked": self.checked, "skipped_sizes": [list(s) for s in self.skipped],
@@ -193,11 +211,100 @@ def _domain_json(prep: _Prepared) -> dict:
     return out
 
 
-def prove(claim: Claim, *, timeout_s: float = 20.0) -> Result:
-    """Judge ``claim`` over its domain (see the module docstring)."""
+def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
+          store=None) -> Result:
+    """Judge ``claim`` over its domain (see the module docstring).
+
+    A domain given by inequalities (``"p >= 2, m >= p"``) is judged for every size it
+    allows, through the family's certificate (:mod:`.allsizes`).  With ``all_sizes`` a
+    finite grid ``p=2..8,m=1..32`` is first judged over every size from its lower ends up
+    (``p >= 2, m >= 1``) when the families have certificates for it, and over the grid as
+    before when they do not (``all_sizes_reason`` says why); a pinned size (``p=4..4``)
+    stays finite.  ``store`` keeps the certificates proved in one run.
+    """
+    from . import allsizes
+
+    t0 = time.perf_counter()
+    if allsizes.is_inequality_domain(claim.domain):
+        return _from_all_sizes(claim, claim.domain, store, timeout_s, t0, required=True)
+    reason, ext = "", None
+    if all_sizes:
+        ext, reason = _extension(claim)
+        if ext is not None:
+            res = _from_all_sizes(claim, ext, store, timeout_s, t0, required=False)
+            if res.verdict in (PROVED, REFUTED):
+                return res
+            reason = res.all_sizes_reason or res.reason
+    res = _prove_finite(claim, timeout_s)
+    res.all_sizes_reason = reason
+    if all_sizes and res.verdict == REFUTED and ext is not None and _first_row(res):
+        # A counterexample holds in any larger domain; found at the domain's smallest p (and
+        # v), after every smaller m there, it is also the smallest of the unbounded domain.
+        res.kind = f"all sizes in {ext}"
+        res.minimal = (f"found by the exact search, which tried every smaller m at the domain's "
+                       f"smallest p = {res.counterexample['sizes']['p']}")
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _first_row(res: Result) -> bool:
+    """Is the counterexample at the lowest p (and v) of the searched range?"""
+    ce, dom = res.counterexample["sizes"], res.domain
+    if ce["p"] != dom["p"][0]:
+        return False
+    return not ("v" in dom and isinstance(dom["v"], list) and ce.get("v") != dom["v"][0])
+
+
+def _extension(claim: Claim):
+    """The all-sizes domain a finite grid extends to, or (None, why not)."""
+    ranges = parse_domain(claim.domain)
+    dom = dict(DEFAULT_DOMAIN)
+    dom.update(ranges)
+    if dom["p"][0] == dom["p"][1] or dom["m"][0] == dom["m"][1]:
+        return None, "a pinned size is an example, judged as given"
+    parts = [f"p >= {dom['p'][0]}", f"m >= {dom['m'][0]}"]
+    if "v" in ranges:
+        parts.append(f"v == {ranges['v'][0]}" if ranges["v"][0] == ranges["v"][1] else
+                     f"v >= {ranges['v'][0]}, v <= {ranges['v'][1]}")
+    if "d" in ranges:
+        parts += [f"d >= {ranges['d'][0]}", f"d <= {ranges['d'][1]}"]
+    return ", ".join(parts), ""
+
+
+def _from_all_sizes(claim: Claim, domain_text: str, store, timeout_s: float, t0: float,
+                    required: bool) -> Result:
+    from . import allsizes
+
+    store = store if store is not None else allsizes.CertificateStore()
+    prep_fams = {claim.family} | {r.family for r in parse_claim(claim.text).refs.values() if r.family}
+    for f in prep_fams:
+        family_of(f)
+    rels = allsizes.parse_size_relations(domain_text)
+    chunky = any(has_chunks(f) for f in prep_fams)
+    v_ok = True
+    if chunky:
+        v_ok = any(r.op == "==" and {sympy.sstr(r.lhs), sympy.sstr(r.rhs)} == {"v", "1"} for r in rels)
+    a = allsizes.judge(claim, domain_text, store, timeout_s=timeout_s, v_ok=v_ok)
+    res = Result(claim, a.verdict or UNKNOWN, {"all sizes": domain_text})
+    res.kind = f"all sizes in {domain_text}"
+    res.forms, res.certificates, res.minimal = a.forms, a.certificates, a.minimal
+    if a.verdict is None:
+        res.all_sizes_reason = a.reason
+        if required:
+            res.reason = a.reason
+    else:
+        res.reason = a.reason
+    res.counterexample = a.counterexample
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _prove_finite(claim: Claim, timeout_s: float) -> Result:
     t0 = time.perf_counter()
     prep = _prepare(claim)
     res = Result(claim, PROVED, _domain_json(prep))
+    res.kind = "finite range " + ",".join(
+        f"{k}={v[0]}..{v[1]}" if isinstance(v, list) else f"{k}={v}" for k, v in res.domain.items())
     unknown: list[str] = []
     dom = prep.domain
     vs = range(dom["v"][0], dom["v"][1] + 1) if prep.uses_v else (None,)

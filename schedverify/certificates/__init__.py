@@ -1,0 +1,24 @@
+"""All-sizes certificates of the regular families (docs/proofs.md).
+
+``certificate(family)`` gives the family's :class:`~.base.Certificate` or None;
+:func:`.check.prove_certificate` proves one for every size in its domain with Z3, and
+:func:`.check.crosscheck` compares it with the generator at concrete sizes.
+"""
+
+from __future__ import annotations
+
+from .base import Certificate
+
+
+def certificate(family: str) -> Certificate | None:
+    """The family's certificate, or None when it has none (its claims stay finite-range)."""
+    from .classic import GPIPE, ONE_F_ONE_B
+
+    return {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B}.get(family)
+
+
+def families() -> tuple[str, ...]:
+    return ("gpipe", "1f1b")
+
+
+__all__ = ["Certificate", "certificate", "families"]

@@ -1,0 +1,425 @@
+"""Claims judged for *every* size of a domain given by inequalities (docs/proofs.md).
+
+A family with a certificate (:mod:`schedverify.certificates`) has, once the certificate is
+proved (:func:`~schedverify.certificates.check.prove_certificate`), exact closed forms of
+its metrics at every size of the certificate's domain.  A claim about it is then one
+formula over integer sizes ``p, m, d`` and real costs, which Z3 decides:
+
+1. the claim's assumptions must fix the certificate's cost slice (``c == 0`` for 1F1B)
+   when the claim reads a timing metric; otherwise it gets no all-sizes verdict;
+2. Z3 looks for sizes in the domain and costs allowed by the assumptions where the claim
+   fails: ``unsat`` is PROVED for all sizes of the domain;
+3. on ``sat``, the smallest counterexample in the order (p, m, d) is searched by Z3 (no
+   smaller p has one, then no smaller m at that p), and confirmed by the finite-range
+   prover at that one size, which simulates the real schedule;
+4. ``unknown`` (nonlinear arithmetic can be undecidable for Z3) is UNKNOWN with Z3's reason.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import sympy
+from sympy.core.function import AppliedUndef
+
+from ..certificates import certificate
+from ..errors import UsageError
+from .statement import ALL, Claim, Parsed, parse_assumptions, parse_claim
+
+PROVED, REFUTED, UNKNOWN = "PROVED", "REFUTED", "UNKNOWN"
+DEFAULT_ALL_SIZES = "p >= 2, m >= 1"
+TIMING = frozenset({"makespan", "bubble_time", "bubble_ratio", "bubble_fraction"})
+_COSTS = ("t_F", "t_B", "t_I", "t_W", "c")
+_KIND_COST = {"F": "t_F", "B": "t_B", "I": "t_I", "W": "t_W"}
+
+
+@dataclass
+class AllSizes:
+    """An all-sizes verdict: PROVED / REFUTED / UNKNOWN, or None when it does not apply
+    (``reason`` says why: no certificate, another cost slice, another chunk count)."""
+
+    verdict: str | None
+    domain: str
+    reason: str = ""
+    counterexample: dict | None = None
+    minimal: str = ""
+    forms: dict = field(default_factory=dict)
+    certificates: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class CertificateStore:
+    """Certificates proved so far in one run (each family's is proved once per run)."""
+
+    def __init__(self, timeout_s: float = 30.0):
+        self.timeout_s = timeout_s
+        self._done: dict = {}
+
+    def get(self, family: str):
+        """(certificate, check) or (None, reason)."""
+        if family not in self._done:
+            cert = certificate(family)
+            if cert is None:
+                self._done[family] = (None, f"{family} has no all-sizes certificate yet")
+            else:
+                from ..certificates.check import prove_certificate
+
+                chk = prove_certificate(cert, timeout_s=self.timeout_s)
+                if chk.ok:
+                    self._done[family] = (cert, chk)
+                else:
+                    bad = chk.failures()[0]
+                    self._done[family] = (None, f"the certificate of {family} did not check: "
+                                                f"{bad.name}: {bad.status} {bad.detail}")
+        return self._done[family]
+
+
+def parse_size_relations(text: str) -> list[Parsed]:
+    """``"p >= 2, m >= p"``: relations among the sizes (no metrics, no costs)."""
+    rels = parse_assumptions(text, "--domain")
+    for r in rels:
+        extra = r.symbols - {"p", "m", "v", "d"}
+        if extra:
+            raise UsageError(f"--domain: a domain is about sizes p, m, v, d; {', '.join(sorted(extra))} "
+                             f"is not one (costs go in --assume)")
+    return rels
+
+
+def is_inequality_domain(text: str) -> bool:
+    return any(op in (text or "") for op in ("<", ">", "!="))
+
+
+def _z3():
+    import z3
+
+    return z3
+
+
+class _Env:
+    """The Z3 side of one claim: sizes as Int, costs as Real, metrics from certificates."""
+
+    def __init__(self, store: CertificateStore, parsed: Parsed, fams: dict):
+        z3 = _z3()
+        from ..certificates.base import Z3Ops
+
+        self.z3 = z3
+        self.o = Z3Ops()
+        self.size = {n: z3.Int(n) for n in ("p", "m", "d")}
+        self.cost = {n: z3.Real(n) for n in _COSTS}
+        self.parsed = parsed
+        self.fams = fams
+        self.store = store
+        self.side: list = []  # device arguments in range
+
+    # -- metrics
+    def metric(self, fam: str, metric: str, device):
+        z3, o = self.z3, self.o
+        cert, _ = self.store.get(fam)
+        p, m = self.size["p"], self.size["m"]
+        R = z3.ToReal
+
+        def busy():
+            return sum((R(m) * self.cost[_KIND_COST[k]] for k in cert.kinds), z3.RealVal(0))
+
+        if metric in ("peak_inflight", "peak_memory", "fwd_before_bwd"):
+            dev = cert.top[metric](o, p, m) if device is None else device
+            if metric == "peak_inflight":
+                return R(cert.peak_inflight(o, p, m, dev)[0])
+            if metric == "peak_memory":
+                return R(cert.peak_memory2(o, p, m, dev)[0]) / 2
+            return R(cert.warmup(o, p, m, dev))
+        if metric == "busy":
+            return busy()
+        from ..certificates.check import _end
+
+        dc = cert.critical(o, p, m)
+        k, i = cert.last(o, p, m, dc)
+        vec = _end(cert, o, k, p, m, dc, i)
+        T = sum((R(vec[c]) * self.cost[c] for c in cert.costs), z3.RealVal(0))
+        if metric == "makespan":
+            return T
+        b = busy()
+        if metric == "bubble_time":
+            return T - b
+        if metric == "bubble_ratio":
+            return (T - b) / b
+        if metric == "bubble_fraction":
+            return (T - b) / T  # every device is as busy (m of each kind): per device = whole
+        raise UsageError(f"unknown metric {metric!r}")
+
+    # -- sympy -> z3
+    def real(self, e):
+        z3 = self.z3
+        R = z3.ToReal
+        if e.is_Integer:
+            return z3.RealVal(int(e))
+        if e.is_Rational:
+            return z3.RealVal(f"{e.p}/{e.q}")
+        if e.is_Symbol:
+            if e.name in self.size:
+                return R(self.size[e.name])
+            if e.name in self.cost:
+                return self.cost[e.name]
+            raise UsageError(f"cannot use {e.name} here")
+        if isinstance(e, AppliedUndef):
+            ref = self.parsed.refs[e.func.__name__]
+            arg = e.args[0] if e.args else ALL
+            dev = None
+            if arg != ALL:
+                dev = self.int(sympy.sympify(arg))
+                self.side.append(z3.And(dev >= 0, dev < self.size["p"]))
+            return self.metric(self.fams[e.func.__name__], ref.metric, dev)
+        if e.is_Add:
+            return sum((self.real(a) for a in e.args[1:]), self.real(e.args[0]))
+        if e.is_Mul:
+            out = self.real(e.args[0])
+            for a in e.args[1:]:
+                out = out * self.real(a)
+            return out
+        if e.is_Pow and e.exp.is_Integer:
+            k = int(e.exp)
+            base = self.real(e.base)
+            out = base
+            for _ in range(abs(k) - 1):
+                out = out * base
+            return 1 / out if k < 0 else out
+        if isinstance(e, sympy.floor):
+            return R(z3.ToInt(self.real(e.args[0])))
+        if isinstance(e, sympy.ceiling):
+            return -R(z3.ToInt(-self.real(e.args[0])))
+        if isinstance(e, sympy.Mod):
+            a, b = self.real(e.args[0]), self.real(e.args[1])
+            return a - b * R(z3.ToInt(a / b))
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            xs = [self.real(a) for a in e.args]
+            out = xs[0]
+            for x in xs[1:]:
+                out = z3.If(x < out, x, out) if isinstance(e, sympy.Min) else z3.If(x > out, x, out)
+            return out
+        if isinstance(e, sympy.Piecewise):
+            out = None
+            for val, cond in reversed(e.args):
+                v = self.real(val)
+                out = v if out is None or cond is sympy.true else z3.If(self.rel(cond), v, out)
+            return out
+        raise UsageError(f"cannot hand {sympy.sstr(e)!r} to the all-sizes prover")
+
+    def int(self, e):
+        z3 = self.z3
+        if e.is_Integer:
+            return z3.IntVal(int(e))
+        if e.is_Symbol and e.name in self.size:
+            return self.size[e.name]
+        if e.is_Add:
+            return sum((self.int(a) for a in e.args[1:]), self.int(e.args[0]))
+        if e.is_Mul and all(a.is_Integer or a.is_Symbol for a in e.args):
+            out = self.int(e.args[0])
+            for a in e.args[1:]:
+                out = out * self.int(a)
+            return out
+        raise UsageError(f"a device index must be a whole-number expression of p, m, d, got {e}")
+
+    def rel(self, r, op: str | None = None, lhs=None, rhs=None):
+        z3 = self.z3
+        if op is None:
+            if isinstance(r, sympy.And):
+                return z3.And(*[self.rel(a) for a in r.args])
+            if isinstance(r, sympy.Or):
+                return z3.Or(*[self.rel(a) for a in r.args])
+            if isinstance(r, sympy.Not):
+                return z3.Not(self.rel(r.args[0]))
+            op, lhs, rhs = r.rel_op, r.lhs, r.rhs
+        a, b = self.real(sympy.sympify(lhs)), self.real(sympy.sympify(rhs))
+        return {"==": lambda: a == b, "!=": lambda: a != b, "<=": lambda: a <= b,
+                ">=": lambda: a >= b, "<": lambda: a < b, ">": lambda: a > b}[op]()
+
+
+def _fixed_implied(env: _Env, base: list, cert) -> str | None:
+    """None when the assumptions fix the certificate's slice, else the missing equality."""
+    z3 = env.z3
+    from ..smt.solver import make_solver
+
+    for a, b in cert.fixed:
+        s = make_solver(timeout_s=5)
+        s.add(*base)
+        s.add(env.real(sympy.Symbol(a)) != env.real(sympy.sympify(b)))
+        if s.check() != z3.unsat:
+            return f"{a} == {b}"
+    return None
+
+
+def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s: float = 20.0,
+          v_ok: bool = True) -> AllSizes:
+    """The all-sizes verdict of ``claim`` over the sizes ``domain_text`` allows."""
+    t0 = time.perf_counter()
+    out = AllSizes(None, domain_text)
+    parsed = parse_claim(claim.text)
+    fams = {name: (ref.family or claim.family) for name, ref in parsed.refs.items()}
+    every = set(fams.values()) | {claim.family}
+    for fam in sorted(every):
+        cert, chk = store.get(fam)
+        if cert is None:
+            out.reason = chk
+            out.seconds = time.perf_counter() - t0
+            return out
+        out.certificates[fam] = {"slice": cert.slice_text(), "domain": cert.domain,
+                                 "check_seconds": round(chk.seconds, 3),
+                                 "obligations": len(chk.obligations)}
+    if not v_ok:
+        out.reason = "the certificates hold for one stage per device (v == 1) only"
+        return out
+    env = _Env(store, parsed, fams)
+    z3 = env.z3
+    p, m, d = env.size["p"], env.size["m"], env.size["d"]
+    rels = parse_size_relations(domain_text)
+    assumptions = parse_assumptions(claim.assume)
+    base = [p >= 1, m >= 1]
+    base += [env.rel(None, r.op, r.lhs.subs(sympy.Symbol("v"), 1), r.rhs.subs(sympy.Symbol("v"), 1))
+             for r in rels]
+    base += [env.rel(None, a.op, a.lhs.subs(sympy.Symbol("v"), 1), a.rhs.subs(sympy.Symbol("v"), 1))
+             for a in assumptions]
+    base += [env.cost[c] > 0 for c in _COSTS if c != "c"] + [env.cost["c"] >= 0]
+    uses_d = "d" in parsed.symbols | {s for a in assumptions for s in a.symbols}
+    if uses_d:
+        base += [d >= 0, d < p]
+    for fam in sorted(every):
+        cert, _ = store.get(fam)
+        cover = make_check(base, z3.Not(cert.in_domain(env.o, p, m)))
+        if cover != z3.unsat:
+            out.reason = f"the domain is not inside the certificate's ({cert.domain})"
+            return out
+    if _query(base, timeout_s)[0] == "unsat":
+        out.verdict = UNKNOWN
+        out.reason = "no size in the domain is allowed by the assumptions"
+        out.seconds = time.perf_counter() - t0
+        return out
+    timing = [fam for name, fam in fams.items() if parsed.refs[name].metric in TIMING]
+    for fam in sorted(set(timing)):
+        cert, _ = store.get(fam)
+        missing = _fixed_implied(env, base, cert)
+        if missing:
+            out.reason = (f"the certificate of {fam} gives its timing on the slice {cert.slice_text()}; "
+                          f"the assumptions do not fix {missing}")
+            out.seconds = time.perf_counter() - t0
+            return out
+    vsub = {sympy.Symbol("v"): sympy.Integer(1)}
+    lhs, rhs = parsed.lhs.xreplace(vsub), parsed.rhs.xreplace(vsub)
+    goal = env.rel(None, parsed.op, lhs, rhs)
+    base += env.side
+    out.forms = forms(claim, every, store)
+    status, model = _query(base + [z3.Not(goal)], timeout_s)
+    if status == "unsat":
+        out.verdict = PROVED
+    elif status == "unknown":
+        out.verdict = UNKNOWN
+        out.reason = f"Z3: {model}"
+    else:
+        _smallest(out, claim, env, base, goal, model, timeout_s, uses_d)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def make_check(constraints, extra):
+    from ..smt.solver import make_solver
+
+    s = make_solver(timeout_s=10)
+    s.add(*constraints)
+    s.add(extra)
+    return s.check()
+
+
+def _query(constraints, timeout_s):
+    z3 = _z3()
+    from ..smt.solver import make_solver
+
+    s = make_solver(timeout_s=timeout_s)
+    s.add(*constraints)
+    r = s.check()
+    if r == z3.unsat:
+        return "unsat", None
+    if r == z3.sat:
+        return "sat", s.model()
+    return "unknown", s.reason_unknown()
+
+
+def _val(model, v) -> int:
+    return model.eval(v, model_completion=True).as_long()
+
+
+def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, timeout_s, uses_d):
+    """Lexicographically smallest (p, m[, d]) counterexample, confirmed by simulation."""
+    z3 = env.z3
+    p, m, d = env.size["p"], env.size["m"], env.size["d"]
+    fail = base + [z3.Not(goal)]
+    best = {"p": _val(model, p), "m": _val(model, m)}
+    if uses_d:
+        best["d"] = _val(model, d)
+    fixed = []
+    for name in (["p", "m", "d"] if uses_d else ["p", "m"]):
+        var = env.size[name]
+        # binary search on the smallest value of var with a counterexample
+        lo = 0 if name == "d" else 1
+        hi = best[name]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            st, mo = _query(fail + fixed + [var <= mid], timeout_s)
+            if st == "sat":
+                hi = _val(mo, var)
+                best.update({k: _val(mo, env.size[k]) for k in best})
+                best[name] = hi
+            elif st == "unsat":
+                lo = mid + 1
+            else:
+                out.minimal = f"not established: Z3 gave up below {name}={hi} ({mo})"
+                break
+        best[name] = hi
+        fixed.append(var == hi)
+    if not out.minimal:
+        out.minimal = ("no counterexample with smaller p in the domain, none with smaller m at "
+                       f"p={best['p']}" + (f", none with smaller d at m={best['m']}" if uses_d else ""))
+    # confirm by simulating the real schedule at that size
+    from .prover import prove as finite
+
+    dom = f"p={best['p']}..{best['p']},m={best['m']}..{best['m']}"
+    from ..formulas.sizes import has_chunks
+
+    if has_chunks(claim.family):
+        dom += ",v=1..1"
+    if uses_d:
+        dom += f",d={best['d']}..{best['d']}"
+    sim = finite(Claim(claim.text, claim.family, claim.assume, dom, claim.source, claim.id),
+                 timeout_s=timeout_s, all_sizes=False)
+    if sim.verdict == REFUTED:
+        out.verdict = REFUTED
+        out.counterexample = sim.counterexample
+    else:
+        out.verdict = UNKNOWN
+        out.reason = (f"the closed forms fail at {best} but the simulated schedule says "
+                      f"{sim.verdict} there: the certificate or the translation is wrong")
+
+
+def forms(claim: Claim, fams, store: CertificateStore) -> dict:
+    """The closed forms (sympy text) of every metric of the families, for the output."""
+    from ..certificates.base import SymOps
+    from ..certificates.check import _end
+
+    o = SymOps()
+    p, m, d = sympy.symbols("p m d", integer=True)
+    cost = {n: sympy.Symbol(n) for n in _COSTS}
+    out = {}
+    for fam in sorted(fams):
+        cert, _ = store.get(fam)
+        dc = cert.critical(o, p, m)
+        k, i = cert.last(o, p, m, dc)
+        vec = _end(cert, o, k, p, m, dc, i)
+        T = sympy.expand(sum(vec[c] * cost[c] for c in cert.costs))
+        out[fam] = {
+            "slice": cert.slice_text(),
+            "makespan": sympy.sstr(sympy.collect(T, list(cost.values()))),
+            "busy(d)": sympy.sstr(sum(m * cost[_KIND_COST[k]] for k in cert.kinds)),
+            "peak_inflight(d)": sympy.sstr(cert.peak_inflight(o, p, m, d)[0]),
+            "peak_memory(d)": sympy.sstr(cert.peak_memory2(o, p, m, d)[0] / 2),
+            "fwd_before_bwd(d)": sympy.sstr(cert.warmup(o, p, m, d)),
+        }
+    return out
