@@ -85,8 +85,8 @@ def run(args, out, err) -> int:
 
 def _result_text(res) -> str:
     c = res.claim
-    dom = ", ".join(f"{k}={v[0]}..{v[1]}" if isinstance(v, list) else f"{k}={v}"
-                    for k, v in res.domain.items())
+    dom = ", ".join(v if k == "all sizes" else f"{k}={v[0]}..{v[1]}" if isinstance(v, list)
+                    else f"{k}={v}" for k, v in res.domain.items())
     lines = [f"{res.verdict}: {c.text}  [{c.family}]",
              f"  domain: {dom}" + (f"; assuming {c.assume}" if c.assume else "")
              + "; costs t_* > 0, c >= 0 unless assumed otherwise"]
