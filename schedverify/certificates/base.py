@@ -20,7 +20,7 @@ microbatches; one stage per device here) in closed form, piecewise:
 Every function takes the backend ``o`` first, so one text is read as plain Python
 integers (to compare with the generator), as Z3 terms (to prove it for all sizes) and as
 sympy expressions (to show the closed forms and to judge claims).  What is checked and how
-is in :mod:`.check` and docs/proofs.md.
+is in :mod:`.check` and docs/proofs.md.  Nothing here imports z3 or sympy itself.
 """
 
 from __future__ import annotations
@@ -69,12 +69,13 @@ class PyOps:
 
 
 class Z3Ops:
-    """Z3 integer terms (sizes and indices are ``Int``)."""
+    """Z3 integer terms (sizes and indices are ``Int``).  The z3 module comes from the one
+    package that imports it (``schedverify.smt.solver``)."""
 
     name = "z3"
 
     def __init__(self):
-        import z3
+        from ..smt.solver import z3
 
         self.z3 = z3
 
@@ -103,13 +104,12 @@ class Z3Ops:
 
 
 class SymOps:
-    """sympy expressions (``Piecewise`` for a case split)."""
+    """sympy expressions (``Piecewise`` for a case split); ``sympy`` is handed over by the
+    caller (the claims package, which reads claims with it)."""
 
     name = "sympy"
 
-    def __init__(self):
-        import sympy
-
+    def __init__(self, sympy):
         self.sp = sympy
 
     def If(self, c, a, b):

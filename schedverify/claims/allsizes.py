@@ -91,7 +91,8 @@ def is_inequality_domain(text: str) -> bool:
 
 
 def _z3():
-    import z3
+    """z3, from the one package that imports it."""
+    from ..smt.solver import z3
 
     return z3
 
@@ -100,9 +101,9 @@ class _Env:
     """The Z3 side of one claim: sizes as Int, costs as Real, metrics from certificates."""
 
     def __init__(self, store: CertificateStore, parsed: Parsed, fams: dict):
-        z3 = _z3()
         from ..certificates.base import Z3Ops
 
+        z3 = _z3()
         self.z3 = z3
         self.o = Z3Ops()
         self.size = {n: z3.Int(n) for n in ("p", "m", "d")}
@@ -404,7 +405,7 @@ def forms(claim: Claim, fams, store: CertificateStore) -> dict:
     from ..certificates.base import SymOps
     from ..certificates.check import _end
 
-    o = SymOps()
+    o = SymOps(sympy)
     p, m, d = sympy.symbols("p m d", integer=True)
     cost = {n: sympy.Symbol(n) for n in _COSTS}
     out = {}
