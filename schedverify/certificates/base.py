@@ -67,6 +67,10 @@ class PyOps:
     def Eq(a, b):
         return a == b
 
+    @staticmethod
+    def Div(a, k: int):
+        return a // k
+
 
 class Z3Ops:
     """Z3 integer terms (sizes and indices are ``Int``).  The z3 module comes from the one
@@ -102,6 +106,10 @@ class Z3Ops:
     def Eq(self, a, b):
         return a == b
 
+    def Div(self, a, k: int):
+        """floor(a / k) for a constant k > 0 (Z3's integer division rounds down then)."""
+        return a / k
+
 
 class SymOps:
     """sympy expressions (``Piecewise`` for a case split); ``sympy`` is handed over by the
@@ -136,6 +144,9 @@ class SymOps:
 
     def Eq(self, a, b):
         return self.sp.Eq(a, b)
+
+    def Div(self, a, k: int):
+        return self.sp.floor(a / k)
 
 
 @dataclass(frozen=True)
