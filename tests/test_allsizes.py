@@ -34,17 +34,22 @@ def _cli(argv):
     return run(argv, out, err), out.getvalue(), err.getvalue()
 
 
-@pytest.mark.parametrize("family", families())
-def test_certificate_is_proved_for_all_sizes(family):
-    chk = prove_certificate(certificate(family))
+@pytest.mark.parametrize("family,chunks", families())
+def test_certificate_is_proved_for_all_sizes(family, chunks):
+    cert = certificate(family, chunks)
+    chk = prove_certificate(cert)
     assert chk.ok, [(o.name, o.status, o.detail) for o in chk.failures()]
     names = " ".join(o.name for o in chk.obligations)
-    assert "ASAP" in names and "order" in names and "peak_memory" in names
+    assert "order" in names and "peak_memory" in names
+    assert ("ASAP" in names) == cert.timing and ("makespan" in names) == cert.timing
 
 
-@pytest.mark.parametrize("family", families())
-def test_certificate_matches_the_generator_and_timeline(family):
-    assert crosscheck(certificate(family), SIZES) == []
+@pytest.mark.parametrize("family,chunks", families())
+def test_certificate_matches_the_generator_and_timeline(family, chunks):
+    # interleaved 1F1B (group size p) needs m a multiple of p
+    sizes = SIZES if chunks is None else [(p, n * p) for p in range(2, 7) for n in range(1, 5)] + [
+        (9, 18), (13, 13), (20, 40)]
+    assert crosscheck(certificate(family, chunks), sizes) == []
 
 
 def test_a_wrong_start_time_is_caught_with_its_size():
@@ -81,6 +86,10 @@ def test_a_wrong_order_is_caught():
     ("bubble_time == (p - 1)*(t_F + t_I - t_W)", "zb-h1", "c == 0, t_I == t_F, t_W == t_F",
      "p >= 2, m >= p, v == 1"),
     ("peak_memory <= peak_memory@1f1b", "zb-h1", "", "p >= 2, m >= 1, v == 1"),
+    ("bubble_time == (p - 1)*t_F", "zb-h2", "c == 0, t_I == t_F, t_W == t_F, m >= 2*p", ALL),
+    ("peak_inflight == Min(m, 2*p - 1)", "zb-h2", "", ALL),
+    ("peak_inflight(d) == Min((v - 1)*p + 2*(p - d - 1) + 1, v*m)", "interleaved-1f1b", "",
+     "p >= 2, m >= 1, v >= 2, v <= 4"),
 ])
 def test_true_claims_are_proved_for_all_sizes(text, family, assume, domain, store):
     res = prove(Claim(text, family, assume, domain), store=store)
@@ -101,15 +110,20 @@ def test_true_claims_are_proved_for_all_sizes(text, family, assume, domain, stor
      "gpipe", "", ALL, {"p": 20, "m": 31}),
     ("bubble_time == (p - 1)*t_F + floor(p/20)*floor(m/(p + 5))*t_F", "zb-h1",
      "c == 0, t_I == t_F, t_W == t_F, m >= p", "p >= 2, m >= 1, v == 1", {"p": 20, "m": 25}),
+    ("peak_inflight(d) == (v - 1)*p + 2*(p - d - 1) + 1 + floor(p/20)*floor(d/19)",
+     "interleaved-1f1b", "m >= p*v", "p >= 2, m >= 1, v >= 2, v <= 3", {"p": 20, "m": 40, "d": 19}),
 ])
 def test_claims_false_only_past_the_grid_are_refuted_at_the_smallest_size(
         text, family, assume, domain, sizes, store):
-    finite_domain = "p=2..16,m=1..32" + (",v=1..1" if family == "zb-h1" else "")
+    finite_domain = "p=2..16,m=1..32" + {"zb-h1": ",v=1..1", "interleaved-1f1b": ",v=2..2"}.get(
+        family, "")
     assert prove(Claim(text, family, assume, finite_domain)).verdict == "PROVED"
     res = prove(Claim(text, family, assume, domain), store=store)
     assert res.verdict == "REFUTED", res.to_json()
     got = {k: v for k, v in res.counterexample["sizes"].items() if k != "v"}
     assert got == sizes
+    if family == "interleaved-1f1b":
+        assert res.counterexample["sizes"]["v"] == 2
     assert "no counterexample with smaller p" in res.minimal
     assert res.counterexample["lhs"] != res.counterexample["rhs"]
 
@@ -128,6 +142,11 @@ def test_grid_claims_are_extended_and_pinned_ones_stay_finite(store):
 def test_no_certificate_or_another_cost_slice_is_unknown_with_the_reason(store):
     res = prove(Claim("peak_inflight <= 2*p", "zb-v", "", ALL), store=store)
     assert res.verdict == "UNKNOWN" and "no all-sizes certificate" in res.reason
+    res = prove(Claim("bubble_ratio == (p - 1)/(v*m)", "interleaved-1f1b", "c == 0",
+                      "p >= 2, m >= 1, v == 2"), store=store)
+    assert res.verdict == "UNKNOWN" and "no timing" in res.reason
+    res = prove(Claim("peak_inflight <= 2*p*v", "interleaved-1f1b", "", ALL), store=store)
+    assert res.verdict == "UNKNOWN" and "v bounded" in res.reason
     res = prove(Claim("bubble_ratio == (p - 1)/m", "1f1b", "", "p >= 2, m >= p"), store=store)
     assert res.verdict == "UNKNOWN" and "c == 0" in res.reason
     # on a grid the finite prover still answers, and the refutation counts for all sizes

@@ -10,16 +10,24 @@ from __future__ import annotations
 from .base import Certificate
 
 
-def certificate(family: str) -> Certificate | None:
-    """The family's certificate, or None when it has none (its claims stay finite-range)."""
+def certificate(family: str, chunks: int | None = None) -> Certificate | None:
+    """The family's certificate (for ``chunks`` stages per device, when the family has
+    chunks), or None when it has none (its claims stay finite-range)."""
     from .classic import GPIPE, ONE_F_ONE_B
+    from .interleaved import INTERLEAVED
     from .zero_bubble import ZB_H1, ZB_H2
 
+    if family == "interleaved-1f1b":
+        return INTERLEAVED.get(chunks)
+    if family == "zb-h1" and chunks not in (None, 1):
+        return None
     return {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "zb-h1": ZB_H1, "zb-h2": ZB_H2}.get(family)
 
 
-def families() -> tuple[str, ...]:
-    return ("gpipe", "1f1b", "zb-h1", "zb-h2")
+def families() -> tuple[tuple[str, int | None], ...]:
+    """(family, chunks) of every certificate."""
+    return (("gpipe", None), ("1f1b", None), ("zb-h1", None), ("zb-h2", None),
+            ("interleaved-1f1b", 2), ("interleaved-1f1b", 3), ("interleaved-1f1b", 4))
 
 
 __all__ = ["Certificate", "certificate", "families"]

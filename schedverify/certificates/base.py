@@ -172,18 +172,30 @@ class Certificate:
     in_domain: Callable
     pos: Callable
     pred: Callable
-    start: Callable
-    last: Callable
-    critical: Callable
+    start: Callable | None  # None: an order-only certificate (peaks, no timing)
+    last: Callable | None
+    critical: Callable | None
     freed: Callable
     peak_inflight: Callable
     peak_memory2: Callable
     warmup: Callable
     top: dict
     merge: tuple = (0, 1, 2, 3, 4)
+    #: actions of each kind per device (the index i runs over 0..count-1): m, or m*v
+    count: Callable = staticmethod(lambda o, m: m)
+    #: chunks per device the certificate is for (None: the family has one stage per device)
+    chunks: int | None = None
+    #: extra conditions the family's generator puts on the sizes (Z3 backend), for claims
+    family_domain: Callable | None = None
+    #: Python: the index i of a generated action (default: its microbatch)
+    index: Callable | None = None
     summary: str = ""
     order_argument: str = ""
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def timing(self) -> bool:
+        return self.start is not None
 
     @property
     def latency(self) -> bool:
@@ -203,7 +215,3 @@ class Certificate:
 
     def slice_text(self) -> str:
         return ", ".join(f"{a} == {b}" for a, b in self.fixed) or "all costs"
-
-    def count(self, kind: str) -> int:
-        """Actions of ``kind`` per device, per microbatch (one each)."""
-        return 1 if kind in self.kinds else 0

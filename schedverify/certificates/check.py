@@ -72,7 +72,8 @@ def obligations(cert: Certificate, o, p, m, d, i) -> list[tuple[str, object]]:
     each must hold whenever the sizes are in the certificate's domain, 0 <= d < p and
     0 <= i < m."""
     out = []
-    n_actions = len(cert.kinds) * m
+    N = cert.count(o, m)  # actions of each kind per device
+    n_actions = len(cert.kinds) * N
     And, Or, Not = o.And, o.Or, o.Not
 
     def implies(a, b):
@@ -85,6 +86,12 @@ def obligations(cert: Certificate, o, p, m, d, i) -> list[tuple[str, object]]:
         return And(*[u[c] >= v[c] for c in cert.costs])
 
     for kind in cert.kinds:
+        # the device order: pred is the action one position earlier
+        P = cert.pos(o, kind, p, m, d, i)
+        cases = cert.pred(o, kind, p, m, d, i)
+        if cert.start is None:
+            _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions)
+            continue
         S = _vec(cert, cert.start(o, kind, p, m, d, i))
         cands = [(c, _end(cert, o, k2, p, m, d, i2)) for c, (k2, i2) in cert.pred(o, kind, p, m, d, i)]
         cands += [(c, _end(cert, o, k2, p, m, d2, i2, cross))
@@ -96,30 +103,51 @@ def obligations(cert: Certificate, o, p, m, d, i) -> list[tuple[str, object]]:
         out.append((f"ASAP {kind}: start = one predecessor's end, or 0 with none",
                     Or(*[And(c, eq(S, E)) for c, E in cands],
                        And(Not(Or(*conds)), eq(S, zero)))))
-        # the device order: pred is the action one position earlier
-        P = cert.pos(o, kind, p, m, d, i)
-        cases = cert.pred(o, kind, p, m, d, i)
-        out.append((f"order {kind}: 0 <= pos < {len(cert.kinds)}m", And(P >= 0, P < n_actions)))
-        out.append((f"order {kind}: pos(pred) = pos - 1, pred in range",
-                    And(*[implies(c, And(cert.pos(o, k2, p, m, d, i2) == P - 1, i2 >= 0, i2 < m))
-                          for c, (k2, i2) in cases])))
-        out.append((f"order {kind}: no pred exactly at position 0",
-                    (P == 0) == Not(Or(*[c for c, _ in cases]))))
-        for a in range(len(cases)):
-            for b in range(a + 1, len(cases)):
-                out.append((f"order {kind}: pred cases {a}, {b} disjoint",
-                            Not(And(cases[a][0], cases[b][0]))))
-        out.append((f"order {kind}: positions increase with the microbatch",
-                    implies(i + 1 < m, cert.pos(o, kind, p, m, d, i + 1) > P)))
-    # the last action and the makespan
+        _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions)
+    if cert.start is not None:
+        _makespan_obligations(out, cert, o, p, m, d, N, n_actions)
+    _count_obligations(out, cert, o, p, m, d, i, N)
+    return out
+
+
+def _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions):
+    And, Or, Not = o.And, o.Or, o.Not
+
+    def implies(a, b):
+        return Or(Not(a), b)
+
+    out.append((f"order {kind}: 0 <= pos < {len(cert.kinds)}m", And(P >= 0, P < n_actions)))
+    out.append((f"order {kind}: pos(pred) = pos - 1, pred in range",
+                And(*[implies(c, And(cert.pos(o, k2, p, m, d, i2) == P - 1, i2 >= 0, i2 < N))
+                      for c, (k2, i2) in cases])))
+    out.append((f"order {kind}: no pred exactly at position 0",
+                (P == 0) == Not(Or(*[c for c, _ in cases]))))
+    for a in range(len(cases)):
+        for b in range(a + 1, len(cases)):
+            out.append((f"order {kind}: pred cases {a}, {b} disjoint",
+                        Not(And(cases[a][0], cases[b][0]))))
+    out.append((f"order {kind}: positions increase with the microbatch",
+                implies(i + 1 < N, cert.pos(o, kind, p, m, d, i + 1) > P)))
+
+
+def _makespan_obligations(out, cert, o, p, m, d, N, n_actions):
+    And = o.And
+
+    def geq(u, v):
+        return And(*[u[c] >= v[c] for c in cert.costs])
+
     lk, li = cert.last(o, p, m, d)
     out.append(("makespan: last(d) is at position N-1",
-                And(cert.pos(o, lk, p, m, d, li) == n_actions - 1, li >= 0, li < m)))
+                And(cert.pos(o, lk, p, m, d, li) == n_actions - 1, li >= 0, li < N)))
     dc = cert.critical(o, p, m)
     ck, ci = cert.last(o, p, m, dc)
     out.append(("makespan: end(last(d)) <= end(last(critical)) for every cost",
                 And(dc >= 0, dc < p, geq(_end(cert, o, ck, p, m, dc, ci), _end(cert, o, lk, p, m, d, li)))))
-    # counts before F(d, i), hence the peaks
+
+
+def _count_obligations(out, cert, o, p, m, d, i, N):
+    """Counts before F(d, i), hence the peaks and the warm-up."""
+    And, Or = o.And, o.Or
     posF = cert.pos(o, F, p, m, d, i)
     counts = {}
     for kind in cert.kinds:
@@ -128,15 +156,15 @@ def obligations(cert: Certificate, o, p, m, d, i) -> list[tuple[str, object]]:
         n = cert.freed(o, kind, p, m, d, i)
         counts[kind] = n
         out.append((f"count: freed({kind}) = #{kind} before F(d,i)",
-                    And(n >= 0, n <= m,
+                    And(n >= 0, n <= N,
                         Or(n == 0, cert.pos(o, kind, p, m, d, n - 1) < posF),
-                        Or(n == m, cert.pos(o, kind, p, m, d, n) > posF))))
+                        Or(n == N, cert.pos(o, kind, p, m, d, n) > posF))))
     lb = cert.last_backward
     P_in, w_in = cert.peak_inflight(o, p, m, d)
     out.append(("peak_inflight(d): every F start <= value", i + 1 - counts[lb] <= P_in))
     n_at = {k: cert.freed(o, k, p, m, d, w_in) for k in counts}
     out.append(("peak_inflight(d): reached at F(d, i*)",
-                And(w_in >= 0, w_in < m, w_in + 1 - n_at[lb] == P_in)))
+                And(w_in >= 0, w_in < N, w_in + 1 - n_at[lb] == P_in)))
     P_m, w_m = cert.peak_memory2(o, p, m, d)
 
     def mem2(i_, cnt):
@@ -147,13 +175,13 @@ def obligations(cert: Certificate, o, p, m, d, i) -> list[tuple[str, object]]:
     out.append(("peak_memory(d) (x2, activation 1, w = 1/2): every F start <= value",
                 mem2(i, counts) <= P_m))
     out.append(("peak_memory(d): reached at F(d, i*)",
-                And(w_m >= 0, w_m < m, mem2(w_m, n_atm) == P_m)))
+                And(w_m >= 0, w_m < N, mem2(w_m, n_atm) == P_m)))
     fb = cert.first_backward
     wf = cert.warmup(o, p, m, d)
     p0 = cert.pos(o, fb, p, m, d, 0)
     out.append((f"fwd_before_bwd(d) = #F before {fb}(d,0)",
-                And(wf >= 0, wf <= m, Or(wf == 0, cert.pos(o, F, p, m, d, wf - 1) < p0),
-                    Or(wf == m, cert.pos(o, F, p, m, d, wf) > p0))))
+                And(wf >= 0, wf <= N, Or(wf == 0, cert.pos(o, F, p, m, d, wf - 1) < p0),
+                    Or(wf == N, cert.pos(o, F, p, m, d, wf) > p0))))
     if cert.split:
         out.append(("fwd_before_bwd: W(d,0) after I(d,0)", cert.pos(o, W, p, m, d, 0) > p0))
     vals = {"peak_inflight": lambda dd: cert.peak_inflight(o, p, m, dd)[0],
@@ -162,7 +190,6 @@ def obligations(cert: Certificate, o, p, m, d, i) -> list[tuple[str, object]]:
     for metric, top in cert.top.items():
         t = top(o, p, m)
         out.append((f"top: {metric}(d) <= {metric}(top)", And(t >= 0, t < p, vals[metric](d) <= vals[metric](t))))
-    return out
 
 
 def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0) -> CertificateCheck:
@@ -172,7 +199,7 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0) -> Certific
     t0 = time.perf_counter()
     o = Z3Ops()
     p, m, d, i = z3.Ints("p m d i")
-    hyp = z3.And(cert.in_domain(o, p, m), d >= 0, d < p, i >= 0, i < m)
+    hyp = z3.And(cert.in_domain(o, p, m), d >= 0, d < p, i >= 0, i < cert.count(o, m))
     res = CertificateCheck(cert.family, True)
     for name, formula in obligations(cert, o, p, m, d, i):
         t1 = time.perf_counter()
@@ -208,22 +235,27 @@ def crosscheck(cert: Certificate, sizes) -> list[str]:
     idx = {n: k for k, n in enumerate(COST_SYMBOLS)}
     bad = []
     for p, m in sizes:
-        sched = build(cert.family, p, m)
+        sched = build(cert.family, p, m, cert.chunks)
         g = compile_graph(sched)
-        end, dur = symbolic_timeline(sched, merge=cert.merge)
+        if cert.timing:
+            end, dur = symbolic_timeline(sched, merge=cert.merge)
         om = order_metrics(sched)
+        index = cert.index(p, m) if cert.index else (lambda a: a.microbatch)
         for dd in range(p):
             for j in range(g.starts[dd], g.starts[dd + 1]):
                 a = g.acts[j]
                 pos = j - g.starts[dd]
-                if a.stage != dd or a.kind not in cert.kinds:
+                if a.stage % p != dd or a.kind not in cert.kinds:
                     bad.append(f"p={p},m={m}: {a} on device {dd}")
                     continue
-                want = cert.pos(o, a.kind, p, m, dd, a.microbatch)
+                q = index(a)
+                want = cert.pos(o, a.kind, p, m, dd, q)
                 if want != pos:
                     bad.append(f"p={p},m={m}: {a} at position {pos}, certificate says {want}")
+                if not cert.timing:
+                    continue
                 terms = end[j]
-                st = cert.start(o, a.kind, p, m, dd, a.microbatch)
+                st = cert.start(o, a.kind, p, m, dd, q)
                 vec = [0] * len(COST_SYMBOLS)
                 for c in cert.costs:
                     vec[idx[c]] = st.get(c, 0)

@@ -56,23 +56,28 @@ class CertificateStore:
         self.timeout_s = timeout_s
         self._done: dict = {}
 
-    def get(self, family: str):
+    def get(self, family: str, chunks: int | None = None):
         """(certificate, check) or (None, reason)."""
-        if family not in self._done:
-            cert = certificate(family)
+        from ..formulas.sizes import has_chunks
+
+        chunks = chunks if has_chunks(family) else None
+        key = (family, chunks)
+        if key not in self._done:
+            cert = certificate(family, chunks)
             if cert is None:
-                self._done[family] = (None, f"{family} has no all-sizes certificate yet")
+                what = family if chunks is None else f"{family} with v = {chunks}"
+                self._done[key] = (None, f"{what} has no all-sizes certificate yet")
             else:
                 from ..certificates.check import prove_certificate
 
                 chk = prove_certificate(cert, timeout_s=self.timeout_s)
                 if chk.ok:
-                    self._done[family] = (cert, chk)
+                    self._done[key] = (cert, chk)
                 else:
                     bad = chk.failures()[0]
-                    self._done[family] = (None, f"the certificate of {family} did not check: "
-                                                f"{bad.name}: {bad.status} {bad.detail}")
-        return self._done[family]
+                    self._done[key] = (None, f"the certificate of {family} did not check: "
+                                             f"{bad.name}: {bad.status} {bad.detail}")
+        return self._done[key]
 
 
 def parse_size_relations(text: str) -> list[Parsed]:
@@ -100,7 +105,7 @@ def _z3():
 class _Env:
     """The Z3 side of one claim: sizes as Int, costs as Real, metrics from certificates."""
 
-    def __init__(self, store: CertificateStore, parsed: Parsed, fams: dict):
+    def __init__(self, store: CertificateStore, parsed: Parsed, fams: dict, v: int = 1):
         from ..certificates.base import Z3Ops
 
         z3 = _z3()
@@ -111,17 +116,19 @@ class _Env:
         self.parsed = parsed
         self.fams = fams
         self.store = store
+        self.v = v
         self.side: list = []  # device arguments in range
 
     # -- metrics
     def metric(self, fam: str, metric: str, device):
         z3, o = self.z3, self.o
-        cert, _ = self.store.get(fam)
+        cert, _ = self.store.get(fam, self.v)
         p, m = self.size["p"], self.size["m"]
         R = z3.ToReal
 
         def busy():
-            return sum((R(m) * self.cost[_KIND_COST[k]] for k in cert.kinds), z3.RealVal(0))
+            n = R(cert.count(o, m))
+            return sum((n * self.cost[_KIND_COST[k]] for k in cert.kinds), z3.RealVal(0))
 
         if metric in ("peak_inflight", "peak_memory", "fwd_before_bwd"):
             dev = cert.top[metric](o, p, m) if device is None else device
@@ -250,42 +257,64 @@ def _fixed_implied(env: _Env, base: list, cert) -> str | None:
     return None
 
 
+def chunk_values(domain_text: str, chunky: bool) -> tuple[list[int] | None, str]:
+    """The chunk counts v the domain allows (v == 1 for a family without chunks; a family
+    with chunks needs v bounded: ``v == 2`` or ``v >= 2, v <= 3``)."""
+    rels = [r for r in parse_size_relations(domain_text) if r.symbols == {"v"}]
+    vs = sympy.Symbol("v")
+
+    def ok(k):
+        return all(bool({"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge,
+                         "<": sympy.Lt, ">": sympy.Gt}[r.op](r.lhs.subs(vs, k), r.rhs.subs(vs, k)))
+                   for r in rels)
+    if not chunky:
+        return ([1] if ok(1) else []), ""
+    if not rels:
+        return None, "a family with chunks needs v bounded in the domain (v == 2, or v >= 2, v <= 3)"
+    vals = [k for k in range(1, 65) if ok(k)]
+    if 64 in vals:
+        return None, "the all-sizes certificates are per chunk count: bound v in the domain"
+    return vals, ""
+
+
 def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s: float = 20.0,
-          v_ok: bool = True) -> AllSizes:
-    """The all-sizes verdict of ``claim`` over the sizes ``domain_text`` allows."""
+          v: int = 1) -> AllSizes:
+    """The all-sizes verdict of ``claim`` over the sizes ``domain_text`` allows, at ``v``
+    chunks per device (the claim's family's; families without chunks have one)."""
     t0 = time.perf_counter()
     out = AllSizes(None, domain_text)
     parsed = parse_claim(claim.text)
     fams = {name: (ref.family or claim.family) for name, ref in parsed.refs.items()}
     every = set(fams.values()) | {claim.family}
     for fam in sorted(every):
-        cert, chk = store.get(fam)
+        cert, chk = store.get(fam, v)
         if cert is None:
             out.reason = chk
             out.seconds = time.perf_counter() - t0
             return out
-        out.certificates[fam] = {"slice": cert.slice_text(), "domain": cert.domain,
-                                 "check_seconds": round(chk.seconds, 3),
+        key = fam if cert.chunks is None else f"{fam} v={cert.chunks}"
+        out.certificates[key] = {"slice": cert.slice_text() if cert.timing else "order only",
+                                 "domain": cert.domain, "check_seconds": round(chk.seconds, 3),
                                  "obligations": len(chk.obligations)}
-    if not v_ok:
-        out.reason = "the certificates hold for one stage per device (v == 1) only"
-        return out
-    env = _Env(store, parsed, fams)
+    env = _Env(store, parsed, fams, v)
     z3 = env.z3
     p, m, d = env.size["p"], env.size["m"], env.size["d"]
     rels = parse_size_relations(domain_text)
     assumptions = parse_assumptions(claim.assume)
     base = [p >= 1, m >= 1]
-    base += [env.rel(None, r.op, r.lhs.subs(sympy.Symbol("v"), 1), r.rhs.subs(sympy.Symbol("v"), 1))
-             for r in rels]
-    base += [env.rel(None, a.op, a.lhs.subs(sympy.Symbol("v"), 1), a.rhs.subs(sympy.Symbol("v"), 1))
-             for a in assumptions]
+    V = sympy.Symbol("v")
+    base += [env.rel(None, r.op, r.lhs.subs(V, v), r.rhs.subs(V, v)) for r in rels]
+    base += [env.rel(None, a.op, a.lhs.subs(V, v), a.rhs.subs(V, v)) for a in assumptions]
     base += [env.cost[c] > 0 for c in _COSTS if c != "c"] + [env.cost["c"] >= 0]
     uses_d = "d" in parsed.symbols | {s for a in assumptions for s in a.symbols}
     if uses_d:
         base += [d >= 0, d < p]
     for fam in sorted(every):
-        cert, _ = store.get(fam)
+        cert, _ = store.get(fam, v)
+        if cert.family_domain is not None:
+            base.append(cert.family_domain(env.o, p, m))
+    for fam in sorted(every):
+        cert, _ = store.get(fam, v)
         cover = make_check(base, z3.Not(cert.in_domain(env.o, p, m)))
         if cover != z3.unsat:
             out.reason = f"the domain is not inside the certificate's ({cert.domain})"
@@ -297,18 +326,23 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
         return out
     timing = [fam for name, fam in fams.items() if parsed.refs[name].metric in TIMING]
     for fam in sorted(set(timing)):
-        cert, _ = store.get(fam)
+        cert, _ = store.get(fam, v)
+        if not cert.timing:
+            out.reason = (f"the certificate of {fam} (v = {v}) gives its order, hence its peaks, "
+                          f"but no timing yet")
+            out.seconds = time.perf_counter() - t0
+            return out
         missing = _fixed_implied(env, base, cert)
         if missing:
             out.reason = (f"the certificate of {fam} gives its timing on the slice {cert.slice_text()}; "
                           f"the assumptions do not fix {missing}")
             out.seconds = time.perf_counter() - t0
             return out
-    vsub = {sympy.Symbol("v"): sympy.Integer(1)}
+    vsub = {V: sympy.Integer(v)}
     lhs, rhs = parsed.lhs.xreplace(vsub), parsed.rhs.xreplace(vsub)
     goal = env.rel(None, parsed.op, lhs, rhs)
     base += env.side
-    out.forms = forms(claim, every, store)
+    out.forms = forms(claim, every, store, v)
     status, model = _query(base + [z3.Not(goal)], timeout_s)
     if status == "unsat":
         out.verdict = PROVED
@@ -316,7 +350,7 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
         out.verdict = UNKNOWN
         out.reason = f"Z3: {model}"
     else:
-        _smallest(out, claim, env, base, goal, model, timeout_s, uses_d)
+        _smallest(out, claim, env, base, goal, model, timeout_s, uses_d, v)
     out.seconds = time.perf_counter() - t0
     return out
 
@@ -348,7 +382,7 @@ def _val(model, v) -> int:
     return model.eval(v, model_completion=True).as_long()
 
 
-def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, timeout_s, uses_d):
+def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, timeout_s, uses_d, v):
     """Lexicographically smallest (p, m[, d]) counterexample, confirmed by simulation."""
     z3 = env.z3
     p, m, d = env.size["p"], env.size["m"], env.size["d"]
@@ -386,7 +420,7 @@ def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, timeout
     from ..formulas.sizes import has_chunks
 
     if has_chunks(claim.family):
-        dom += ",v=1..1"
+        dom += f",v={v}..{v}"
     if uses_d:
         dom += f",d={best['d']}..{best['d']}"
     sim = finite(Claim(claim.text, claim.family, claim.assume, dom, claim.source, claim.id),
@@ -400,7 +434,7 @@ def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, timeout
                       f"{sim.verdict} there: the certificate or the translation is wrong")
 
 
-def forms(claim: Claim, fams, store: CertificateStore) -> dict:
+def forms(claim: Claim, fams, store: CertificateStore, v: int = 1) -> dict:
     """The closed forms (sympy text) of every metric of the families, for the output."""
     from ..certificates.base import SymOps
     from ..certificates.check import _end
@@ -410,15 +444,18 @@ def forms(claim: Claim, fams, store: CertificateStore) -> dict:
     cost = {n: sympy.Symbol(n) for n in _COSTS}
     out = {}
     for fam in sorted(fams):
-        cert, _ = store.get(fam)
-        dc = cert.critical(o, p, m)
-        k, i = cert.last(o, p, m, dc)
-        vec = _end(cert, o, k, p, m, dc, i)
-        T = sympy.expand(sum(vec[c] * cost[c] for c in cert.costs))
-        out[fam] = {
-            "slice": cert.slice_text(),
-            "makespan": sympy.sstr(sympy.collect(T, list(cost.values()))),
-            "busy(d)": sympy.sstr(sum(m * cost[_KIND_COST[k]] for k in cert.kinds)),
+        cert, _ = store.get(fam, v)
+        row = {}
+        if cert.timing:
+            dc = cert.critical(o, p, m)
+            k, i = cert.last(o, p, m, dc)
+            vec = _end(cert, o, k, p, m, dc, i)
+            T = sympy.expand(sum(vec[c] * cost[c] for c in cert.costs))
+            row = {"slice": cert.slice_text(),
+                   "makespan": sympy.sstr(sympy.collect(T, list(cost.values())))}
+        key = fam if cert.chunks is None else f"{fam} v={cert.chunks}"
+        out[key] = row | {
+            "busy(d)": sympy.sstr(sum(cert.count(o, m) * cost[_KIND_COST[k]] for k in cert.kinds)),
             "peak_inflight(d)": sympy.sstr(cert.peak_inflight(o, p, m, d)[0]),
             "peak_memory(d)": sympy.sstr(cert.peak_memory2(o, p, m, d)[0] / 2),
             "fwd_before_bwd(d)": sympy.sstr(cert.warmup(o, p, m, d)),

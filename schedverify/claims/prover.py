@@ -263,6 +263,10 @@ def _extension(claim: Claim):
     if dom["p"][0] == dom["p"][1] or dom["m"][0] == dom["m"][1]:
         return None, "a pinned size is an example, judged as given"
     parts = [f"p >= {dom['p'][0]}", f"m >= {dom['m'][0]}"]
+    if "v" not in ranges and any(has_chunks(f) for f in
+                                 {claim.family} | {r.family for r in parse_claim(claim.text).refs.values()
+                                                   if r.family}):
+        ranges["v"] = DEFAULT_CHUNKS  # the finite prover's default for families with chunks
     if "v" in ranges:
         parts.append(f"v == {ranges['v'][0]}" if ranges["v"][0] == ranges["v"][1] else
                      f"v >= {ranges['v'][0]}, v <= {ranges['v'][1]}")
@@ -279,12 +283,14 @@ def _from_all_sizes(claim: Claim, domain_text: str, store, timeout_s: float, t0:
     prep_fams = {claim.family} | {r.family for r in parse_claim(claim.text).refs.values() if r.family}
     for f in prep_fams:
         family_of(f)
-    rels = allsizes.parse_size_relations(domain_text)
-    chunky = any(has_chunks(f) for f in prep_fams)
-    v_ok = True
-    if chunky:
-        v_ok = any(r.op == "==" and {sympy.sstr(r.lhs), sympy.sstr(r.rhs)} == {"v", "1"} for r in rels)
-    a = allsizes.judge(claim, domain_text, store, timeout_s=timeout_s, v_ok=v_ok)
+    vals, why_not = allsizes.chunk_values(domain_text, has_chunks(claim.family))
+    if vals is None:
+        a = allsizes.AllSizes(None, domain_text, reason=why_not)
+    elif not vals:
+        a = allsizes.AllSizes(UNKNOWN, domain_text, reason="no chunk count v allowed by the domain")
+    else:
+        a = _over_chunks([allsizes.judge(claim, domain_text, store, timeout_s=timeout_s, v=v)
+                          for v in vals], vals)
     res = Result(claim, a.verdict or UNKNOWN, {"all sizes": domain_text})
     res.kind = f"all sizes in {domain_text}"
     res.forms, res.certificates, res.minimal = a.forms, a.certificates, a.minimal
@@ -297,6 +303,37 @@ def _from_all_sizes(claim: Claim, domain_text: str, store, timeout_s: float, t0:
     res.counterexample = a.counterexample
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _over_chunks(parts: list, vals: list[int]):
+    """One verdict from the verdicts at each chunk count: PROVED when every one is; the
+    smallest counterexample in the order (p, v, m, d); else the first reason."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    for a in parts[1:]:
+        first.forms.update(a.forms)
+        first.certificates.update(a.certificates)
+        first.seconds += a.seconds
+    if any(a.verdict is None for a in parts):
+        a = next(a for a in parts if a.verdict is None)
+        first.verdict, first.reason = None, a.reason
+        return first
+    refuted = [a for a in parts if a.verdict == REFUTED]
+    if refuted:
+        def key(a):
+            s = a.counterexample["sizes"]
+            return (s["p"], s.get("v", 0), s["m"], s.get("d", 0))
+        best = min(refuted, key=key)
+        first.verdict, first.counterexample = REFUTED, best.counterexample
+        first.minimal = best.minimal + f" (and none smaller at the other v of {vals})"
+        return first
+    unknown = [a for a in parts if a.verdict == UNKNOWN]
+    if unknown:
+        first.verdict, first.reason = UNKNOWN, unknown[0].reason
+        return first
+    first.verdict = PROVED
+    return first
 
 
 def _prove_finite(claim: Claim, timeout_s: float) -> Result:
