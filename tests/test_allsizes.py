@@ -73,6 +73,12 @@ def test_a_wrong_order_is_caught():
     bad = dataclasses.replace(cert, pos=lambda o, k, p, m, d, i: pos(o, k, p, m, d, i) + (k == B))
     assert not prove_certificate(bad).ok
     assert crosscheck(bad, [(3, 4)])
+    # an interleaved peak one too high is caught by Z3 and by the generator
+    cert = certificate("interleaved-1f1b", 2)
+    peak = cert.peak_inflight
+    wrong = dataclasses.replace(cert, peak_inflight=lambda o, p, m, d: (peak(o, p, m, d)[0] + 1,
+                                                                        peak(o, p, m, d)[1]))
+    assert not prove_certificate(wrong).ok and crosscheck(wrong, [(3, 6)])
 
 
 @pytest.mark.parametrize("text,family,assume,domain", [
