@@ -325,6 +325,9 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
         out.seconds = time.perf_counter() - t0
         return out
     timing = [fam for name, fam in fams.items() if parsed.refs[name].metric in TIMING]
+    for key, row in out.certificates.items():
+        if key.split(" v=")[0] not in timing:
+            row["slice"] = "none needed (the claim reads no timing)"
     for fam in sorted(set(timing)):
         cert, _ = store.get(fam, v)
         if not cert.timing:
@@ -341,6 +344,13 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
     vsub = {V: sympy.Integer(v)}
     lhs, rhs = parsed.lhs.xreplace(vsub), parsed.rhs.xreplace(vsub)
     goal = env.rel(None, parsed.op, lhs, rhs)
+    for side in env.side:  # as the finite prover, a device index out of range is an error
+        st, mo = _query(base + [z3.Not(side)], timeout_s)
+        if st != "unsat":
+            at = "" if mo is None or st != "sat" else " (e.g. at " + ", ".join(
+                f"{k}={_val(mo, env.size[k])}" for k in ("p", "m")) + ")"
+            raise UsageError(f"a device index of the claim is out of range 0..p-1 somewhere in the "
+                             f"domain{at}; narrow the domain")
     base += env.side
     out.forms = forms(claim, every, store, v)
     status, model = _query(base + [z3.Not(goal)], timeout_s)

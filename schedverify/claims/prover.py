@@ -231,7 +231,10 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
     if all_sizes:
         ext, reason = _extension(claim)
         if ext is not None:
-            res = _from_all_sizes(claim, ext, store, timeout_s, t0, required=False)
+            try:
+                res = _from_all_sizes(claim, ext, store, timeout_s, t0, required=False)
+            except UsageError as e:  # e.g. a device index out of range at larger sizes
+                res = Result(claim, UNKNOWN, {}, reason=str(e))
             if res.verdict in (PROVED, REFUTED):
                 return res
             reason = res.all_sizes_reason or res.reason

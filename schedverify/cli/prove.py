@@ -93,7 +93,7 @@ def _result_text(res) -> str:
     if res.kind:
         lines.append(f"  kind: {res.kind}")
     if res.verdict == "PROVED" and res.kind.startswith("all sizes"):
-        slices = "; ".join(f"{f}: {x['slice']}, certificate checked in {x['check_seconds']} s"
+        slices = "; ".join(f"{f}: cost slice {x['slice']}, certificate checked in {x['check_seconds']} s"
                            for f, x in res.certificates.items())
         lines.append(f"  for every size in the domain and every cost allowed ({slices}; docs/proofs.md)")
     elif res.verdict == "PROVED":
