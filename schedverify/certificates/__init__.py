@@ -17,8 +17,12 @@ def certificate(family: str, chunks: int | None = None) -> Certificate | None:
     from .interleaved import INTERLEAVED
     from .zero_bubble import ZB_H1, ZB_H2
 
+    from .looped import LOOPED
+
     if family == "interleaved-1f1b":
         return INTERLEAVED.get(chunks)
+    if family == "looped-bfs":
+        return LOOPED.get(1 if chunks is None else chunks)
     if family == "zb-h1" and chunks not in (None, 1):
         return None
     return {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "zb-h1": ZB_H1, "zb-h2": ZB_H2}.get(family)
@@ -27,7 +31,8 @@ def certificate(family: str, chunks: int | None = None) -> Certificate | None:
 def families() -> tuple[tuple[str, int | None], ...]:
     """(family, chunks) of every certificate."""
     return (("gpipe", None), ("1f1b", None), ("zb-h1", None), ("zb-h2", None),
-            ("interleaved-1f1b", 2), ("interleaved-1f1b", 3), ("interleaved-1f1b", 4))
+            ("interleaved-1f1b", 2), ("interleaved-1f1b", 3), ("interleaved-1f1b", 4),
+            ("looped-bfs", 1), ("looped-bfs", 2), ("looped-bfs", 3), ("looped-bfs", 4))
 
 
 __all__ = ["Certificate", "certificate", "families"]

@@ -189,6 +189,8 @@ class Certificate:
     family_domain: Callable | None = None
     #: Python: the index i of a generated action (default: its microbatch)
     index: Callable | None = None
+    #: the data dependencies (default: one stage per device, stage d on device d)
+    deps: Callable | None = None
     summary: str = ""
     order_argument: str = ""
     notes: tuple[str, ...] = field(default=())

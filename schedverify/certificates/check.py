@@ -44,7 +44,10 @@ class CertificateCheck:
 
 def _deps(cert: Certificate, o, kind, p, m, d, i):
     """The data dependencies of docs/spec.md 3.4 (deps.NEEDS) for one stage per device,
-    stage d on device d: (condition, (kind, device, microbatch), crosses devices)."""
+    stage d on device d: (condition, (kind, device, microbatch), crosses devices); a
+    certificate with several stages per device gives its own."""
+    if cert.deps is not None:
+        return cert.deps(o, kind, p, m, d, i)
     if kind == F:
         return [(d >= 1, (F, d - 1, i), True)]
     if kind in (B, I):
@@ -62,7 +65,7 @@ def _end(cert: Certificate, o, kind, p, m, d, i, cross: bool = False) -> dict:
     s = _vec(cert, cert.start(o, kind, p, m, d, i))
     for c, k in cert.duration[kind].items():
         s[c] = s[c] + k
-    if cross and cert.latency:
+    if cert.latency and cross:  # (with latency, cross must be a plain bool)
         s["c"] = s["c"] + 1
     return s
 
