@@ -292,8 +292,12 @@ def _from_all_sizes(claim: Claim, domain_text: str, store, timeout_s: float, t0:
     elif not vals:
         a = allsizes.AllSizes(UNKNOWN, domain_text, reason="no chunk count v allowed by the domain")
     else:
-        a = _over_chunks([allsizes.judge(claim, domain_text, store, timeout_s=timeout_s, v=v)
-                          for v in vals], vals)
+        parts = []
+        for v in vals:  # stop at the first chunk count without a verdict: none for the claim
+            parts.append(allsizes.judge(claim, domain_text, store, timeout_s=timeout_s, v=v))
+            if parts[-1].verdict is None:
+                break
+        a = _over_chunks(parts, vals)
     res = Result(claim, a.verdict or UNKNOWN, {"all sizes": domain_text})
     res.kind = f"all sizes in {domain_text}"
     res.forms, res.certificates, res.minimal = a.forms, a.certificates, a.minimal
