@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from schedverify.certificates import certificate, families
+from schedverify.certificates import certificate, certificate_options, families
 from schedverify.certificates.check import crosscheck, prove_certificate
 from schedverify.claims import Claim, prove
 from schedverify.claims.allsizes import CertificateStore
@@ -34,9 +34,10 @@ def _cli(argv):
     return run(argv, out, err), out.getvalue(), err.getvalue()
 
 
-@pytest.mark.parametrize("family,chunks", families())
-def test_certificate_is_proved_for_all_sizes(family, chunks):
-    cert = certificate(family, chunks)
+@pytest.mark.parametrize("family,chunks,which", [(f, c, k) for f, c in families()
+                                                 for k in range(len(certificate_options(f, c)))])
+def test_certificate_is_proved_for_all_sizes(family, chunks, which):
+    cert = certificate_options(family, chunks)[which]
     chk = prove_certificate(cert)
     assert chk.ok, [(o.name, o.status, o.detail) for o in chk.failures()]
     names = " ".join(o.name for o in chk.obligations)
@@ -44,14 +45,15 @@ def test_certificate_is_proved_for_all_sizes(family, chunks):
     assert ("ASAP" in names) == cert.timing and ("makespan" in names) == cert.timing
 
 
-@pytest.mark.parametrize("family,chunks", families())
-def test_certificate_matches_the_generator_and_timeline(family, chunks):
+@pytest.mark.parametrize("family,chunks,which", [(f, c, k) for f, c in families()
+                                                 for k in range(len(certificate_options(f, c)))])
+def test_certificate_matches_the_generator_and_timeline(family, chunks, which):
     # interleaved 1F1B (group size p) needs m a multiple of p
     sizes = SIZES if family != "interleaved-1f1b" else [
         (p, n * p) for p in range(2, 7) for n in range(1, 5)] + [(9, 18), (13, 13), (20, 40)]
     if chunks and chunks > 2:
         sizes = sizes[::3]
-    assert crosscheck(certificate(family, chunks), sizes) == []
+    assert crosscheck(certificate_options(family, chunks)[which], sizes) == []
 
 
 def test_a_wrong_start_time_is_caught_with_its_size():
@@ -161,13 +163,30 @@ def test_no_certificate_or_another_cost_slice_is_unknown_with_the_reason(store):
     assert res.verdict == "UNKNOWN" and "no timing" in res.reason
     res = prove(Claim("peak_inflight <= 2*p*v", "interleaved-1f1b", "", ALL), store=store)
     assert res.verdict == "UNKNOWN" and "v bounded" in res.reason
-    res = prove(Claim("bubble_ratio == (p - 1)/m", "1f1b", "", "p >= 2, m >= p"), store=store)
+    res = prove(Claim("bubble_time == (p - 1)*t_F", "zb-h1", "m >= p", "p >= 2, m >= 1, v == 1"),
+                store=store)
     assert res.verdict == "UNKNOWN" and "c == 0" in res.reason
     # on a grid the finite prover still answers, and the refutation counts for all sizes
-    res = prove(Claim("bubble_ratio == (p - 1)/m", "1f1b", "", "p=2..4,m=1..8"),
+    res = prove(Claim("bubble_time == (p - 1)*t_F", "zb-h1", "m >= p", "p=2..4,m=1..8,v=1..1"),
                 all_sizes=True, store=store)
-    assert res.verdict == "REFUTED" and res.kind == "all sizes in p >= 2, m >= 1"
+    assert res.verdict == "REFUTED" and res.kind == "all sizes in p >= 2, m >= 1, v == 1"
     assert "c == 0" in res.all_sizes_reason
+
+
+def test_1f1b_with_latency_every_cost(store):
+    """1F1B's second certificate keeps c: its coefficient steps with period p."""
+    res = prove(Claim("makespan == 2*c*(m + p - ceiling((m - 1)/p) - 2) + (t_F + t_B)*(m + p - 1)",
+                      "1f1b", "", ALL), store=store)
+    assert res.verdict == "PROVED" and res.certificates["1f1b"]["slice"] == "all costs"
+    res = prove(Claim("makespan >= makespan@gpipe", "1f1b", "", ALL), store=store)
+    assert res.verdict == "PROVED"
+    res = prove(Claim("bubble_ratio == (p - 1)/m", "1f1b", "", "p >= 2, m >= p"), store=store)
+    assert res.verdict == "REFUTED"
+    ce = res.counterexample
+    assert (ce["sizes"]["p"], ce["sizes"]["m"]) == (2, 2) and ce["costs"]["c"] != "0"
+    # with c == 0 the linear certificate is used
+    res = prove(Claim("bubble_ratio == (p - 1)/m", "1f1b", "c == 0", "p >= 2, m >= p"), store=store)
+    assert res.verdict == "PROVED" and res.certificates["1f1b"]["slice"] == "c == 0"
 
 
 def test_cli_domain_inequalities_text_and_json():

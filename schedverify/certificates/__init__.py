@@ -13,6 +13,25 @@ from .base import Certificate
 def certificate(family: str, chunks: int | None = None) -> Certificate | None:
     """The family's certificate (for ``chunks`` stages per device, when the family has
     chunks), or None when it has none (its claims stay finite-range)."""
+    opts = certificate_options(family, chunks)
+    return opts[0] if opts else None
+
+
+def certificate_options(family: str, chunks: int | None = None) -> tuple[Certificate, ...]:
+    """Every certificate of the family, narrowest cost slice first: a claim uses the first
+    whose slice its assumptions fix (1F1B: c == 0, linear; then every cost, with a ceiling
+    by p in the latency's coefficient)."""
+    from .classic import ONE_F_ONE_B_LATENCY
+
+    first = _first(family, chunks)
+    if first is None:
+        return ()
+    if family == "1f1b":
+        return (first, ONE_F_ONE_B_LATENCY)
+    return (first,)
+
+
+def _first(family: str, chunks: int | None) -> Certificate | None:
     from .classic import GPIPE, ONE_F_ONE_B
     from .interleaved import INTERLEAVED
     from .zero_bubble import ZB_H1, ZB_H2
@@ -35,4 +54,4 @@ def families() -> tuple[tuple[str, int | None], ...]:
             ("looped-bfs", 1), ("looped-bfs", 2), ("looped-bfs", 3), ("looped-bfs", 4))
 
 
-__all__ = ["Certificate", "certificate", "families"]
+__all__ = ["Certificate", "certificate", "certificate_options", "families"]

@@ -71,6 +71,10 @@ class PyOps:
     def Div(a, k: int):
         return a // k
 
+    @staticmethod
+    def DivV(a, b):
+        return a // b
+
 
 class Z3Ops:
     """Z3 integer terms (sizes and indices are ``Int``).  The z3 module comes from the one
@@ -110,6 +114,10 @@ class Z3Ops:
         """floor(a / k) for a constant k > 0 (Z3's integer division rounds down then)."""
         return a / k
 
+    def DivV(self, a, b):
+        """floor(a / b) for a size b > 0 (nonlinear: Z3's nonlinear integer arithmetic)."""
+        return a / b
+
 
 class SymOps:
     """sympy expressions (``Piecewise`` for a case split); ``sympy`` is handed over by the
@@ -147,6 +155,9 @@ class SymOps:
 
     def Div(self, a, k: int):
         return self.sp.floor(a / k)
+
+    def DivV(self, a, b):
+        return self.sp.floor(a / b)
 
 
 @dataclass(frozen=True)

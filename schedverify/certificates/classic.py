@@ -117,3 +117,37 @@ ONE_F_ONE_B = Certificate(
         "position i for i < w and w + 2(i-w) for i >= w; B(d,k) at w + 2k + 1 for "
         "k < m-w and m + k after."),
 )
+
+
+# --------------------------------------------------------------------------- 1F1B, every cost
+
+
+def _ceil(o, x, p):
+    return o.DivV(x + p - 1, p)
+
+
+def _fc_start(o, k, p, m, d, i):
+    w = _w(o, p, m, d)
+    base = _f_start(o, k, p, m, d, i)
+    if k == F:
+        base["c"] = o.If(i <= w, d, d + 2 * i - 2 - 2 * _ceil(o, o.Max(i - p, 0), p))
+    else:
+        base["c"] = 2 * p - 2 - d + 2 * (i - _ceil(o, i, p))
+    return base
+
+
+ONE_F_ONE_B_LATENCY = Certificate(
+    family="1f1b", kinds=KINDS_FULL, costs=("t_F", "t_B", "c"), fixed=(),
+    duration={F: {"t_F": 1}, B: {"t_B": 1}},
+    domain="p >= 1, m >= 1", in_domain=_domain, merge=IDENTITY,
+    pos=_f_pos, pred=_f_pred, start=_fc_start,
+    last=lambda o, p, m, d: (B, m - 1),
+    critical=lambda o, p, m: 0,
+    freed=ONE_F_ONE_B.freed,
+    peak_inflight=_f_peak,
+    peak_memory2=ONE_F_ONE_B.peak_memory2,
+    warmup=ONE_F_ONE_B.warmup,
+    top=ONE_F_ONE_B.top,
+    summary="1F1B with the latency c: its coefficient steps with period p (ceil(i/p))",
+    order_argument=ONE_F_ONE_B.order_argument,
+)

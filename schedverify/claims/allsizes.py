@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import sympy
 from sympy.core.function import AppliedUndef
 
-from ..certificates import certificate
+from ..certificates import certificate_options
 from ..errors import UsageError
 from .statement import ALL, Claim, Parsed, parse_assumptions, parse_claim
 
@@ -56,28 +56,34 @@ class CertificateStore:
         self.timeout_s = timeout_s
         self._done: dict = {}
 
-    def get(self, family: str, chunks: int | None = None):
-        """(certificate, check) or (None, reason)."""
+    def options(self, family: str, chunks: int | None = None) -> tuple[list, str]:
+        """The family's proved certificates, narrowest slice first, as (certificate, check)
+        pairs, and why there are none."""
         from ..formulas.sizes import has_chunks
 
         chunks = chunks if has_chunks(family) else None
         key = (family, chunks)
         if key not in self._done:
-            cert = certificate(family, chunks)
-            if cert is None:
-                what = family if chunks is None else f"{family} with v = {chunks}"
-                self._done[key] = (None, f"{what} has no all-sizes certificate yet")
-            else:
-                from ..certificates.check import prove_certificate
+            certs = certificate_options(family, chunks)
+            what = family if chunks is None else f"{family} with v = {chunks}"
+            ok, why = [], f"{what} has no all-sizes certificate yet"
+            from ..certificates.check import prove_certificate
 
+            for cert in certs:
                 chk = prove_certificate(cert, timeout_s=self.timeout_s)
                 if chk.ok:
-                    self._done[key] = (cert, chk)
+                    ok.append((cert, chk))
                 else:
                     bad = chk.failures()[0]
-                    self._done[key] = (None, f"the certificate of {family} did not check: "
-                                             f"{bad.name}: {bad.status} {bad.detail}")
+                    why = (f"the certificate of {family} did not check: {bad.name}: "
+                           f"{bad.status} {bad.detail}")
+            self._done[key] = (ok, "" if ok else why)
         return self._done[key]
+
+    def get(self, family: str, chunks: int | None = None):
+        """(the narrowest certificate, its check) or (None, reason)."""
+        ok, why = self.options(family, chunks)
+        return ok[0] if ok else (None, why)
 
 
 def parse_size_relations(text: str) -> list[Parsed]:
@@ -105,7 +111,8 @@ def _z3():
 class _Env:
     """The Z3 side of one claim: sizes as Int, costs as Real, metrics from certificates."""
 
-    def __init__(self, store: CertificateStore, parsed: Parsed, fams: dict, v: int = 1):
+    def __init__(self, store: CertificateStore, parsed: Parsed, fams: dict, v: int = 1,
+                 picks: dict | None = None):
         from ..certificates.base import Z3Ops
 
         z3 = _z3()
@@ -117,12 +124,13 @@ class _Env:
         self.fams = fams
         self.store = store
         self.v = v
+        self.picks = picks if picks is not None else {}  # family -> the certificate used
         self.side: list = []  # device arguments in range
 
     # -- metrics
     def metric(self, fam: str, metric: str, device):
         z3, o = self.z3, self.o
-        cert, _ = self.store.get(fam, self.v)
+        cert = self.picks[fam]
         p, m = self.size["p"], self.size["m"]
         R = z3.ToReal
 
@@ -192,10 +200,13 @@ class _Env:
             for _ in range(abs(k) - 1):
                 out = out * base
             return 1 / out if k < 0 else out
-        if isinstance(e, sympy.floor):
-            return R(z3.ToInt(self.real(e.args[0])))
-        if isinstance(e, sympy.ceiling):
-            return -R(z3.ToInt(-self.real(e.args[0])))
+        if isinstance(e, (sympy.floor, sympy.ceiling)):
+            up = isinstance(e, sympy.ceiling)
+            q = self._int_div(-e.args[0] if up else e.args[0])
+            if q is not None:  # an integer division: Z3 reasons better without reals
+                return R(-q if up else q)
+            x = self.real(e.args[0])
+            return -R(z3.ToInt(-x)) if up else R(z3.ToInt(x))
         if isinstance(e, sympy.Mod):
             a, b = self.real(e.args[0]), self.real(e.args[1])
             return a - b * R(z3.ToInt(a / b))
@@ -213,6 +224,20 @@ class _Env:
             return out
         raise UsageError(f"cannot hand {sympy.sstr(e)!r} to the all-sizes prover")
 
+    def _int_div(self, arg):
+        """floor(arg) as Z3 integer division when arg = A/k with A a whole-number expression
+        of the sizes and k a positive constant or the size p or m (both >= 1), else None."""
+        num, den = sympy.fraction(sympy.together(arg))
+        try:
+            a = self.int(sympy.expand(num))
+        except UsageError:
+            return None
+        if den.is_Integer and int(den) > 0:
+            return a / int(den)
+        if den.is_Symbol and den.name in ("p", "m"):
+            return a / self.size[den.name]
+        return None
+
     def int(self, e):
         z3 = self.z3
         if e.is_Integer:
@@ -221,7 +246,7 @@ class _Env:
             return self.size[e.name]
         if e.is_Add:
             return sum((self.int(a) for a in e.args[1:]), self.int(e.args[0]))
-        if e.is_Mul and all(a.is_Integer or a.is_Symbol for a in e.args):
+        if e.is_Mul and all(a.is_Integer or (a.is_Symbol and a.name in self.size) for a in e.args):
             out = self.int(e.args[0])
             for a in e.args[1:]:
                 out = out * self.int(a)
@@ -286,17 +311,15 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
     parsed = parse_claim(claim.text)
     fams = {name: (ref.family or claim.family) for name, ref in parsed.refs.items()}
     every = set(fams.values()) | {claim.family}
+    opts = {}
     for fam in sorted(every):
-        cert, chk = store.get(fam, v)
-        if cert is None:
-            out.reason = chk
+        opts[fam], why = store.options(fam, v)
+        if not opts[fam]:
+            out.reason = why
             out.seconds = time.perf_counter() - t0
             return out
-        key = fam if cert.chunks is None else f"{fam} v={cert.chunks}"
-        out.certificates[key] = {"slice": cert.slice_text() if cert.timing else "order only",
-                                 "domain": cert.domain, "check_seconds": round(chk.seconds, 3),
-                                 "obligations": len(chk.obligations)}
-    env = _Env(store, parsed, fams, v)
+    picks = {fam: o[0][0] for fam, o in opts.items()}
+    env = _Env(store, parsed, fams, v, picks)
     z3 = env.z3
     p, m, d = env.size["p"], env.size["m"], env.size["d"]
     rels = parse_size_relations(domain_text)
@@ -310,11 +333,11 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
     if uses_d:
         base += [d >= 0, d < p]
     for fam in sorted(every):
-        cert, _ = store.get(fam, v)
+        cert = picks[fam]
         if cert.family_domain is not None:
             base.append(cert.family_domain(env.o, p, m))
     for fam in sorted(every):
-        cert, _ = store.get(fam, v)
+        cert = picks[fam]
         cover = make_check(base, z3.Not(cert.in_domain(env.o, p, m)))
         if cover != z3.unsat:
             out.reason = f"the domain is not inside the certificate's ({cert.domain})"
@@ -325,22 +348,29 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
         out.seconds = time.perf_counter() - t0
         return out
     timing = [fam for name, fam in fams.items() if parsed.refs[name].metric in TIMING]
-    for key, row in out.certificates.items():
-        if key.split(" v=")[0] not in timing:
-            row["slice"] = "none needed (the claim reads no timing)"
     for fam in sorted(set(timing)):
-        cert, _ = store.get(fam, v)
-        if not cert.timing:
+        if not any(c.timing for c, _ in opts[fam]):
             out.reason = (f"the certificate of {fam} (v = {v}) gives its order, hence its peaks, "
                           f"but no timing yet")
             out.seconds = time.perf_counter() - t0
             return out
-        missing = _fixed_implied(env, base, cert)
-        if missing:
-            out.reason = (f"the certificate of {fam} gives its timing on the slice {cert.slice_text()}; "
-                          f"the assumptions do not fix {missing}")
+        fitting = [c for c, _ in opts[fam] if c.timing and not _fixed_implied(env, base, c)]
+        if not fitting:
+            c = next(c for c, _ in opts[fam] if c.timing)
+            out.reason = (f"the certificate of {fam} gives its timing on the slice {c.slice_text()}; "
+                          f"the assumptions do not fix {_fixed_implied(env, base, c)}")
             out.seconds = time.perf_counter() - t0
             return out
+        picks[fam] = fitting[0]
+    for fam in sorted(every):
+        cert = picks[fam]
+        chk = next(k for c, k in opts[fam] if c is cert)
+        key = fam if cert.chunks is None else f"{fam} v={cert.chunks}"
+        out.certificates[key] = {
+            "slice": (cert.slice_text() if fam in timing else
+                      "none needed (the claim reads no timing)") if cert.timing else "order only",
+            "domain": cert.domain, "check_seconds": round(chk.seconds, 3),
+            "obligations": len(chk.obligations)}
     vsub = {V: sympy.Integer(v)}
     lhs, rhs = parsed.lhs.xreplace(vsub), parsed.rhs.xreplace(vsub)
     goal = env.rel(None, parsed.op, lhs, rhs)
@@ -352,7 +382,7 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
             raise UsageError(f"a device index of the claim is out of range 0..p-1 somewhere in the "
                              f"domain{at}; narrow the domain")
     base += env.side
-    out.forms = forms(claim, every, store, v)
+    out.forms = forms(claim, every, picks)
     status, model = _query(base + [z3.Not(goal)], timeout_s)
     if status == "unsat":
         out.verdict = PROVED
@@ -444,7 +474,7 @@ def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, timeout
                       f"{sim.verdict} there: the certificate or the translation is wrong")
 
 
-def forms(claim: Claim, fams, store: CertificateStore, v: int = 1) -> dict:
+def forms(claim: Claim, fams, picks: dict) -> dict:
     """The closed forms (sympy text) of every metric of the families, for the output."""
     from ..certificates.base import SymOps
     from ..certificates.check import _end
@@ -454,7 +484,7 @@ def forms(claim: Claim, fams, store: CertificateStore, v: int = 1) -> dict:
     cost = {n: sympy.Symbol(n) for n in _COSTS}
     out = {}
     for fam in sorted(fams):
-        cert, _ = store.get(fam, v)
+        cert = picks[fam]
         row = {}
         if cert.timing:
             dc = cert.critical(o, p, m)
