@@ -220,7 +220,7 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
     finite grid ``p=2..8,m=1..32`` is first judged over every size from its lower ends up
     (``p >= 2, m >= 1``) when the families have certificates for it, and over the grid as
     before when they do not (``all_sizes_reason`` says why); a pinned size (``p=4..4``)
-    stays finite.  ``store`` keeps the certificates proved in one run.
+    stays pinned (``p == 4``).  ``store`` keeps the certificates proved in one run.
     """
     from . import allsizes
 
@@ -263,9 +263,9 @@ def _extension(claim: Claim):
     ranges = parse_domain(claim.domain)
     dom = dict(DEFAULT_DOMAIN)
     dom.update(ranges)
-    if dom["p"][0] == dom["p"][1] or dom["m"][0] == dom["m"][1]:
-        return None, "a pinned size is an example, judged as given"
-    parts = [f"p >= {dom['p'][0]}", f"m >= {dom['m'][0]}"]
+    # a pinned size (p=4..4: a source's worked example) stays pinned; a range is extended
+    parts = [f"{k} == {dom[k][0]}" if dom[k][0] == dom[k][1] else f"{k} >= {dom[k][0]}"
+             for k in ("p", "m")]
     if "v" not in ranges and any(has_chunks(f) for f in
                                  {claim.family} | {r.family for r in parse_claim(claim.text).refs.values()
                                                    if r.family}):
