@@ -12,6 +12,8 @@ q (q < w) or 2q - w, B_q at w + 2q + 1 (q < mv - w) or mv + q.  In-flight counts
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from ..model import B, F
 from .base import KINDS_FULL, Certificate
 
@@ -71,4 +73,5 @@ def _make(v: int) -> Certificate:
     )
 
 
-INTERLEAVED = {v: _make(v) for v in (2, 3, 4)}
+#: read-only: chunk count -> certificate
+INTERLEAVED = MappingProxyType({v: _make(v) for v in (2, 3, 4)})

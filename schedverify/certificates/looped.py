@@ -14,6 +14,8 @@ The index of an action is its place among the device's forwards (q = c*m + i) or
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from ..formulas.tropical import C_ZERO
 from ..model import B, F
 from .base import KINDS_FULL, Certificate
@@ -91,4 +93,5 @@ def _make(v: int) -> Certificate:
     )
 
 
-LOOPED = {v: _make(v) for v in (1, 2, 3, 4)}
+#: read-only: chunk count -> certificate
+LOOPED = MappingProxyType({v: _make(v) for v in (1, 2, 3, 4)})
