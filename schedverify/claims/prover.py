@@ -333,7 +333,10 @@ def _over_chunks(parts: list, vals: list[int]):
             return (s["p"], s.get("v", 0), s["m"], s.get("d", 0))
         best = min(refuted, key=key)
         first.verdict, first.counterexample = REFUTED, best.counterexample
-        first.minimal = best.minimal + f" (and none smaller at the other v of {vals})"
+        undecided = [v for v, a in zip(vals, parts) if a.verdict == UNKNOWN]
+        first.minimal = best.minimal + (
+            f" (and none smaller at the other v of {vals})" if not undecided else
+            f"; smaller at v = {undecided} not established (undecided there)")
         return first
     unknown = [a for a in parts if a.verdict == UNKNOWN]
     if unknown:
