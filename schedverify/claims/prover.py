@@ -55,10 +55,28 @@ class Result:
     counterexample: dict | None = None
     reason: str = ""
     seconds: float = 0.0
+    #: "all sizes in <domain>" or "finite range p=..,m=.." (what PROVED or REFUTED covers)
+    kind: str = ""
+    #: why the claim has no all-sizes verdict, when one was asked for and none was given
+    all_sizes_reason: str = ""
+    #: all-sizes REFUTED: why no smaller counterexample exists
+    minimal: str = ""
+    #: all-sizes: each family's closed forms and its certificate's check
+    forms: dict = field(default_factory=dict)
+    certificates: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         c = self.claim
-        return {
+        extra = {"kind": self.kind}
+        if self.all_sizes_reason:
+            extra["all_sizes_reason"] = self.all_sizes_reason
+        if self.minimal:
+            extra["minimal"] = self.minimal
+        if self.forms:
+            extra["closed_forms"] = self.forms
+        if self.certificates:
+            extra["certificates"] = self.certificates
+        return extra | {
             "id": c.id, "claim": c.text, "family": c.family, "source": c.source,
             "assume": c.assume, "verdict": self.verdict, "domain": self.domain,
             "sizes_checked": self.checked, "skipped_sizes": [list(s) for s in self.skipped],
@@ -193,11 +211,147 @@ def _domain_json(prep: _Prepared) -> dict:
     return out
 
 
-def prove(claim: Claim, *, timeout_s: float = 20.0) -> Result:
-    """Judge ``claim`` over its domain (see the module docstring)."""
+def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
+          store=None) -> Result:
+    """Judge ``claim`` over its domain (see the module docstring).
+
+    A domain given by inequalities (``"p >= 2, m >= p"``) is judged for every size it
+    allows, through the family's certificate (:mod:`.allsizes`).  With ``all_sizes`` a
+    finite grid ``p=2..8,m=1..32`` is first judged over every size from its lower ends up
+    (``p >= 2, m >= 1``) when the families have certificates for it, and over the grid as
+    before when they do not (``all_sizes_reason`` says why); a pinned size (``p=4..4``)
+    stays pinned (``p == 4``).  ``store`` keeps the certificates proved in one run.
+    """
+    from . import allsizes
+
+    t0 = time.perf_counter()
+    if allsizes.is_inequality_domain(claim.domain):
+        return _from_all_sizes(claim, claim.domain, store, timeout_s, t0, required=True)
+    reason, ext = "", None
+    if all_sizes:
+        ext, reason = _extension(claim)
+        if ext is not None:
+            try:
+                res = _from_all_sizes(claim, ext, store, timeout_s, t0, required=False)
+            except UsageError as e:  # e.g. a device index out of range at larger sizes
+                res = Result(claim, UNKNOWN, {}, reason=str(e))
+            if res.verdict in (PROVED, REFUTED):
+                return res
+            reason = res.all_sizes_reason or res.reason
+    res = _prove_finite(claim, timeout_s)
+    res.all_sizes_reason = reason
+    if all_sizes and res.verdict == REFUTED and ext is not None and _first_row(res):
+        # A counterexample holds in any larger domain; found at the domain's smallest p (and
+        # v), after every smaller m there, it is also the smallest of the unbounded domain.
+        res.kind = f"all sizes in {ext}"
+        res.minimal = (f"found by the exact search, which tried every smaller m at the domain's "
+                       f"smallest p = {res.counterexample['sizes']['p']}")
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _first_row(res: Result) -> bool:
+    """Is the counterexample at the lowest p (and v) of the searched range?"""
+    ce, dom = res.counterexample["sizes"], res.domain
+    if ce["p"] != dom["p"][0]:
+        return False
+    return not ("v" in dom and isinstance(dom["v"], list) and ce.get("v") != dom["v"][0])
+
+
+def _extension(claim: Claim):
+    """The all-sizes domain a finite grid extends to, or (None, why not)."""
+    ranges = parse_domain(claim.domain)
+    dom = dict(DEFAULT_DOMAIN)
+    dom.update(ranges)
+    # a pinned size (p=4..4: a source's worked example) stays pinned; a range is extended
+    parts = [f"{k} == {dom[k][0]}" if dom[k][0] == dom[k][1] else f"{k} >= {dom[k][0]}"
+             for k in ("p", "m")]
+    if "v" not in ranges and any(has_chunks(f) for f in
+                                 {claim.family} | {r.family for r in parse_claim(claim.text).refs.values()
+                                                   if r.family}):
+        ranges["v"] = DEFAULT_CHUNKS  # the finite prover's default for families with chunks
+    if "v" in ranges:
+        parts.append(f"v == {ranges['v'][0]}" if ranges["v"][0] == ranges["v"][1] else
+                     f"v >= {ranges['v'][0]}, v <= {ranges['v'][1]}")
+    if "d" in ranges:
+        parts += [f"d >= {ranges['d'][0]}", f"d <= {ranges['d'][1]}"]
+    return ", ".join(parts), ""
+
+
+def _from_all_sizes(claim: Claim, domain_text: str, store, timeout_s: float, t0: float,
+                    required: bool) -> Result:
+    from . import allsizes
+
+    store = store if store is not None else allsizes.CertificateStore()
+    prep_fams = {claim.family} | {r.family for r in parse_claim(claim.text).refs.values() if r.family}
+    for f in prep_fams:
+        family_of(f)
+    vals, why_not = allsizes.chunk_values(domain_text, has_chunks(claim.family))
+    if vals is None:
+        a = allsizes.AllSizes(None, domain_text, reason=why_not)
+    elif not vals:
+        a = allsizes.AllSizes(UNKNOWN, domain_text, reason="no chunk count v allowed by the domain")
+    else:
+        parts = []
+        for v in vals:  # stop at the first chunk count without a verdict: none for the claim
+            parts.append(allsizes.judge(claim, domain_text, store, timeout_s=timeout_s, v=v))
+            if parts[-1].verdict is None:
+                break
+        a = _over_chunks(parts, vals)
+    res = Result(claim, a.verdict or UNKNOWN, {"all sizes": domain_text})
+    res.kind = f"all sizes in {domain_text}"
+    res.forms, res.certificates, res.minimal = a.forms, a.certificates, a.minimal
+    if a.verdict is None:
+        res.all_sizes_reason = a.reason
+        if required:
+            res.reason = a.reason
+    else:
+        res.reason = a.reason
+    res.counterexample = a.counterexample
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _over_chunks(parts: list, vals: list[int]):
+    """One verdict from the verdicts at each chunk count: PROVED when every one is; the
+    smallest counterexample in the order (p, v, m, d); else the first reason."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    for a in parts[1:]:
+        first.forms.update(a.forms)
+        first.certificates.update(a.certificates)
+        first.seconds += a.seconds
+    if any(a.verdict is None for a in parts):
+        a = next(a for a in parts if a.verdict is None)
+        first.verdict, first.reason = None, a.reason
+        return first
+    refuted = [a for a in parts if a.verdict == REFUTED]
+    if refuted:
+        def key(a):
+            s = a.counterexample["sizes"]
+            return (s["p"], s.get("v", 0), s["m"], s.get("d", 0))
+        best = min(refuted, key=key)
+        first.verdict, first.counterexample = REFUTED, best.counterexample
+        undecided = [v for v, a in zip(vals, parts) if a.verdict == UNKNOWN]
+        first.minimal = best.minimal + (
+            f" (and none smaller at the other v of {vals})" if not undecided else
+            f"; smaller at v = {undecided} not established (undecided there)")
+        return first
+    unknown = [a for a in parts if a.verdict == UNKNOWN]
+    if unknown:
+        first.verdict, first.reason = UNKNOWN, unknown[0].reason
+        return first
+    first.verdict = PROVED
+    return first
+
+
+def _prove_finite(claim: Claim, timeout_s: float) -> Result:
     t0 = time.perf_counter()
     prep = _prepare(claim)
     res = Result(claim, PROVED, _domain_json(prep))
+    res.kind = "finite range " + ",".join(
+        f"{k}={v[0]}..{v[1]}" if isinstance(v, list) else f"{k}={v}" for k, v in res.domain.items())
     unknown: list[str] = []
     dom = prep.domain
     vs = range(dom["v"][0], dom["v"][1] + 1) if prep.uses_v else (None,)

@@ -32,7 +32,15 @@ def register(sub) -> None:
                         "(costs are > 0 and c >= 0 unless said otherwise)")
     p.add_argument("--domain", default="", metavar="RANGES",
                    help="sizes to check, e.g. 'p=2..8,m=1..32,v=2..2' (default p=2..8, m=1..16, "
-                        "v=2..3 for families with chunks; d ranges over 0..p-1)")
+                        "v=2..3 for families with chunks; d ranges over 0..p-1), or inequalities "
+                        "for every size they allow, e.g. 'p >= 2, m >= p' (families with an "
+                        "all-sizes certificate: docs/proofs.md)")
+    p.add_argument("--all-sizes", action="store_true",
+                   help="with --family and a range: judge every size from the range's lower ends up "
+                        "(p >= LOW, m >= LOW) when the family has a certificate, else the range")
+    p.add_argument("--finite-only", action="store_true",
+                   help="for a catalogue: judge each claim on its finite range only (by default a "
+                        "claim whose families have certificates is judged for all sizes)")
     p.add_argument("--timeout", type=float, default=20.0, metavar="SECONDS",
                    help="Z3 time limit per size (default 20)")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -48,7 +56,7 @@ def run(args, out, err) -> int:
             raise UsageError(f"with --family give exactly one claim (quote it), got {len(args.args)} "
                              f"arguments: {args.args!r}")
         claim = Claim(args.args[0], args.family, args.assume, args.domain, source="command line")
-        res = prove(claim, timeout_s=args.timeout)
+        res = prove(claim, timeout_s=args.timeout, all_sizes=getattr(args, "all_sizes", False))
         if args.format == "json":
             print(json.dumps(res.to_json(), ensure_ascii=False), file=out)
         else:
@@ -59,8 +67,12 @@ def run(args, out, err) -> int:
                          "claims carry their own")
     from ..claims.catalogue import load
 
+    from ..claims.allsizes import CertificateStore
+
     claims = load(args.args)
-    results = [prove(c, timeout_s=args.timeout) for c in claims]
+    store = CertificateStore()
+    extend = not getattr(args, "finite_only", False)
+    results = [prove(c, timeout_s=args.timeout, all_sizes=extend, store=store) for c in claims]
     if args.format == "json":
         print(json.dumps([r.to_json() for r in results], ensure_ascii=False, indent=1), file=out)
     else:
@@ -73,12 +85,18 @@ def run(args, out, err) -> int:
 
 def _result_text(res) -> str:
     c = res.claim
-    dom = ", ".join(f"{k}={v[0]}..{v[1]}" if isinstance(v, list) else f"{k}={v}"
-                    for k, v in res.domain.items())
+    dom = ", ".join(v if k == "all sizes" else f"{k}={v[0]}..{v[1]}" if isinstance(v, list)
+                    else f"{k}={v}" for k, v in res.domain.items())
     lines = [f"{res.verdict}: {c.text}  [{c.family}]",
              f"  domain: {dom}" + (f"; assuming {c.assume}" if c.assume else "")
              + "; costs t_* > 0, c >= 0 unless assumed otherwise"]
-    if res.verdict == "PROVED":
+    if res.kind:
+        lines.append(f"  kind: {res.kind}")
+    if res.verdict == "PROVED" and res.kind.startswith("all sizes"):
+        slices = "; ".join(f"{f}: cost slice {x['slice']}, certificate checked in {x['check_seconds']} s"
+                           for f, x in res.certificates.items())
+        lines.append(f"  for every size in the domain and every cost allowed ({slices}; docs/proofs.md)")
+    elif res.verdict == "PROVED":
         lines.append(f"  exactly, at all {res.checked} sizes in the domain, for every cost allowed")
     if res.counterexample:
         ce = res.counterexample
@@ -89,8 +107,12 @@ def _result_text(res) -> str:
         lines.append(f"  reproduce: {ce['command']}")
         if ce.get("check_command"):
             lines.append(f"  see it:    {ce['check_command']}")
+    if res.minimal:
+        lines.append(f"  smallest: {res.minimal}; confirmed by simulating the schedule there")
     if res.reason:
         lines.append(f"  reason: {res.reason}")
+    elif res.all_sizes_reason:
+        lines.append(f"  no all-sizes verdict: {res.all_sizes_reason}")
     if res.skipped:
         shown = ", ".join("(" + ",".join(map(str, s)) + ")" for s in res.skipped[:8])
         more = f" and {len(res.skipped) - 8} more" if len(res.skipped) > 8 else ""
@@ -115,11 +137,13 @@ def table(results) -> str:
     for r in results:
         rec = r.claim.recorded or "-"
         mark = "" if rec in ("-", r.verdict) else " CHANGED"
-        rows.append((r.claim.id, r.claim.family, r.verdict, rec + mark, str(r.checked), why(r)))
+        sizes = ("all " + r.kind[len("all sizes in "):]) if r.kind.startswith("all sizes") else str(r.checked)
+        rows.append((r.claim.id, r.claim.family, r.verdict, rec + mark, sizes, why(r)))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     out = ["  ".join(x.ljust(w) for x, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
     n = {v: sum(1 for r in results if r.verdict == v) for v in ("PROVED", "REFUTED", "UNKNOWN")}
     total = sum(r.seconds for r in results)
+    n_all = sum(1 for r in results if r.kind.startswith("all sizes") and r.verdict != "UNKNOWN")
     out.append(f"{len(results)} claims: {n['PROVED']} proved, {n['REFUTED']} refuted, "
-               f"{n['UNKNOWN']} unknown ({total:.1f} s)")
+               f"{n['UNKNOWN']} unknown ({total:.1f} s); {n_all} judged for all sizes")
     return "\n".join(out)

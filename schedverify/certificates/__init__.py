@@ -1,0 +1,57 @@
+"""All-sizes certificates of the regular families (docs/proofs.md).
+
+``certificate(family)`` gives the family's :class:`~.base.Certificate` or None;
+:func:`.check.prove_certificate` proves one for every size in its domain with Z3, and
+:func:`.check.crosscheck` compares it with the generator at concrete sizes.
+"""
+
+from __future__ import annotations
+
+from .base import Certificate
+
+
+def certificate(family: str, chunks: int | None = None) -> Certificate | None:
+    """The family's certificate (for ``chunks`` stages per device, when the family has
+    chunks), or None when it has none (its claims stay finite-range)."""
+    opts = certificate_options(family, chunks)
+    return opts[0] if opts else None
+
+
+def certificate_options(family: str, chunks: int | None = None) -> tuple[Certificate, ...]:
+    """Every certificate of the family, narrowest cost slice first: a claim uses the first
+    whose slice its assumptions fix (1F1B: c == 0, linear; then every cost, with a ceiling
+    by p in the latency's coefficient)."""
+    from .classic import ONE_F_ONE_B_LATENCY
+
+    first = _first(family, chunks)
+    if first is None:
+        return ()
+    if family == "1f1b":
+        return (first, ONE_F_ONE_B_LATENCY)
+    return (first,)
+
+
+def _first(family: str, chunks: int | None) -> Certificate | None:
+    from .classic import GPIPE, ONE_F_ONE_B
+    from .interleaved import INTERLEAVED
+    from .zero_bubble import ZB_H1, ZB_H2
+
+    from .looped import LOOPED
+
+    if family == "interleaved-1f1b":
+        return INTERLEAVED.get(chunks)
+    if family == "looped-bfs":
+        return LOOPED.get(1 if chunks is None else chunks)
+    if family == "zb-h1" and chunks not in (None, 1):
+        return None
+    return {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "zb-h1": ZB_H1, "zb-h2": ZB_H2}.get(family)
+
+
+def families() -> tuple[tuple[str, int | None], ...]:
+    """(family, chunks) of every certificate."""
+    return (("gpipe", None), ("1f1b", None), ("zb-h1", None), ("zb-h2", None),
+            ("interleaved-1f1b", 2), ("interleaved-1f1b", 3), ("interleaved-1f1b", 4),
+            ("looped-bfs", 1), ("looped-bfs", 2), ("looped-bfs", 3), ("looped-bfs", 4))
+
+
+__all__ = ["Certificate", "certificate", "certificate_options", "families"]

@@ -1,0 +1,230 @@
+"""What an all-sizes certificate is, and the three arithmetic backends it is read in.
+
+A certificate describes one family's schedule at *every* size (``p`` devices, ``m``
+microbatches; one stage per device here) in closed form, piecewise:
+
+- ``pos(o, K, p, m, d, i)``: the position of action ``K`` of microbatch ``i`` in device
+  ``d``'s order (what the generator emits);
+- ``pred(o, K, p, m, d, i)``: the action just before it on the device, as disjoint cases
+  ``(condition, (K', i'))`` (no case holds for the device's first action);
+- ``start(o, K, p, m, d, i)``: its start time as the coefficient of each cost symbol (a
+  linear form in the costs whose coefficients are piecewise linear in ``p, m, d, i``);
+- ``last``, ``critical``: the device's last action, and the device whose last action ends
+  last;
+- ``freed(o, K, p, m, d, i)``: how many actions of kind ``K`` precede ``F(d, i)``;
+- ``peak_inflight``, ``peak_memory2`` (twice the peak, so it stays a whole number):
+  ``(value, i*)`` with ``i*`` the forward at whose start the peak is reached;
+- ``warmup``: forwards before the device's first backward;
+- ``top``: for each per-device metric, the device that holds the pipeline's maximum.
+
+Every function takes the backend ``o`` first, so one text is read as plain Python
+integers (to compare with the generator), as Z3 terms (to prove it for all sizes) and as
+sympy expressions (to show the closed forms and to judge claims).  What is checked and how
+is in :mod:`.check` and docs/proofs.md.  Nothing here imports z3 or sympy itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..model import B, F, I, W
+
+KINDS_FULL = (F, B)
+KINDS_SPLIT = (F, I, W)
+
+
+class PyOps:
+    """Plain integers and booleans."""
+
+    name = "python"
+
+    @staticmethod
+    def If(c, a, b):
+        return a if c else b
+
+    @staticmethod
+    def And(*xs):
+        return all(xs)
+
+    @staticmethod
+    def Or(*xs):
+        return any(xs)
+
+    @staticmethod
+    def Not(x):
+        return not x
+
+    @staticmethod
+    def Min(a, b):
+        return min(a, b)
+
+    @staticmethod
+    def Max(a, b):
+        return max(a, b)
+
+    @staticmethod
+    def Eq(a, b):
+        return a == b
+
+    @staticmethod
+    def Div(a, k: int):
+        return a // k
+
+    @staticmethod
+    def DivV(a, b):
+        return a // b
+
+
+class Z3Ops:
+    """Z3 integer terms (sizes and indices are ``Int``).  The z3 module comes from the one
+    package that imports it (``schedverify.smt.solver``)."""
+
+    name = "z3"
+
+    def __init__(self):
+        from ..smt.solver import z3
+
+        self.z3 = z3
+
+    def If(self, c, a, b):
+        if isinstance(c, bool):
+            return a if c else b
+        return self.z3.If(c, a, b)
+
+    def And(self, *xs):
+        return self.z3.And(*xs)
+
+    def Or(self, *xs):
+        return self.z3.Or(*xs)
+
+    def Not(self, x):
+        return self.z3.Not(x)
+
+    def Min(self, a, b):
+        return self.z3.If(a <= b, a, b)
+
+    def Max(self, a, b):
+        return self.z3.If(a >= b, a, b)
+
+    def Eq(self, a, b):
+        return a == b
+
+    def Div(self, a, k: int):
+        """floor(a / k) for a constant k > 0 (Z3's integer division rounds down then)."""
+        return a / k
+
+    def DivV(self, a, b):
+        """floor(a / b) for a size b > 0 (nonlinear: Z3's nonlinear integer arithmetic)."""
+        return a / b
+
+
+class SymOps:
+    """sympy expressions (``Piecewise`` for a case split); ``sympy`` is handed over by the
+    caller (the claims package, which reads claims with it)."""
+
+    name = "sympy"
+
+    def __init__(self, sympy):
+        self.sp = sympy
+
+    def If(self, c, a, b):
+        if c is True or c is self.sp.true:
+            return a
+        if c is False or c is self.sp.false:
+            return b
+        return self.sp.Piecewise((a, c), (b, True))
+
+    def And(self, *xs):
+        return self.sp.And(*xs)
+
+    def Or(self, *xs):
+        return self.sp.Or(*xs)
+
+    def Not(self, x):
+        return self.sp.Not(x)
+
+    def Min(self, a, b):
+        return self.sp.Min(a, b)
+
+    def Max(self, a, b):
+        return self.sp.Max(a, b)
+
+    def Eq(self, a, b):
+        return self.sp.Eq(a, b)
+
+    def Div(self, a, k: int):
+        return self.sp.floor(a / k)
+
+    def DivV(self, a, b):
+        return self.sp.floor(a / b)
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """One family's schedule at every size in ``domain`` (see the module docstring).
+
+    ``costs``: the cost symbols the start times are written in; ``fixed``: the equalities of
+    the cost slice the timing holds on (``(("c", "0"),)``: latency 0; ``(("t_I", "t_F"),)``:
+    an input-gradient pass costs a forward), each as it must appear among a claim's
+    assumptions; ``duration[K]``: the cost of action ``K`` in those symbols.  ``latency``:
+    whether ``c`` is one of the symbols (then every cross-device dependency adds ``c``).
+    ``domain``: the sizes the certificate is proved for (text, and ``in_domain(o, p, m)``).
+    ``merge``: the same slice as a projection of :mod:`schedverify.formulas.tropical`, to
+    compare the start times with the symbolic timeline.
+    """
+
+    family: str
+    kinds: tuple[str, ...]
+    costs: tuple[str, ...]
+    fixed: tuple[tuple[str, str], ...]
+    duration: dict
+    domain: str
+    in_domain: Callable
+    pos: Callable
+    pred: Callable
+    start: Callable | None  # None: an order-only certificate (peaks, no timing)
+    last: Callable | None
+    critical: Callable | None
+    freed: Callable
+    peak_inflight: Callable
+    peak_memory2: Callable
+    warmup: Callable
+    top: dict
+    merge: tuple = (0, 1, 2, 3, 4)
+    #: actions of each kind per device (the index i runs over 0..count-1): m, or m*v
+    count: Callable = staticmethod(lambda o, m: m)
+    #: chunks per device the certificate is for (None: the family has one stage per device)
+    chunks: int | None = None
+    #: extra conditions the family's generator puts on the sizes (Z3 backend), for claims
+    family_domain: Callable | None = None
+    #: Python: the index i of a generated action (default: its microbatch)
+    index: Callable | None = None
+    #: the data dependencies (default: one stage per device, stage d on device d)
+    deps: Callable | None = None
+    summary: str = ""
+    order_argument: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def timing(self) -> bool:
+        return self.start is not None
+
+    @property
+    def latency(self) -> bool:
+        return "c" in self.costs
+
+    @property
+    def split(self) -> bool:
+        return I in self.kinds
+
+    @property
+    def last_backward(self) -> str:
+        return W if self.split else B
+
+    @property
+    def first_backward(self) -> str:
+        return I if self.split else B
+
+    def slice_text(self) -> str:
+        return ", ".join(f"{a} == {b}" for a, b in self.fixed) or "all costs"

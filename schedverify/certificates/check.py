@@ -1,0 +1,280 @@
+"""Checking a certificate: for all sizes by Z3, and against the generator at given sizes.
+
+:func:`prove_certificate` states each obligation of docs/proofs.md as a formula of linear
+integer arithmetic over ``p, m, d, i`` (the costs are gone: with costs ranging over the
+open positive orthant, a linear form in them is >= another for *every* cost exactly when
+each coefficient is, so "start = max(...) for all costs" becomes coefficient comparisons),
+and asks Z3 for a counterexample: ``unsat`` proves the obligation for every size in the
+certificate's domain.  :func:`crosscheck` compares the certificate's positions, start
+times and peaks with the real generator and the symbolic timeline at concrete sizes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..model import B, F, I, W
+from .base import Certificate, PyOps, Z3Ops
+
+
+@dataclass
+class Obligation:
+    name: str
+    status: str  # "proved", "failed", "unknown"
+    detail: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class CertificateCheck:
+    family: str
+    ok: bool
+    obligations: list[Obligation] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def failures(self) -> list[Obligation]:
+        return [o for o in self.obligations if o.status != "proved"]
+
+    def to_json(self) -> dict:
+        return {"family": self.family, "ok": self.ok, "seconds": round(self.seconds, 3),
+                "obligations": [{"name": o.name, "status": o.status, "detail": o.detail,
+                                 "seconds": round(o.seconds, 3)} for o in self.obligations]}
+
+
+def _deps(cert: Certificate, o, kind, p, m, d, i):
+    """The data dependencies of docs/spec.md 3.4 (deps.NEEDS) for one stage per device,
+    stage d on device d: (condition, (kind, device, microbatch), crosses devices); a
+    certificate with several stages per device gives its own."""
+    if cert.deps is not None:
+        return cert.deps(o, kind, p, m, d, i)
+    if kind == F:
+        return [(d >= 1, (F, d - 1, i), True)]
+    if kind in (B, I):
+        return [(True, (F, d, i), False), (d + 1 < p, (cert.first_backward, d + 1, i), True)]
+    if kind == W:
+        return [(True, (I, d, i), False)]
+    raise ValueError(kind)
+
+
+def _vec(cert: Certificate, form: dict) -> dict:
+    return {c: form.get(c, 0) for c in cert.costs}
+
+
+def _end(cert: Certificate, o, kind, p, m, d, i, cross: bool = False) -> dict:
+    s = _vec(cert, cert.start(o, kind, p, m, d, i))
+    for c, k in cert.duration[kind].items():
+        s[c] = s[c] + k
+    if cert.latency and cross:  # (with latency, cross must be a plain bool)
+        s["c"] = s["c"] + 1
+    return s
+
+
+def obligations(cert: Certificate, o, p, m, d, i) -> list[tuple[str, object]]:
+    """Every obligation as (name, formula) in backend ``o`` with free sizes p, m, d, i;
+    each must hold whenever the sizes are in the certificate's domain, 0 <= d < p and
+    0 <= i < m."""
+    out = []
+    N = cert.count(o, m)  # actions of each kind per device
+    n_actions = len(cert.kinds) * N
+    And, Or, Not = o.And, o.Or, o.Not
+
+    def implies(a, b):
+        return Or(Not(a), b)
+
+    def eq(u, v):
+        return And(*[u[c] == v[c] for c in cert.costs])
+
+    def geq(u, v):
+        return And(*[u[c] >= v[c] for c in cert.costs])
+
+    for kind in cert.kinds:
+        # the device order: pred is the action one position earlier
+        P = cert.pos(o, kind, p, m, d, i)
+        cases = cert.pred(o, kind, p, m, d, i)
+        if cert.start is None:
+            _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions)
+            continue
+        S = _vec(cert, cert.start(o, kind, p, m, d, i))
+        cands = [(c, _end(cert, o, k2, p, m, d, i2)) for c, (k2, i2) in cert.pred(o, kind, p, m, d, i)]
+        cands += [(c, _end(cert, o, k2, p, m, d2, i2, cross))
+                  for c, (k2, d2, i2), cross in _deps(cert, o, kind, p, m, d, i)]
+        conds = [c for c, _ in cands]
+        zero = {c: 0 for c in cert.costs}
+        out.append((f"ASAP {kind}: start >= every predecessor's end (+c across devices)",
+                    And(*[implies(c, geq(S, E)) for c, E in cands])))
+        out.append((f"ASAP {kind}: start = one predecessor's end, or 0 with none",
+                    Or(*[And(c, eq(S, E)) for c, E in cands],
+                       And(Not(Or(*conds)), eq(S, zero)))))
+        _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions)
+    if cert.start is not None:
+        _makespan_obligations(out, cert, o, p, m, d, N, n_actions)
+    _count_obligations(out, cert, o, p, m, d, i, N)
+    return out
+
+
+def _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions):
+    And, Or, Not = o.And, o.Or, o.Not
+
+    def implies(a, b):
+        return Or(Not(a), b)
+
+    out.append((f"order {kind}: 0 <= pos < {len(cert.kinds)}m", And(P >= 0, P < n_actions)))
+    out.append((f"order {kind}: pos(pred) = pos - 1, pred in range",
+                And(*[implies(c, And(cert.pos(o, k2, p, m, d, i2) == P - 1, i2 >= 0, i2 < N))
+                      for c, (k2, i2) in cases])))
+    out.append((f"order {kind}: no pred exactly at position 0",
+                (P == 0) == Not(Or(*[c for c, _ in cases]))))
+    for a in range(len(cases)):
+        for b in range(a + 1, len(cases)):
+            out.append((f"order {kind}: pred cases {a}, {b} disjoint",
+                        Not(And(cases[a][0], cases[b][0]))))
+    out.append((f"order {kind}: positions increase with the microbatch",
+                implies(i + 1 < N, cert.pos(o, kind, p, m, d, i + 1) > P)))
+
+
+def _makespan_obligations(out, cert, o, p, m, d, N, n_actions):
+    And = o.And
+
+    def geq(u, v):
+        return And(*[u[c] >= v[c] for c in cert.costs])
+
+    lk, li = cert.last(o, p, m, d)
+    out.append(("makespan: last(d) is at position N-1",
+                And(cert.pos(o, lk, p, m, d, li) == n_actions - 1, li >= 0, li < N)))
+    dc = cert.critical(o, p, m)
+    ck, ci = cert.last(o, p, m, dc)
+    out.append(("makespan: end(last(d)) <= end(last(critical)) for every cost",
+                And(dc >= 0, dc < p, geq(_end(cert, o, ck, p, m, dc, ci), _end(cert, o, lk, p, m, d, li)))))
+
+
+def _count_obligations(out, cert, o, p, m, d, i, N):
+    """Counts before F(d, i), hence the peaks and the warm-up."""
+    And, Or = o.And, o.Or
+    posF = cert.pos(o, F, p, m, d, i)
+    counts = {}
+    for kind in cert.kinds:
+        if kind == F:
+            continue
+        n = cert.freed(o, kind, p, m, d, i)
+        counts[kind] = n
+        out.append((f"count: freed({kind}) = #{kind} before F(d,i)",
+                    And(n >= 0, n <= N,
+                        Or(n == 0, cert.pos(o, kind, p, m, d, n - 1) < posF),
+                        Or(n == N, cert.pos(o, kind, p, m, d, n) > posF))))
+    lb = cert.last_backward
+    P_in, w_in = cert.peak_inflight(o, p, m, d)
+    out.append(("peak_inflight(d): every F start <= value", i + 1 - counts[lb] <= P_in))
+    n_at = {k: cert.freed(o, k, p, m, d, w_in) for k in counts}
+    out.append(("peak_inflight(d): reached at F(d, i*)",
+                And(w_in >= 0, w_in < N, w_in + 1 - n_at[lb] == P_in)))
+    P_m, w_m = cert.peak_memory2(o, p, m, d)
+
+    def mem2(i_, cnt):
+        if cert.split:
+            return 2 * (i_ + 1) - cnt[I] - cnt[W]
+        return 2 * (i_ + 1) - 2 * cnt[B]
+    n_atm = {k: cert.freed(o, k, p, m, d, w_m) for k in counts}
+    out.append(("peak_memory(d) (x2, activation 1, w = 1/2): every F start <= value",
+                mem2(i, counts) <= P_m))
+    out.append(("peak_memory(d): reached at F(d, i*)",
+                And(w_m >= 0, w_m < N, mem2(w_m, n_atm) == P_m)))
+    fb = cert.first_backward
+    wf = cert.warmup(o, p, m, d)
+    p0 = cert.pos(o, fb, p, m, d, 0)
+    out.append((f"fwd_before_bwd(d) = #F before {fb}(d,0)",
+                And(wf >= 0, wf <= N, Or(wf == 0, cert.pos(o, F, p, m, d, wf - 1) < p0),
+                    Or(wf == N, cert.pos(o, F, p, m, d, wf) > p0))))
+    if cert.split:
+        out.append(("fwd_before_bwd: W(d,0) after I(d,0)", cert.pos(o, W, p, m, d, 0) > p0))
+    vals = {"peak_inflight": lambda dd: cert.peak_inflight(o, p, m, dd)[0],
+            "peak_memory": lambda dd: cert.peak_memory2(o, p, m, dd)[0],
+            "fwd_before_bwd": lambda dd: cert.warmup(o, p, m, dd)}
+    for metric, top in cert.top.items():
+        t = top(o, p, m)
+        out.append((f"top: {metric}(d) <= {metric}(top)", And(t >= 0, t < p, vals[metric](d) <= vals[metric](t))))
+
+
+def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0) -> CertificateCheck:
+    """Every obligation for every size of the domain, by Z3 (one query each)."""
+    from ..smt.solver import make_solver, z3
+
+    t0 = time.perf_counter()
+    o = Z3Ops()
+    p, m, d, i = z3.Ints("p m d i")
+    hyp = z3.And(cert.in_domain(o, p, m), d >= 0, d < p, i >= 0, i < cert.count(o, m))
+    res = CertificateCheck(cert.family, True)
+    for name, formula in obligations(cert, o, p, m, d, i):
+        t1 = time.perf_counter()
+        if isinstance(formula, bool):
+            formula = z3.BoolVal(formula)
+        s = make_solver(timeout_s=timeout_s, logic="QF_LIA")
+        s.add(hyp, z3.Not(formula))
+        r = s.check()
+        if r == z3.unknown:  # floor division by a size: nonlinear, Z3's general solver
+            s = make_solver(timeout_s=timeout_s)
+            s.add(hyp, z3.Not(formula))
+            r = s.check()
+        if r == z3.unsat:
+            ob = Obligation(name, "proved")
+        elif r == z3.sat:
+            mo = s.model()
+            at = ", ".join(f"{v}={mo.eval(v, model_completion=True)}" for v in (p, m, d, i))
+            ob = Obligation(name, "failed", f"fails at {at}")
+        else:
+            ob = Obligation(name, "unknown", s.reason_unknown())
+        ob.seconds = time.perf_counter() - t1
+        res.obligations.append(ob)
+    res.ok = all(o_.status == "proved" for o_ in res.obligations)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def crosscheck(cert: Certificate, sizes) -> list[str]:
+    """Compare the certificate with the generator and the symbolic timeline at each
+    (p, m): every position, every start time (exact, on the certificate's cost slice), the
+    peaks and the warm-up counts.  Returns the disagreements (empty: none)."""
+    from ..formulas.sizes import build
+    from ..formulas.tropical import COST_SYMBOLS, order_metrics, symbolic_timeline
+    from ..graph import compile_graph
+
+    o = PyOps()
+    idx = {n: k for k, n in enumerate(COST_SYMBOLS)}
+    bad = []
+    for p, m in sizes:
+        sched = build(cert.family, p, m, cert.chunks)
+        g = compile_graph(sched)
+        if cert.timing:
+            end, dur = symbolic_timeline(sched, merge=cert.merge)
+        om = order_metrics(sched)
+        index = cert.index(p, m) if cert.index else (lambda a: a.microbatch)
+        for dd in range(p):
+            for j in range(g.starts[dd], g.starts[dd + 1]):
+                a = g.acts[j]
+                pos = j - g.starts[dd]
+                if a.stage % p != dd or a.kind not in cert.kinds:
+                    bad.append(f"p={p},m={m}: {a} on device {dd}")
+                    continue
+                q = index(a)
+                want = cert.pos(o, a.kind, p, m, dd, q)
+                if want != pos:
+                    bad.append(f"p={p},m={m}: {a} at position {pos}, certificate says {want}")
+                if not cert.timing:
+                    continue
+                terms = end[j]
+                st = cert.start(o, a.kind, p, m, dd, q)
+                vec = [0] * len(COST_SYMBOLS)
+                for c in cert.costs:
+                    vec[idx[c]] = st.get(c, 0)
+                got = {tuple(x - y for x, y in zip(t, dur[j])) for t in terms}
+                if got != {tuple(vec)}:
+                    bad.append(f"p={p},m={m}: start of {a} is {sorted(got)}, certificate says {vec}")
+            pk, _ = cert.peak_inflight(o, p, m, dd)
+            pm, _ = cert.peak_memory2(o, p, m, dd)
+            wf = cert.warmup(o, p, m, dd)
+            if (pk, pm, wf) != (om.peak_inflight[dd], 2 * om.peak_memory[dd], om.warmup[dd]):
+                bad.append(f"p={p},m={m},d={dd}: peaks/warm-up {om.peak_inflight[dd]}, "
+                           f"{om.peak_memory[dd]}, {om.warmup[dd]}; certificate {pk}, {pm}/2, {wf}")
+        if len(bad) > 20:
+            break
+    return bad

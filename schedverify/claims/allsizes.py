@@ -1,0 +1,503 @@
+"""Claims judged for *every* size of a domain given by inequalities (docs/proofs.md).
+
+A family with a certificate (:mod:`schedverify.certificates`) has, once the certificate is
+proved (:func:`~schedverify.certificates.check.prove_certificate`), exact closed forms of
+its metrics at every size of the certificate's domain.  A claim about it is then one
+formula over integer sizes ``p, m, d`` and real costs, which Z3 decides:
+
+1. the claim's assumptions must fix the certificate's cost slice (``c == 0`` for 1F1B)
+   when the claim reads a timing metric; otherwise it gets no all-sizes verdict;
+2. Z3 looks for sizes in the domain and costs allowed by the assumptions where the claim
+   fails: ``unsat`` is PROVED for all sizes of the domain;
+3. on ``sat``, the smallest counterexample in the order (p, m, d) is searched by Z3 (no
+   smaller p has one, then no smaller m at that p), and confirmed by the finite-range
+   prover at that one size, which simulates the real schedule;
+4. ``unknown`` (nonlinear arithmetic can be undecidable for Z3) is UNKNOWN with Z3's reason.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import sympy
+from sympy.core.function import AppliedUndef
+
+from ..certificates import certificate_options
+from ..errors import UsageError
+from .statement import ALL, Claim, Parsed, parse_assumptions, parse_claim
+
+PROVED, REFUTED, UNKNOWN = "PROVED", "REFUTED", "UNKNOWN"
+DEFAULT_ALL_SIZES = "p >= 2, m >= 1"
+TIMING = frozenset({"makespan", "bubble_time", "bubble_ratio", "bubble_fraction"})
+_COSTS = ("t_F", "t_B", "t_I", "t_W", "c")
+_KIND_COST = {"F": "t_F", "B": "t_B", "I": "t_I", "W": "t_W"}
+
+
+@dataclass
+class AllSizes:
+    """An all-sizes verdict: PROVED / REFUTED / UNKNOWN, or None when it does not apply
+    (``reason`` says why: no certificate, another cost slice, another chunk count)."""
+
+    verdict: str | None
+    domain: str
+    reason: str = ""
+    counterexample: dict | None = None
+    minimal: str = ""
+    forms: dict = field(default_factory=dict)
+    certificates: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class CertificateStore:
+    """Certificates proved so far in one run (each family's is proved once per run)."""
+
+    def __init__(self, timeout_s: float = 30.0):
+        self.timeout_s = timeout_s
+        self._done: dict = {}
+
+    def options(self, family: str, chunks: int | None = None) -> tuple[list, str]:
+        """The family's proved certificates, narrowest slice first, as (certificate, check)
+        pairs, and why there are none."""
+        from ..formulas.sizes import has_chunks
+
+        chunks = chunks if has_chunks(family) else None
+        key = (family, chunks)
+        if key not in self._done:
+            certs = certificate_options(family, chunks)
+            what = family if chunks is None else f"{family} with v = {chunks}"
+            ok, why = [], f"{what} has no all-sizes certificate yet"
+            from ..certificates.check import prove_certificate
+
+            for cert in certs:
+                chk = prove_certificate(cert, timeout_s=self.timeout_s)
+                if chk.ok:
+                    ok.append((cert, chk))
+                else:
+                    bad = chk.failures()[0]
+                    why = (f"the certificate of {family} did not check: {bad.name}: "
+                           f"{bad.status} {bad.detail}")
+            self._done[key] = (ok, "" if ok else why)
+        return self._done[key]
+
+    def get(self, family: str, chunks: int | None = None):
+        """(the narrowest certificate, its check) or (None, reason)."""
+        ok, why = self.options(family, chunks)
+        return ok[0] if ok else (None, why)
+
+
+def parse_size_relations(text: str) -> list[Parsed]:
+    """``"p >= 2, m >= p"``: relations among the sizes (no metrics, no costs)."""
+    rels = parse_assumptions(text, "--domain")
+    for r in rels:
+        extra = r.symbols - {"p", "m", "v", "d"}
+        if extra:
+            raise UsageError(f"--domain: a domain is about sizes p, m, v, d; {', '.join(sorted(extra))} "
+                             f"is not one (costs go in --assume)")
+    return rels
+
+
+def is_inequality_domain(text: str) -> bool:
+    return any(op in (text or "") for op in ("<", ">", "!="))
+
+
+def _z3():
+    """z3, from the one package that imports it."""
+    from ..smt.solver import z3
+
+    return z3
+
+
+class _Env:
+    """The Z3 side of one claim: sizes as Int, costs as Real, metrics from certificates."""
+
+    def __init__(self, store: CertificateStore, parsed: Parsed, fams: dict, v: int = 1,
+                 picks: dict | None = None):
+        from ..certificates.base import Z3Ops
+
+        z3 = _z3()
+        self.z3 = z3
+        self.o = Z3Ops()
+        self.size = {n: z3.Int(n) for n in ("p", "m", "d")}
+        self.cost = {n: z3.Real(n) for n in _COSTS}
+        self.parsed = parsed
+        self.fams = fams
+        self.store = store
+        self.v = v
+        self.picks = picks if picks is not None else {}  # family -> the certificate used
+        self.side: list = []  # device arguments in range
+
+    # -- metrics
+    def metric(self, fam: str, metric: str, device):
+        z3, o = self.z3, self.o
+        cert = self.picks[fam]
+        p, m = self.size["p"], self.size["m"]
+        R = z3.ToReal
+
+        def busy():
+            n = R(cert.count(o, m))
+            return sum((n * self.cost[_KIND_COST[k]] for k in cert.kinds), z3.RealVal(0))
+
+        if metric in ("peak_inflight", "peak_memory", "fwd_before_bwd"):
+            dev = cert.top[metric](o, p, m) if device is None else device
+            if metric == "peak_inflight":
+                return R(cert.peak_inflight(o, p, m, dev)[0])
+            if metric == "peak_memory":
+                return R(cert.peak_memory2(o, p, m, dev)[0]) / 2
+            return R(cert.warmup(o, p, m, dev))
+        if metric == "busy":
+            return busy()
+        from ..certificates.check import _end
+
+        dc = cert.critical(o, p, m)
+        k, i = cert.last(o, p, m, dc)
+        vec = _end(cert, o, k, p, m, dc, i)
+        T = sum((R(vec[c]) * self.cost[c] for c in cert.costs), z3.RealVal(0))
+        if metric == "makespan":
+            return T
+        b = busy()
+        if metric == "bubble_time":
+            return T - b
+        if metric == "bubble_ratio":
+            return (T - b) / b
+        if metric == "bubble_fraction":
+            return (T - b) / T  # every device is as busy (m of each kind): per device = whole
+        raise UsageError(f"unknown metric {metric!r}")
+
+    # -- sympy -> z3
+    def real(self, e):
+        z3 = self.z3
+        R = z3.ToReal
+        if e.is_Integer:
+            return z3.RealVal(int(e))
+        if e.is_Rational:
+            return z3.RealVal(f"{e.p}/{e.q}")
+        if e.is_Symbol:
+            if e.name in self.size:
+                return R(self.size[e.name])
+            if e.name in self.cost:
+                return self.cost[e.name]
+            raise UsageError(f"cannot use {e.name} here")
+        if isinstance(e, AppliedUndef):
+            ref = self.parsed.refs[e.func.__name__]
+            arg = e.args[0] if e.args else ALL
+            dev = None
+            if arg != ALL:
+                dev = self.int(sympy.sympify(arg))
+                self.side.append(z3.And(dev >= 0, dev < self.size["p"]))
+            return self.metric(self.fams[e.func.__name__], ref.metric, dev)
+        if e.is_Add:
+            return sum((self.real(a) for a in e.args[1:]), self.real(e.args[0]))
+        if e.is_Mul:
+            out = self.real(e.args[0])
+            for a in e.args[1:]:
+                out = out * self.real(a)
+            return out
+        if e.is_Pow and e.exp.is_Integer:
+            k = int(e.exp)
+            base = self.real(e.base)
+            out = base
+            for _ in range(abs(k) - 1):
+                out = out * base
+            return 1 / out if k < 0 else out
+        if isinstance(e, (sympy.floor, sympy.ceiling)):
+            up = isinstance(e, sympy.ceiling)
+            q = self._int_div(-e.args[0] if up else e.args[0])
+            if q is not None:  # an integer division: Z3 reasons better without reals
+                return R(-q if up else q)
+            x = self.real(e.args[0])
+            return -R(z3.ToInt(-x)) if up else R(z3.ToInt(x))
+        if isinstance(e, sympy.Mod):
+            a, b = self.real(e.args[0]), self.real(e.args[1])
+            return a - b * R(z3.ToInt(a / b))
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            xs = [self.real(a) for a in e.args]
+            out = xs[0]
+            for x in xs[1:]:
+                out = z3.If(x < out, x, out) if isinstance(e, sympy.Min) else z3.If(x > out, x, out)
+            return out
+        if isinstance(e, sympy.Piecewise):
+            out = None
+            for val, cond in reversed(e.args):
+                v = self.real(val)
+                out = v if out is None or cond is sympy.true else z3.If(self.rel(cond), v, out)
+            return out
+        raise UsageError(f"cannot hand {sympy.sstr(e)!r} to the all-sizes prover")
+
+    def _int_div(self, arg):
+        """floor(arg) as Z3 integer division when arg = A/k with A a whole-number expression
+        of the sizes and k a positive constant or the size p or m (both >= 1), else None."""
+        num, den = sympy.fraction(sympy.together(arg))
+        try:
+            a = self.int(sympy.expand(num))
+        except UsageError:
+            return None
+        if den.is_Integer and int(den) > 0:
+            return a / int(den)
+        if den.is_Symbol and den.name in ("p", "m"):
+            return a / self.size[den.name]
+        return None
+
+    def int(self, e):
+        z3 = self.z3
+        if e.is_Integer:
+            return z3.IntVal(int(e))
+        if e.is_Symbol and e.name in self.size:
+            return self.size[e.name]
+        if e.is_Add:
+            return sum((self.int(a) for a in e.args[1:]), self.int(e.args[0]))
+        if e.is_Mul and all(a.is_Integer or (a.is_Symbol and a.name in self.size) for a in e.args):
+            out = self.int(e.args[0])
+            for a in e.args[1:]:
+                out = out * self.int(a)
+            return out
+        raise UsageError(f"a device index must be a whole-number expression of p, m, d, got {e}")
+
+    def rel(self, r, op: str | None = None, lhs=None, rhs=None):
+        z3 = self.z3
+        if op is None:
+            if isinstance(r, sympy.And):
+                return z3.And(*[self.rel(a) for a in r.args])
+            if isinstance(r, sympy.Or):
+                return z3.Or(*[self.rel(a) for a in r.args])
+            if isinstance(r, sympy.Not):
+                return z3.Not(self.rel(r.args[0]))
+            op, lhs, rhs = r.rel_op, r.lhs, r.rhs
+        a, b = self.real(sympy.sympify(lhs)), self.real(sympy.sympify(rhs))
+        return {"==": lambda: a == b, "!=": lambda: a != b, "<=": lambda: a <= b,
+                ">=": lambda: a >= b, "<": lambda: a < b, ">": lambda: a > b}[op]()
+
+
+def _fixed_implied(env: _Env, base: list, cert) -> str | None:
+    """None when the assumptions fix the certificate's slice, else the missing equality."""
+    z3 = env.z3
+    from ..smt.solver import make_solver
+
+    for a, b in cert.fixed:
+        s = make_solver(timeout_s=5)
+        s.add(*base)
+        s.add(env.real(sympy.Symbol(a)) != env.real(sympy.sympify(b)))
+        if s.check() != z3.unsat:
+            return f"{a} == {b}"
+    return None
+
+
+def chunk_values(domain_text: str, chunky: bool) -> tuple[list[int] | None, str]:
+    """The chunk counts v the domain allows (v == 1 for a family without chunks; a family
+    with chunks needs v bounded: ``v == 2`` or ``v >= 2, v <= 3``)."""
+    rels = [r for r in parse_size_relations(domain_text) if r.symbols == {"v"}]
+    vs = sympy.Symbol("v")
+
+    def ok(k):
+        return all(bool({"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge,
+                         "<": sympy.Lt, ">": sympy.Gt}[r.op](r.lhs.subs(vs, k), r.rhs.subs(vs, k)))
+                   for r in rels)
+    if not chunky:
+        return ([1] if ok(1) else []), ""
+    if not rels:
+        return None, "a family with chunks needs v bounded in the domain (v == 2, or v >= 2, v <= 3)"
+    vals = [k for k in range(1, 65) if ok(k)]
+    if 64 in vals:
+        return None, "the all-sizes certificates are per chunk count: bound v in the domain"
+    return vals, ""
+
+
+def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s: float = 20.0,
+          v: int = 1) -> AllSizes:
+    """The all-sizes verdict of ``claim`` over the sizes ``domain_text`` allows, at ``v``
+    chunks per device (the claim's family's; families without chunks have one)."""
+    t0 = time.perf_counter()
+    out = AllSizes(None, domain_text)
+    parsed = parse_claim(claim.text)
+    fams = {name: (ref.family or claim.family) for name, ref in parsed.refs.items()}
+    every = set(fams.values()) | {claim.family}
+    opts = {}
+    for fam in sorted(every):
+        opts[fam], why = store.options(fam, v)
+        if not opts[fam]:
+            out.reason = why
+            out.seconds = time.perf_counter() - t0
+            return out
+    picks = {fam: o[0][0] for fam, o in opts.items()}
+    env = _Env(store, parsed, fams, v, picks)
+    z3 = env.z3
+    p, m, d = env.size["p"], env.size["m"], env.size["d"]
+    rels = parse_size_relations(domain_text)
+    assumptions = parse_assumptions(claim.assume)
+    base = [p >= 1, m >= 1]
+    V = sympy.Symbol("v")
+    base += [env.rel(None, r.op, r.lhs.subs(V, v), r.rhs.subs(V, v)) for r in rels]
+    base += [env.rel(None, a.op, a.lhs.subs(V, v), a.rhs.subs(V, v)) for a in assumptions]
+    base += [env.cost[c] > 0 for c in _COSTS if c != "c"] + [env.cost["c"] >= 0]
+    uses_d = "d" in parsed.symbols | {s for a in assumptions for s in a.symbols}
+    if uses_d:
+        base += [d >= 0, d < p]
+    for fam in sorted(every):
+        cert = picks[fam]
+        if cert.family_domain is not None:
+            base.append(cert.family_domain(env.o, p, m))
+    for fam in sorted(every):
+        cert = picks[fam]
+        cover = make_check(base, z3.Not(cert.in_domain(env.o, p, m)))
+        if cover != z3.unsat:
+            out.reason = f"the domain is not inside the certificate's ({cert.domain})"
+            return out
+    if _query(base, timeout_s)[0] == "unsat":
+        out.verdict = UNKNOWN
+        out.reason = "no size in the domain is allowed by the assumptions"
+        out.seconds = time.perf_counter() - t0
+        return out
+    timing = [fam for name, fam in fams.items() if parsed.refs[name].metric in TIMING]
+    for fam in sorted(set(timing)):
+        if not any(c.timing for c, _ in opts[fam]):
+            out.reason = (f"the certificate of {fam} (v = {v}) gives its order, hence its peaks, "
+                          f"but no timing yet")
+            out.seconds = time.perf_counter() - t0
+            return out
+        fitting = [c for c, _ in opts[fam] if c.timing and not _fixed_implied(env, base, c)]
+        if not fitting:
+            c = next(c for c, _ in opts[fam] if c.timing)
+            out.reason = (f"the certificate of {fam} gives its timing on the slice {c.slice_text()}; "
+                          f"the assumptions do not fix {_fixed_implied(env, base, c)}")
+            out.seconds = time.perf_counter() - t0
+            return out
+        picks[fam] = fitting[0]
+    for fam in sorted(every):
+        cert = picks[fam]
+        chk = next(k for c, k in opts[fam] if c is cert)
+        key = fam if cert.chunks is None else f"{fam} v={cert.chunks}"
+        out.certificates[key] = {
+            "slice": (cert.slice_text() if fam in timing else
+                      "none needed (the claim reads no timing)") if cert.timing else "order only",
+            "domain": cert.domain, "check_seconds": round(chk.seconds, 3),
+            "obligations": len(chk.obligations)}
+    vsub = {V: sympy.Integer(v)}
+    lhs, rhs = parsed.lhs.xreplace(vsub), parsed.rhs.xreplace(vsub)
+    goal = env.rel(None, parsed.op, lhs, rhs)
+    for side in env.side:  # as the finite prover, a device index out of range is an error
+        st, mo = _query(base + [z3.Not(side)], timeout_s)
+        if st != "unsat":
+            at = "" if mo is None or st != "sat" else " (e.g. at " + ", ".join(
+                f"{k}={_val(mo, env.size[k])}" for k in ("p", "m")) + ")"
+            raise UsageError(f"a device index of the claim is out of range 0..p-1 somewhere in the "
+                             f"domain{at}; narrow the domain")
+    base += env.side
+    out.forms = forms(claim, every, picks)
+    status, model = _query(base + [z3.Not(goal)], timeout_s)
+    if status == "unsat":
+        out.verdict = PROVED
+    elif status == "unknown":
+        out.verdict = UNKNOWN
+        out.reason = f"Z3: {model}"
+    else:
+        _smallest(out, claim, env, base, goal, model, timeout_s, uses_d, v)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def make_check(constraints, extra):
+    from ..smt.solver import make_solver
+
+    s = make_solver(timeout_s=10)
+    s.add(*constraints)
+    s.add(extra)
+    return s.check()
+
+
+def _query(constraints, timeout_s):
+    z3 = _z3()
+    from ..smt.solver import make_solver
+
+    s = make_solver(timeout_s=timeout_s)
+    s.add(*constraints)
+    r = s.check()
+    if r == z3.unsat:
+        return "unsat", None
+    if r == z3.sat:
+        return "sat", s.model()
+    return "unknown", s.reason_unknown()
+
+
+def _val(model, v) -> int:
+    return model.eval(v, model_completion=True).as_long()
+
+
+def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, timeout_s, uses_d, v):
+    """Lexicographically smallest (p, m[, d]) counterexample, confirmed by simulation."""
+    z3 = env.z3
+    p, m, d = env.size["p"], env.size["m"], env.size["d"]
+    fail = base + [z3.Not(goal)]
+    best = {"p": _val(model, p), "m": _val(model, m)}
+    if uses_d:
+        best["d"] = _val(model, d)
+    fixed = []
+    for name in (["p", "m", "d"] if uses_d else ["p", "m"]):
+        var = env.size[name]
+        # binary search on the smallest value of var with a counterexample
+        lo = 0 if name == "d" else 1
+        hi = best[name]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            st, mo = _query(fail + fixed + [var <= mid], timeout_s)
+            if st == "sat":
+                hi = _val(mo, var)
+                best.update({k: _val(mo, env.size[k]) for k in best})
+                best[name] = hi
+            elif st == "unsat":
+                lo = mid + 1
+            else:
+                out.minimal = f"not established: Z3 gave up below {name}={hi} ({mo})"
+                break
+        best[name] = hi
+        fixed.append(var == hi)
+    if not out.minimal:
+        out.minimal = ("no counterexample with smaller p in the domain, none with smaller m at "
+                       f"p={best['p']}" + (f", none with smaller d at m={best['m']}" if uses_d else ""))
+    # confirm by simulating the real schedule at that size
+    from .prover import prove as finite
+
+    dom = f"p={best['p']}..{best['p']},m={best['m']}..{best['m']}"
+    from ..formulas.sizes import has_chunks
+
+    if has_chunks(claim.family):
+        dom += f",v={v}..{v}"
+    if uses_d:
+        dom += f",d={best['d']}..{best['d']}"
+    sim = finite(Claim(claim.text, claim.family, claim.assume, dom, claim.source, claim.id),
+                 timeout_s=timeout_s, all_sizes=False)
+    if sim.verdict == REFUTED:
+        out.verdict = REFUTED
+        out.counterexample = sim.counterexample
+    else:
+        out.verdict = UNKNOWN
+        out.reason = (f"the closed forms fail at {best} but the simulated schedule says "
+                      f"{sim.verdict} there: the certificate or the translation is wrong")
+
+
+def forms(claim: Claim, fams, picks: dict) -> dict:
+    """The closed forms (sympy text) of every metric of the families, for the output."""
+    from ..certificates.base import SymOps
+    from ..certificates.check import _end
+
+    o = SymOps(sympy)
+    p, m, d = sympy.symbols("p m d", integer=True)
+    cost = {n: sympy.Symbol(n) for n in _COSTS}
+    out = {}
+    for fam in sorted(fams):
+        cert = picks[fam]
+        row = {}
+        if cert.timing:
+            dc = cert.critical(o, p, m)
+            k, i = cert.last(o, p, m, dc)
+            vec = _end(cert, o, k, p, m, dc, i)
+            T = sympy.expand(sum(vec[c] * cost[c] for c in cert.costs))
+            row = {"slice": cert.slice_text(),
+                   "makespan": sympy.sstr(sympy.collect(T, list(cost.values())))}
+        key = fam if cert.chunks is None else f"{fam} v={cert.chunks}"
+        out[key] = row | {
+            "busy(d)": sympy.sstr(sum(cert.count(o, m) * cost[_KIND_COST[k]] for k in cert.kinds)),
+            "peak_inflight(d)": sympy.sstr(cert.peak_inflight(o, p, m, d)[0]),
+            "peak_memory(d)": sympy.sstr(cert.peak_memory2(o, p, m, d)[0] / 2),
+            "fwd_before_bwd(d)": sympy.sstr(cert.warmup(o, p, m, d)),
+        }
+    return out

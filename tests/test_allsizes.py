@@ -1,0 +1,205 @@
+"""All-sizes proofs (docs/proofs.md): each certificate is proved by Z3 for every size and
+agrees with the real generator and timeline, beyond the default grid too; a broken
+certificate is caught; claims false only outside the default finite range (at p = 20) are
+refuted with the smallest counterexample, which the simulated schedule confirms."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import pytest
+
+from schedverify.certificates import certificate, certificate_options, families
+from schedverify.certificates.check import crosscheck, prove_certificate
+from schedverify.claims import Claim, prove
+from schedverify.claims.allsizes import CertificateStore
+from schedverify.cli import run
+from schedverify.model import B, W
+
+ALL = "p >= 2, m >= 1"
+#: the default grid, sizes past it, and sizes with m < p (short pipelines)
+SIZES = ([(p, m) for p in range(1, 7) for m in range(1, 14)]
+         + [(9, 30), (13, 7), (20, 21), (24, 50), (17, 3)])
+
+
+@pytest.fixture(scope="module")
+def store():
+    return CertificateStore()
+
+
+def _cli(argv):
+    out, err = io.StringIO(), io.StringIO()
+    return run(argv, out, err), out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("family,chunks,which", [(f, c, k) for f, c in families()
+                                                 for k in range(len(certificate_options(f, c)))])
+def test_certificate_is_proved_for_all_sizes(family, chunks, which):
+    cert = certificate_options(family, chunks)[which]
+    chk = prove_certificate(cert)
+    assert chk.ok, [(o.name, o.status, o.detail) for o in chk.failures()]
+    names = " ".join(o.name for o in chk.obligations)
+    assert "order" in names and "peak_memory" in names
+    assert ("ASAP" in names) == cert.timing and ("makespan" in names) == cert.timing
+
+
+@pytest.mark.parametrize("family,chunks,which", [(f, c, k) for f, c in families()
+                                                 for k in range(len(certificate_options(f, c)))])
+def test_certificate_matches_the_generator_and_timeline(family, chunks, which):
+    # interleaved 1F1B (group size p) needs m a multiple of p
+    sizes = SIZES if family != "interleaved-1f1b" else [
+        (p, n * p) for p in range(2, 7) for n in range(1, 5)] + [(9, 18), (13, 13), (20, 40)]
+    if chunks and chunks > 2:
+        sizes = sizes[::3]
+    assert crosscheck(certificate_options(family, chunks)[which], sizes) == []
+
+
+def test_a_wrong_start_time_is_caught_with_its_size():
+    cert = certificate("zb-h1")
+    good = cert.start
+
+    def start(o, k, p, m, d, i):
+        s = good(o, k, p, m, d, i)
+        return {"t_F": o.If(p >= 20, s["t_F"] + 1, s["t_F"])} if k == W else s
+
+    chk = prove_certificate(dataclasses.replace(cert, start=start))
+    assert not chk.ok
+    assert any("p=20" in o.detail for o in chk.failures())
+    # the cross-check on the default grid alone would not see it
+    assert crosscheck(dataclasses.replace(cert, start=start), [(p, 8) for p in range(2, 9)]) == []
+
+
+def test_a_wrong_order_is_caught():
+    cert = certificate("1f1b")
+    pos = cert.pos
+    bad = dataclasses.replace(cert, pos=lambda o, k, p, m, d, i: pos(o, k, p, m, d, i) + (k == B))
+    assert not prove_certificate(bad).ok
+    assert crosscheck(bad, [(3, 4)])
+    # an interleaved peak one too high is caught by Z3 and by the generator
+    cert = certificate("interleaved-1f1b", 2)
+    peak = cert.peak_inflight
+    wrong = dataclasses.replace(cert, peak_inflight=lambda o, p, m, d: (peak(o, p, m, d)[0] + 1,
+                                                                        peak(o, p, m, d)[1]))
+    assert not prove_certificate(wrong).ok and crosscheck(wrong, [(3, 6)])
+
+
+@pytest.mark.parametrize("text,family,assume,domain", [
+    ("makespan == (m + p - 1)*(t_F + t_B) + 2*(p - 1)*c", "gpipe", "", ALL),
+    ("peak_inflight(d) == m", "gpipe", "", ALL),
+    ("bubble_fraction == (p - 1)/(m + p - 1)", "1f1b", "c == 0", ALL),
+    ("bubble_ratio == (p - 1)/m", "1f1b", "c == 0", "p >= 2, m >= p"),
+    ("peak_inflight(d) == Min(p - d, m)", "1f1b", "", ALL),
+    ("peak_memory(d) == Min(p - d, m)", "1f1b", "", ALL),
+    ("makespan == makespan@gpipe", "1f1b", "c == 0", ALL),
+    ("bubble_time == (p - 1)*(t_F + t_I - t_W)", "zb-h1", "c == 0, t_I == t_F, t_W == t_F",
+     "p >= 2, m >= p, v == 1"),
+    ("peak_memory <= peak_memory@1f1b", "zb-h1", "", "p >= 2, m >= 1, v == 1"),
+    ("bubble_time == (p - 1)*t_F", "zb-h2", "c == 0, t_I == t_F, t_W == t_F, m >= 2*p", ALL),
+    ("peak_inflight == Min(m, 2*p - 1)", "zb-h2", "", ALL),
+    ("peak_inflight(d) == Min((v - 1)*p + 2*(p - d - 1) + 1, v*m)", "interleaved-1f1b", "",
+     "p >= 2, m >= 1, v >= 2, v <= 4"),
+    ("makespan == (m + p - 1 + (v - 1)*Max(m, p))*(t_F + t_B)", "looped-bfs", "c == 0",
+     "p >= 2, m >= 1, v >= 1, v <= 4"),
+    ("peak_inflight(d) == v*m", "looped-bfs", "", "p >= 2, m >= 1, v >= 1, v <= 4"),
+])
+def test_true_claims_are_proved_for_all_sizes(text, family, assume, domain, store):
+    res = prove(Claim(text, family, assume, domain), store=store)
+    assert res.verdict == "PROVED", res.to_json()
+    assert res.kind == f"all sizes in {domain}"
+
+
+@pytest.mark.parametrize("text,family,assume,domain,sizes", [
+    # false at p = 20 only: a finite check up to p = 16 passes
+    ("peak_inflight == Min(p, m) + floor(p/20)*floor(20/p)", "1f1b", "", ALL,
+     {"p": 20, "m": 1}),
+    ("makespan == (m + p - 1)*(t_F + t_B) + Max(0, p - 19)*t_F", "1f1b", "c == 0", ALL,
+     {"p": 20, "m": 1}),
+    # false for p >= 20 and m >= 40 on device 19 only
+    ("peak_inflight(d) == Min(p - d, m) - floor(d/19)*floor(m/40)", "1f1b", "", ALL,
+     {"p": 20, "m": 40, "d": 19}),
+    ("makespan == (m + p - 1)*(t_F + t_B) + 2*(p - 1)*c + Max(0, p - 19)*Max(0, m - 30)*c",
+     "gpipe", "", ALL, {"p": 20, "m": 31}),
+    ("bubble_time == (p - 1)*t_F + floor(p/20)*floor(m/(p + 5))*t_F", "zb-h1",
+     "c == 0, t_I == t_F, t_W == t_F, m >= p", "p >= 2, m >= 1, v == 1", {"p": 20, "m": 25}),
+    ("peak_inflight(d) == (v - 1)*p + 2*(p - d - 1) + 1 + floor(p/20)*floor(d/19)",
+     "interleaved-1f1b", "m >= p*v", "p >= 2, m >= 1, v >= 2, v <= 3", {"p": 20, "m": 40, "d": 19}),
+    ("makespan == (m + p - 1 + (v - 1)*m)*(t_F + t_B)", "looped-bfs", "c == 0",
+     "p >= 2, m >= 1, v == 2", {"p": 2, "m": 1}),
+])
+def test_claims_false_only_past_the_grid_are_refuted_at_the_smallest_size(
+        text, family, assume, domain, sizes, store):
+    finite_domain = "p=2..16,m=1..32" + {"zb-h1": ",v=1..1", "interleaved-1f1b": ",v=2..2"}.get(
+        family, "")
+    if family != "looped-bfs":  # the looped claim is false at m < p, inside any grid
+        assert prove(Claim(text, family, assume, finite_domain)).verdict == "PROVED"
+    res = prove(Claim(text, family, assume, domain), store=store)
+    assert res.verdict == "REFUTED", res.to_json()
+    got = {k: v for k, v in res.counterexample["sizes"].items() if k != "v"}
+    assert got == sizes
+    if family in ("interleaved-1f1b", "looped-bfs"):
+        assert res.counterexample["sizes"]["v"] == 2
+    assert "no counterexample with smaller p" in res.minimal
+    assert res.counterexample["lhs"] != res.counterexample["rhs"]
+
+
+def test_grid_claims_are_extended_and_pinned_ones_stay_finite(store):
+    grid = prove(Claim("peak_inflight(0) == Min(p, m)", "1f1b", "", "p=2..8,m=1..24"),
+                 all_sizes=True, store=store)
+    assert grid.verdict == "PROVED" and grid.kind == "all sizes in p >= 2, m >= 1"
+    pinned = prove(Claim("fwd_before_bwd(0) == m", "1f1b", "", "p=4..4,m=8..8"),
+                   all_sizes=True, store=store)
+    assert pinned.verdict == "REFUTED" and pinned.kind == "all sizes in p == 4, m == 8"
+    plain = prove(Claim("peak_inflight(0) == Min(p, m)", "1f1b", "", "p=2..4,m=1..8"))
+    assert plain.kind == "finite range p=2..4,m=1..8" and plain.checked == 24
+
+
+def test_no_certificate_or_another_cost_slice_is_unknown_with_the_reason(store):
+    res = prove(Claim("peak_inflight <= 2*p", "zb-v", "", ALL), store=store)
+    assert res.verdict == "UNKNOWN" and "no all-sizes certificate" in res.reason
+    res = prove(Claim("bubble_ratio == (p - 1)/(v*m)", "interleaved-1f1b", "c == 0",
+                      "p >= 2, m >= 1, v == 2"), store=store)
+    assert res.verdict == "UNKNOWN" and "no timing" in res.reason
+    res = prove(Claim("peak_inflight <= 2*p*v", "interleaved-1f1b", "", ALL), store=store)
+    assert res.verdict == "UNKNOWN" and "v bounded" in res.reason
+    res = prove(Claim("bubble_time == (p - 1)*t_F", "zb-h1", "m >= p", "p >= 2, m >= 1, v == 1"),
+                store=store)
+    assert res.verdict == "UNKNOWN" and "c == 0" in res.reason
+    # on a grid the finite prover still answers, and the refutation counts for all sizes
+    res = prove(Claim("bubble_time == (p - 1)*t_F", "zb-h1", "m >= p", "p=2..4,m=1..8,v=1..1"),
+                all_sizes=True, store=store)
+    assert res.verdict == "REFUTED" and res.kind == "all sizes in p >= 2, m >= 1, v == 1"
+    assert "c == 0" in res.all_sizes_reason
+
+
+def test_1f1b_with_latency_every_cost(store):
+    """1F1B's second certificate keeps c: its coefficient steps with period p."""
+    res = prove(Claim("makespan == 2*c*(m + p - ceiling((m - 1)/p) - 2) + (t_F + t_B)*(m + p - 1)",
+                      "1f1b", "", ALL), store=store)
+    assert res.verdict == "PROVED" and res.certificates["1f1b"]["slice"] == "all costs"
+    res = prove(Claim("makespan >= makespan@gpipe", "1f1b", "", ALL), store=store)
+    assert res.verdict == "PROVED"
+    res = prove(Claim("bubble_ratio == (p - 1)/m", "1f1b", "", "p >= 2, m >= p"), store=store)
+    assert res.verdict == "REFUTED"
+    ce = res.counterexample
+    assert (ce["sizes"]["p"], ce["sizes"]["m"]) == (2, 2) and ce["costs"]["c"] != "0"
+    # with c == 0 the linear certificate is used
+    res = prove(Claim("bubble_ratio == (p - 1)/m", "1f1b", "c == 0", "p >= 2, m >= p"), store=store)
+    assert res.verdict == "PROVED" and res.certificates["1f1b"]["slice"] == "c == 0"
+
+
+def test_cli_domain_inequalities_text_and_json():
+    code, out, _ = _cli(["prove", "--family", "1f1b", "bubble_ratio == (p - 1)/m",
+                         "--assume", "c == 0", "--domain", "p>=2, m>=p"])
+    assert code == 0 and "kind: all sizes in p>=2, m>=p" in out
+    code, out, _ = _cli(["prove", "--family", "1f1b",
+                         "peak_inflight == Min(p, m) + floor(p/20)*floor(20/p)",
+                         "--domain", "p>=2, m>=1", "--format", "json"])
+    row = json.loads(out)
+    assert code == 1 and row["kind"] == "all sizes in p>=2, m>=1"
+    assert row["counterexample"]["sizes"]["p"] == 20
+    assert row["closed_forms"]["1f1b"]["peak_inflight(d)"] == "Min(m, -d + p)"
+    code, out, _ = _cli(["prove", "--family", "gpipe", "peak_inflight == m", "--domain",
+                         "p=2..3,m=1..4", "--all-sizes"])
+    assert code == 0 and "kind: all sizes in p >= 2, m >= 1" in out
