@@ -39,7 +39,7 @@ def _first(family: str, chunks: int | None) -> Certificate | None:
     from .looped import LOOPED
 
     if family == "interleaved-1f1b":
-        return INTERLEAVED.get(chunks)
+        return None if chunks is None else INTERLEAVED.get(chunks)
     if family == "looped-bfs":
         return LOOPED.get(1 if chunks is None else chunks)
     if family == "zb-h1" and chunks not in (None, 1):

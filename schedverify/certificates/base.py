@@ -26,7 +26,7 @@ is in :mod:`.check` and docs/proofs.md.  Nothing here imports z3 or sympy itself
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 from ..model import B, F, I, W
 

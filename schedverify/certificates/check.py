@@ -62,6 +62,7 @@ def _vec(cert: Certificate, form: dict) -> dict:
 
 
 def _end(cert: Certificate, o, kind, p, m, d, i, cross: bool = False) -> dict:
+    assert cert.start is not None, "only a timed certificate has end times"
     s = _vec(cert, cert.start(o, kind, p, m, d, i))
     for c, k in cert.duration[kind].items():
         s[c] = s[c] + k
@@ -74,7 +75,7 @@ def obligations(cert: Certificate, o, p, m, d, i) -> list[tuple[str, object]]:
     """Every obligation as (name, formula) in backend ``o`` with free sizes p, m, d, i;
     each must hold whenever the sizes are in the certificate's domain, 0 <= d < p and
     0 <= i < m."""
-    out = []
+    out: list[tuple[str, object]] = []
     N = cert.count(o, m)  # actions of each kind per device
     n_actions = len(cert.kinds) * N
     And, Or, Not = o.And, o.Or, o.Not
@@ -119,7 +120,7 @@ def _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions):
     def implies(a, b):
         return Or(Not(a), b)
 
-    out.append((f"order {kind}: 0 <= pos < {len(cert.kinds)}m", And(P >= 0, P < n_actions)))
+    out.append((f"order {kind}: 0 <= pos < {len(cert.kinds)}m", And(P >= 0, n_actions > P)))
     out.append((f"order {kind}: pos(pred) = pos - 1, pred in range",
                 And(*[implies(c, And(cert.pos(o, k2, p, m, d, i2) == P - 1, i2 >= 0, i2 < N))
                       for c, (k2, i2) in cases])))
@@ -262,6 +263,7 @@ def crosscheck(cert: Certificate, sizes) -> list[str]:
                 if not cert.timing:
                     continue
                 terms = end[j]
+                assert cert.start is not None  # cert.timing: a timed certificate
                 st = cert.start(o, a.kind, p, m, dd, q)
                 vec = [0] * len(COST_SYMBOLS)
                 for c in cert.costs:
