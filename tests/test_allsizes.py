@@ -203,3 +203,29 @@ def test_cli_domain_inequalities_text_and_json():
     code, out, _ = _cli(["prove", "--family", "gpipe", "peak_inflight == m", "--domain",
                          "p=2..3,m=1..4", "--all-sizes"])
     assert code == 0 and "kind: all sizes in p >= 2, m >= 1" in out
+
+
+# --------------------------------------------------------------------------- shipped forms
+
+
+def test_shipped_proof_records_are_what_the_prover_proves_for_gpipe():
+    """proofs.json (made by `formula --prove-shipped`) holds, for GPipe, exactly the forms the
+    all-sizes prover proves now; .ci/formulas checks every family."""
+    from schedverify.claims.forms import prove_forms
+    from schedverify.formulas import shipped
+
+    fresh = prove_forms(["gpipe"])
+    kept = {k: v for k, v in shipped.proof_records().items() if k.startswith("gpipe/")}
+    assert fresh == kept
+    assert "gpipe/makespan" in fresh and "gpipe/peak_memory(d)" in fresh
+
+
+def test_a_proved_form_is_labelled_and_a_changed_one_is_not(monkeypatch):
+    from schedverify.formulas import shipped
+
+    assert shipped.json_doc("gpipe", "makespan")["domain"]["status"] == "proved for all sizes in its domain"
+    assert shipped.json_doc("1f1b", "bubble_fraction")["domain"]["status"].startswith("confirmed on p=2..8")
+    real = shipped.proof_record
+    monkeypatch.setattr(shipped, "proof_record", lambda f, m, d=None: (
+        {**real(f, m, d), "expression": "m + p"} if real(f, m, d) else None))
+    assert shipped.json_doc("gpipe", "makespan")["domain"]["status"].startswith("confirmed on")

@@ -44,7 +44,11 @@ def register(sub) -> None:
     p.add_argument("--rebuild", action="store_true",
                    help="derive every shipped form again (all families, or FAMILY) and write "
                         "them to the package's forms file, or to -o")
-    p.add_argument("-o", "--output", metavar="PATH", help="with --rebuild: the file to write")
+    p.add_argument("--prove-shipped", action="store_true",
+                   help="judge every shipped form (all families, or FAMILY) with the all-sizes "
+                        "prover and record those proved in the package's proofs file, or in -o")
+    p.add_argument("-o", "--output", metavar="PATH",
+                   help="with --rebuild or --prove-shipped: the file to write")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="with --rebuild: derive families in N processes")
     p.set_defaults(handler=run)
@@ -87,10 +91,12 @@ def run(args, out, err) -> int:
 
     if args.rebuild:
         return _rebuild(args, out, err)
+    if args.prove_shipped:
+        return _prove_shipped(args, out, err)
     if args.family is None:
         raise UsageError("formula: give a FAMILY (or --rebuild)")
     if args.output is not None:
-        raise UsageError("-o/--output applies to --rebuild only")
+        raise UsageError("-o/--output applies to --rebuild and --prove-shipped only")
     sizes = _assignments(args.at, "--at", ("p", "m", "v", "d"))
     costs = {"t_F": 1, "t_B": 2, "t_I": 1, "t_W": 1, "c": 0}
     costs.update(_assignments(args.costs, "--costs", ("t_F", "t_B", "t_I", "t_W", "c")))
@@ -202,6 +208,28 @@ def _evaluate(f, family: str, metric: str, device, sizes: dict, costs: dict) -> 
                                                   for k, x in costs.items()})
     return {"sizes": full, "costs": {k: str(x) for k, x in costs.items()},
             "formula": str(val), "schedule": sympy.sstr(own)}
+
+
+def _prove_shipped(args, out, err) -> int:
+    import time
+
+    from ..claims.forms import prove_forms, write_proofs
+    from ..formulas import shipped
+    from ..formulas.sizes import family
+
+    names = None
+    if args.family is not None:
+        family(args.family)
+        names = [args.family]
+    t0 = time.time()
+    records = prove_forms(names, log=lambda msg: print(f"formula --prove-shipped: {msg}", file=err))
+    if names:  # the other families' records are kept
+        records = {**{k: v for k, v in shipped.proof_records(args.output).items()
+                      if k.split("/")[0] not in names}, **records}
+    write_proofs(records, args.output)
+    print(f"formula --prove-shipped: {len(records)} forms proved for all sizes, wrote "
+          f"{args.output or shipped.PROOFS} in {time.time() - t0:.0f} s", file=err)
+    return EXIT_OK
 
 
 def _rebuild(args, out, err) -> int:

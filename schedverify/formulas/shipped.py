@@ -247,6 +247,11 @@ def _proofs(path: str | None = None) -> dict:
         return {}
 
 
+def proof_records(path: str | None = None) -> dict:
+    """Every proof record kept in ``proofs.json`` (or at ``path``)."""
+    return dict(_proofs(path))
+
+
 def proof_record(family: str, metric: str, device=None) -> dict | None:
     """The record of an all-sizes proof of this form, if one is kept in ``proofs.json``:
     ``{"family/metric key": {"expression": the proved form's text (it counts only while the
