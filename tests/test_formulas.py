@@ -542,9 +542,12 @@ def test_text_output_labels_the_domain_with_what_was_confirmed():
     import io
 
     out = io.StringIO()
-    assert run(["formula", "1f1b", "--metric", "makespan"], out, io.StringIO()) == 0
+    assert run(["formula", "1f1b", "--metric", "bubble_fraction"], out, io.StringIO()) == 0
     domain = next(line for line in out.getvalue().splitlines() if line.startswith("  domain:"))
     assert domain.endswith("c >= 0; confirmed on p=2..8, m=1..24")
+    out = io.StringIO()
+    assert run(["formula", "1f1b", "--metric", "makespan"], out, io.StringIO()) == 0  # proofs.json
+    assert "c >= 0; proved for all sizes in its domain\n" in out.getvalue()
     out = io.StringIO()
     assert run(["formula", "interleaved-1f1b", "--metric", "peak_memory"], out, io.StringIO()) == 0
     assert "2 <= v <= 3; confirmed on p=2..8, m=1..48, v=2..3\n" in out.getvalue()
@@ -556,19 +559,19 @@ def test_at_outside_the_confirmed_range_warns_and_says_so_in_json():
 
     err = io.StringIO()
     out = io.StringIO()
-    assert run(["formula", "1f1b", "--metric", "peak_inflight", "--at", "p=32,m=128"], out,
+    assert run(["formula", "1f1b", "--metric", "bubble_fraction", "--at", "p=32,m=128"], out,
                err) == 0
     assert err.getvalue() == ("warning: p=32, m=128 is outside the confirmed range p=2..8, "
                               "m=1..24: the form is extrapolated\n")
-    assert "formula 32, schedule 32" in out.getvalue()
+    assert "formula 31/159, schedule 31/159" in out.getvalue()
     out, err = io.StringIO(), io.StringIO()
-    assert run(["formula", "1f1b", "--metric", "peak_inflight", "--at", "p=32,m=128",
+    assert run(["formula", "1f1b", "--metric", "bubble_fraction", "--at", "p=32,m=128",
                 "--format", "json"], out, err) == 0
     at = json.loads(out.getvalue())["at"]
     assert at["extrapolated"] is True and "extrapolated" in at["warning"]
     assert at["status"] == "confirmed on p=2..8, m=1..24" and err.getvalue() == ""
     out, err = io.StringIO(), io.StringIO()
-    assert run(["formula", "1f1b", "--metric", "peak_inflight", "--at", "p=8,m=24",
+    assert run(["formula", "1f1b", "--metric", "bubble_fraction", "--at", "p=8,m=24",
                 "--format", "json"], out, err) == 0
     doc = json.loads(out.getvalue())
     assert doc["at"]["extrapolated"] is False and doc["at"]["warning"] is None
@@ -597,7 +600,8 @@ def test_smallest_m_beyond_the_confirmed_range_warns():
 def test_proof_status_is_confirmed_until_a_proof_of_that_very_form_is_recorded(monkeypatch):
     from schedverify.formulas import proof_status, shipped
 
-    assert proof_status("1f1b", "makespan") == "confirmed on p=2..8, m=1..24"
+    assert proof_status("1f1b", "bubble_fraction") == "confirmed on p=2..8, m=1..24"
+    assert proof_status("1f1b", "makespan") == "proved for all sizes in its domain"  # proofs.json
     assert proof_status("v-min", "peak_memory", "d") == "confirmed on p=2..11, m=1..24"
     text = formula("1f1b", "peak_inflight", "d").text()
     records = {"1f1b/peak_inflight(d)": {"expression": text, "by": "test"},
