@@ -7,13 +7,13 @@ several times cheaper to build and to hash.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from itertools import chain
 from fractions import Fraction
+from itertools import chain
 from numbers import Integral
 from operator import attrgetter
 from typing import Any, NamedTuple, Union
-from collections.abc import Sequence
 
 from .errors import UsageError
 
