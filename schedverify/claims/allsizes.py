@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy
 from sympy.core.function import AppliedUndef
@@ -430,7 +431,7 @@ def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, timeout
     best = {"p": _val(model, p), "m": _val(model, m)}
     if uses_d:
         best["d"] = _val(model, d)
-    fixed = []
+    fixed: list[Any] = []  # z3 constraints (z3 has no stubs)
     for name in (["p", "m", "d"] if uses_d else ["p", "m"]):
         var = env.size[name]
         # binary search on the smallest value of var with a counterexample

@@ -8,8 +8,13 @@ recorded when the claim was last judged, so a run can say when one changes).
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (supported, see requires-python): the same parser as the tomli package
+    import tomli as tomllib
 
 from ..errors import InputError
 from .statement import Claim

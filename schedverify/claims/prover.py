@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import product
+from typing import Any
 
 import sympy
 from sympy.core.function import AppliedUndef
@@ -67,7 +68,7 @@ class Result:
 
     def to_json(self) -> dict:
         c = self.claim
-        extra = {"kind": self.kind}
+        extra: dict[str, Any] = {"kind": self.kind}
         if self.all_sizes_reason:
             extra["all_sizes_reason"] = self.all_sizes_reason
         if self.minimal:
@@ -103,12 +104,16 @@ def metric_value(sm: SizeMetrics | OrderMetrics, metric: str, device) -> sympy.E
     if device is not None and not 0 <= device < sm.devices:
         raise UsageError(f"device index {device} is out of range 0..{sm.devices - 1}")
     if metric in ORDER_ONLY:
-        table = {"peak_inflight": sm.peak_inflight, "peak_memory": sm.peak_memory,
-                 "fwd_before_bwd": sm.warmup}[metric]
+        tables: dict[str, tuple[int | Fraction, ...]] = {
+            "peak_inflight": sm.peak_inflight, "peak_memory": sm.peak_memory,
+            "fwd_before_bwd": sm.warmup}
+        table = tables[metric]
         val = table[device] if device is not None else max(table)
         return sympy.Rational(Fraction(val).numerator, Fraction(val).denominator)
     if metric == "busy":
         return _lin(sm.busy[device]) if device is not None else _max(sm.busiest)
+    # only the order-only metrics and busy are asked of an OrderMetrics (see the docstring)
+    assert isinstance(sm, SizeMetrics), f"{metric} needs the timeline (SizeMetrics)"
     T = _max(sm.makespan)
     if metric == "makespan":
         return T
@@ -187,7 +192,7 @@ def _merge(assumptions: list[Parsed]) -> tuple:
     """The projection of the cost symbols that equalities among the assumptions allow:
     ``c == 0`` drops the latency, ``t_I == t_F`` counts t_I as t_F (exact on that slice, and
     the symbolic timeline gets much smaller)."""
-    merge = list(range(len(TERM_ORDER)))
+    merge: list[int | None] = list(range(len(TERM_ORDER)))
     idx = {n: k for k, n in enumerate(TERM_ORDER)}
     for a in assumptions:
         if a.op != "==" or not a.lhs.is_Symbol or a.lhs.name not in idx:
@@ -205,7 +210,7 @@ def _merge(assumptions: list[Parsed]) -> tuple:
 
 
 def _domain_json(prep: _Prepared) -> dict:
-    out = {k: list(v) for k, v in prep.domain.items()}
+    out: dict[str, list | str] = {k: list(v) for k, v in prep.domain.items()}
     if prep.uses_d and "d" not in out:
         out["d"] = "0..p-1"
     return out
@@ -245,14 +250,21 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
         # v), after every smaller m there, it is also the smallest of the unbounded domain.
         res.kind = f"all sizes in {ext}"
         res.minimal = (f"found by the exact search, which tried every smaller m at the domain's "
-                       f"smallest p = {res.counterexample['sizes']['p']}")
+                       f"smallest p = {_refuted_sizes(res)['p']}")
     res.seconds = time.perf_counter() - t0
     return res
 
 
+def _refuted_sizes(res: Result) -> dict:
+    """The sizes of a REFUTED result's counterexample."""
+    ce = res.counterexample
+    assert ce is not None, "a REFUTED result always carries its counterexample"
+    return ce["sizes"]
+
+
 def _first_row(res: Result) -> bool:
     """Is the counterexample at the lowest p (and v) of the searched range?"""
-    ce, dom = res.counterexample["sizes"], res.domain
+    ce, dom = _refuted_sizes(res), res.domain
     if ce["p"] != dom["p"][0]:
         return False
     return not ("v" in dom and isinstance(dom["v"], list) and ce.get("v") != dom["v"][0])
@@ -366,7 +378,7 @@ def _prove_finite(claim: Claim, timeout_s: float) -> Result:
                     res.skipped.append((p, m) if v is None else (p, m, v))
                     continue
                 vv = own.v
-                dr = [None]
+                dr: list[int | None] = [None]
                 if prep.uses_d:
                     lo, hi = dom.get("d", (0, p - 1))
                     dr = list(range(max(0, lo), min(p - 1, hi) + 1))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy
 from sympy.parsing.sympy_parser import (
@@ -56,8 +57,8 @@ class MetricRef:
 @dataclass
 class Parsed:
     op: str
-    lhs: object
-    rhs: object
+    lhs: Any  # a sympy expression (sympy has no stubs)
+    rhs: Any
     refs: dict = field(default_factory=dict)  # sympy Function name -> MetricRef
 
     @property
@@ -165,7 +166,9 @@ def parse_assumptions(text: str | list | None, where: str = "--assume") -> list[
 
 
 def _split_top(text: str) -> list[str]:
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -44,7 +45,7 @@ def _poly(poly) -> sympy.Expr:
     return fit.to_sympy(poly, _basis())
 
 
-def _pieces(pieces: list[Piece], one) -> sympy.Expr:
+def _pieces(pieces: Sequence[Piece], one) -> sympy.Expr:
     """A decision list as a sympy Piecewise (first matching condition wins)."""
     if len(pieces) == 1:
         return one(pieces[0].value)
@@ -52,7 +53,7 @@ def _pieces(pieces: list[Piece], one) -> sympy.Expr:
                              for pc in pieces])
 
 
-def _scalar(pieces: list[Piece]) -> sympy.Expr:
+def _scalar(pieces: Sequence[Piece]) -> sympy.Expr:
     return _pieces(pieces, _poly)
 
 
@@ -60,7 +61,7 @@ def _linear(comps) -> sympy.Expr:
     return sum((_scalar(pc) * s for pc, s in zip(comps, COSTS)), sympy.Integer(0))
 
 
-def _tropical(pieces: list[Piece]) -> sympy.Expr:
+def _tropical(pieces: Sequence[Piece]) -> sympy.Expr:
     def one(terms):
         forms = [sum((_poly(comp) * s for comp, s in zip(t, COSTS)), sympy.Integer(0))
                  for t in terms]
@@ -175,7 +176,7 @@ class Formula:
         subs = {SYMBOLS[k]: sympy.Rational(str(x)) for k, x in {**sizes, **(costs or {})}.items()
                 if k in SYMBOLS}
         cond = _outside(self.cost_slice, costs) if costs else None
-        if cond is not None:  # the cost slice it was derived on
+        if costs and cond is not None:  # the cost slice it was derived on (cond needs costs)
             given = ", ".join(f"{k}={x}" for k, x in costs.items())
             raise UsageError(f"{self.family} {self.metric}: the form holds for {cond} "
                              f"only; the costs {given} are outside it")
@@ -271,12 +272,13 @@ def derive_raw(family: str, metric: str, per_device: bool = False,
     if metric == "busy":
         per_device = True
     parts = []
+    got: dict[str, tuple[Piece, ...]] = {}  # part key -> its pieces
     for key in _parts_of(metric, per_device):
         pt = derive_part(family, key, cost_slice=cost_slice if key == "makespan" else None)
         if pt.pieces is None:
             raise NotDerived(pt.failure or f"{family}: {key}: not derived")
         parts.append(pt)
-    got = {pt.key: pt.pieces for pt in parts}
+        got[pt.key] = pt.pieces
     if metric == "busy":
         expr = _linear(got["busy"][0].value)
     elif metric in ("peak_inflight", "peak_memory"):
@@ -304,6 +306,14 @@ def derive_raw(family: str, metric: str, per_device: bool = False,
                mk.slice_failures if mk else (), len(parts[0].skipped))
 
 
+def _device_index(device: int | str | None) -> int:
+    """The index of one device, for a per-device form (only those have d to substitute)."""
+    # derive_formula and the shipped forms make a raw form per device only when asked for a
+    # device (or busy, which assemble turns into d)
+    assert device is not None, "a per-device form is assembled for a device or d"
+    return int(device)
+
+
 def assemble(raw: Raw, device: int | str | None = None) -> Formula:
     """The :class:`Formula` of ``raw`` (for one device when ``device`` is a number): tidied,
     with its domain's conditions and notes."""
@@ -312,7 +322,7 @@ def assemble(raw: Raw, device: int | str | None = None) -> Formula:
         device = "d"
     expr = raw.expression
     if per_device and device != "d":
-        expr = expr.subs(d, int(device))
+        expr = expr.subs(d, _device_index(device))
     expr = _tidy(expr)
     # the restricted size domains of the parts the expression is made of
     restricted = []
@@ -321,7 +331,7 @@ def assemble(raw: Raw, device: int | str | None = None) -> Formula:
         if not key.endswith("(d)"):
             e = e.subs(d, 0)  # a whole-schedule metric was fitted at d = 0
         elif device != "d":
-            e = e.subs(d, int(device))
+            e = e.subs(d, _device_index(device))
         for part in (e.args if isinstance(e, sympy.And) else (e,)):
             text = sympy.sstr(part)
             if text not in restricted:
@@ -337,7 +347,7 @@ def assemble(raw: Raw, device: int | str | None = None) -> Formula:
     conds += restricted
     timing = metric in ("makespan", "bubble_time", "bubble_ratio", "bubble_fraction", "busy")
     notes = []
-    slice_ = ()
+    slice_: tuple[str, ...] = ()
     if timing:
         conds += ["t_F > 0", "t_B > 0", "t_I > 0", "t_W > 0"]
         slice_ = () if metric == "busy" else raw.slice

@@ -61,6 +61,7 @@ from fractions import Fraction
 from functools import lru_cache
 from itertools import chain, islice, product
 from types import MappingProxyType
+from typing import Any
 from collections.abc import Callable, Iterator, Mapping
 
 from ..errors import UsageError
@@ -108,11 +109,26 @@ THRESHOLDS: tuple[tuple[str, Callable[[int, int, int], int]], ...] = (
 )
 
 
-def _atoms():
-    out = []
+Predicate = Callable[[int, int, int, int], bool]  # (p, m, v, d) -> holds
+
+
+def _m_at_least(th: Callable[[int, int, int], int]) -> Predicate:
+    return lambda p, m, v, d: m >= th(p, v, d)
+
+
+def _m_below(th: Callable[[int, int, int], int]) -> Predicate:
+    return lambda p, m, v, d: m < th(p, v, d)
+
+
+def _p_mod_3(k: int) -> Predicate:
+    return lambda p, m, v, d: p % 3 == k
+
+
+def _atoms() -> tuple[tuple[str, Predicate], ...]:
+    out: list[tuple[str, Predicate]] = []
     for text, th in THRESHOLDS:
-        out.append((f"m >= {text}", lambda p, m, v, d, th=th: m >= th(p, v, d)))
-        out.append((f"m < {text}", lambda p, m, v, d, th=th: m < th(p, v, d)))
+        out.append((f"m >= {text}", _m_at_least(th)))
+        out.append((f"m < {text}", _m_below(th)))
     out.append(("2*d < p", lambda p, m, v, d: 2 * d < p))
     out.append(("v < 2", lambda p, m, v, d: v < 2))
     out.append(("p < 3", lambda p, m, v, d: p < 3))
@@ -122,16 +138,16 @@ def _atoms():
 
 
 #: Conditions a piece of a decision list may carry (sympy-parseable text, predicate).
-ATOMS: tuple[tuple[str, Callable[[int, int, int, int], bool]], ...] = _atoms()
+ATOMS: tuple[tuple[str, Predicate], ...] = _atoms()
 #: Conditions offered only on a restricted domain (the last attempt), so the search of every
 #: family derived without it is unchanged (and a failing search stays affordable): the first
 #: device, and p modulo 3.
-LATE_ATOMS: tuple[tuple[str, Callable[[int, int, int, int], bool]], ...] = (
+LATE_ATOMS: tuple[tuple[str, Predicate], ...] = (
     ("d < 1", lambda p, m, v, d: d < 1),
     ("d >= 1", lambda p, m, v, d: d >= 1),
     ("d < 2", lambda p, m, v, d: d < 2),
     ("d >= 2", lambda p, m, v, d: d >= 2),
-) + tuple((f"Eq(Mod(p, 3), {k})", lambda p, m, v, d, k=k: p % 3 == k) for k in range(3))
+) + tuple((f"Eq(Mod(p, 3), {k})", _p_mod_3(k)) for k in range(3))
 _ATOM = dict(ATOMS + LATE_ATOMS)
 MAX_PIECES = 3
 #: How many fitted candidates (per metric) are confirmed before giving up.
@@ -250,11 +266,14 @@ class NotDerived(UsageError):
 
 @dataclass(frozen=True)
 class Piece:
-    """One region of a piecewise form: ``cond`` (sympy-parseable text, None = otherwise) and
-    its value: a polynomial (scalar) or a list of term polynomials, one per cost symbol."""
+    """One region of a piecewise form: ``cond`` (sympy-parseable text or a fitted
+    :class:`Threshold`, None = otherwise) and its value: a polynomial (scalar) or a list of
+    term polynomials, one per cost symbol."""
 
-    cond: str | None
-    value: object
+    cond: str | Threshold | None
+    # which of the two (and whether frozen: a mapping, tuples) is the part's kind, not the
+    # piece's, so the readers (scalar or tropical) know it
+    value: Any
 
 
 @dataclass(frozen=True)
@@ -653,7 +672,7 @@ def _fit_terms(data: dict, mode: bool = False, ranked: bool = False,
     order, each cost symbol leading once; this finds terms that are maximal only in a cone
     whose position moves with the sizes, which no single probe follows.  Each fitted term is
     a real term at every training size; confirmation checks the rest."""
-    found = []
+    found: list[tuple[tuple, list]] = []  # (key, term polynomials)
 
     def add(comps_of):
         comps = []
@@ -733,7 +752,8 @@ def _tropical_at(pieces: list[Piece], x) -> Tropical:
     raise AssertionError("no piece applies")
 
 
-def _tropical(label: str, train: dict, full: dict, restrict: int = 0, ctx: Fitting = PLAIN):
+def _tropical(label: str, train: dict, full: dict | Callable[[], dict], restrict: int = 0,
+              ctx: Fitting = PLAIN) -> list[Piece] | tuple[str, list[Piece]]:
     cache: dict = {}
     if restrict:
         ctx = RESTRICTED
@@ -859,7 +879,7 @@ def derive_part(name: str, key: str, *,
     def per_size(fn, pts):
         return {_key(*x): fn(v) for x, v in pts.items()}
 
-    def per_device(fn, pts):
+    def per_device(fn, pts: dict[tuple[int, int, int], Any]):  # (p, m, v) -> metrics
         return {_key(*x, d): fn(v, d) for x, v in pts.items() for d in range(x[0])}
 
     def widening(fit_fn, domain_key: str | None = None, exceptions: bool = False):
@@ -869,7 +889,7 @@ def derive_part(name: str, key: str, *,
         ``exceptions``) on one that also leaves out one device count."""
         def run(fn, device=False):
             f = per_device if device else per_size
-            errs = []
+            errs: list[tuple[str, bool]] = []  # (message, refuted)
             for tr, co, cp_, late, restrict in chain(_attempts(grids, errs, 0),
                                                       _attempts(grids, errs, 1, exceptions)):
                 if restrict and domain_key is None:
@@ -881,6 +901,7 @@ def derive_part(name: str, key: str, *,
                     errs.append((str(e), e.refuted))
                     continue
                 if restrict:
+                    assert domain_key is not None, "a restricted attempt was skipped without one"
                     domains[domain_key], out = out
                 if cp_.stop > used["cp"].stop:
                     used["cp"], used["sizes"] = cp_, allpts
@@ -943,8 +964,8 @@ def _derive_makespan(name: str, grids, slices, domains: dict, used: dict):
                 continue
             for tr, co, cp_, late, restrict in _attempts(grids, why[i], phase):
                 try:
-                    mk = _makespan(name, merge, tr, {**co, **tr}, restrict,
-                                   LATE if late else PLAIN)
+                    got = _makespan(name, merge, tr, {**co, **tr}, restrict,
+                                    LATE if late else PLAIN)
                 except TooComplex as e:
                     why[i].append((str(e), False))
                     complex_.add(i)
@@ -952,8 +973,10 @@ def _derive_makespan(name: str, grids, slices, domains: dict, used: dict):
                 except NotDerived as e:
                     why[i].append((str(e), e.refuted))
                     continue
-                if restrict:
-                    domains["makespan"], mk = mk
+                if isinstance(got, tuple):  # restricted: (domain condition, pieces)
+                    domains["makespan"], mk = got
+                else:
+                    mk = got
                 if cp_.stop > used["cp"].stop:
                     used["cp"], used["sizes"] = cp_, {**co, **tr}
                 break
@@ -1039,7 +1062,7 @@ def _attempts(grids, errs: list, phase: int, exceptions: bool = False) -> Iterat
 
 
 def _makespan(name: str, merge: tuple, train: dict, allpts: dict,
-              restrict: int = 0, ctx: Fitting = PLAIN) -> list[Piece]:
+              restrict: int = 0, ctx: Fitting = PLAIN) -> list[Piece] | tuple[str, list[Piece]]:
     def sym(pts):
         out = {}
         for (p, m, v), (_, varg) in pts.items():

@@ -122,11 +122,11 @@ class _System:
         nums = [sum(a * b for a, b in zip(row, rhs)) for row in self.inverse]
         den = self.den * yd  # solution_j = nums[j] / den
         ints = [(c, s) for c, s in zip(self.cols, nums) if s]
-        for row, y in zip(self.matrix, yint):
+        for row, yi in zip(self.matrix, yint):
             tot = 0
             for c, s in ints:
                 tot += row[c] * s
-            if tot != y * self.den:
+            if tot != yi * self.den:
                 return None
         return {self.basis[c]: Fraction(s, den) for c, s in ints}
 

@@ -40,7 +40,7 @@ def shipped_keys() -> tuple[tuple[str, str | None], ...]:
     """(metric, device) shipped per family: every metric, and DEVICE_METRICS per device."""
     from .derive import DEVICE_METRICS, METRICS
 
-    out = [(metric, None) for metric in METRICS]
+    out: list[tuple[str, str | None]] = [(metric, None) for metric in METRICS]
     out += [(metric, "d") for metric in DEVICE_METRICS]
     return tuple(out)
 

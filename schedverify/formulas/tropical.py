@@ -104,7 +104,7 @@ def shift(p: Tropical, t: Term) -> Tropical:
 
 def evaluate(p: Iterable[Term], costs: Sequence) -> Fraction:
     """max(term . costs) for a cost vector in COST_SYMBOLS order."""
-    return max(sum(Fraction(k) * Fraction(x) for k, x in zip(t, costs)) for t in p)
+    return max(sum((Fraction(k) * Fraction(x) for k, x in zip(t, costs)), Fraction(0)) for t in p)
 
 
 def duration(action: Action) -> Term:
@@ -210,16 +210,23 @@ def symbolic_timeline(schedule: Schedule, *, merge: tuple = IDENTITY,
     end: list[Tropical | None] = [None] * n
     zero = frozenset([ZERO])
     starts = g.starts
+    def done(j: int) -> Tropical:
+        # the order is topological (unit durations: a dependency starts strictly earlier),
+        # so every action this one waits on has its end already
+        e = end[j]
+        assert e is not None, "a dependency is visited before its dependant"
+        return e
+
     for i in order:
         parts: list[Term] = []
         d = g.dev[i]
         if i > starts[d]:
-            parts.extend(end[i - 1])
+            parts.extend(done(i - 1))
         for j in g.waits[i]:
             if j >= 0:
-                parts.extend(add(t, hop) for t in end[j])
+                parts.extend(add(t, hop) for t in done(j))
             else:
-                parts.extend(end[~j])
+                parts.extend(done(~j))
         begin = prune(parts) if parts else zero
         if max_terms is not None and len(begin) > max_terms:
             raise TooComplex(f"{schedule.name}: more than {max_terms} linear pieces in one start time")
@@ -245,7 +252,7 @@ def _busy(g, D: int, dur: list) -> tuple[Term, ...]:
     return tuple(busy)
 
 
-def _order_parts(g, D: int):
+def _order_parts(g, D: int) -> tuple[tuple[int, ...], tuple[Fraction, ...], tuple[int, ...]]:
     mem = memory_sweep(g, MemoryModel())
     warm = []
     for d in range(D):
