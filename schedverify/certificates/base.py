@@ -25,8 +25,9 @@ is in :mod:`.check` and docs/proofs.md.  Nothing here imports z3 or sympy itself
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from collections.abc import Callable
+from types import MappingProxyType
 
 from ..model import B, F, I, W
 
@@ -160,6 +161,12 @@ class SymOps:
         return self.sp.floor(a / b)
 
 
+#: ``top`` of a family whose every per-device maximum is on device 0 (the deepest warm-up).
+DEVICE_0_TOPS: Mapping[str, Callable] = MappingProxyType(
+    {"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
+     "fwd_before_bwd": lambda o, p, m: 0})
+
+
 @dataclass(frozen=True)
 class Certificate:
     """One family's schedule at every size in ``domain`` (see the module docstring).
@@ -190,7 +197,7 @@ class Certificate:
     peak_inflight: Callable
     peak_memory2: Callable
     warmup: Callable
-    top: dict
+    top: Mapping
     merge: tuple = (0, 1, 2, 3, 4)
     #: actions of each kind per device (the index i runs over 0..count-1): m, or m*v
     count: Callable = staticmethod(lambda o, m: m)

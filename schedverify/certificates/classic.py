@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..formulas.tropical import C_ZERO, IDENTITY
 from ..model import B, F
-from .base import KINDS_FULL, Certificate
+from .base import DEVICE_0_TOPS, KINDS_FULL, Certificate
 
 
 def _domain(o, p, m):
@@ -53,8 +53,7 @@ GPIPE = Certificate(
     peak_inflight=lambda o, p, m, d: (m, m - 1),
     peak_memory2=lambda o, p, m, d: (2 * m, m - 1),
     warmup=lambda o, p, m, d: m,
-    top={"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
-         "fwd_before_bwd": lambda o, p, m: 0},
+    top=DEVICE_0_TOPS,
     summary="all forwards, then all backwards",
     order_argument=(
         "generators/classic.py gpipe(): row d is [F(d,0..m-1)] + [B(d,0..m-1)], so F(d,i) is at "
@@ -107,8 +106,7 @@ ONE_F_ONE_B = Certificate(
     peak_inflight=_f_peak,
     peak_memory2=lambda o, p, m, d: (2 * _f_peak(o, p, m, d)[0], _f_peak(o, p, m, d)[1]),
     warmup=lambda o, p, m, d: o.Min(p - d, m),
-    top={"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
-         "fwd_before_bwd": lambda o, p, m: 0},
+    top=DEVICE_0_TOPS,
     summary="w = min(p-d-1, m) warm-up forwards, then F(w+k) B(k), then the last backwards",
     order_argument=(
         "generators/classic.py one_f_one_b() calls _build.phases(work, work, p-d-1) with "

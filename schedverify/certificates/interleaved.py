@@ -15,7 +15,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from ..model import B, F
-from .base import KINDS_FULL, Certificate
+from .base import DEVICE_0_TOPS, KINDS_FULL, Certificate
 
 
 def _make(v: int) -> Certificate:
@@ -61,8 +61,7 @@ def _make(v: int) -> Certificate:
         peak_inflight=peak,
         peak_memory2=lambda o, p, m, d: (2 * peak(o, p, m, d)[0], peak(o, p, m, d)[1]),
         warmup=lambda o, p, m, d: o.Min(w(o, p, m, d) + 1, N(o, m)),
-        top={"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
-             "fwd_before_bwd": lambda o, p, m: 0},
+        top=DEVICE_0_TOPS,
         index=index,
         summary=f"v = {v}: 1F1B's pattern over the virtual index, w = min(2(p-d-1) + {v - 1}p, {v}m)",
         order_argument=(

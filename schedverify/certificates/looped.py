@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from ..formulas.tropical import C_ZERO
 from ..model import B, F
-from .base import KINDS_FULL, Certificate
+from .base import DEVICE_0_TOPS, KINDS_FULL, Certificate
 
 
 def _make(v: int) -> Certificate:
@@ -83,8 +83,7 @@ def _make(v: int) -> Certificate:
         peak_inflight=lambda o, p, m, d: (N(o, m), N(o, m) - 1),
         peak_memory2=lambda o, p, m, d: (2 * N(o, m), N(o, m) - 1),
         warmup=lambda o, p, m, d: N(o, m),
-        top={"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
-             "fwd_before_bwd": lambda o, p, m: 0},
+        top=DEVICE_0_TOPS,
         index=index,
         summary=f"v = {v}: each chunk's forwards in turn, then the backwards in reverse",
         order_argument=(

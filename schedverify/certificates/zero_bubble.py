@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from ..formulas.tropical import UNIT_SPLIT
 from ..model import F, I, W
-from .base import KINDS_SPLIT, Certificate
+from .base import DEVICE_0_TOPS, KINDS_SPLIT, Certificate
 
 
 def _order(scale: int):
@@ -109,8 +109,7 @@ ZB_H1 = Certificate(
     peak_inflight=lambda o, p, m, d: (o.Min(p, m), o.Min(p, m) - 1),
     peak_memory2=_peak_memory2,
     warmup=lambda o, p, m, d: o.Min(p - d, m),
-    top={"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
-         "fwd_before_bwd": lambda o, p, m: 0},
+    top=DEVICE_0_TOPS,
     summary="1F1B's warm-up, F I pairs with W(k-d) after I(k), the last W at the end",
     order_argument=(
         "generators/zero_bubble.py zb_h1() with chunks = 1 calls _zb_handcrafted(k=1), i.e. "
@@ -159,8 +158,7 @@ ZB_H2 = Certificate(
     peak_inflight=lambda o, p, m, d: (o.Min(m, 2 * p - 1), o.Min(m, 2 * p - 1) - 1),
     peak_memory2=_peak_memory2_h2,
     warmup=lambda o, p, m, d: o.Min(2 * p - 1 - 2 * d, m),
-    top={"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
-         "fwd_before_bwd": lambda o, p, m: 0},
+    top=DEVICE_0_TOPS,
     summary="2(p-1-d) warm-up forwards, F I pairs with W(k-2d) after I(k), the last W at the end",
     order_argument=(
         "generators/zero_bubble.py zb_h2() calls _zb_handcrafted(k=2), i.e. "
