@@ -1,0 +1,72 @@
+"""What a plan needs to know about each pipeline stage, in real units: the one record that a
+model description (:mod:`.transformer`) and a measurement (:mod:`.profile`) both produce and
+the planner (:mod:`.planner`) consumes.
+
+Times are in seconds and memory in bytes, always; the planner and the reports choose the
+units they show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import UsageError
+
+
+@dataclass(frozen=True)
+class StageProfile:
+    """Per-stage costs (seconds) and memory (bytes) of one way of cutting a model into stages.
+
+    ``F``, ``I``, ``W``: the forward, the input-gradient and the weight-gradient pass of one
+    microbatch on each stage (``B``, the full backward, is ``I + W`` unless ``B`` is given,
+    as a measurement of an unsplit backward gives it).  ``activation``: the bytes one
+    microbatch's forward leaves on the stage until its backward; ``w``: the share of them
+    the weight-gradient pass still needs after the input-gradient pass (docs/spec.md 5).
+    ``static``: parameters, gradients and optimizer state held for the whole step.
+    ``recv_buffers``: the bytes of receive buffers the runtime keeps for the stage for the
+    whole step.  ``comm``: seconds to move one microbatch's activation (or its gradient)
+    between adjacent stages on different devices.  ``notes``: what the numbers assume,
+    printed with a plan.
+    """
+
+    F: tuple[float, ...]
+    I: tuple[float, ...]  # noqa: E741  (PyTorch's name for the input-gradient pass)
+    W: tuple[float, ...]
+    activation: tuple[int, ...]
+    w: float = 0.5
+    static: tuple[int, ...] = ()
+    recv_buffers: tuple[int, ...] = ()
+    comm: float = 0.0
+    B: tuple[float, ...] | None = None
+    source: str = ""
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self):
+        n = len(self.F)
+        if n == 0:
+            raise UsageError("a stage profile needs at least one stage")
+        for name in ("I", "W", "activation", "static", "recv_buffers", "B"):
+            value = getattr(self, name)
+            if value is None or (name in ("static", "recv_buffers") and value == ()):
+                continue
+            if len(value) != n:
+                raise UsageError(f"stage profile {name}: {len(value)} values for {n} stages")
+        if not 0 <= self.w <= 1:
+            raise UsageError(f"stage profile w: must be between 0 and 1, got {self.w!r}")
+
+    @property
+    def stages(self) -> int:
+        return len(self.F)
+
+    @property
+    def full_backward(self) -> tuple[float, ...]:
+        """The unsplit backward per stage: ``B`` when measured, else ``I + W``."""
+        return self.B if self.B is not None else tuple(i + w for i, w in zip(self.I, self.W))
+
+    @property
+    def static_total(self) -> tuple[int, ...]:
+        """Bytes held for the whole step on each stage (static plus receive buffers)."""
+        n = self.stages
+        static = self.static or (0,) * n
+        recv = self.recv_buffers or (0,) * n
+        return tuple(a + b for a, b in zip(static, recv))
