@@ -72,6 +72,11 @@ def needs(action: Action, num_stages: int) -> Iterator[tuple[Need, int]]:
             yield need, stage
 
 
+#: kind -> its need that, from another device, arrives through a RECV on the consumer's own
+#: device (``F``: the activation, ``B``/``I``: the gradient).
+RECEIVED: dict[str, Need] = {k: n for k, ns in NEEDS.items() if k in (F, B, I) for n in ns if n.recv}
+
+
 def last_backward_kinds(split: bool) -> tuple[str, ...]:
     """The kind that frees a pair's activation last: ``W`` when split, else ``B``."""
     return (W,) if split else (B,)

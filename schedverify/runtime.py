@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import islice
 
-from .deps import MATCH
+from .deps import MATCH, RECEIVED
 from .errors import UsageError
 from .graph import KIND_CODE, NCODES, Graph
-from .model import RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F, I
+from .model import RECV_B, RECV_F, SEND_B, SEND_F, Action
 
 TORCH = "torch"
 TORCH_NCCL = "torch-nccl"
@@ -464,9 +464,9 @@ def data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
         return out
     route = placement.routes[0] if placement.microbatch_route is None else None
     producer, code, stage, acts = g.producer, g.code, g.stage, g.acts
-    recv_f, recv_b = KIND_CODE[RECV_F], KIND_CODE[RECV_B]
-    F_, B_, I_ = KIND_CODE[F], KIND_CODE[B], KIND_CODE[I]
-    consumers = (F_, B_, I_, -1)
+    received = {KIND_CODE[k]: (n.offset, KIND_CODE[n.recv]) for k, n in RECEIVED.items()
+                if n.recv is not None}
+    consumers = (*received, -1)
     for i in [i for i, c in enumerate(code) if c in consumers]:
         c = code[i]
         sub = acts[i].sub
@@ -480,12 +480,10 @@ def data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
         for s, k, mb in leaves:
             if type(s) is not int or type(mb) is not int or not (0 <= s < S and 0 <= mb < M):
                 continue
-            if k == F_:
-                ps, recv = s - 1, recv_f
-            elif k in (B_, I_):
-                ps, recv = s + 1, recv_b
-            else:
+            if k not in received:
                 continue
+            offset, recv = received[k]
+            ps = s + offset
             if 0 <= ps < S and (route[ps] if route is not None else placement.device(ps, mb)) != dev[i]:
                 r = producer.get((s * M + mb) * NCODES + recv)
                 if r is not None and r < i and dev[r] == dev[i]:

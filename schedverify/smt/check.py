@@ -58,8 +58,6 @@ from ..model import (
     F,
     I,
     OVERLAP_F_B,
-    RECV_B,
-    RECV_F,
     REDUCE_GRAD,
     SEND_B,
     SEND_F,
@@ -933,12 +931,10 @@ class _Z3Check:
                 k, s, mb = x.kind, x.stage, x.microbatch
                 if type(s) is not int or type(mb) is not int or not (0 <= s < S and 0 <= mb < M):
                     continue
-                if k == F:
-                    ps, recv = s - 1, RECV_F
-                elif k in (B, I):
-                    ps, recv = s + 1, RECV_B
-                else:
+                need = rules.RECEIVED.get(k)
+                if need is None:
                     continue
+                ps, recv = s + need.offset, need.recv
                 if 0 <= ps < S and sched.placement.device(ps, mb) != d:
                     r = ix.first.get((s, mb, recv))
                     if r is not None and r < e and ix.entries[r][0] == d:
