@@ -57,5 +57,21 @@ class InvalidSchedule(SchedverifyError):
         super().__init__("invalid schedule: " + "; ".join(lines) + (f"; and {more} more" if more > 0 else ""))
 
 
+class NotDerived(SchedverifyError):
+    """No closed form survived confirmation (not the user's mistake: the fitter's search space
+    holds none); the message says what was tried.
+
+    ``refuted``: forms fitted the training sizes but each failed at a size of the
+    confirmation range (a wider training grid may still find one)."""
+
+    def __init__(self, message: str, refuted: bool = False):
+        super().__init__(message)
+        self.refuted = refuted
+
+
+class TooComplex(SchedverifyError):
+    """An exact max-of-linear-forms grew past its term budget (the caller may take a slice)."""
+
+
 class EngineDisagreement(SchedverifyError):
     """``--engine both``: the graph and Z3 engines reached different findings (a bug in one)."""

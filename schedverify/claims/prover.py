@@ -27,7 +27,7 @@ from typing import Any
 import sympy
 from sympy.core.function import AppliedUndef
 
-from ..errors import UnsupportedSize, UsageError
+from ..errors import NotDerived, UnsupportedSize, UsageError
 from ..formulas.sizes import family as family_of
 from ..formulas.sizes import has_chunks, metrics_at
 from ..formulas.tropical import COST_SYMBOLS as TERM_ORDER
@@ -238,7 +238,7 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
         if ext is not None:
             try:
                 res = _from_all_sizes(claim, ext, store, timeout_s, t0, required=False)
-            except UsageError as e:  # e.g. a device index out of range at larger sizes
+            except (UsageError, NotDerived) as e:  # e.g. a device index out of range at larger sizes
                 res = Result(claim, UNKNOWN, {}, reason=str(e))
             if res.verdict in (PROVED, REFUTED):
                 return res

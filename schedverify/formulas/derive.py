@@ -64,7 +64,7 @@ from types import MappingProxyType
 from typing import Any
 from collections.abc import Callable, Iterator, Mapping
 
-from ..errors import UsageError
+from ..errors import NotDerived, UsageError
 from . import fit
 from .sizes import family, has_chunks, order_supported, supported
 from .tropical import (C_ZERO, COST_SYMBOLS, I_IS_F, IDENTITY, NDIM, UNIT_SPLIT, W_IS_I, TooComplex,
@@ -253,15 +253,6 @@ def _fits(data: dict, ctx: Fitting = PLAIN) -> list:
     return out
 
 
-class NotDerived(UsageError):
-    """No candidate form survived confirmation; the message says what was tried.
-
-    ``refuted``: forms fitted the training sizes but each failed at a size of the
-    confirmation range (a wider training grid may still find one)."""
-
-    def __init__(self, message: str, refuted: bool = False):
-        super().__init__(message)
-        self.refuted = refuted
 
 
 @dataclass(frozen=True)

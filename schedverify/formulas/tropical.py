@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from collections.abc import Iterable, Sequence
 
-from ..errors import UsageError
+from ..errors import TooComplex, UsageError
 from ..graph import compile_graph, sweep
 from ..model import B, F, I, OVERLAP_F_B, W, Action, MemoryModel, Schedule
 from ..cost.memory import memory_sweep
@@ -174,10 +174,6 @@ W_IS_I = (0, 1, 2, 2, None)
 UNIT_SPLIT = (0, 1, 0, 0, None)
 #: Every symbol costs 0: no timeline to speak of, for the metrics of the order only (peaks).
 NO_COSTS = (None,) * NDIM
-
-
-class TooComplex(UsageError):
-    """The exact max-of-linear-forms grew past the term budget (the caller may take a slice)."""
 
 
 def project(t: Term, merge: tuple) -> Term:
