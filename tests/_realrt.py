@@ -39,6 +39,21 @@ WIDTH, ROWS_PER_MB, SEED = 8, 2, 1234
 RTOL, ATOL = 1e-9, 1e-12
 
 
+
+def mock_stages(ranks: int, per_rank: int, *, single: bool = False):
+    """Rank 0's stages as ``get_schedule_ops`` builds them, for building a schedule class's
+    ``pipeline_order`` without processes: no module, no group.  ``single``: the one stage a
+    ``PipelineScheduleSingle`` class takes, else the list a multi-stage class takes."""
+    from unittest import mock
+
+    from torch.distributed.pipelining.stage import PipelineStage
+
+    stage = mock.create_autospec(PipelineStage, instance=True)
+    stage.group_rank, stage.group_size, stage.submod = 0, ranks, None
+    stage.num_stages = per_rank * ranks
+    return stage if single else [stage] * per_rank
+
+
 @dataclass(frozen=True)
 class Outcome:
     status: str  # "ok" | "wrong" | "error" | "hang"

@@ -17,7 +17,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
-from unittest import mock
 
 import pytest
 
@@ -27,21 +26,13 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from torch.distributed.pipelining import schedules as ts  # noqa: E402
-from torch.distributed.pipelining.stage import PipelineStage  # noqa: E402
 
-from _realrt import run_schedule  # noqa: E402
+from _realrt import mock_stages, run_schedule  # noqa: E402
 from schedverify.generators import FAMILIES  # noqa: E402
 from schedverify.lowering import lower, torch_lowering  # noqa: E402
 
 
 # --- where the CSVs come from ----------------------------------------------------------
-
-def _mock_stages(ranks: int, per_rank: int):
-    """Rank 0's stages as get_schedule_ops builds them (as tests/test_torch_interop.py does)."""
-    stage = mock.create_autospec(PipelineStage, instance=True)
-    stage.group_rank, stage.group_size, stage.submod, stage.num_stages = 0, ranks, None, per_rank * ranks
-    return [stage] * per_rank
-
 
 def _rows_csv(order) -> str:
     """PyTorch's _dump_csv body (csv.writer over each rank's list), in memory."""
@@ -60,10 +51,10 @@ def pytorch(name: str, ranks: int, m: int, per_rank: int, *, lowered: bool = Fal
     def build() -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            sched = ts.get_schedule_class(name)(_mock_stages(ranks, per_rank), m)
+            sched = ts.get_schedule_class(name)(mock_stages(ranks, per_rank), m)
         if not lowered:
             return _rows_csv(sched.pipeline_order)
-        runtime = ts._PipelineScheduleRuntime(_mock_stages(ranks, per_rank), m, defer_pp_recv=defer)
+        runtime = ts._PipelineScheduleRuntime(mock_stages(ranks, per_rank), m, defer_pp_recv=defer)
         runtime._prepare_schedule_with_comms(sched.pipeline_order)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "comms.csv"

@@ -7,7 +7,6 @@ documents the PyTorch bug that makes it invalid, with our violation."""
 from __future__ import annotations
 
 import warnings
-from unittest import mock
 
 import pytest
 
@@ -18,7 +17,8 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from torch.distributed.pipelining import schedules as ts  # noqa: E402
-from torch.distributed.pipelining.stage import PipelineStage  # noqa: E402
+
+from _realrt import mock_stages  # noqa: E402
 
 #: name -> (multi-stage, placement our reader infers)
 CLASSES = {
@@ -37,13 +37,7 @@ PER_RANK = {"Interleaved1F1B": (2, 3), "LoopedBFS": (2, 3), "InterleavedZeroBubb
 
 
 def _stages(cls, pp: int, per_rank: int):
-    """A mock stage as get_schedule_ops builds it: rank 0 of ``pp``, no module, no group."""
-    stage = mock.create_autospec(PipelineStage, instance=True)
-    stage.group_rank = 0
-    stage.group_size = pp
-    stage.submod = None
-    stage.num_stages = per_rank * pp
-    return stage if issubclass(cls, ts.PipelineScheduleSingle) else [stage] * per_rank
+    return mock_stages(pp, per_rank, single=issubclass(cls, ts.PipelineScheduleSingle))
 
 
 def build(name: str, pp: int, microbatches: int, per_rank: int = 1):
