@@ -16,6 +16,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple, Union
 
 from .errors import UsageError
+from .units import Units
 
 # Action kinds (PyTorch's ``_ComputationType`` values).  Plain interned strings, so that
 # comparisons in the hot loops are pointer comparisons and JSON needs no conversion.
@@ -315,8 +316,8 @@ COMM_SEMANTICS = ("eager", "rendezvous", "torch", "torch-nccl")
 class Schedule:
     """A pipeline schedule: one ordered list of actions per device (None is an idle slot).
 
-    ``costs``, ``memory`` and ``comm_semantics`` are what the file said (None when absent);
-    the checker and timeline fill in defaults and command-line overrides.
+    ``costs``, ``memory``, ``comm_semantics`` and ``units`` are what the file said (None when
+    absent); the checker and timeline fill in defaults and command-line overrides.
     """
 
     devices: int
@@ -329,6 +330,9 @@ class Schedule:
     memory: MemoryModel | None = None
     comm_semantics: str | None = None
     metadata: dict = field(default_factory=dict, compare=False, hash=False)
+    #: what the numbers of ``costs`` and ``memory`` are in (seconds, bytes, ...); None: the
+    #: abstract units of files without a ``"units"`` field (F=1, one activation = 1)
+    units: Units | None = None
 
     @classmethod
     def build(

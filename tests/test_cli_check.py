@@ -76,7 +76,8 @@ def test_json_shape():
     assert [(d["busy"], d["idle"], d["peak_inflight"], d["peak_memory"]) for d in m["devices"]] == [
         (24, 9, 4, 4), (24, 9, 3, 3), (24, 9, 2, 2), (24, 9, 1, 1)]
     assert m["critical_path"][0] == "0F0" and m["critical_path"][-1] == "0B7"
-    assert valid["schedule"] == {"name": "1f1b", "devices": 4, "stages": 4, "microbatches": 8, "actions": 64}
+    assert valid["schedule"] == {"name": "1f1b", "devices": 4, "stages": 4, "microbatches": 8, "actions": 64,
+                                 "units": None}
 
     assert invalid["verdict"] == "invalid"
     (v,) = invalid["violations"]
@@ -172,7 +173,8 @@ def test_pytorch_csvs_check_valid():
     assert compute["metrics"] == comms["metrics"]
     code, out, _ = cli("examples/pytorch_interleaved_1f1b.csv", "--lowering", "none", "--format", "json")
     assert code == 0
-    assert json.loads(out)["schedule"] == {"name": "", "devices": 4, "stages": 8, "microbatches": 8, "actions": 128}
+    assert json.loads(out)["schedule"] == {"name": "", "devices": 4, "stages": 8, "microbatches": 8, "actions": 128,
+                                                 "units": None}
     code, _, _ = cli("examples/pytorch_interleaved_1f1b_comms.csv", "--comm-semantics", "rendezvous")
     assert code == 0
 

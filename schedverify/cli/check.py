@@ -9,7 +9,7 @@ from ..errors import SchedverifyError, UsageError
 from ..engines import ENGINES, run_engine
 from ..io.files import source_name
 from . import EXIT_INVALID, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE
-from .common import (add_cost_options, add_input_options, check_costs_fit, load_input,
+from .common import (add_cost_options, add_input_options, in_schedule_units, load_input,
                      nccl_options, non_negative_float, positive_int)
 
 #: Worst first: what a run over several files exits with.
@@ -96,9 +96,9 @@ def check_one(path: str, args, out, err) -> int:
     source = source_name(path)
     try:
         schedule = load_input(path, args)
-        check_costs_fit(args.costs, schedule, source)
+        costs, memory_limit = in_schedule_units(args, schedule, source)
         schedule, lowered, note = _lowered(schedule, args, source)
-        opts = dict(costs=args.costs, memory_limit=args.memory_limit,
+        opts = dict(costs=costs, memory_limit=memory_limit,
                     comm_semantics=args.comm_semantics, nccl=nccl_options(args),
                     max_violations=args.max_violations)
         report = run_engine(args.engine, schedule, timeout_s=args.timeout, **opts)  # z3 loads when used
@@ -113,7 +113,8 @@ def check_one(path: str, args, out, err) -> int:
     if args.format == "json":
         doc = {"file": source, **report.to_json(),
                "schedule": {"name": schedule.name, "devices": schedule.devices, "stages": schedule.stages,
-                            "microbatches": schedule.microbatches, "actions": schedule.num_actions}}
+                            "microbatches": schedule.microbatches, "actions": schedule.num_actions,
+                            "units": schedule.units.to_json() if schedule.units is not None else None}}
         if lowered:  # what the positions refer to
             doc["schedule"]["order"] = [[str(x) if x is not None else None for x in row] for row in schedule.order]
         print(json.dumps(doc), file=out)

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..model import COMM_SEMANTICS, COSTED_KINDS, Schedule
+from ..units import parse_bytes, parse_time
 
 COST_KEYS = COSTED_KINDS + ("comm",)
 
 
-def parse_costs(text: str) -> dict:
-    """``F=1,B=2,I=1,W=1,comm=0``; a per-stage value is ``F=1:1:2:2`` (one per stage)."""
+def parse_costs(text: str, *, with_units: bool = False) -> dict:
+    """``F=1,B=2,I=1,W=1,comm=0``; a per-stage value is ``F=1:1:2:2`` (one per stage).
+    ``with_units``: a value may also carry a time unit (``F=1.2ms``), a :class:`WithUnit` that
+    :func:`in_schedule_units` converts to the schedule's own."""
     out: dict = {}
     for item in filter(None, (t.strip() for t in text.split(","))):
         key, eq, value = item.partition("=")
@@ -22,7 +27,8 @@ def parse_costs(text: str) -> dict:
         if key not in COST_KEYS:
             raise UsageError(f"--costs: unknown cost {key!r} in {item!r}; known: {', '.join(COST_KEYS)}")
         parts = value.split(":")
-        nums = tuple(_non_negative(f"--costs {key}", p) for p in parts)
+        nums = tuple(_with_unit(f"--costs {key}", p, "time") if with_units else _non_negative(f"--costs {key}", p)
+                     for p in parts)
         if key == "comm" and len(nums) > 1:
             raise UsageError(f"--costs: comm is one latency, not per stage: {item!r}")
         out[key] = nums[0] if len(nums) == 1 else nums
@@ -75,14 +81,66 @@ def check_costs_fit(costs: dict | None, schedule: Schedule, source: str) -> None
                              f"has {schedule.stages} stages")
 
 
+@dataclass(frozen=True)
+class WithUnit:
+    """An option value written with a unit (``1.5ms``, ``80GiB``): kept in seconds or bytes
+    until the schedule it applies to says what its own numbers are in."""
+
+    base: float  # seconds, or bytes
+    text: str
+    dimension: str  # "time" or "memory"
+
+
+def _with_unit(where: str, text: str, dimension: str) -> float | WithUnit:
+    """A plain number (the schedule's own units), or a :class:`WithUnit`; ``%`` needs a device
+    and is not taken here."""
+    try:
+        return _non_negative(where, text)
+    except UsageError:
+        if not re.fullmatch(r"\s*[+-]?[\d.]+(?:[eE][+-]?\d+)?\s*[A-Za-zµμ%]+\s*", text):
+            raise
+    if dimension == "time":
+        return WithUnit(parse_time(text, where), text, dimension)
+    return WithUnit(parse_bytes(text, where), text, dimension)
+
+
+def in_schedule_units(args, schedule: Schedule, source: str) -> tuple[dict | None, float | None]:
+    """(--costs, --memory-limit) in the numbers of ``schedule``'s own units: a value written
+    with a unit is converted to the file's (``"units"``), and refused when the file's numbers
+    are abstract; a per-stage --costs list must have one value per stage."""
+    units = schedule.units
+
+    def convert(where: str, v):
+        if not isinstance(v, WithUnit):
+            return v
+        factor = None if units is None else (units.time_factor if v.dimension == "time"
+                                             else units.memory_factor)
+        if factor is None:
+            kind = "times" if v.dimension == "time" else "memory amounts"
+            raise UsageError(f"{where} {v.text}: {source}'s {kind} are in abstract units (the file has no "
+                             f'"units": {{"{v.dimension}": ...}}); give a plain number in those units')
+        value = v.base / factor
+        return int(value) if float(value).is_integer() else value
+
+    check_costs_fit(args.costs, schedule, source)
+    costs = None
+    if args.costs is not None:
+        costs = {key: tuple(convert(f"--costs {key}", x) for x in value) if isinstance(value, tuple)
+                 else convert(f"--costs {key}", value) for key, value in args.costs.items()}
+    limit = getattr(args, "memory_limit", None)
+    return costs, (None if limit is None else convert("--memory-limit", limit))
+
+
 def add_cost_options(p: argparse.ArgumentParser, *, runtime_only: bool = False) -> None:
     """--costs, --memory-limit, --comm-semantics and the --nccl-* options; ``runtime_only``:
     only PyTorch's runtime semantics, torch-nccl by default (for ``lower``)."""
     p.add_argument("--costs", type=_costs_arg, metavar="F=1,B=2,I=1,W=1,comm=0",
                    help="costs per action type (overrides the file's); a per-stage value is "
                         "written a:b:c; comm is the latency of every cross-device dependency")
-    p.add_argument("--memory-limit", type=non_negative_float, metavar="L",
-                   help="peak memory allowed on every device, in activation units (docs/spec.md 5)")
+    p.add_argument("--memory-limit", type=_memory_limit_arg, metavar="L",
+                   help="peak memory allowed on every device (docs/spec.md 5): a number in the "
+                        "file's memory units (activation units when it has none), or bytes with "
+                        "a unit (80GiB, 75GB) for a file whose memory has units")
     if runtime_only:
         p.add_argument("--comm-semantics", choices=("torch", "torch-nccl"), default="torch-nccl",
                        help="the runtime the lowering must run on (docs/spec.md 8): torch (PyTorch "
@@ -108,9 +166,16 @@ def nccl_options(args):
     return NcclOptions(streams=args.nccl_streams, buffered_sends=args.nccl_buffered_sends)
 
 
+def _memory_limit_arg(text: str) -> float | WithUnit:
+    try:
+        return _with_unit("--memory-limit", text, "memory")
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("--memory-limit: ", "")) from None
+
+
 def _costs_arg(text: str) -> dict:
     try:
-        return parse_costs(text)
+        return parse_costs(text, with_units=True)
     except UsageError as e:
         raise argparse.ArgumentTypeError(str(e).replace("--costs: ", "")) from None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..errors import SchedverifyError, UsageError
 from ..io.files import source_name
 from . import EXIT_OK
-from .common import add_cost_options, add_input_options, check_costs_fit, load_input, nccl_options, write_output
+from .common import add_cost_options, add_input_options, in_schedule_units, load_input, nccl_options, write_output
 
 
 def register(sub) -> None:
@@ -40,16 +40,16 @@ def run(args, out, err) -> int:
 
     source = source_name(args.file)
     schedule = load_input(args.file, args)
-    check_costs_fit(args.costs, schedule, source)
+    costs, memory_limit = in_schedule_units(args, schedule, source)
     sem, nccl = args.comm_semantics, nccl_options(args)
-    options = dict(costs=args.costs, memory_limit=args.memory_limit, comm_semantics=sem, nccl=nccl)
+    options = dict(costs=costs, memory_limit=memory_limit, comm_semantics=sem, nccl=nccl)
     try:
-        found = lower_checked(schedule, costs=args.costs, comm_semantics=sem, nccl=nccl)
+        found = lower_checked(schedule, costs=costs, comm_semantics=sem, nccl=nccl)
     except SchedverifyError as e:
         raise UsageError(f"{source}: cannot lower: {e}") from None
     lowered = found.schedule
     # lower_checked's reports hold unless a memory limit adds a rule: then check again with it
-    again = args.memory_limit is not None
+    again = memory_limit is not None
     report = check(lowered, **options) if again else found.report
     pytorch = check(torch_lowering(schedule), **options) if again else found.pytorch
     base = (check(schedule, **options) if again else found.compute_only).metrics.makespan

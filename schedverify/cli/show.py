@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..io.files import source_name
 from . import EXIT_INVALID, EXIT_OK
-from .common import (add_cost_options, add_input_options, check_costs_fit, load_input, nccl_options,
+from .common import (add_cost_options, add_input_options, in_schedule_units, load_input, nccl_options,
                      whole_number, write_output)
 
 
@@ -54,13 +54,13 @@ def run(args, out, err) -> int:
 
     source = source_name(args.file)
     schedule = load_input(args.file, args)
-    check_costs_fit(args.costs, schedule, source)
+    costs, memory_limit = in_schedule_units(args, schedule, source)
     if args.output:
         from ..render.image import _matplotlib, image_format
 
         image_format(args.output)  # a bad name fails before any work
         _matplotlib()
-    view = build_view(schedule, costs=args.costs, memory_limit=args.memory_limit,
+    view = build_view(schedule, costs=costs, memory_limit=memory_limit,
                       comm_semantics=args.comm_semantics, nccl=nccl_options(args))
     code = EXIT_OK if view.report.is_valid else EXIT_INVALID
     wrote = []

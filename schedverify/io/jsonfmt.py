@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..limits import limits
+from ..units import Units
 from ..model import (
     COMM_SEMANTICS,
     COSTED_KINDS,
@@ -31,7 +32,7 @@ FORMAT = "schedverify/1"
 
 FIELDS = (
     "format", "name", "devices", "stages", "microbatches", "placement", "routes",
-    "microbatch_route", "order", "costs", "memory", "comm_semantics", "metadata",
+    "microbatch_route", "order", "costs", "memory", "comm_semantics", "metadata", "units",
 )
 MEMORY_FIELDS = ("activation", "w", "static", "limit")
 #: ``metadata`` is written back as it was read; deeper nesting could not be printed.
@@ -196,7 +197,9 @@ def from_document(doc: Any, source: str = "<document>") -> Schedule:
     if _depth(metadata) > MAX_METADATA_DEPTH:
         raise r.fail("metadata", f"nested more than {MAX_METADATA_DEPTH} deep; schedverify keeps "
                      f"it to write it back, and so little nesting is all any tool needs")
-    return Schedule(devices, stages, microbatches, order, placement, name, costs, memory, sem, metadata)
+    units = Units.parse(doc["units"], source=r.source) if doc.get("units") is not None else None
+    return Schedule(devices, stages, microbatches, order, placement, name, costs, memory, sem, metadata,
+                    None if units is None or units.abstract else units)
 
 
 def _depth(value: Any) -> int:
@@ -305,6 +308,8 @@ def to_document(schedule: Schedule) -> dict:
         doc["memory"] = {"activation": _num(m.activation), "w": m.w, "static": _num(m.static), "limit": m.limit}
     if schedule.comm_semantics is not None:
         doc["comm_semantics"] = schedule.comm_semantics
+    if schedule.units is not None and not schedule.units.abstract:
+        doc["units"] = schedule.units.to_json()
     if schedule.metadata:
         doc["metadata"] = schedule.metadata
     return doc

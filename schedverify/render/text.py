@@ -69,9 +69,19 @@ def grid(schedule: Schedule, marks: Iterable[tuple[int, int]] = (), *, max_steps
     return "\n".join(lines)
 
 
-def device_table(report: Report) -> str:
+def unit_suffixes(schedule: Schedule | None) -> tuple[str, str]:
+    """(" ms", " GiB")-like suffixes for the schedule's time and memory numbers, "" when they
+    are in abstract units (a file without ``"units"``)."""
+    u = schedule.units if schedule is not None else None
+    if u is None:
+        return "", ""
+    return (f" {u.time}" if u.time else "", f" {u.memory}" if u.memory else "")
+
+
+def device_table(report: Report, schedule: Schedule | None = None) -> str:
     m = report.metrics
-    head = ("device", "busy", "idle", "peak in-flight", "peak memory")
+    t, mem = (f" ({u.strip()})" if u else "" for u in unit_suffixes(schedule))
+    head = ("device", "busy" + t, "idle" + t, "peak in-flight", "peak memory" + mem)
     rows = [(str(d.device), fmt(d.busy), fmt(d.idle), str(d.peak_inflight), fmt(d.peak_memory))
             for d in m.devices]
     widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(head)]
@@ -143,14 +153,15 @@ def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: b
     if m is not None:
         c = m.costs
         if m.makespan is not None:
-            costs = f"  (costs {costs_text(c)})" if c else ""
-            lines.append(f"  makespan {fmt(m.makespan)}{costs}")
+            tu = unit_suffixes(s)[0].strip()
+            costs = f"  (costs{' in ' + tu + ':' if tu else ''} {costs_text(c)})" if c else ""
+            lines.append(f"  makespan {fmt(m.makespan)}{unit_suffixes(s)[0]}{costs}")
             lines.append(f"  bubble fraction {m.bubble_fraction:.2%} (idle share of device time: "
                          f"1 - sum(busy) / (D * T))")
             lines.append(f"  bubble ratio {m.bubble_ratio:.4g} (idle over ideal time: (T - T_ideal) / T_ideal)")
         else:
             lines.append("  no timing: the schedule cannot run to the end (memory peaks below follow the order)")
-        lines.append("  " + device_table(report).replace("\n", "\n  "))
+        lines.append("  " + device_table(report, s).replace("\n", "\n  "))
         if m.critical_path:
             path = list(m.critical_path)
             shown = path if len(path) <= max_path else path[: max_path // 2] + ["..."] + path[-max_path // 2:]
