@@ -462,14 +462,19 @@ def _bars(view: View, top: float, row_h: float, x) -> str:
 
 
 def _arrow(x1: float, y1: float, x2: float, y2: float) -> str:
-    """A red line with a triangular head at (x2, y2), no ``<marker>`` (ids would clash between
-    the outputs of one notebook page)."""
+    """A red arc bowed to its left (so that two waits in opposite directions between the same
+    actions stay apart) with a triangular head at (x2, y2); no ``<marker>``, whose ids would
+    clash between the outputs of one notebook page."""
     length = math.hypot(x2 - x1, y2 - y1) or 1.0
-    ux, uy = (x2 - x1) / length, (y2 - y1) / length
+    cx = (x1 + x2) / 2 + 0.2 * (y2 - y1)
+    cy = (y1 + y2) / 2 - 0.2 * (x2 - x1)
+    tangent = math.hypot(x2 - cx, y2 - cy) or length
+    ux, uy = (x2 - cx) / tangent, (y2 - cy) / tangent
     bx, by = x2 - 8 * ux, y2 - 8 * uy
     pts = f"{_n(x2)},{_n(y2)} {_n(bx - 4 * uy)},{_n(by + 4 * ux)} {_n(bx + 4 * uy)},{_n(by - 4 * ux)}"
-    return (f'<g class="sv-cycle"><line x1="{_n(x1)}" y1="{_n(y1)}" x2="{_n(bx)}" y2="{_n(by)}" '
-            f'stroke="{VIOLATION}" stroke-width="1.6"/><polygon points="{pts}" fill="{VIOLATION}"/></g>')
+    return (f'<g class="sv-cycle"><path d="M{_n(x1)} {_n(y1)}Q{_n(cx)} {_n(cy)} {_n(bx)} {_n(by)}" '
+            f'fill="none" stroke="{VIOLATION}" stroke-width="1.6"/>'
+            f'<polygon points="{pts}" fill="{VIOLATION}"/></g>')
 
 
 def _summary(view: View, top: float, row_h: float, rows: int, x, max_actions: int) -> str:
@@ -540,13 +545,16 @@ def envelope(steps: Sequence[tuple[float, float]], span: float, bins: int) -> li
     cur = steps[0][1]
     width = span / bins
     for b in range(bins):
-        hi = (b + 1) * width
+        lo, hi = b * width, (b + 1) * width
+        while j < n and steps[j][0] <= lo:  # what is in force as the bin opens
+            cur = steps[j][1]
+            j += 1
         peak = cur
         while j < n and (steps[j][0] < hi or b == bins - 1):
             cur = steps[j][1]
             peak = max(peak, cur)
             j += 1
-        out.append((b * width, peak))
+        out.append((lo, peak))
     return out
 
 
