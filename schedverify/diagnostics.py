@@ -202,6 +202,12 @@ class Report:
     def codes(self) -> list[str]:
         return sorted({v.code.code for v in self.violations})
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the violations first, then the timeline (render/notebook.py)."""
+        from .render.notebook import report_html
+
+        return report_html(self)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict.value,

@@ -380,6 +380,12 @@ class Schedule:
     def with_(self, **changes) -> Schedule:
         return replace(self, **changes)
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the checked timeline with its memory panel (render/notebook.py)."""
+        from .render.notebook import schedule_html
+
+        return schedule_html(self)
+
 
 def leaf_rows(order):
     """Each row's actions as leaves (an overlap's two sub-actions), idle slots dropped."""
