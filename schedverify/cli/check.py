@@ -92,10 +92,22 @@ def _lowered(schedule, args, source: str):
         raise UsageError(f"{source}: --lowering {how}: {e}") from None
 
 
+def _legacy_hint(schedule) -> list[str]:
+    """The grammar hint, when a pair has B and W but no I (what SV203/SV201 then report)."""
+    from ..io.actions import LEGACY_HINT
+    from ..lint import looks_legacy
+
+    pair = looks_legacy(schedule)
+    if pair is None:
+        return []
+    s, mb = pair
+    return [f"stage {s}, microbatch {mb} has {s}B{mb} and {s}W{mb} but no {s}I{mb}: {LEGACY_HINT}"]
+
+
 def check_one(path: str, args, out, err) -> int:
     source = source_name(path)
     try:
-        schedule = load_input(path, args)
+        schedule = loaded = load_input(path, args)
         check_costs_fit(args.costs, schedule, source)
         schedule, lowered, note = _lowered(schedule, args, source)
         opts = dict(costs=args.costs, memory_limit=args.memory_limit,
@@ -104,6 +116,8 @@ def check_one(path: str, args, out, err) -> int:
         report = run_engine(args.engine, schedule, timeout_s=args.timeout, **opts)  # z3 loads when used
         if note:
             report.warnings.append(note)
+        if args.grammar == "torch" and not report.is_valid:
+            report.warnings.extend(_legacy_hint(loaded))
     except SchedverifyError as e:
         if args.format == "json":
             print(json.dumps({"file": source, "verdict": "error", "error": str(e),
