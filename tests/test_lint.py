@@ -434,3 +434,32 @@ def test_pytorch_refuses_a_stage_on_two_ranks_as_sv704_says():
     quoted = re.search(r"'(Stage \d+ is assigned to both rank \d+ and rank \d+)'", f.message).group(1)
     with pytest.raises(AssertionError, match=quoted):
         schedules._validate_schedule(actions, 2, s.stages, s.microbatches)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name,per_rank", [
+    ("1F1B", 1), ("GPipe", 1), ("Interleaved1F1B", 2), ("Interleaved1F1B", 3),
+    ("InterleavedZeroBubble", 2), ("LoopedBFS", 2), ("ZBVZeroBubble", 2), ("DualPipeV", 2),
+])
+def test_pytorch_target_finds_exactly_what_pytorch_refuses(name, per_rank):
+    """Differential: PyTorch 2.13 builds each class (with mock stages, as its visualizer
+    does) at every size here; lint's pytorch findings are non-empty exactly when it raises."""
+    import warnings
+
+    pytest.importorskip("torch")
+    from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+
+    v_shaped = name in ("ZBVZeroBubble", "DualPipeV")
+    for devices in (2, 3, 4):
+        for microbatches in range(1, 13):
+            s = (generate("zb-v", devices, microbatches) if v_shaped
+                 else generate("looped-bfs", devices, microbatches, chunks=per_rank))
+            found = lint(s, "pytorch", pipeline_schedule=name)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    get_schedule_ops(name, devices, microbatches, num_stages_per_rank=per_rank)
+                refused = None
+            except ValueError as e:
+                refused = str(e)
+            assert bool(found) == (refused is not None), (name, devices, microbatches, found, refused)
