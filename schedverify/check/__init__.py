@@ -166,9 +166,24 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
     report = Report(verdict, kept, metrics, min(truncated, MAX_COUNTED),
                     truncated_exact=truncated <= MAX_COUNTED, comm_semantics=run.semantics,
                     warnings=run.warnings)
+    if kept:
+        report.warnings += _grammar_hints(schedule)
     report.timeline = run.timeline if run.timeline.completed else None
     report.runtime = run.runtime
     return report
+
+
+def _grammar_hints(schedule: Schedule) -> list[str]:
+    """Why an invalid schedule may only be misread: a pair with B and W but no I is what a file
+    in PyTorch's grammar before 2.6 (B = input gradient) reads as today."""
+    from ..io.actions import LEGACY_HINT
+    from ..lint import looks_legacy
+
+    pair = looks_legacy(schedule)
+    if pair is None:
+        return []
+    s, mb = pair
+    return [f"stage {s}, microbatch {mb} has {s}B{mb} and {s}W{mb} but no {s}I{mb}: {LEGACY_HINT}"]
 
 
 __all__ = ["assert_valid", "check", "is_valid", "iter_violations"]

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..io.actions import GRAMMARS
 from ..model import COMM_SEMANTICS, COSTED_KINDS, Schedule
 from ..units import parse_bytes, parse_time
 
@@ -186,11 +187,17 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stages", type=positive_int, help="number of stages (default: inferred)")
     g.add_argument("--microbatches", type=positive_int, help="number of microbatches (default: inferred)")
     g.add_argument("--placement", choices=("loop", "v"), help="stage placement (default: inferred)")
+    g.add_argument("--grammar", choices=GRAMMARS, default="torch",
+                   help="the CSV's action grammar: torch (PyTorch 2.6 and later; default) or "
+                        "torch-legacy (before 2.6: B = input gradient, BW = full backward)")
 
 
 def input_options(args) -> dict:
-    return {k: getattr(args, k) for k in ("devices", "stages", "microbatches", "placement")
-            if getattr(args, k, None) is not None}
+    out = {k: getattr(args, k) for k in ("devices", "stages", "microbatches", "placement")
+           if getattr(args, k, None) is not None}
+    if getattr(args, "grammar", "torch") != "torch":  # the default is every reader's own
+        out["grammar"] = args.grammar
+    return out
 
 
 def load_input(path: str, args):

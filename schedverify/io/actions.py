@@ -2,6 +2,10 @@
 
 Stricter than PyTorch's ``_Action.from_str`` (which accepts ``0F1junk``): the whole cell
 must parse.
+
+Two grammars are read (:data:`GRAMMARS`): ``torch``, today's (PyTorch 2.6 and later), and
+``torch-legacy``, the one PyTorch's files used before 2.6, which :func:`legacy_rows`
+rewrites into today's before parsing.
 """
 
 from __future__ import annotations
@@ -40,6 +44,12 @@ _PLAIN_CELL = rb"[0-9]{1,18}(?:" + b"|".join(_PLAIN_BYTES) + rb")[0-9]{1,18}"  #
 _PLAIN_ROW = re.compile(_PLAIN_CELL + rb"(?:," + _PLAIN_CELL + rb")*")
 _NON_DIGITS_TO_SPACE = bytes(b if 48 <= b <= 57 else 32 for b in range(256))
 
+
+#: The action grammars a CSV can be read in: today's, and PyTorch's before 2.6.
+GRAMMARS = ("torch", "torch-legacy")
+#: Said wherever a file reads as the old grammar would have written it.
+LEGACY_HINT = ("this looks like PyTorch's grammar before 2.6 (B = input gradient, BW = full "
+               "backward): try --grammar torch-legacy")
 
 #: An index longer than this is refused as it is read (no size cap is anywhere near it, and
 #: Python's int() refuses strings of more than 4300 digits).
@@ -102,6 +112,8 @@ def _parse_slow(text: str) -> Action:
         raise ActionSyntaxError(
             f"an action starts with its stage index, as in '0F1': {text!r}"
         )
+    if kind == "BW":
+        raise ActionSyntaxError(f"unknown action type 'BW' in {text!r}: {LEGACY_HINT}")
     if kind not in _KINDS or kind == OVERLAP_F_B:
         known = ", ".join(sorted(ALL_KINDS - {OVERLAP_F_B}))
         raise ActionSyntaxError(f"unknown action type {kind!r} in {text!r} (known: {known})")
@@ -181,9 +193,78 @@ class CellErrors:
             where, _, msg = self.shown[0].partition(": ")
             raise InputError(msg, source=self.source, where=where)
         more = self.count - len(self.shown)
-        lines = self.shown + ([f"... and {more:,} more"] if more > 0 else [])
+        hint = f": {LEGACY_HINT}"
+        legacy = any(line.endswith(hint) for line in self.shown)
+        shown = [line.removesuffix(hint) for line in self.shown]  # said once, at the end
+        lines = shown + ([f"... and {more:,} more"] if more > 0 else []) + ([LEGACY_HINT] if legacy else [])
         raise InputError(f"{self.count:,} {self.noun} do not parse:\n  " + "\n  ".join(lines),
                          source=self.source)
+
+
+def check_grammar(grammar) -> str:
+    """``grammar`` if it is one of :data:`GRAMMARS`; else a :class:`UsageError` naming it."""
+    if grammar not in GRAMMARS:
+        from ..errors import UsageError
+
+        raise UsageError(f"grammar must be one of {', '.join(map(repr, GRAMMARS))}, got {grammar!r}")
+    return grammar
+
+
+# PyTorch before 2.6 (torch/distributed/pipelining/schedules.py, ``_ComputationType``): F, B
+# (BACKWARD), W (WEIGHT), BW (FULL_BACKWARD), UNSHARD, RESHARD, SEND_F, RECV_F, SEND_B,
+# RECV_B, and the batched SEND_F_RECV_B / SEND_B_RECV_F written ``0SEND_F1_1RECV_B0``.
+_LEGACY_B = re.compile(r"(\d+)(BW|B)(\d*)")
+_LEGACY_W = re.compile(r"\d+W\d+")
+_LEGACY_BATCHED = re.compile(r"\d+(SEND_F|SEND_B)\d+_\d+(RECV_B|RECV_F)\d+")
+_MODERN_I = re.compile(r"\d+I\d+")
+
+
+def legacy_rows(rows: list[list[str]], source: str) -> list[list[str]]:
+    """Rows of cells written in PyTorch's grammar before 2.6, rewritten in today's.
+
+    Before PyTorch 2.6 ``B`` (``BACKWARD``) was ambiguous: each schedule class carried a
+    ``use_full_backward`` flag, and the runtime ran ``B`` as the input-gradient half when it
+    was off (the zero-bubble schedules, which also issue ``W``; a ``W`` with the flag on
+    raised) and as the whole backward when it was on.  ``BW`` (``FULL_BACKWARD``) was always
+    the whole backward.  PyTorch 2.6 (pytorch/pytorch#138886, "Update schedules to use I, B
+    actions") made the IR unambiguous: ``I`` the input gradient, ``B`` the whole backward.
+    So a file with any ``W`` reads each ``B`` as today's ``I``, a file without reads it as
+    ``B``, and ``BW`` is ``B`` everywhere.  The other kinds are spelled as today.  Refused,
+    naming the cell: ``I`` (it did not exist: the file is in today's grammar),
+    ``OVERLAP_F_B`` (added after 2.6) and the batched ``SEND_F_RECV_B`` / ``SEND_B_RECV_F``
+    (one cell holding two operations, which today's grammar has no spelling for).
+    """
+    from ..errors import InputError
+
+    has_w = any(_LEGACY_W.fullmatch(c) for row in rows for c in row)
+    out = []
+    for d, row in enumerate(rows):
+        new = []
+        for p, cell in enumerate(row):
+            m = _LEGACY_B.fullmatch(cell)
+            if m is not None:
+                stage, kind, mb = m.groups()
+                if not mb:
+                    raise InputError(f"{kind} needs a microbatch index, as in '{stage}{kind}0': {cell!r}",
+                                     source=source, where=f"row {d + 1}, column {p + 1}")
+                new.append(f"{stage}{'I' if kind == 'B' and has_w else 'B'}{mb}")
+                continue
+            if _MODERN_I.fullmatch(cell) or cell.endswith(OVERLAP_F_B) or _LEGACY_BATCHED.fullmatch(cell):
+                raise InputError(_legacy_refusal(cell), source=source, where=f"row {d + 1}, column {p + 1}")
+            new.append(cell)
+        out.append(new)
+    return out
+
+
+def _legacy_refusal(cell: str) -> str:
+    if _MODERN_I.fullmatch(cell):
+        return (f"{cell!r}: I (input gradient) is today's grammar (PyTorch 2.6 and later), not the "
+                "grammar before 2.6; read this file without --grammar torch-legacy")
+    if cell.endswith(OVERLAP_F_B):
+        return (f"{cell!r}: OVERLAP_F_B was added to PyTorch after 2.6 and is not in the grammar "
+                "before 2.6; read this file without --grammar torch-legacy")
+    return (f"{cell!r}: a batched send and receive (SEND_F_RECV_B / SEND_B_RECV_F of PyTorch before "
+            "2.6) has no spelling in today's grammar; write it as two cells, the SEND then the RECV")
 
 
 def is_action(text) -> bool:

@@ -3,6 +3,9 @@
 One row per rank, one action per cell, an empty cell is an idle slot.  Rows may differ in
 length (PyTorch writes each rank's list as it is).  The CSV holds only the order, so sizes
 and placement are inferred, and any of them can be given instead.
+
+``grammar="torch-legacy"`` reads a file written in PyTorch's action grammar before 2.6
+(:func:`schedverify.io.actions.legacy_rows` says exactly what changed).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from ..errors import InputError
 from ..limits import limits
 from ..model import (Action, Placement, PlacementSpec, Schedule, as_schedule, infer_sizes, leaf_rows,
                      stage_devices)
-from .actions import CellErrors, parse_row
+from .actions import CellErrors, check_grammar, legacy_rows, parse_row
 from .files import as_text
 from .jsonfmt import refuse_huge_index
 
@@ -29,7 +32,9 @@ def loads(
     stages: int | None = None,
     microbatches: int | None = None,
     placement: PlacementSpec | None = None,
+    grammar: str = "torch",
 ) -> Schedule:
+    check_grammar(grammar)
     cap = limits()
     for key, value in (("devices", devices), ("stages", stages), ("microbatches", microbatches)):
         if value is None:
@@ -41,11 +46,12 @@ def loads(
     text = as_text(text, source)
     if not text.strip():
         raise InputError("the file is empty", source=source)
-    rows = _read_rows(text, source, cap)
+    rows = [list(map(str.strip, row)) for row in _read_rows(text, source, cap)]
+    if grammar == "torch-legacy":
+        rows = legacy_rows(rows, source)
     order = []
     errors = CellErrors(source, "cells")
-    for d, row in enumerate(rows):
-        cells = list(map(str.strip, row))
+    for d, cells in enumerate(rows):
         out = _parse_plain(cells)
         if out is None:
             out = errors.parse(cells, lambda p, d=d: f"row {d + 1}, column {p + 1}")
