@@ -68,11 +68,15 @@ span of the pass) is read in place of the host's.
 A pass's time is its span on the host from its first to its last operator (``cpu_op``)
 that is not communication (``measure="busy"``, the default): the wait for a receive at the
 start of a pass is the pipeline's bubble, not the pass's cost, and a span that runs no
-operator at all (the first stage's I: there is no input gradient to compute) takes 0 s;
-``measure="span"`` takes the whole span, and so does a trace without operators.  Each stage's F, I, W, B is the **median** over its microbatches (and over the
-steps, if the trace holds more than one).  A trace has no memory or link times:
-``activation`` is 0 and ``comm`` 0, both said in the notes; give them from a profile file or a
-model (``dataclasses.replace``).
+operator at all (the first stage's I: there is no input gradient to compute) takes 0 s.
+``measure="span"`` takes whole spans, and so does a trace without operators.  Each stage's
+F, I, W, B is the **median** over its microbatches (and over the steps, if the trace holds
+more than one).  A stage with only B gets I = W = B / 2, as in a profile file.
+
+A trace has no memory or link times: ``activation`` is 0 and ``comm`` 0, both said in the
+notes; take them from a profile file or a model (``dataclasses.replace``).  The reader is
+tested on CPU traces that PyTorch writes (tests/test_plan_trace.py); the GPU path (device
+spans) only on hand-made events shaped as Kineto writes them.
 """
 
 from __future__ import annotations
@@ -492,9 +496,8 @@ def load_chrome_trace(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     stages = sorted({s for s, _ in samples})
     missing = [s for s in range(stages[-1] + 1) if s not in stages]
     if missing:
-        raise InputError(f"stages {_list(stages)} have spans but stage{'s' if len(missing) > 1 else ''} "
-                         f"{_list(missing)} not{'' if len(missing) > 1 else ' one'}: give every rank's trace",
-                         source=source)
+        raise InputError(f"spans for stages {_list(stages)} but none for stage{'s' if len(missing) > 1 else ''} "
+                         f"{_list(missing)}: give every rank's trace", source=source)
     rows: list[dict[str, Value]] = []
     for s in stages:
         row: dict[str, Value] = {p: statistics.median(samples[(s, p)]) for p in TIMES if samples.get((s, p))}
@@ -515,8 +518,7 @@ def load_chrome_trace(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     def where(s: int, name: str) -> str:
         return f"stage {s}, {name}"
 
-    profile = _build(rows, None, None, source, where, notes)
-    return profile
+    return _build(rows, None, None, source, where, notes)
 
 
 def _read_trace(path: str | os.PathLike) -> Any:
@@ -609,12 +611,12 @@ def _rank_spans(rank: _Rank, position: int, measure: str) -> tuple[list[tuple[in
         where = ""
     ops = _operators(host) if measure == "busy" and not where else {}
     if not ops:  # a device's span is its kernels'; a host without operators: spans whole
-        return [(s, p, e.dur * 1e-6) for s, p, e in found], kind, overlap, 0
+        return [(s, p, e.dur / 1e6) for s, p, e in found], kind, overlap, 0
     out, empty = [], 0
     for stage, pass_, span in found:
         busy = _busy(span, ops)
         empty += busy is None
-        out.append((stage, pass_, 0.0 if busy is None else busy * 1e-6))
+        out.append((stage, pass_, 0.0 if busy is None else busy / 1e6))
     return out, kind, overlap, empty
 
 
