@@ -53,7 +53,8 @@ What PyTorch 2.13's pipelining emits (torch/distributed/pipelining/schedules.py)
   ZBVZeroBubble, DualPipeV, and any schedule loaded from a CSV).  Stage and microbatch are in
   the name.  ``PP:(...)OVERLAP_F_B`` spans, whose passes are not timed apart, are skipped.
 - ``Forward <microbatch>`` and ``Backward <microbatch>``: ScheduleGPipe's labels.  They carry
-  no stage: the stage is the rank's position (below).
+  no stage: the stage is the rank's position (below), so with data parallelism as well, give
+  the files of one pipeline.
 - Nothing from Schedule1F1B.  Profiled with ``with_stack=True``, its trace has the Python
   functions ``forward_one_chunk``, ``backward_one_chunk`` and ``backward_weight_one_chunk``
   of ``torch/distributed/pipelining/stage.py``, which are read instead (microbatches by order;
