@@ -58,7 +58,8 @@ PERCENT = "%"
 #: No memory size is larger (1 quettabyte is about 2**99.7): beyond it a number is a mistake.
 MAX_BYTES = 2**100
 
-_QUANTITY = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(\S*)\s*\Z")
+#: A number, then optionally a unit: letters (``µ`` among them), or ``%``.
+_QUANTITY = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([^\W\d_]*|%)\s*\Z")
 
 
 def _fail(message: str, where: str, source: str | None) -> Exception:
@@ -146,13 +147,16 @@ def _significant(value: float) -> str:
 
 
 def format_time(seconds: float) -> str:
-    """A time for people, three significant digits in ns, µs, ms, s or min: ``"12.3 ms"``."""
+    """A time for people, three significant digits in ns, µs, ms, s or min: ``"12.3 ms"``
+    (below a nanosecond, in seconds with an exponent)."""
     if not math.isfinite(seconds):
         return f"{seconds} s"
     if seconds < 0:
         return "-" + format_time(-seconds)
     if seconds == 0:
         return "0 s"
+    if seconds < 1e-9:
+        return f"{seconds:.3g} s"
     for unit in ("ns", "µs", "ms", "s"):
         value = float(Fraction(seconds) / TIME_UNITS[unit])
         text = _significant(value)
