@@ -32,7 +32,7 @@ EXIT_UNKNOWN = 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process killed by Ctrl-C
 
 #: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS = ("check", "generate", "lower", "show", "formula", "prove", "search", "lint")
+COMMANDS = ("check", "generate", "lower", "show", "formula", "prove", "search", "plan", "lint")
 
 
 class _UsageExit(Exception):

@@ -626,3 +626,27 @@ def _settled(steps: list[tuple[float, float]]) -> list[tuple[float, float]]:
         else:
             out.append((t, m))
     return out
+
+
+def plan_html(plan) -> str:
+    """A :class:`~schedverify.plan.planner.Plan` as HTML: the ranked table of
+    :mod:`schedverify.plan.table` (the winner in bold), why each refused schedule was refused,
+    and the notes; the same rows as the text report."""
+    from ..plan import table
+
+    win = plan.winner
+    rows = table.rows(plan)
+    best = [k for k, c in enumerate(plan.candidates) if c is win]
+    title = f"plan: {plan.devices} pipeline devices, {plan.microbatches} microbatches" + (
+        f", memory limit {table.format_bytes(plan.memory_limit)}" if plan.memory_limit else "")
+    out = ['<div class="schedverify-plan">', table_html(table.HEADERS, rows, title, highlight=best)]
+    if win is None:
+        out.append("<p>No schedule fits the memory limit and runs on torchtitan.</p>")
+    else:
+        out.append(f"<p>winner: <b>{escape(win.label)}</b>; {escape(table.torchtitan_hint(win, None))}</p>")
+    refused = [(c.label, c.reason) for c in plan.candidates if not c.fits and c.reason]
+    if refused:
+        out.append(table_html(("schedule", "why not"), refused, "why not"))
+    out += [f"<p>note: {escape(n)}</p>" for n in plan.notes]
+    out.append("</div>")
+    return "\n".join(out)

@@ -1,0 +1,97 @@
+"""``schedverify plan``: the fastest schedule that fits a real run, ranked against the rest,
+and written as the CSV torchtitan runs.
+
+Exit codes: 0 a schedule fits (and was written, with ``-o``), 1 none fits the memory limit
+and runs on torchtitan, 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import UsageError
+from . import EXIT_INVALID, EXIT_OK
+from .common import positive_int
+
+
+def _chunks(text: str) -> tuple[int, ...]:
+    import argparse
+
+    try:
+        out = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected chunk counts like 2 or 2,4, got {text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"chunk counts must be whole numbers >= 1, got {text!r}")
+    return out
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "plan", help="rank every schedule for a real run (seconds, bytes) and export the best for torchtitan",
+        description="Evaluate every schedule family that fits the sizes, and the search engine's "
+                    "best schedule, under a model's (or a measurement's) per-stage costs and a memory "
+                    "limit in bytes; print them ranked by predicted step time, with peak memory per "
+                    "device and why a schedule is refused; write the fastest that fits as the CSV "
+                    "torchtitan runs (--parallelism.pipeline_parallel_schedule_csv), checked under "
+                    "torch-nccl semantics first. Exit code: 0 a schedule fits, 1 none fits, 2 usage error.",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", metavar="FILE.toml",
+                     help="a decoder-only transformer and its hardware (examples/llama3-8b.toml)")
+    src.add_argument("--profile", metavar="FILE",
+                     help="measured per-stage times and memory (JSON or CSV; see the README)")
+    src.add_argument("--trace", metavar="FILE", nargs="+",
+                     help="PyTorch profiler Chrome traces of one pipeline step (one per rank)")
+    p.add_argument("--devices", type=positive_int, required=True, metavar="P",
+                   help="pipeline-parallel degree (devices in one pipeline)")
+    p.add_argument("--microbatches", type=positive_int, metavar="M",
+                   help="microbatches per step (default: the model file's [training] microbatches)")
+    p.add_argument("--memory-limit", metavar="L",
+                   help="memory per device: bytes with a unit (80GiB, 75GB) or a share of the "
+                        "device's memory (90%%); default: the device's memory when one is named")
+    p.add_argument("--device", metavar="NAME",
+                   help="the accelerator (H100-SXM, A100-80GB, ...), for --memory-limit N%% with a "
+                        "measured profile; a model file names its own")
+    p.add_argument("--chunks", type=_chunks, default=(2,), metavar="V[,V...]",
+                   help="stages per device to try for the families that take them (default 2)")
+    p.add_argument("--families", metavar="NAME[,NAME...]",
+                   help="only these families (default: every family)")
+    p.add_argument("--search-time", type=float, default=10.0, metavar="S",
+                   help="seconds for the search engine, per shape (loop, and v with 2 chunks); 0 skips it")
+    p.add_argument("-o", "--output", metavar="FILE.csv", help="write the winner here, for torchtitan")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(handler=run)
+
+
+def run(args, out, err) -> int:
+    from ..plan import export, planner, table
+    from ..plan.sources import from_args
+
+    if args.search_time < 0:
+        raise UsageError(f"--search-time: must be >= 0 seconds, got {args.search_time:g}")
+    if args.output is not None and not str(args.output).lower().endswith(".csv"):
+        raise UsageError(f"-o {args.output}: torchtitan reads a .csv file; name the output FILE.csv")
+    source = from_args(model=args.model, profile=args.profile, trace=args.trace, device=args.device,
+                       memory_limit=args.memory_limit, microbatches=args.microbatches)
+    microbatches = source.microbatches if args.microbatches is None else args.microbatches
+    if microbatches is None:
+        raise UsageError("plan: how many microbatches does a step have? give --microbatches M")
+    families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
+    result = planner.plan(source.stages, args.devices, microbatches, memory_limit=source.memory_limit,
+                       families=families, chunks=args.chunks,
+                       search_time=args.search_time or None, notes=source.notes)
+    written = None
+    if args.output and result.winner is not None:
+        export.export(result.winner, args.output)
+        written = args.output
+    if args.format == "json":
+        doc = result.to_json()
+        doc["source"] = source.title
+        doc["written"] = written
+        print(json.dumps(doc), file=out)
+    else:
+        title = (f"plan: {source.title}; {args.devices} pipeline devices, {microbatches} microbatches"
+                 + (f"; memory limit {table.format_bytes(source.memory_limit)}" if source.memory_limit else ""))
+        print(table.text(result, title=title, written=written), file=out)
+    return EXIT_OK if result.winner is not None else EXIT_INVALID

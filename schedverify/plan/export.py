@@ -1,0 +1,46 @@
+"""The winner as torchtitan runs it: the compute-only CSV of
+``--parallelism.pipeline_parallel_schedule_csv``, checked before it is written, and the flags
+that give torchtitan the stage placement the CSV assumes."""
+
+from __future__ import annotations
+
+from ..errors import SchedverifyError, UsageError
+from ..model import Schedule
+from .planner import Candidate, quantized
+
+def export(candidate: Candidate, path: str) -> Schedule:
+    """Write ``candidate``'s schedule as the compute-only CSV torchtitan reads, whole or not at
+    all, after checking that the file's content, read back as PyTorch reads it and lowered as
+    PyTorch lowers it, runs under ``torch-nccl``; returns the schedule read back."""
+    from ..check import check
+    from ..io import dumps_csv, loads_csv, write_atomic
+    from ..lowering import torch_lowering
+
+    s, profile = candidate.schedule, candidate.profile
+    if s is None or profile is None or candidate.placement is None:
+        raise UsageError(f"{candidate.label} has no schedule torchtitan can run ({candidate.status})")
+    text = dumps_csv(s)
+    back = loads_csv(text, path, devices=s.devices, stages=s.stages, microbatches=s.microbatches,
+                     placement=candidate.placement)
+    costs, memory = quantized(profile, None)
+    report = check(torch_lowering(back), costs=costs, memory=memory, comm_semantics="torch-nccl")
+    if not report.is_valid or back.order != tuple(tuple(a for a in row if a is not None) for row in s.order):
+        raise SchedverifyError(f"{path}: the CSV of {candidate.label} does not read back as the schedule "
+                               "that was planned; nothing was written (a bug: please report it)")
+    write_atomic(path, text)
+    return back
+
+
+def torchtitan_flags(c: Candidate, csv: str) -> str:
+    """The torchtitan options that run ``c`` from ``csv``: the CSV, and a schedule class whose
+    stage placement (loop or v) and stages per rank are the ones the CSV assumes."""
+    per_rank = (c.stages or 0) // max(1, len(c.peak_memory))
+    if c.placement == "v":
+        cls = "ZBVZeroBubble"
+    elif per_rank > 1:
+        cls = "Interleaved1F1B"
+    else:
+        cls = "1F1B"
+    return (f"torchtitan: --parallelism.pipeline_parallel_schedule_csv {csv} "
+            f"--parallelism.pipeline_parallel_schedule {cls} (placement {c.placement}, "
+            f"{per_rank} stage{'s' if per_rank != 1 else ''} per rank)")

@@ -1,0 +1,263 @@
+"""The planner: every family that fits the sizes, and the search engine's optimum, under one
+run's real costs and memory limit, ranked by predicted step time.
+
+A candidate is judged in three steps, each by an engine the rest of schedverify already
+trusts:
+
+1. **generated** by its family's generator at the run's sizes (a family whose domain excludes
+   them is refused with the generator's own rule), and the stage profile asked for the number
+   of stages it needs (a model that cannot be cut that way, or a measurement of another
+   number of stages, refuses it);
+2. **timed and sized** by the checker under eager semantics with the profile's costs (time in
+   whole microseconds, see :data:`TIME_QUANTUM`), memory in bytes and the memory limit: its
+   makespan is the predicted step time of the pipeline (forward and backward passes only: the
+   optimizer step and data-parallel gradient reduction come on top), its per-device peak the
+   memory it needs;
+3. **run as torchtitan runs it**: lowered to SEND/RECV by PyTorch 2.13's own lowering
+   (:func:`schedverify.lowering.torch_lowering`, what ``_load_csv`` does to a compute-only
+   CSV) and checked under ``torch-nccl`` semantics (docs/spec.md 8).  A schedule that would
+   hang on NCCL, or that PyTorch cannot lower, is never the winner.
+
+The winner is the fastest candidate that fits and runs; :func:`schedverify.plan.export.export`
+writes it as the CSV torchtitan reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import LoweringError, SchedverifyError, UsageError
+from ..model import Costs, MemoryModel, Schedule
+from .sources import StageSource
+from .stages import StageProfile
+
+#: Durations are planned in whole microseconds: exact integers for every engine (the search
+#: scales costs to integers, and a second's float has a denominator of up to 2**52), and a
+#: resolution far finer than any pass of a model worth pipelining.
+TIME_QUANTUM = 1e-6
+
+
+#: The search engine's shapes a plan tries: (placement, chunks per device).
+SEARCH_SHAPES: tuple[tuple[str, int], ...] = (("loop", 1), ("v", 2))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One schedule the plan considered, and what became of it.
+
+    ``status``: ``fits`` (within the memory limit and runs under torchtitan's lowering on
+    NCCL), ``over memory``, ``hangs`` (PyTorch's lowering of it deadlocks or is refused),
+    ``invalid`` (the checker found a violation other than memory) or ``refused`` (not
+    generated at these sizes, or no stage profile for its stage count); ``reason`` says why in
+    words.  Times are seconds and memory bytes.
+    """
+
+    name: str
+    options: dict[str, Any]
+    status: str
+    reason: str = ""
+    stages: int | None = None
+    placement: str | None = None
+    step_time: float | None = None
+    bubble_fraction: float | None = None
+    peak_memory: tuple[int, ...] = ()
+    search: dict[str, Any] | None = None
+    schedule: Schedule | None = field(default=None, repr=False, compare=False)
+    profile: StageProfile | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def label(self) -> str:
+        shown = ", ".join(f"{k}={v}" for k, v in self.options.items())
+        return f"{self.name} ({shown})" if shown else self.name
+
+    @property
+    def fits(self) -> bool:
+        return self.status == "fits"
+
+    @property
+    def peak(self) -> int | None:
+        return max(self.peak_memory) if self.peak_memory else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "options": dict(self.options), "status": self.status,
+                "reason": self.reason, "stages": self.stages, "placement": self.placement,
+                "step_time_s": self.step_time, "bubble_fraction": self.bubble_fraction,
+                "peak_memory_bytes": list(self.peak_memory), "search": self.search}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A ranked list of candidates (fastest fitting first, then the rest) for one run."""
+
+    devices: int
+    microbatches: int
+    memory_limit: int | None
+    candidates: tuple[Candidate, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def winner(self) -> Candidate | None:
+        return next((c for c in self.candidates if c.fits), None)
+
+    def to_json(self) -> dict[str, Any]:
+        win = self.winner
+        return {"devices": self.devices, "microbatches": self.microbatches,
+                "memory_limit_bytes": self.memory_limit,
+                "winner": None if win is None else win.label,
+                "candidates": [c.to_json() for c in self.candidates], "notes": list(self.notes)}
+
+    def _repr_html_(self) -> str:
+        from ..render.notebook import plan_html
+
+        return plan_html(self)
+
+
+def quantized(profile: StageProfile, memory_limit: int | None) -> tuple[Costs, MemoryModel]:
+    """The :class:`Costs` (whole microseconds) and :class:`MemoryModel` (bytes) of a profile."""
+    def us(values: Iterable[float]) -> tuple[int, ...]:
+        return tuple(round(v / TIME_QUANTUM) for v in values)
+
+    costs = Costs(F=us(profile.F), B=us(profile.full_backward), I=us(profile.I), W=us(profile.W),
+                  comm=round(profile.comm / TIME_QUANTUM))
+    memory = MemoryModel(activation=tuple(profile.activation), w=profile.w,
+                         static=profile.static_total, limit=memory_limit)
+    return costs, memory
+
+
+def family_variants(chunks: Sequence[int] = (2,),
+                    families: Sequence[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(family, options) pairs a plan tries: each family once, and a family that takes
+    ``chunks`` once per number of chunks given (with the generator's default, one, too when it
+    allows it)."""
+    from ..generators import FAMILIES, family
+
+    names = list(FAMILIES) if families is None else [family(n).name for n in families]
+    out: list[tuple[str, dict[str, Any]]] = []
+    for name in names:
+        if FAMILIES[name].chunks:
+            wanted = sorted({*chunks, *(() if name == "interleaved-1f1b" else (1,))})
+            out += [(name, {"chunks": v} if v != 1 else {}) for v in wanted]
+        else:
+            out.append((name, {}))
+    return out
+
+
+def _profile_for(source: StageSource, stages: int, split_backward: bool) -> StageProfile:
+    """The stage profile of a schedule of ``stages`` stages (``split_backward``: it runs I and
+    W apart, which changes what PyTorch keeps on its receive buffers)."""
+    if isinstance(source, StageProfile):
+        if source.stages != stages:
+            raise UsageError(f"the measured profile has {source.stages} stages; this schedule needs "
+                             f"{stages}")
+        return source
+    return source(stages, split_backward)
+
+
+def _splits(schedule: Schedule) -> bool:
+    from ..model import I
+
+    return any(x.kind == I for row in schedule.order for a in row if a is not None for x in a.leaves())
+
+
+def evaluate(schedule: Schedule, profile: StageProfile, memory_limit: int | None, *, name: str,
+             options: dict[str, Any], search: dict[str, Any] | None = None) -> Candidate:
+    """Steps 2 and 3 of the module docstring for one generated or searched schedule."""
+    from ..check import check
+    from ..lowering import torch_lowering
+
+    costs, memory = quantized(profile, memory_limit)
+    report = check(schedule, costs=costs, memory=memory, comm_semantics="eager", max_violations=5)
+    m = report.metrics
+    placement = _placement_name(schedule)
+    base = Candidate(name, options, "fits", stages=schedule.stages, placement=placement,
+                     step_time=None if m.makespan is None else m.makespan * TIME_QUANTUM,
+                     bubble_fraction=m.bubble_fraction,
+                     peak_memory=tuple(int(d.peak_memory) for d in m.devices),
+                     search=search, schedule=schedule, profile=profile)
+    codes = set(report.codes())
+    if codes - {"SV601"}:
+        first = report.violations[0]
+        return replace(base, status="invalid", reason=f"{first.code.code} {first.message}")
+    if codes:
+        worst = max(range(len(base.peak_memory)), key=base.peak_memory.__getitem__)
+        return replace(base, status="over memory", reason=f"device {worst} needs more than the limit")
+    try:
+        lowered = torch_lowering(schedule)
+    except LoweringError as e:
+        return replace(base, status="hangs", reason=f"PyTorch's lowering refuses it: {e}")
+    ran = check(lowered, costs=costs, memory=memory, comm_semantics="torch-nccl", max_violations=1)
+    if not ran.is_valid:
+        v = ran.violations[0]
+        return replace(base, status="hangs", reason=f"as torchtitan lowers it, on NCCL: {v.code.code} {v.message}")
+    return base
+
+
+def _placement_name(schedule: Schedule) -> str | None:
+    """'loop' or 'v' when the schedule's one route is that placement, else None."""
+    from ..model import stage_devices
+
+    if schedule.placement.is_bidirectional:
+        return None
+    route = schedule.placement.routes[0]
+    for spec in ("loop", "v"):
+        if route == stage_devices(spec, schedule.devices, schedule.stages):
+            return spec
+    return None
+
+
+def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: int | None = None,
+         families: Sequence[str] | None = None, chunks: Sequence[int] = (2,),
+         search_time: float | None = 10.0, notes: Sequence[str] = ()) -> Plan:
+    """Rank every family (and, unless ``search_time`` is None, the search engine's best
+    schedule of each shape in :data:`SEARCH_SHAPES`, within ``search_time`` seconds each) by
+    predicted step time under ``source``'s costs and ``memory_limit`` bytes per device."""
+    from ..generators import generate
+
+    for key, value in (("devices", devices), ("microbatches", microbatches)):
+        if type(value) is not int or value < 1:
+            raise UsageError(f"plan: {key} must be a whole number >= 1, got {value!r}")
+    found: list[Candidate] = []
+    for name, options in family_variants(chunks, families):
+        try:
+            schedule = generate(name, devices, microbatches, **options)
+            profile = _profile_for(source, schedule.stages, _splits(schedule))
+        except SchedverifyError as e:
+            found.append(Candidate(name, options, "refused", str(e)))
+            continue
+        found.append(evaluate(schedule, profile, memory_limit, name=name, options=options))
+    if search_time is not None:
+        found += [_searched(source, devices, microbatches, memory_limit, placement, v, search_time)
+                  for placement, v in SEARCH_SHAPES]
+    order = {"fits": 0, "hangs": 1, "over memory": 2, "invalid": 3, "refused": 4}
+    ranked = sorted(found, key=lambda c: (order[c.status], c.step_time if c.step_time is not None
+                                          else float("inf"), c.peak or 0))
+    seen = list(notes)
+    for c in ranked:  # what the profiles assumed, once each (they share most of it)
+        seen += [n for n in (c.profile.notes if c.profile is not None else ()) if n not in seen]
+    return Plan(devices, microbatches, memory_limit, tuple(ranked), tuple(seen))
+
+
+def _searched(source: StageSource, devices: int, microbatches: int, memory_limit: int | None,
+              placement: str, chunks: int, seconds: float) -> Candidate:
+    """The search engine's best split-backward schedule of one shape, as a candidate."""
+    from ..smt.search import search
+
+    name, options = "search", {"placement": placement, "chunks": chunks}
+    try:
+        profile = _profile_for(source, devices * chunks, True)
+    except SchedverifyError as e:
+        return Candidate(name, options, "refused", str(e))
+    costs, memory = quantized(profile, memory_limit)
+    result = search(devices, microbatches, chunks=chunks, placement=placement, split_backward=True,
+                    costs=costs, memory=memory, time_limit=seconds)
+    info = {"status": result.status, "seconds": round(result.seconds, 2),
+            "lower_bound_s": None if result.lower_bound is None else result.lower_bound * TIME_QUANTUM,
+            "gap_s": None if result.gap is None else result.gap * TIME_QUANTUM}
+    if result.schedule is None:
+        reason = result.reason or f"nothing found in {seconds:g} s"
+        return Candidate(name, options, "over memory" if result.status == "infeasible" else "refused",
+                         reason, stages=devices * chunks, placement=placement, search=info)
+    return evaluate(result.schedule, profile, memory_limit, name=name, options=options, search=info)
+

@@ -1,0 +1,81 @@
+"""A plan as a table: the one set of rows that the text report, the JSON-free notebook view
+and anything else that shows a plan render (so that they always agree)."""
+
+from __future__ import annotations
+
+from ..units import format_bytes, format_time
+from .planner import Candidate, Plan
+
+HEADERS = ("rank", "schedule", "stages", "step time", "bubble", "peak memory", "headroom", "status")
+
+
+def rows(plan: Plan) -> list[tuple[str, ...]]:
+    """One row of :data:`HEADERS` per candidate, in the plan's order; the rank counts only the
+    candidates that fit."""
+    out = []
+    rank = 0
+    for c in plan.candidates:
+        rank += c.fits
+        out.append((
+            str(rank) if c.fits else "-",
+            c.label,
+            "-" if c.stages is None else str(c.stages),
+            "-" if c.step_time is None else format_time(c.step_time),
+            "-" if c.bubble_fraction is None else f"{100 * c.bubble_fraction:.1f}%",
+            "-" if c.peak is None else format_bytes(c.peak),
+            _headroom(c, plan.memory_limit),
+            status(c),
+        ))
+    return out
+
+
+def _headroom(c: Candidate, limit: int | None) -> str:
+    if c.peak is None or limit is None:
+        return "-"
+    left = limit - c.peak
+    return format_bytes(left) if left >= 0 else "-" + format_bytes(-left)
+
+
+def status(c: Candidate) -> str:
+    """The status column: what became of the candidate, with the search's proof state."""
+    text = c.status
+    if c.search is not None and c.search.get("status") in ("optimal", "feasible") and c.step_time is not None:
+        gap = c.search.get("gap_s")
+        proof = "optimal (proven)" if c.search["status"] == "optimal" else (
+            f"gap {format_time(gap)}" if gap is not None else "not proven")
+        text += f", {proof}"
+    return text
+
+
+def text(plan: Plan, *, title: str = "", written: str | None = None) -> str:
+    """The plan as the text ``schedverify plan`` prints."""
+    table = [HEADERS, *rows(plan)]
+    widths = [max(len(r[k]) for r in table) for k in range(len(HEADERS))]
+    right = {0, 2, 3, 4, 5, 6}
+    lines = [title] if title else []
+    for r in table:
+        cells = [r[k].rjust(widths[k]) if k in right else r[k].ljust(widths[k]) for k in range(len(r))]
+        lines.append("  " + "  ".join(cells).rstrip())
+    reasons = [(c.label, c.reason) for c in plan.candidates if not c.fits and c.reason]
+    if reasons:
+        lines.append("  why not:")
+        lines += [f"    {label}: {why}" for label, why in reasons]
+    win = plan.winner
+    if win is None:
+        lines.append("  no schedule fits the memory limit and runs on torchtitan")
+    else:
+        lines.append(f"  winner: {win.label}: {format_time(win.step_time or 0)} per step, "
+                     f"peak {format_bytes(win.peak or 0)}")
+        lines.append("    peak memory per device: " + ", ".join(
+            f"{d}: {format_bytes(v)}" for d, v in enumerate(win.peak_memory)))
+        lines.append(f"    {torchtitan_hint(win, written)}")
+    lines += [f"  note: {n}" for n in plan.notes]
+    return "\n".join(lines)
+
+
+def torchtitan_hint(c: Candidate, written: str | None) -> str:
+    """How to run the winner with torchtitan: the CSV and the placement torchtitan must use."""
+    csv = written or "FILE.csv (give -o FILE.csv)"
+    from .export import torchtitan_flags
+
+    return torchtitan_flags(c, csv)
