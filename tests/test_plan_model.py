@@ -287,6 +287,9 @@ def test_receive_buffers_follow_torch_pipelining():
     assert p.recv_buffers == (6 * one, 12 * one, 12 * one, 6 * one)
     assert stage_profile(m, H100, 1).recv_buffers == (0,)
     assert stage_profile(m, H100, 4, microbatches=2).recv_buffers == (2 * one, 4 * one, 4 * one, 2 * one)
+    split_bw = stage_profile(m, H100, 4, split_backward=True)
+    assert split_bw.recv_buffers == (6 * one, 18 * one, 18 * one, 12 * one)
+    assert any("also each input gradient" in n for n in split_bw.notes)
     unknown = stage_profile(replace(m, microbatches=None), H100, 4)
     assert unknown.recv_buffers == ()
     assert any("receive buffers not counted" in n for n in unknown.notes)
@@ -471,3 +474,70 @@ def test_importing_the_model_loads_no_sympy():
             "print('sympy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+_RECV_PROBE = """
+import sys, torch, torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining._utils import InferenceMode
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+b, s, h, M, S = 1, 16, 8, 5, 3
+out = []
+for idx in range(S):
+    x = torch.empty(b, s, h, dtype=torch.bfloat16)
+    stage = PipelineStage(torch.nn.Linear(h, h).to(torch.bfloat16), idx, S, torch.device("cpu"),
+                          input_args=x, output_args=x.clone().requires_grad_(True))
+    stage._inference_mode = InferenceMode.STATIC  # what the warm-up vote decides for static shapes
+    stage._prepare_forward_infra(M, (x,) if idx == 0 else None, {}, has_backward=True)
+    stage._prepare_backward_infra(M)
+    held = [i.buffer for infos in (stage.args_recv_info, stage.grad_recv_info)
+            for r in infos.values() for i in r if i.buffer is not None]
+    out.append(sum(t.numel() * t.element_size() for t in held))
+print(out)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.torch
+def test_receive_buffers_are_what_torch_pipelining_allocates(tmp_path):
+    # PipelineStage._prepare_forward_infra / _prepare_backward_infra, run for real: the bytes of
+    # the receive buffers each of three stages holds for 5 microbatches of (1, 16, 8) bf16.
+    pytest.importorskip("torch")
+    probe = subprocess.run([sys.executable, "-c", _RECV_PROBE, str(tmp_path / "store")], capture_output=True,
+                           text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    measured = tuple(int(x) for x in probe.stdout.strip().strip("[]").split(","))
+    m = TransformerModel(layers=3, hidden=8, heads=2, ffn=16, vocab=10, seq_len=16, microbatches=5)
+    assert stage_profile(m, H100, 3).recv_buffers == measured == (1280, 2560, 1280)
+
+
+_SPLIT_PROBE = """
+import sys, torch, torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+h, M = 8, 4
+torch.manual_seed(0)
+out = []
+for cls in (ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble):
+    mods = [torch.nn.Sequential(torch.nn.Linear(h, h), torch.nn.Tanh()) for _ in range(2)]
+    stages = [PipelineStage(m, i, 2, torch.device("cpu")) for i, m in enumerate(mods)]
+    schedule = cls(stages, n_microbatches=M, loss_fn=lambda y, t: ((y - t) ** 2).mean())
+    schedule.step(torch.randn(2 * M, h), target=torch.randn(2 * M, h))
+    held = [i.buffer.grad for r in stages[1].args_recv_info.values() for i in r if i.buffer is not None]
+    out.append(sum(g is not None for g in held))
+print(out)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.torch
+def test_a_split_backward_leaves_the_input_gradients_on_the_buffers(tmp_path):
+    # After one step, the second stage still holds each microbatch's input gradient on its
+    # receive buffer's .grad when I and W are split (InterleavedZeroBubble), not otherwise:
+    # what split_backward=True adds to recv_buffers.
+    pytest.importorskip("torch")
+    probe = subprocess.run([sys.executable, "-c", _SPLIT_PROBE, str(tmp_path / "store")], capture_output=True,
+                           text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert probe.stdout.strip() == "[0, 4]"

@@ -108,8 +108,8 @@ stage does, so ``recv_buffers = M * boundary`` for each direction the stage rece
 DTensors sent as their local shard).  With a split backward, ``stage_backward_input``
 (``_backward.py``) also leaves each input gradient on its receive buffer's ``.grad`` until the
 next step's ``clear_runtime_states``: another ``M * boundary`` on every stage but the first,
-which :func:`stage_profile` does not add (it does not know the schedule): the notes say so and
-:func:`boundary_bytes` gives the size.  (A DTensor input, as with torchtitan's tensor
+which :func:`stage_profile` adds when told ``split_backward=True`` (it does not know the
+schedule).  (A DTensor input, as with torchtitan's tensor
 parallelism, is a new object each microbatch and its ``.grad`` goes with it after ``W``.)  On a
 V placement, ``set_local_fwd_input`` replaces the buffers of a stage whose input comes from the
 same device as the microbatches pass; they are counted anyway (conservative).
@@ -567,14 +567,16 @@ def weight_share(model: TransformerModel) -> float:
 
 
 def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
-                  microbatches: int | None = None) -> StageProfile:
+                  microbatches: int | None = None, split_backward: bool = False) -> StageProfile:
     """Per-stage F, I, W (seconds per microbatch), activation, static and receive-buffer bytes
     of ``model`` cut into ``stages`` stages on ``hardware`` (one stage per tensor-parallel
     group of ``t`` devices; the bytes are per device).
 
     ``microbatches`` (default: the model's) sizes the receive buffers; when neither is known
-    they are left out and the notes say so.  Raises :class:`UsageError` when the layout cannot
-    be cut into ``stages`` stages.
+    they are left out and the notes say so.  ``split_backward``: the schedule runs I and W
+    separately, so PyTorch keeps each input gradient on its receive buffer's ``.grad`` for the
+    rest of the step: another ``microbatches * boundary`` on every stage but the first.
+    Raises :class:`UsageError` when the layout cannot be cut into ``stages`` stages.
     """
     spans = split(model, stages)
     v, o = _values(model), _opts(model)
@@ -594,10 +596,11 @@ def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
     boundary = _boundary(v, o)
     recv: tuple[int, ...] = ()
     if m is not None:
-        recv = tuple(math.ceil(m * boundary * ((not s.embedding) + (not s.head))) for s in spans)
+        per_stage = ((not s.embedding) * (2 if split_backward else 1) + (not s.head) for s in spans)
+        recv = tuple(math.ceil(m * boundary * k) for k in per_stage)
     w_bytes = _layer_weight_grad_bytes(v, o)
     w = float(min(Fraction(1), w_bytes / layer_act))
-    notes = _notes(model, hardware, spans, m, w_bytes > layer_act)
+    notes = _notes(model, hardware, spans, m, w_bytes > layer_act, split_backward)
     return StageProfile(
         F=tuple(float(p.F / t / rate) for p in flops),
         I=tuple(float(p.I / t / rate) for p in flops),
@@ -612,7 +615,7 @@ def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
     )
 
 
-def _notes(model: TransformerModel, hw: Hardware, spans, m, w_capped: bool) -> tuple[str, ...]:
+def _notes(model: TransformerModel, hw: Hardware, spans, m, w_capped: bool, split_backward: bool) -> tuple[str, ...]:
     t = model.tensor_parallel
     lay = ", ".join(str(s.layers) for s in spans)
     out = [
@@ -647,9 +650,11 @@ def _notes(model: TransformerModel, hw: Hardware, spans, m, w_capped: bool) -> t
     else:
         out.append(f"receive buffers: torch.distributed.pipelining keeps one per microbatch ({m}) and "
                    f"direction, {boundary_bytes(model)} B each (counted also where a V placement passes "
-                   "activations within a device, which replaces them as the microbatches go); a split backward "
-                   "(I/W) also keeps each plain-tensor input gradient on its buffer's .grad until the next "
-                   "step (not counted here; boundary_bytes x microbatches on every stage but the first)")
+                   "activations within a device, which replaces them as the microbatches go); "
+                   + ("with the split backward (I/W), also each input gradient PyTorch leaves on its buffer's "
+                      ".grad until the next step" if split_backward else
+                      "a split backward (I/W) also keeps each plain-tensor input gradient on its buffer's .grad "
+                      "until the next step: not counted here (split_backward=True counts it)"))
     return tuple(out)
 
 
