@@ -218,12 +218,10 @@ class TransformerModel:
                   "tied_embeddings", "loss_fp32", "embedding_stage", "head_stage"):
             if not isinstance(getattr(self, f), bool):
                 yield f, f"expected true or false, got {getattr(self, f)!r}"
-        if self.dtype not in DTYPES:
-            yield "dtype", f"expected one of {', '.join(DTYPES)}, got {self.dtype!r}"
-        if self.recompute not in RECOMPUTE:
-            yield "recompute", f"expected one of {', '.join(RECOMPUTE)}, got {self.recompute!r}"
-        if self.sharding not in SHARDING:
-            yield "sharding", f"expected one of {', '.join(SHARDING)}, got {self.sharding!r}"
+        for f, choices in (("dtype", tuple(DTYPES)), ("recompute", RECOMPUTE), ("sharding", SHARDING)):
+            value = getattr(self, f)
+            if not isinstance(value, str) or value not in choices:
+                yield f, f"expected one of {', '.join(choices)}, got {value!r}"
         if self.hidden % self.heads:
             yield "heads", f"the hidden size {self.hidden} is not a multiple of {self.heads} heads"
         kv = self.kv_heads
