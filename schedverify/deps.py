@@ -72,9 +72,11 @@ def needs(action: Action, num_stages: int) -> Iterator[tuple[Need, int]]:
             yield need, stage
 
 
-#: kind -> its need that, from another device, arrives through a RECV on the consumer's own
-#: device (``F``: the activation, ``B``/``I``: the gradient).
-RECEIVED: dict[str, Need] = {k: n for k, ns in NEEDS.items() if k in (F, B, I) for n in ns if n.recv}
+#: kind -> (the producer's stage offset, the RECV kind) of its need that, from another device,
+#: arrives through a RECV on the consumer's own device (``F``: the activation, ``B``/``I``:
+#: the gradient).
+RECEIVED: dict[str, tuple[int, str]] = {k: (n.offset, n.recv) for k, ns in NEEDS.items() if k in (F, B, I)
+                                        for n in ns if n.recv is not None}
 
 
 def last_backward_kinds(split: bool) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ from .errors import InputError, UsageError
 from .io.actions import LEGACY_HINT, check_grammar
 from .model import B, COMPUTE_KINDS, I, OVERLAP_F_B, W, Schedule, as_schedule, leaf_rows, stage_devices
 
-__all__ = ["LINT_CODES", "TARGETS", "Finding", "lint", "lint_file", "looks_legacy"]
+__all__ = ["LINT_CODES", "TARGETS", "Finding", "lint", "lint_file", "looks_legacy", "torchtitan_schedule"]
 
 #: The frameworks a schedule can be linted for.
 TARGETS = ("torchtitan", "megatron", "pytorch")
@@ -399,6 +399,17 @@ def _megatron(s: Schedule, ranks: dict[int, set[int]], group_size: int | None,
 
 
 # ------------------------------------------------------------------ the API
+
+def torchtitan_schedule(placement: str | None, stages_per_rank: int) -> str | None:
+    """The ``--parallelism.pipeline_parallel_schedule`` that makes torchtitan build its stages
+    where a CSV with this placement and this many stages per rank runs them (see
+    :func:`_torchtitan_placement`), or None when torchtitan builds no such placement."""
+    if placement == "v":
+        return "ZBVZeroBubble" if stages_per_rank == 2 else None
+    if placement == "loop":
+        return "1F1B" if stages_per_rank == 1 else "Interleaved1F1B"
+    return None
+
 
 def lint(schedule: Schedule, target: str = "torchtitan", *, pipeline_schedule: str | None = None,
          group_size: int | None = None, num_layers: int | None = None,

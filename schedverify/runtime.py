@@ -464,8 +464,7 @@ def data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
         return out
     route = placement.routes[0] if placement.microbatch_route is None else None
     producer, code, stage, acts = g.producer, g.code, g.stage, g.acts
-    received = {KIND_CODE[k]: (n.offset, KIND_CODE[n.recv]) for k, n in RECEIVED.items()
-                if n.recv is not None}
+    received = {KIND_CODE[k]: (offset, KIND_CODE[recv]) for k, (offset, recv) in RECEIVED.items()}
     consumers = (*received, -1)
     for i in [i for i, c in enumerate(code) if c in consumers]:
         c = code[i]

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schedverify.errors import InputError, UsageError
-from schedverify.plan.hardware import DEVICES, GiB, Hardware, device, hardware, hardware_from_table, parse_bytes
+from schedverify.plan.hardware import DEVICES, GiB, Hardware, device, hardware, hardware_from_table
 from schedverify.plan.stages import StageProfile
 from schedverify.plan.transformer import (
     TransformerModel,
@@ -409,7 +409,7 @@ BAD = [
     (GOOD + "[hardware]\ndevice = 'A100-80GB'\nefficiency = 2\n", "hardware.efficiency: expected a share in (0, 1]"),
     (GOOD + "[hardware]\ndevice = 'A100-80GB'\nspeed = 2\n", "hardware: unknown key 'speed'"),
     (GOOD + "[hardware]\nname = 'x'\nmemory = '80GiB'\n", "hardware: name a device"),
-    (GOOD + "[hardware]\ndevice = 'L40S'\nmemory = 'lots'\n", "hardware.memory: expected bytes"),
+    (GOOD + "[hardware]\ndevice = 'L40S'\nmemory = 'lots'\n", "hardware.memory: not a memory size"),
     (GOOD.replace("layers = 4\n", ""), "model.toml: missing model.layers"),
     ("[model\nlayers = 4\n", "model.toml: not valid TOML"),
     ("[training]\nseq_len = 4\n", "model.toml: no [model] table"),
@@ -462,10 +462,10 @@ def test_hardware_tables():
     assert full == Hardware("mine", 24 * GiB, 1e14, 1e10, 0.0)
     assert full.send_seconds(1e10) == 1.0 and full.seconds(4e13) == 1.0
     assert hardware_from_table({"device": "A100-40GB"}) is not None
-    assert parse_bytes("96 GB") == 96 * 10**9 and parse_bytes(1024) == 1024 and parse_bytes("1.5KiB") == 1536
+    assert hardware_from_table({"device": "A100-40GB", "memory": "96 GB"}).memory == 96 * 10**9
     for bad in ("-1GB", "12 parsecs", True, 0):
-        with pytest.raises(ValueError):
-            parse_bytes(bad)
+        with pytest.raises(InputError, match="hardware.memory"):
+            hardware_from_table({"device": "A100-40GB", "memory": bad})
 
 
 def test_importing_the_model_loads_no_sympy():

@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..errors import InputError, UsageError
+from ..units import parse_bytes
 
 GiB = 2**30
 
@@ -157,30 +158,6 @@ def hardware(name: str, **overrides: Any) -> Hardware:
     return replace(base, **overrides)
 
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def parse_bytes(value: Any) -> int:
-    """A byte count from a whole number or a string with a unit: ``"80GiB"``, ``"96 GB"``,
-    ``"1.5TiB"`` (GB = 10**9, GiB = 2**30).  Raises ValueError naming the value."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected bytes, got {value!r}")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError(f"expected a positive number of bytes, got {value}")
-        return value
-    if isinstance(value, float) and value.is_integer() and value > 0:
-        return int(value)
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", value)
-        if m and m.group(2).lower() in _UNITS:
-            n = float(m.group(1)) * _UNITS[m.group(2).lower()]
-            if n >= 1:
-                return int(n)
-    raise ValueError(f"expected bytes (a whole number, or a string such as '80GiB'), got {value!r}")
-
-
 _FIELDS = ("name", "memory", "peak_flops", "link_bandwidth", "link_latency", "efficiency")
 
 
@@ -211,10 +188,9 @@ def hardware_from_table(table: Any, *, source: str = "<string>", where: str = "h
                 raise InputError(f"expected a name, got {raw!r}", source=source, where=at)
             values[key] = raw
         elif key == "memory":
-            try:
-                values[key] = parse_bytes(raw)
-            except ValueError as e:
-                raise InputError(str(e), source=source, where=at) from None
+            values[key] = parse_bytes(raw, at, source=source)  # units.py: the one reader of "80GiB"
+            if values[key] <= 0:
+                raise InputError(f"expected a positive memory size, got {raw!r}", source=source, where=at)
         else:
             if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
                 raise InputError(f"expected a number, got {raw!r}", source=source, where=at)
@@ -241,4 +217,4 @@ def hardware_from_table(table: Any, *, source: str = "<string>", where: str = "h
     return Hardware(**values)
 
 
-__all__ = ["ALIASES", "DEVICES", "GiB", "Hardware", "device", "hardware", "hardware_from_table", "parse_bytes"]
+__all__ = ["ALIASES", "DEVICES", "GiB", "Hardware", "device", "hardware", "hardware_from_table"]

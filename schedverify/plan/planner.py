@@ -48,7 +48,9 @@ class Candidate:
     """One schedule the plan considered, and what became of it.
 
     ``status``: ``fits`` (within the memory limit and runs under torchtitan's lowering on
-    NCCL), ``over memory``, ``hangs`` (PyTorch's lowering of it deadlocks or is refused),
+    NCCL), ``over memory``, ``hangs`` (PyTorch's lowering of it deadlocks on NCCL), ``cannot
+    run`` (torchtitan or PyTorch's lowering refuses it: a stage on two ranks, a placement
+    torchtitan does not build, ...),
     ``invalid`` (the checker found a violation other than memory) or ``refused`` (not
     generated at these sizes, or no stage profile for its stage count); ``reason`` says why in
     words.  Times are seconds and memory bytes.
@@ -183,15 +185,31 @@ def evaluate(schedule: Schedule, profile: StageProfile, memory_limit: int | None
     if codes:
         worst = max(range(len(base.peak_memory)), key=base.peak_memory.__getitem__)
         return replace(base, status="over memory", reason=f"device {worst} needs more than the limit")
+    refusal = torchtitan_refusal(schedule, placement)
+    if refusal is not None:
+        return replace(base, status="cannot run", reason=refusal)
     try:
         lowered = torch_lowering(schedule)
     except LoweringError as e:
-        return replace(base, status="hangs", reason=f"PyTorch's lowering refuses it: {e}")
+        return replace(base, status="cannot run", reason=f"PyTorch's lowering refuses it: {e}")
     ran = check(lowered, costs=costs, memory=memory, comm_semantics="torch-nccl", max_violations=1)
     if not ran.is_valid:
         v = ran.violations[0]
         return replace(base, status="hangs", reason=f"as torchtitan lowers it, on NCCL: {v.code.code} {v.message}")
     return base
+
+
+def torchtitan_refusal(schedule: Schedule, placement: str | None) -> str | None:
+    """Why torchtitan cannot run ``schedule`` from a CSV (the first error :func:`schedverify.lint.lint`
+    finds with the schedule class that gives its placement), or None."""
+    from ..lint import lint, torchtitan_schedule
+
+    cls = torchtitan_schedule(placement, schedule.stages // schedule.devices)
+    if cls is None:
+        return (f"torchtitan builds the 'loop' placement, or 'v' with 2 stages per rank; this schedule "
+                f"has {placement or 'another'} placement with {schedule.stages // schedule.devices} per rank")
+    errors = [f for f in lint(schedule, "torchtitan", pipeline_schedule=cls) if f.severity == "error"]
+    return None if not errors else f"{errors[0].code.code} {errors[0].message}"
 
 
 def _placement_name(schedule: Schedule) -> str | None:
@@ -230,13 +248,14 @@ def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: 
     if search_time is not None:
         found += [_searched(source, devices, microbatches, memory_limit, placement, v, search_time)
                   for placement, v in SEARCH_SHAPES]
-    order = {"fits": 0, "hangs": 1, "over memory": 2, "invalid": 3, "refused": 4}
+    order = {"fits": 0, "hangs": 1, "cannot run": 2, "over memory": 3, "invalid": 4, "refused": 5}
     ranked = sorted(found, key=lambda c: (order[c.status], c.step_time if c.step_time is not None
                                           else float("inf"), c.peak or 0))
-    seen = list(notes)
-    for c in ranked:  # what the profiles assumed, once each (they share most of it)
-        seen += [n for n in (c.profile.notes if c.profile is not None else ()) if n not in seen]
-    return Plan(devices, microbatches, memory_limit, tuple(ranked), tuple(seen))
+    plan = Plan(devices, microbatches, memory_limit, tuple(ranked), tuple(notes))
+    win = plan.winner
+    if win is not None and win.profile is not None:  # what the winner's numbers assume
+        plan = replace(plan, notes=plan.notes + tuple(n for n in win.profile.notes if n not in notes))
+    return plan
 
 
 def _searched(source: StageSource, devices: int, microbatches: int, memory_limit: int | None,

@@ -6,6 +6,7 @@ limit in bytes, and what to print about it), so that the planner and the CLI nev
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Union
@@ -44,7 +45,7 @@ def from_model(path: str | os.PathLike, *, memory_limit: str | int | None = None
     """A transformer and its hardware from a TOML model file (:mod:`.transformer`): any cut."""
     from .transformer import load_model, stage_profile
 
-    model, hw = load_model(path)
+    model, hw = load_model(Path(path))
     m = microbatches if microbatches is not None else model.microbatches
 
     def cut(stages: int, split_backward: bool) -> StageProfile:

@@ -12,7 +12,7 @@ HEADERS = ("rank", "schedule", "stages", "step time", "bubble", "peak memory", "
 def rows(plan: Plan) -> list[tuple[str, ...]]:
     """One row of :data:`HEADERS` per candidate, in the plan's order; the rank counts only the
     candidates that fit."""
-    out = []
+    out: list[tuple[str, ...]] = []
     rank = 0
     for c in plan.candidates:
         rank += c.fits

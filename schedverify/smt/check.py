@@ -931,10 +931,10 @@ class _Z3Check:
                 k, s, mb = x.kind, x.stage, x.microbatch
                 if type(s) is not int or type(mb) is not int or not (0 <= s < S and 0 <= mb < M):
                     continue
-                need = rules.RECEIVED.get(k)
-                if need is None:
+                if k not in rules.RECEIVED:
                     continue
-                ps, recv = s + need.offset, need.recv
+                offset, recv = rules.RECEIVED[k]
+                ps = s + offset
                 if 0 <= ps < S and sched.placement.device(ps, mb) != d:
                     r = ix.first.get((s, mb, recv))
                     if r is not None and r < e and ix.entries[r][0] == d:
