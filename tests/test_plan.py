@@ -14,9 +14,8 @@ from hypothesis import given, settings, strategies as st
 import schedverify as sv
 from schedverify.cli import run
 from schedverify.errors import SchedverifyError, UsageError
-from schedverify.generators import generate
 from schedverify.lowering import torch_lowering
-from schedverify.plan import export, planner
+from schedverify.plan import planner, torchtitan
 from schedverify.plan.stages import StageProfile
 from schedverify.plan.profile import dump_profile
 
@@ -132,7 +131,7 @@ def test_search_is_no_worse_than_the_best_family_of_its_shape_at_8x32():
 def test_export_writes_a_csv_that_reads_back_and_runs(tmp_path):
     p = planner.plan(model, 4, 8, memory_limit=40 * GiB, search_time=None)
     path = tmp_path / "plan.csv"
-    back = export.export(p.winner, str(path))
+    back = torchtitan.export(p.winner, str(path))
     again = sv.io.load(path, devices=4, stages=back.stages, microbatches=8, placement=p.winner.placement)
     assert again.order == back.order
     assert sv.check(torch_lowering(again), comm_semantics="torch-nccl").is_valid
@@ -140,7 +139,7 @@ def test_export_writes_a_csv_that_reads_back_and_runs(tmp_path):
 
     cls = torchtitan_schedule(p.winner.placement, back.stages // 4)
     assert not [f for f in lint(again, "torchtitan", pipeline_schedule=cls) if f.severity == "error"]
-    assert cls in export.torchtitan_flags(p.winner, str(path))
+    assert cls in torchtitan.flags(p.winner, str(path))
 
 
 def test_export_refuses_a_candidate_without_a_runnable_schedule(tmp_path):
@@ -149,7 +148,7 @@ def test_export_refuses_a_candidate_without_a_runnable_schedule(tmp_path):
     path.write_text("keep me")
     (c,) = p.candidates
     with pytest.raises(SchedverifyError):
-        export.export(c, str(path))
+        torchtitan.export(c, str(path))
     assert path.read_text() == "keep me"
 
 

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from _realrt import run_schedule  # noqa: E402
-from schedverify.plan import export, planner  # noqa: E402
+from schedverify.plan import planner, torchtitan  # noqa: E402
 from schedverify.plan.stages import StageProfile  # noqa: E402
 
 GiB = 2**30
@@ -35,7 +35,7 @@ def test_the_exported_csv_runs_on_pytorch(tmp_path, families, search, placement)
     if placement is not None:
         assert win.placement == placement
     path = tmp_path / "plan.csv"
-    back = export.export(win, str(path))
+    back = torchtitan.export(win, str(path))
     outcome = run_schedule(path.read_text(), fmt="compute_only", ranks=2,
                            stages_per_rank=back.stages // 2, microbatches=4, placement=win.placement,
                            timeout_s=60)

@@ -65,7 +65,7 @@ def register(sub) -> None:
 
 
 def run(args, out, err) -> int:
-    from ..plan import export, planner, table
+    from ..plan import planner, table, torchtitan
     from ..plan.sources import from_args
 
     if args.search_time < 0:
@@ -83,7 +83,7 @@ def run(args, out, err) -> int:
                        search_time=args.search_time or None, notes=source.notes)
     written = None
     if args.output and result.winner is not None:
-        export.export(result.winner, args.output)
+        torchtitan.export(result.winner, args.output)
         written = args.output
     if args.format == "json":
         doc = result.to_json()

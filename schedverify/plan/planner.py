@@ -18,7 +18,7 @@ trusts:
    CSV) and checked under ``torch-nccl`` semantics (docs/spec.md 8).  A schedule that would
    hang on NCCL, or that PyTorch cannot lower, is never the winner.
 
-The winner is the fastest candidate that fits and runs; :func:`schedverify.plan.export.export`
+The winner is the fastest candidate that fits and runs; :func:`schedverify.plan.torchtitan.export`
 writes it as the CSV torchtitan reads.
 """
 

@@ -76,6 +76,6 @@ def text(plan: Plan, *, title: str = "", written: str | None = None) -> str:
 def torchtitan_hint(c: Candidate, written: str | None) -> str:
     """How to run the winner with torchtitan: the CSV and the placement torchtitan must use."""
     csv = written or "FILE.csv (give -o FILE.csv)"
-    from .export import torchtitan_flags
+    from .torchtitan import flags
 
-    return torchtitan_flags(c, csv)
+    return flags(c, csv)

@@ -31,16 +31,16 @@ def export(candidate: Candidate, path: str) -> Schedule:
     return back
 
 
-def torchtitan_flags(c: Candidate, csv: str) -> str:
+def flags(c: Candidate, csv: str) -> str:
     """The torchtitan options that run ``c`` from ``csv``: the CSV, and a schedule class whose
     stage placement (loop or v) and stages per rank are the ones the CSV assumes."""
     from ..lint import torchtitan_schedule
 
     per_rank = (c.stages or 0) // max(1, len(c.peak_memory))
     cls = torchtitan_schedule(c.placement, per_rank)
-    flags = (f"torchtitan: --parallelism.pipeline_parallel_schedule_csv {csv} "
+    text = (f"torchtitan: --parallelism.pipeline_parallel_schedule_csv {csv} "
              f"--parallelism.pipeline_parallel_schedule {cls} (placement {c.placement}, "
              f"{per_rank} stage{'s' if per_rank != 1 else ''} per rank)")
     if c.placement == "loop" and per_rank > 2:
-        flags += f"; and pipeline_parallel_layers_per_stage so that the model splits into {c.stages} stages"
-    return flags
+        text += f"; and pipeline_parallel_layers_per_stage so that the model splits into {c.stages} stages"
+    return text
