@@ -204,6 +204,8 @@ def torchtitan_refusal(schedule: Schedule, placement: str | None) -> str | None:
     finds with the schedule class that gives its placement), or None."""
     from ..lint import lint, torchtitan_schedule
 
+    if schedule.placement.is_bidirectional:
+        return "two routes put each stage on two ranks; torchtitan (like PyTorch's runtime) places a stage on one"
     cls = torchtitan_schedule(placement, schedule.stages // schedule.devices)
     if cls is None:
         return (f"torchtitan builds the 'loop' placement, or 'v' with 2 stages per rank; this schedule "
