@@ -102,3 +102,11 @@ def test_schema_lists_the_units_the_reader_takes():
     props = schema["properties"]["units"]["oneOf"][1]["properties"]
     assert props["time"]["oneOf"][1]["enum"] == list(TIME_UNITS)
     assert props["memory"]["oneOf"][1]["enum"] == list(MEMORY_UNITS)
+
+
+def test_show_prints_the_files_units(tmp_path):
+    code, out, _ = _cli("show", str(_with_units(tmp_path, {"time": "ms", "memory": "GiB"})), "--width", "100")
+    assert code == 0
+    assert "(costs in ms: F=1.5 B=3 I=1.5 W=1.5 comm=0.1)" in out
+    assert "peak memory 20 GiB (device 0)" in out and "1 column = " in out and " ms\n" in out
+    assert "mem 20 GiB" in out

@@ -423,23 +423,24 @@ def timeline_text(source: str, view, width: int = 100, *, max_path: int = 12) ->
     busy = tl.busy()
     span = view.span
     label_w = len(f"dev {s.devices - 1}")
-    suffixes = [f" {busy[d] / span:4.0%} busy, mem {fmt(mem.peak_memory[d])}" if span > 0
-                else f"    - busy, mem {fmt(mem.peak_memory[d])}" for d in range(s.devices)]
+    tu, mu = unit_suffixes(s)
+    suffixes = [f" {busy[d] / span:4.0%} busy, mem {fmt(mem.peak_memory[d])}{mu}" if span > 0
+                else f"    - busy, mem {fmt(mem.peak_memory[d])}{mu}" for d in range(s.devices)]
     suffix_w = max(len(x) for x in suffixes)
     avail = max(10, width - label_w - 3 - suffix_w - 1)
     scale = column_scale(span, avail)
     cols = max(1, min(avail, math.ceil(span / scale - 1e-9)))
     span_drawn = cols * scale
-    costs = f" (costs F={fmt(c.F)} B={fmt(c.B)} I={fmt(c.I)} W={fmt(c.W)} comm={fmt(c.comm)})" if c else ""
-    lines.append(f"  makespan {fmt(m.makespan)}{costs}")
+    costs = f" (costs{' in ' + tu.strip() + ':' if tu else ''} {costs_text(c)})" if c else ""
+    lines.append(f"  makespan {fmt(m.makespan)}{tu}{costs}")
     lines.append(f"  bubble fraction {m.bubble_fraction:.2%} (1 - sum(busy) / (D * T)), "
                  f"bubble ratio {m.bubble_ratio:.4g} ((T - T_ideal) / T_ideal)")
     peak_dev = max(range(s.devices), key=lambda d: mem.peak_memory[d]) if s.devices else 0
     limit = view.timeline.memory_model.limit
-    lines.append(f"  peak memory {fmt(m.peak_memory)} (device {peak_dev}), "
+    lines.append(f"  peak memory {fmt(m.peak_memory)}{mu} (device {peak_dev}), "
                  f"peak in flight {m.peak_inflight}"
-                 + (f", limit {fmt(limit)}" if limit is not None else "")
-                 + (f"; 1 column = {fmt(scale)} time units" if span > 0 else ""))
+                 + (f", limit {fmt(limit)}{mu}" if limit is not None else "")
+                 + (f"; 1 column = {fmt(scale)}{tu or ' time units'}" if span > 0 else ""))
     lines.append("")
     lines.append(" " * (label_w + 2) + _ruler(span_drawn, cols))
     rows, level = timeline_rows(view, cols, span_drawn)
