@@ -1,8 +1,7 @@
 """The data model: actions, placements, costs, memory and schedules (docs/spec.md sections 1, 2, 4-6).
 
-Everything here is immutable and free of heavy dependencies.  ``Action`` is a NamedTuple
-rather than a dataclass because a realistic schedule holds millions of them and a tuple is
-several times cheaper to build and to hash.
+Everything here is immutable and free of heavy dependencies.  What an action is (its kinds,
+:class:`Action`, its text) is :mod:`schedverify.grammar`'s, re-exported here.
 """
 
 from __future__ import annotations
@@ -13,90 +12,17 @@ from fractions import Fraction
 from itertools import chain
 from numbers import Integral
 from operator import attrgetter
-from typing import Any, NamedTuple, Union
+from typing import Any, Union
 
 from .errors import UsageError
+from .grammar import (  # noqa: F401 - the grammar's names, re-exported with the rest of the model
+    ALL_KINDS, B, BOOKKEEPING_KINDS, COMM_KINDS, COMPUTE_KINDS, COSTED_KINDS, F, I, OVERLAP_F_B,
+    RECV_B, RECV_F, REDUCE_GRAD, RESHARD, SEND_B, SEND_F, UNSHARD, W, Action, malformation, overlap,
+    parse_action,
+)
 from .units import Units
 
-# Action kinds (PyTorch's ``_ComputationType`` values).  Plain interned strings, so that
-# comparisons in the hot loops are pointer comparisons and JSON needs no conversion.
-F = "F"
-B = "B"
-I = "I"  # noqa: E741  (the name is PyTorch's)
-W = "W"
-OVERLAP_F_B = "OVERLAP_F_B"
-SEND_F = "SEND_F"
-RECV_F = "RECV_F"
-SEND_B = "SEND_B"
-RECV_B = "RECV_B"
-UNSHARD = "UNSHARD"
-RESHARD = "RESHARD"
-REDUCE_GRAD = "REDUCE_GRAD"
-
-#: Kinds that compute on a (stage, microbatch) pair.
-COMPUTE_KINDS = frozenset({F, B, I, W})
-#: Point-to-point communication kinds.
-COMM_KINDS = frozenset({SEND_F, RECV_F, SEND_B, RECV_B})
-#: PyTorch's bookkeeping kinds: they carry a stage and no microbatch.
-BOOKKEEPING_KINDS = frozenset({UNSHARD, RESHARD, REDUCE_GRAD})
-ALL_KINDS = COMPUTE_KINDS | COMM_KINDS | BOOKKEEPING_KINDS | {OVERLAP_F_B}
-#: Kinds whose cost can be set in :class:`Costs`.
-COSTED_KINDS = (F, B, I, W, OVERLAP_F_B, SEND_F, RECV_F, SEND_B, RECV_B)
-
-
-class Action(NamedTuple):
-    """One entry of a device's order, in PyTorch's grammar (``2F5``, ``0SEND_B1``, ...).
-
-    ``microbatch`` is None for bookkeeping actions.  An ``OVERLAP_F_B`` action has
-    ``stage``/``microbatch`` None and its two sub-actions (one ``F`` and one ``B`` or ``I``)
-    in ``sub``.
-    """
-
-    stage: int | None
-    kind: str
-    microbatch: int | None = None
-    sub: tuple[Action, ...] | None = None
-
-    def __str__(self) -> str:
-        if self.sub is not None:
-            return "(" + ";".join(map(str, self.sub)) + ")" + self.kind
-        if self.microbatch is None:
-            return f"{self.stage}{self.kind}"
-        return f"{self.stage}{self.kind}{self.microbatch}"
-
-    def leaves(self) -> tuple[Action, ...]:
-        """The compute actions this entry stands for (itself, or an overlap's sub-actions)."""
-        return self.sub if self.sub is not None else (self,)
-
-
 _kind_of = attrgetter("kind")
-
-
-def overlap(forward: Action, backward: Action) -> Action:
-    """An ``OVERLAP_F_B`` action running ``forward`` and ``backward`` together (DualPipe)."""
-    return Action(None, OVERLAP_F_B, None, (forward, backward))
-
-
-def malformation(a: Action) -> str:
-    """Why ``a`` is not a well-formed action (docs/spec.md 3.1), for an action already known not
-    to be: the one wording both checking engines use."""
-    if a.sub is not None or a.kind == OVERLAP_F_B:
-        if a.kind != OVERLAP_F_B:
-            return f"only OVERLAP_F_B has sub-actions, not {a.kind!r}"
-        subs = a.sub or ()
-        kinds = [x.kind for x in subs]
-        if len(subs) != 2 or kinds[0] != F or kinds[1] not in (B, I):
-            return (f"OVERLAP_F_B must hold one forward then one backward (F;B or F;I), "
-                    f"got {';'.join(map(str, subs)) or 'nothing'}")
-        return "sub-actions cannot themselves overlap"
-    if a.kind not in ALL_KINDS:
-        return f"unknown action type {a.kind!r}"
-    if type(a.stage) is not int or a.stage < 0:
-        return f"stage index must be a whole number >= 0, got {a.stage!r}"
-    if a.kind in BOOKKEEPING_KINDS:
-        return f"{a.kind} takes no microbatch index, got {a.microbatch!r}"
-    return f"microbatch index must be a whole number >= 0, got {a.microbatch!r}"
-
 
 # --------------------------------------------------------------------------- placement
 
@@ -348,8 +274,6 @@ class Schedule:
         comm_semantics: str | None = None,
     ) -> Schedule:
         """Convenience constructor: parses action strings and infers missing sizes."""
-        from .io.actions import parse_action
-
         if isinstance(order, (str, bytes)) or not isinstance(order, Sequence) or not all(
                 isinstance(row, Sequence) and not isinstance(row, (str, bytes)) for row in order):
             raise UsageError("Schedule.build: order must be a list with one list of actions per device")

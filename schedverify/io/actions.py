@@ -1,7 +1,6 @@
-"""PyTorch's action grammar: ``2F5``, ``0SEND_B1``, ``1REDUCE_GRAD``, ``(0F3;0B1)OVERLAP_F_B``.
-
-Stricter than PyTorch's ``_Action.from_str`` (which accepts ``0F1junk``): the whole cell
-must parse.
+"""Actions as files hold them: rows of cells read in bulk (:func:`parse_row`), bad cells
+collected and named (:class:`CellErrors`), and the grammar a CSV is read in.  What one action
+is and how its text reads is :mod:`schedverify.grammar`'s.
 
 Two grammars are read (:data:`GRAMMARS`): ``torch``, today's (PyTorch 2.6 and later), and
 ``torch-legacy``, the one PyTorch's files used before 2.6, which :func:`legacy_rows`
@@ -15,9 +14,9 @@ from itertools import repeat
 
 from .. import _accel
 from ..errors import ActionSyntaxError
-from ..model import (
-    ALL_KINDS,
-    BOOKKEEPING_KINDS,
+from ..grammar import (  # noqa: F401 - parse_action, is_action, format_action, LEGACY_HINT re-exported
+    LEGACY_HINT,
+    MAX_DIGITS,
     OVERLAP_F_B,
     RECV_B,
     RECV_F,
@@ -28,13 +27,11 @@ from ..model import (
     F,
     I,
     W,
+    format_action,
+    is_action,
+    parse_action,
 )
 
-_KINDS = {k: k for k in ALL_KINDS}  # interns the kind strings the regex hands back
-_SIMPLE = re.compile(
-    r"(\d+)(F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)(\d*)"
-)
-_ANY = re.compile(r"(-?\d*)([A-Za-z_]*)(\d*)(.*)", re.DOTALL)  # a cell may hold a newline
 
 
 _new = tuple.__new__
@@ -47,77 +44,9 @@ _NON_DIGITS_TO_SPACE = bytes(b if 48 <= b <= 57 else 32 for b in range(256))
 
 #: The action grammars a CSV can be read in: today's, and PyTorch's before 2.6.
 GRAMMARS = ("torch", "torch-legacy")
-#: Said wherever a file reads as the old grammar would have written it.
-LEGACY_HINT = ("this looks like PyTorch's grammar before 2.6 (B = input gradient, BW = full "
-               "backward): try --grammar torch-legacy")
 
-#: An index longer than this is refused as it is read (no size cap is anywhere near it, and
-#: Python's int() refuses strings of more than 4300 digits).
-MAX_DIGITS = 18
 #: How many unparsable cells a message lists; the rest are counted.
 MAX_REPORTED = 20
-
-
-def parse_action(text: str) -> Action:
-    """Parse one action string.  Raises :class:`ActionSyntaxError` with a precise reason."""
-    m = _SIMPLE.fullmatch(text) if type(text) is str else None
-    if m is not None:
-        stage, kind, mb = m.groups()
-        if len(stage) > MAX_DIGITS or len(mb) > MAX_DIGITS:  # leading zeros aside, as int() reads it
-            long_stage = len(stage.lstrip("0")) > MAX_DIGITS
-            if long_stage or len(mb.lstrip("0")) > MAX_DIGITS:
-                which, digits = ("stage", stage) if long_stage else ("microbatch", mb)
-                shown = text if len(text) <= 40 else text[:20] + "..." + text[-12:]
-                raise ActionSyntaxError(f"a {which} index of {len(digits.lstrip('0'))} digits is absurdly "
-                                        f"large: {shown!r}")
-        kind = _KINDS[kind]
-        if kind in BOOKKEEPING_KINDS:
-            if mb:
-                raise ActionSyntaxError(f"{kind} takes no microbatch index: {text!r}")
-            return Action(int(stage), kind, None)
-        if not mb:
-            raise ActionSyntaxError(
-                f"{kind} needs a microbatch index, as in '{stage}{kind}0': {text!r}"
-            )
-        return Action(int(stage), kind, int(mb))
-    return _parse_slow(text)
-
-
-def _parse_slow(text: str) -> Action:
-    if not isinstance(text, str):
-        raise ActionSyntaxError(f"expected an action string, got {text!r} ({type(text).__name__})")
-    stripped = text.strip()
-    if stripped != text:
-        return parse_action(stripped)
-    if text.startswith("("):
-        close = text.find(")")
-        kind = text[close + 1 :] if close > 0 else ""
-        if close < 0 or kind != OVERLAP_F_B:
-            raise ActionSyntaxError(
-                f"expected '(<forward>;<backward>)OVERLAP_F_B', got {text!r}"
-            )
-        parts = [p for p in text[1:close].split(";")]
-        if len(parts) != 2:
-            raise ActionSyntaxError(
-                f"OVERLAP_F_B takes exactly two sub-actions, got {len(parts)} in {text!r}"
-            )
-        sub = tuple(parse_action(p.strip()) for p in parts)
-        return Action(None, OVERLAP_F_B, None, sub)
-    if not text:
-        raise ActionSyntaxError("empty action (use null for an idle slot)")
-    m = _ANY.fullmatch(text)
-    assert m is not None  # every group may be empty: the pattern matches any text
-    stage, kind, mb, rest = m.groups()
-    if not stage or stage.startswith("-"):
-        raise ActionSyntaxError(
-            f"an action starts with its stage index, as in '0F1': {text!r}"
-        )
-    if kind == "BW":
-        raise ActionSyntaxError(f"unknown action type 'BW' in {text!r}: {LEGACY_HINT}")
-    if kind not in _KINDS or kind == OVERLAP_F_B:
-        known = ", ".join(sorted(ALL_KINDS - {OVERLAP_F_B}))
-        raise ActionSyntaxError(f"unknown action type {kind!r} in {text!r} (known: {known})")
-    raise ActionSyntaxError(f"unexpected {rest!r} after {stage}{kind}{mb} in {text!r}")
 
 
 def parse_row(cells: list) -> list[Action] | None:
@@ -265,26 +194,3 @@ def _legacy_refusal(cell: str) -> str:
                 "before 2.6; read this file without --grammar torch-legacy")
     return (f"{cell!r}: a batched send and receive (SEND_F_RECV_B / SEND_B_RECV_F of PyTorch before "
             "2.6) has no spelling in today's grammar; write it as two cells, the SEND then the RECV")
-
-
-def is_action(text) -> bool:
-    """Whether :func:`parse_action` accepts ``text``, without building a message when not."""
-    if type(text) is not str:
-        return False
-    m = _SIMPLE.fullmatch(text.strip())
-    if m is not None:
-        stage, kind, mb = m.groups()
-        return (len(stage.lstrip("0")) <= MAX_DIGITS and len(mb.lstrip("0")) <= MAX_DIGITS
-                and (not mb) == (kind in BOOKKEEPING_KINDS))
-    if not text.lstrip().startswith("("):
-        return False
-    try:
-        parse_action(text)
-    except ActionSyntaxError:
-        return False
-    return True
-
-
-def format_action(action: Action | None) -> str:
-    """The action's string; '' for an idle slot (PyTorch's CSV convention)."""
-    return "" if action is None else str(action)

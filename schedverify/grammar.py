@@ -1,0 +1,192 @@
+"""PyTorch's action grammar, the one home of what an action is and how it is written: the
+kinds (``_ComputationType``'s values), :class:`Action`, and the text ``2F5``, ``0SEND_B1``,
+``1REDUCE_GRAD``, ``(0F3;0B1)OVERLAP_F_B`` read and written (docs/spec.md section 2).
+
+Stricter than PyTorch's ``_Action.from_str`` (which accepts ``0F1junk``): the whole text must
+parse.  Nothing here imports the rest of schedverify except its errors, so the data model
+(:mod:`schedverify.model`) and the file readers (:mod:`schedverify.io`) both build on it.
+``Action`` is a NamedTuple rather than a dataclass because a realistic schedule holds
+millions of them and a tuple is several times cheaper to build and to hash.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from .errors import ActionSyntaxError
+
+# Action kinds (PyTorch's ``_ComputationType`` values).  Plain interned strings, so that
+# comparisons in the hot loops are pointer comparisons and JSON needs no conversion.
+F = "F"
+B = "B"
+I = "I"  # noqa: E741  (the name is PyTorch's)
+W = "W"
+OVERLAP_F_B = "OVERLAP_F_B"
+SEND_F = "SEND_F"
+RECV_F = "RECV_F"
+SEND_B = "SEND_B"
+RECV_B = "RECV_B"
+UNSHARD = "UNSHARD"
+RESHARD = "RESHARD"
+REDUCE_GRAD = "REDUCE_GRAD"
+
+#: Kinds that compute on a (stage, microbatch) pair.
+COMPUTE_KINDS = frozenset({F, B, I, W})
+#: Point-to-point communication kinds.
+COMM_KINDS = frozenset({SEND_F, RECV_F, SEND_B, RECV_B})
+#: PyTorch's bookkeeping kinds: they carry a stage and no microbatch.
+BOOKKEEPING_KINDS = frozenset({UNSHARD, RESHARD, REDUCE_GRAD})
+ALL_KINDS = COMPUTE_KINDS | COMM_KINDS | BOOKKEEPING_KINDS | {OVERLAP_F_B}
+#: Kinds whose cost can be set in :class:`Costs`.
+COSTED_KINDS = (F, B, I, W, OVERLAP_F_B, SEND_F, RECV_F, SEND_B, RECV_B)
+
+
+class Action(NamedTuple):
+    """One entry of a device's order, in PyTorch's grammar (``2F5``, ``0SEND_B1``, ...).
+
+    ``microbatch`` is None for bookkeeping actions.  An ``OVERLAP_F_B`` action has
+    ``stage``/``microbatch`` None and its two sub-actions (one ``F`` and one ``B`` or ``I``)
+    in ``sub``.
+    """
+
+    stage: int | None
+    kind: str
+    microbatch: int | None = None
+    sub: tuple[Action, ...] | None = None
+
+    def __str__(self) -> str:
+        if self.sub is not None:
+            return "(" + ";".join(map(str, self.sub)) + ")" + self.kind
+        if self.microbatch is None:
+            return f"{self.stage}{self.kind}"
+        return f"{self.stage}{self.kind}{self.microbatch}"
+
+    def leaves(self) -> tuple[Action, ...]:
+        """The compute actions this entry stands for (itself, or an overlap's sub-actions)."""
+        return self.sub if self.sub is not None else (self,)
+
+
+def overlap(forward: Action, backward: Action) -> Action:
+    """An ``OVERLAP_F_B`` action running ``forward`` and ``backward`` together (DualPipe)."""
+    return Action(None, OVERLAP_F_B, None, (forward, backward))
+
+
+def malformation(a: Action) -> str:
+    """Why ``a`` is not a well-formed action (docs/spec.md 3.1), for an action already known not
+    to be: the one wording both checking engines use."""
+    if a.sub is not None or a.kind == OVERLAP_F_B:
+        if a.kind != OVERLAP_F_B:
+            return f"only OVERLAP_F_B has sub-actions, not {a.kind!r}"
+        subs = a.sub or ()
+        kinds = [x.kind for x in subs]
+        if len(subs) != 2 or kinds[0] != F or kinds[1] not in (B, I):
+            return (f"OVERLAP_F_B must hold one forward then one backward (F;B or F;I), "
+                    f"got {';'.join(map(str, subs)) or 'nothing'}")
+        return "sub-actions cannot themselves overlap"
+    if a.kind not in ALL_KINDS:
+        return f"unknown action type {a.kind!r}"
+    if type(a.stage) is not int or a.stage < 0:
+        return f"stage index must be a whole number >= 0, got {a.stage!r}"
+    if a.kind in BOOKKEEPING_KINDS:
+        return f"{a.kind} takes no microbatch index, got {a.microbatch!r}"
+    return f"microbatch index must be a whole number >= 0, got {a.microbatch!r}"
+
+
+#: An index longer than this is refused as it is read (no size cap is anywhere near it, and
+#: Python's int() refuses strings of more than 4300 digits).
+MAX_DIGITS = 18
+#: Said wherever a file reads as PyTorch's grammar before 2.6 would have written it.
+LEGACY_HINT = ("this looks like PyTorch's grammar before 2.6 (B = input gradient, BW = full "
+               "backward): try --grammar torch-legacy")
+
+_KINDS = {k: k for k in ALL_KINDS}  # interns the kind strings the regex hands back
+_SIMPLE = re.compile(
+    r"(\d+)(F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)(\d*)"
+)
+_ANY = re.compile(r"(-?\d*)([A-Za-z_]*)(\d*)(.*)", re.DOTALL)  # a cell may hold a newline
+
+
+def parse_action(text: str) -> Action:
+    """Parse one action string.  Raises :class:`ActionSyntaxError` with a precise reason."""
+    m = _SIMPLE.fullmatch(text) if type(text) is str else None
+    if m is not None:
+        stage, kind, mb = m.groups()
+        if len(stage) > MAX_DIGITS or len(mb) > MAX_DIGITS:  # leading zeros aside, as int() reads it
+            long_stage = len(stage.lstrip("0")) > MAX_DIGITS
+            if long_stage or len(mb.lstrip("0")) > MAX_DIGITS:
+                which, digits = ("stage", stage) if long_stage else ("microbatch", mb)
+                shown = text if len(text) <= 40 else text[:20] + "..." + text[-12:]
+                raise ActionSyntaxError(f"a {which} index of {len(digits.lstrip('0'))} digits is absurdly "
+                                        f"large: {shown!r}")
+        kind = _KINDS[kind]
+        if kind in BOOKKEEPING_KINDS:
+            if mb:
+                raise ActionSyntaxError(f"{kind} takes no microbatch index: {text!r}")
+            return Action(int(stage), kind, None)
+        if not mb:
+            raise ActionSyntaxError(
+                f"{kind} needs a microbatch index, as in '{stage}{kind}0': {text!r}"
+            )
+        return Action(int(stage), kind, int(mb))
+    return _parse_slow(text)
+
+
+def _parse_slow(text: str) -> Action:
+    if not isinstance(text, str):
+        raise ActionSyntaxError(f"expected an action string, got {text!r} ({type(text).__name__})")
+    stripped = text.strip()
+    if stripped != text:
+        return parse_action(stripped)
+    if text.startswith("("):
+        close = text.find(")")
+        kind = text[close + 1 :] if close > 0 else ""
+        if close < 0 or kind != OVERLAP_F_B:
+            raise ActionSyntaxError(
+                f"expected '(<forward>;<backward>)OVERLAP_F_B', got {text!r}"
+            )
+        parts = [p for p in text[1:close].split(";")]
+        if len(parts) != 2:
+            raise ActionSyntaxError(
+                f"OVERLAP_F_B takes exactly two sub-actions, got {len(parts)} in {text!r}"
+            )
+        sub = tuple(parse_action(p.strip()) for p in parts)
+        return Action(None, OVERLAP_F_B, None, sub)
+    if not text:
+        raise ActionSyntaxError("empty action (use null for an idle slot)")
+    m = _ANY.fullmatch(text)
+    assert m is not None  # every group may be empty: the pattern matches any text
+    stage, kind, mb, rest = m.groups()
+    if not stage or stage.startswith("-"):
+        raise ActionSyntaxError(
+            f"an action starts with its stage index, as in '0F1': {text!r}"
+        )
+    if kind == "BW":
+        raise ActionSyntaxError(f"unknown action type 'BW' in {text!r}: {LEGACY_HINT}")
+    if kind not in _KINDS or kind == OVERLAP_F_B:
+        known = ", ".join(sorted(ALL_KINDS - {OVERLAP_F_B}))
+        raise ActionSyntaxError(f"unknown action type {kind!r} in {text!r} (known: {known})")
+    raise ActionSyntaxError(f"unexpected {rest!r} after {stage}{kind}{mb} in {text!r}")
+
+
+def is_action(text) -> bool:
+    """Whether :func:`parse_action` accepts ``text``, without building a message when not."""
+    if type(text) is not str:
+        return False
+    m = _SIMPLE.fullmatch(text.strip())
+    if m is not None:
+        stage, kind, mb = m.groups()
+        return (len(stage.lstrip("0")) <= MAX_DIGITS and len(mb.lstrip("0")) <= MAX_DIGITS
+                and (not mb) == (kind in BOOKKEEPING_KINDS))
+    if not text.lstrip().startswith("("):
+        return False
+    try:
+        parse_action(text)
+    except ActionSyntaxError:
+        return False
+    return True
+
+
+def format_action(action: Action | None) -> str:
+    """The action's string; '' for an idle slot (PyTorch's CSV convention)."""
+    return "" if action is None else str(action)
