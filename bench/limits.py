@@ -1,6 +1,6 @@
 """Are time limits kept?  Runs a fixed set of commands with a limit, each in a fresh process,
 and prints the limit, the wall time (process start to exit, as a user measures it), the
-overrun beyond the limit plus the documented constant (schedverify.smt.budget.OVERSHOOT_S;
+overrun beyond the limit plus the documented constant (schedverify.budget.OVERSHOOT_S;
 it should be 0) and the answer.
 
     python bench/limits.py                 # the whole table
@@ -84,7 +84,7 @@ def main() -> None:
     args = ap.parse_args()
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     sys.path.insert(0, ROOT)
-    from schedverify.smt.budget import OVERSHOOT_S
+    from schedverify.budget import OVERSHOOT_S
 
     with tempfile.TemporaryDirectory() as tmp:
         _schedules(tmp, env)

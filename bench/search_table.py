@@ -53,13 +53,13 @@ INSTANCES = [
 
 
 def cpsat(p, time_limit: float):
-    """Solve problem ``p`` (a schedverify.smt.problem.Problem) with CP-SAT.
+    """Solve problem ``p`` (a schedverify.search.problem.Problem) with CP-SAT.
     Returns (makespan or None, status name, seconds, CPU seconds)."""
     try:
         from ortools.sat.python import cp_model
     except ImportError:
         return None, "not installed", 0.0, 0.0
-    from schedverify.smt.problem import Units
+    from schedverify.search.problem import Units
 
     t0, c0 = time.monotonic(), time.process_time()
     u = Units(p)
@@ -125,8 +125,9 @@ def findings(time_limit: float) -> None:
     """
     from schedverify import check
     from schedverify.generators import FAMILIES
-    from schedverify.smt.problem import make_problem
-    from schedverify.smt.search import best_generator, search
+    from schedverify.search.problem import make_problem
+    from schedverify.search.heuristics import best_generator
+    from schedverify.smt.search import search
 
     def fam_makespan(name, D, M, costs, limit):
         if name not in FAMILIES:
@@ -193,7 +194,7 @@ def main(argv=None) -> int:
     if args.findings:
         findings(args.time_limit)
         return 0
-    from schedverify.smt.problem import make_problem
+    from schedverify.search.problem import make_problem
     from schedverify.smt.search import search
 
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())

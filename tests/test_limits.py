@@ -1,9 +1,9 @@
 """Limits that are kept: one time budget per command, one interrupt handler.
 
-- the budget itself (:class:`schedverify.smt.budget.Budget`) and the door every solver call
+- the budget itself (:class:`schedverify.budget.Budget`) and the door every solver call
   goes through (:func:`schedverify.smt.solver.check`);
 - ``search --time-limit`` and ``check --engine z3 --timeout`` on large instances answer
-  within the limit plus :data:`~schedverify.smt.budget.OVERSHOOT_S`, measured from process
+  within the limit plus :data:`~schedverify.budget.OVERSHOOT_S`, measured from process
   start to exit as a user would;
 - Ctrl-C on every slow command: exit code 130, exactly one line "interrupted" on standard
   error, no traceback, within a few seconds; and the handler's own mechanism (an interrupt
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from schedverify.smt.budget import OVERSHOOT_S, Budget, TimeUp
+from schedverify.budget import OVERSHOOT_S, Budget, TimeUp
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))

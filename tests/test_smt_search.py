@@ -19,7 +19,7 @@ from schedverify.model import B, F, I, W, Action, MemoryModel, Schedule
 
 smt_search = pytest.importorskip("schedverify.smt.search")
 search = smt_search.search
-from schedverify.smt import bounds, problem  # noqa: E402  (after z3 is known to be there)
+from schedverify.search import bounds, heuristics, problem  # noqa: E402  (after z3 is known to be there)
 
 
 def local_orders(actions):
@@ -126,7 +126,7 @@ def test_search_is_valid_and_never_worse_than_a_generator(D, M, split, costs, li
             g = FAMILIES[name](D, M)
         except Exception:  # noqa: BLE001
             continue
-        g = smt_search._convert_split(g, split)
+        g = heuristics._convert_split(g, split)
         grep = check(g, costs=costs, memory_limit=limit)
         if grep.is_valid:
             assert r.makespan <= grep.metrics.makespan, name
@@ -210,7 +210,7 @@ def test_order_search_refutes_below_the_optimum_of_a_v_shape_instance():
     assert bounds.order_search(tw, p, u, 58, 3, deadline=float("inf")) is True
     vmin = FAMILIES["v-min"](4, 8)
     assert check(vmin, costs=Costs(F=1, I=1, W=1), memory_limit=4).metrics.makespan == 59
-    rows = smt_search._convert_split(vmin, True).order
+    rows = heuristics._convert_split(vmin, True).order
     for d in range(4):
         assert bounds.order_search(tw, p, u, 59, d, deadline=float("inf"),
                                        follow=rows[d]) is False
@@ -300,12 +300,12 @@ def test_greedy_keeps_room_for_an_in_flight_microbatch_later_stage(placement):
     # locks itself out; the lookahead keeps it going, and the result is a valid schedule
     p = problem.make_problem(4, 8, chunks=2, placement=placement, split_backward=True,
                                 costs=Costs(F=1, I=1, W=1), memory_limit=2)
-    for prio in smt_search.GREEDY_POLICIES:
-        s = smt_search.greedy(p, prio)
+    for prio in heuristics.GREEDY_POLICIES:
+        s = heuristics.greedy(p, prio)
         assert s is not None, prio
-        rep = smt_search.evaluate(p, s)
+        rep = heuristics.evaluate(p, s)
         assert rep.is_valid and rep.metrics.peak_memory <= 2
-        assert rep.metrics.makespan <= smt_search.evaluate(p, smt_search.sequential(p)).metrics.makespan
+        assert rep.metrics.makespan <= heuristics.evaluate(p, heuristics.sequential(p)).metrics.makespan
 
 
 def test_device_relaxation_counts_idle_time_under_a_memory_limit():
@@ -318,7 +318,7 @@ def test_device_relaxation_counts_idle_time_under_a_memory_limit():
     p = problem.make_problem(4, 16, split_backward=True, costs=costs, memory_limit=4)
     s = smt_search._Search(p, fifo=True, time_limit=60, warm_start=False)
     arithmetic = bounds.lower_bound(p, s.u)[0]
-    zb = check(smt_search._convert_split(FAMILIES["zb-h1"](4, 16), True), costs=costs,
+    zb = check(heuristics._convert_split(FAMILIES["zb-h1"](4, 16), True), costs=costs,
                memory_limit=4)
     assert zb.is_valid and zb.metrics.makespan == 70 and arithmetic == 67
     assert s.relaxation_bound(70, arithmetic, {}, share=1.0) == 70
@@ -379,7 +379,7 @@ def test_memory_precedences_hold_in_every_valid_fifo_schedule(D, M, V, placement
     assert any(y is not None for y, _ in pairs)
     valid = 0
     for rows in itertools.product(*fifo_device_orders(p)):
-        rep = smt_search.evaluate(p, Schedule(D, D * V, M, rows, p.placement_obj(), "x",
+        rep = heuristics.evaluate(p, Schedule(D, D * V, M, rows, p.placement_obj(), "x",
                                               costs=p.costs, memory=p.memory))
         if not rep.is_valid:
             continue
@@ -421,7 +421,7 @@ def test_time_windows_keep_every_valid_fifo_schedule(size, f, b, w_cost, comm, l
     best = None
     valid = []
     for rows in _fifo_orders(D, M, V, placement, split):
-        rep = smt_search.evaluate(p, Schedule(D, D * V, M, rows, p.placement_obj(), "x",
+        rep = heuristics.evaluate(p, Schedule(D, D * V, M, rows, p.placement_obj(), "x",
                                               costs=p.costs, memory=p.memory))
         if not rep.is_valid:
             continue

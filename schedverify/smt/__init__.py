@@ -8,14 +8,14 @@ neither does importing this package: z3 is loaded when a check or search first r
 - :func:`run_engine`: ``"graph"``, ``"z3"`` or ``"both"`` (raises
   :class:`EngineDisagreement` when the two engines differ).
 - :func:`search`: the makespan-optimal (or memory-optimal) schedule of a given shape, as a
-  :class:`SearchResult` with its lower bound and proof.  :mod:`.problem` states the shape
-  (:func:`make_problem`), :mod:`.bounds` the lower bounds (pure Python), :mod:`.search` the Z3
-  encoding and the search around it.
+  :class:`SearchResult` with its lower bound and proof.  :mod:`.search` holds the Z3
+  encoding and the search around it; the shape (:func:`make_problem`), the lower bounds and
+  the heuristics it starts from are plain Python, in :mod:`schedverify.search`.
 """
 
 from .check import EngineDisagreement, check_z3, disagreements, run_engine
-from .bounds import lower_bound
-from .problem import Problem, make_problem
+from ..search.bounds import lower_bound
+from ..search.problem import Problem, make_problem
 from .search import SearchResult, search
 
 __all__ = ["EngineDisagreement", "Problem", "SearchResult", "check_z3", "disagreements",

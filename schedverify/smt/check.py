@@ -36,8 +36,8 @@ by side (``schedverify check --engine both``) and any disagreement is a bug in o
 
 A solver that gives up (time limit) makes the verdict UNKNOWN with the reason, never valid.
 Every phase (indexing, building each encoding, each solver call) runs under one
-:class:`~.budget.Budget` of ``timeout_s`` seconds, so the check answers within its limit
-plus :data:`~.budget.OVERSHOOT_S`; every solver call goes through :func:`.solver.check`,
+:class:`~schedverify.budget.Budget` of ``timeout_s`` seconds, so the check answers within its limit
+plus :data:`~schedverify.budget.OVERSHOOT_S`; every solver call goes through :func:`.solver.check`,
 which turns Ctrl-C into :class:`KeyboardInterrupt`, never into UNKNOWN.
 """
 
@@ -69,7 +69,7 @@ from ..model import (
     resolve_costs,
     resolve_memory,
 )
-from .budget import Budget, TimeUp
+from ..budget import Budget, TimeUp
 
 MAX_CYCLES = 10
 RUNTIME_SEMANTICS = ("torch", "torch-nccl")  # docs/spec.md 8 (the names, not the graph engine's code)
@@ -85,7 +85,7 @@ class _Undecided(Exception):
 
 def _paced(items, budget: Budget, every: int = 1024):
     """``items`` as they are, checking ``budget`` every ``every`` of them (raises
-    :class:`~.budget.TimeUp` when it is spent): for the loops that build an encoding."""
+    :class:`~schedverify.budget.TimeUp` when it is spent): for the loops that build an encoding."""
     for n, x in enumerate(items):
         if not n % every:
             budget.check()
@@ -1115,9 +1115,9 @@ def check_z3(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, 
     (a :class:`schedverify.runtime.NcclOptions`) says how NCCL runs point-to-point under
     ``torch-nccl``.  ``timeout_s`` bounds the solver calls in total; when it runs out before
     a verdict, the verdict is UNKNOWN and ``reason`` says why.  Every phase after the
-    structural rules (linear, never cut short) runs under one :class:`~.budget.Budget` (``budget``, or one of
+    structural rules (linear, never cut short) runs under one :class:`~schedverify.budget.Budget` (``budget``, or one of
     ``timeout_s`` seconds from now): the check returns within it plus
-    :data:`~.budget.OVERSHOOT_S`."""
+    :data:`~schedverify.budget.OVERSHOOT_S`."""
     if budget is None:
         if timeout_s is None or timeout_s <= 0:
             raise UsageError(f"timeout must be > 0 seconds, got {timeout_s!r}")

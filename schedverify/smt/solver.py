@@ -7,7 +7,7 @@ gives.
 
 Every solver call goes through :func:`check`, which keeps two promises:
 
-- time: Z3's ``timeout`` is set to what the caller's :class:`~.budget.Budget` has left (or
+- time: Z3's ``timeout`` is set to what the caller's :class:`~schedverify.budget.Budget` has left (or
   less), and should Z3 not stop by then (some of its phases do not look at the clock), the
   call is cancelled (``Z3_interrupt``) shortly after;
 - interrupts: Ctrl-C raises :class:`KeyboardInterrupt`, never an ``unknown`` verdict.  Z3's
@@ -27,7 +27,7 @@ import time
 
 import z3
 
-from .budget import Budget
+from ..budget import Budget
 
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_RLIMIT = 0  # 0: no resource limit, only the time limit

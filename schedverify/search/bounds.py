@@ -33,7 +33,7 @@ import math
 
 from .. import deps as rules
 from ..model import B, F, I, W, Action
-from .budget import Budget, TimeUp
+from ..budget import Budget, TimeUp
 from .problem import Problem, Units
 
 #: (stage, kind, microbatch) of a compute action: how the encodings index a problem's actions
