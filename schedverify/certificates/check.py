@@ -328,6 +328,7 @@ def _makespan_mismatch(cert: Certificate, o, p, m, end, g) -> list[str]:
     action's end terms, for every cost) is the single term end(last(critical))."""
     from ..formulas.tropical import COST_SYMBOLS
 
+    assert cert.critical is not None and cert.last is not None  # a timed certificate
     dc = cert.critical(o, p, m)
     k, i = cert.last(o, p, m, dc)
     vec = _end(cert, o, k, p, m, dc, i)
