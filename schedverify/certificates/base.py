@@ -215,9 +215,10 @@ class Certificate:
     #: of waits exists, and its length in the costs, which must equal the end of
     #: ``last(critical)`` (docs/proofs.md section 3, "bounds")
     lower: Callable | None = None
-    #: the Z3 route for an obligation that is not linear: False, Z3's general solver (1F1B's
-    #: ceil(i/p)); True, first the nonlinear tactic of ``check._nia_solver`` (interleaved
-    #: 1F1B's table chunks ``q mod vp``, where the general solver times out)
+    #: the Z3 route: False, linear arithmetic first, then Z3's general solver for what is
+    #: not linear (1F1B's ceil(i/p)); True, first the nonlinear tactic of
+    #: ``check._nia_solver`` (interleaved 1F1B: its domain m % p == 0 and its table chunks
+    #: ``q mod vp`` are nonlinear everywhere, and the general solver times out on them)
     nia_tactic: bool = False
     summary: str = ""
     order_argument: str = ""

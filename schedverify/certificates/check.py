@@ -242,13 +242,12 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0) -> Certific
         t1 = time.perf_counter()
         if isinstance(formula, bool):
             formula = z3.BoolVal(formula)
-        s = make_solver(timeout_s=timeout_s, logic="QF_LIA")
+        if cert.nia_tactic:  # its domain (m % p == 0) is nonlinear: QF_LIA cannot read it
+            s = _nia_solver(z3, min(timeout_s, NIA_TACTIC_S))
+        else:
+            s = make_solver(timeout_s=timeout_s, logic="QF_LIA")
         s.add(hyp, z3.Not(formula))
         r = s.check()
-        if r == z3.unknown and cert.nia_tactic:  # division by a size: nonlinear
-            s = _nia_solver(z3, min(timeout_s, NIA_TACTIC_S))
-            s.add(hyp, z3.Not(formula))
-            r = s.check()
         if r == z3.unknown:  # Z3's general solver
             s = make_solver(timeout_s=timeout_s)
             s.add(hyp, z3.Not(formula))
