@@ -377,3 +377,21 @@ def test_interleaved_simulated_makespan_and_starts_obey_the_certificate(p, group
             a = g.acts[j]
             bound = cert.start(o, a.kind, p, m, d, index(a))
             assert res.start[j] <= bound["t_F"] * t_F + bound["t_B"] * t_B
+
+
+def _catalogue_interleaved():
+    from pathlib import Path
+
+    from schedverify.claims.catalogue import load
+
+    root = Path(__file__).resolve().parent.parent / "proofs"
+    return [c for c in load([root]) if c.family == "interleaved-1f1b"]
+
+
+@pytest.mark.parametrize("claim", _catalogue_interleaved(), ids=lambda c: c.id)
+def test_every_catalogue_claim_on_interleaved_has_its_recorded_verdict_for_all_sizes(claim, store):
+    """Megatron's and the seeds' interleaved claims: bubbles and peaks are judged for every
+    size now (the grid's lower ends up), and no verdict changes."""
+    res = prove(claim, all_sizes=True, store=store)
+    assert res.verdict == claim.recorded, res.to_json()
+    assert res.kind.startswith("all sizes in"), res.kind
