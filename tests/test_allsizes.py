@@ -395,3 +395,16 @@ def test_every_catalogue_claim_on_interleaved_has_its_recorded_verdict_for_all_s
     res = prove(claim, all_sizes=True, store=store)
     assert res.verdict == claim.recorded, res.to_json()
     assert res.kind.startswith("all sizes in"), res.kind
+
+
+@pytest.mark.parametrize("v", [5, 6, 7, 8])
+def test_interleaved_certificates_past_the_catalogue_v_are_proved_and_match(v, store):
+    """v = 5..8 (not in families(), which the catalogue's v <= 4 needs): each certificate is
+    proved and agrees with the generator, and a claim over v <= 8 is proved at every v."""
+    cert = certificate("interleaved-1f1b", v)
+    assert prove_certificate(cert).ok
+    assert crosscheck(cert, [(2, 2), (3, 6), (4, 4), (5, 10)]) == []
+    if v == 8:
+        res = prove(Claim("bubble_fraction == (p - 1)/(v*m + p - 1)", "interleaved-1f1b", "c == 0",
+                          "p >= 2, m >= 1, v >= 2, v <= 8"), store=store)
+        assert res.verdict == "PROVED" and len(res.certificates) == 7, res.to_json()
