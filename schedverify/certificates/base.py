@@ -213,7 +213,7 @@ class Certificate:
     #: upper bound (a solution of the ASAP *inequalities*, exact at ``last(critical)``) and
     #: ``lower(o, p, m, d, i)`` gives ``(obligations, length)``: formulas saying that a chain
     #: of waits exists, and its length in the costs, which must equal the end of
-    #: ``last(critical)`` (docs/proofs.md section 3, "bounds")
+    #: ``last(critical)`` (docs/proofs.md section 2, "a bound certificate")
     lower: Callable | None = None
     #: the Z3 route: False, linear arithmetic first, then Z3's general solver for what is
     #: not linear (1F1B's ceil(i/p)); True, first the nonlinear tactic of
