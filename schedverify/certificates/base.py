@@ -209,6 +209,17 @@ class Certificate:
     index: Callable | None = None
     #: the data dependencies (default: one stage per device, stage d on device d)
     deps: Callable | None = None
+    #: None: ``start`` is exact (the ASAP solution itself).  Otherwise ``start`` is only an
+    #: upper bound (a solution of the ASAP *inequalities*, exact at ``last(critical)``) and
+    #: ``lower(o, p, m, d, i)`` gives ``(obligations, length)``: formulas saying that a chain
+    #: of waits exists, and its length in the costs, which must equal the end of
+    #: ``last(critical)`` (docs/proofs.md section 2, "a bound certificate")
+    lower: Callable | None = None
+    #: the Z3 route: False, linear arithmetic first, then Z3's general solver for what is
+    #: not linear (1F1B's ceil(i/p)); True, first the nonlinear tactic of
+    #: ``check._nia_solver`` (interleaved 1F1B: its domain m % p == 0 and its table chunks
+    #: ``q mod vp`` are nonlinear everywhere, and the general solver times out on them)
+    nia_tactic: bool = False
     summary: str = ""
     order_argument: str = ""
     notes: tuple[str, ...] = field(default=())
@@ -216,6 +227,11 @@ class Certificate:
     @property
     def timing(self) -> bool:
         return self.start is not None
+
+    @property
+    def exact(self) -> bool:
+        """Whether ``start`` is every action's start time (else an upper bound on it)."""
+        return self.lower is None
 
     @property
     def latency(self) -> bool:
