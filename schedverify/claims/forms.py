@@ -7,8 +7,10 @@ proved for every size is recorded in ``schedverify/formulas/proofs.json`` with t
 was proved, so ``formula`` labels it "proved for all sizes in its domain" while the shipped
 text is the same, and falls back to "confirmed on ..." the moment it changes.
 
-Only forms whose domain has one chunk count are judged: a certificate covers one v at a
-time, so a form in v (looped-bfs, zb-h1 with chunks) is not proved for every v by it.
+A certificate covers one chunk count v at a time, so a form in v is judged at each v it was
+confirmed on (interleaved 1F1B's v = 2, 3) and recorded only when every one of them is
+proved: it is then proved for every p and m at each of those v, which the record says (a
+form is not extrapolated in v).
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ from .allsizes import DEFAULT_ALL_SIZES, PROVED, CertificateStore, judge
 from .statement import Claim
 
 
-def _one_chunk(doc: dict) -> bool:
-    return "v == 1" in doc.get("conditions", ()) or list(doc.get("confirmed", {}).get("v", [1])) == [1]
+def _chunk_counts(doc: dict) -> list[int]:
+    """The chunk counts a form holds at: one, or those it was confirmed on."""
+    if "v == 1" in doc.get("conditions", ()):
+        return [1]
+    vs = doc.get("confirmed", {}).get("v", [1])  # [v], or the range [lo, hi], both ends included
+    return list(range(vs[0], vs[-1] + 1))
 
 
 def prove_forms(families=None, *, timeout_s: float = 10.0,
@@ -36,17 +42,26 @@ def prove_forms(families=None, *, timeout_s: float = 10.0,
     forms = shipped.load().get("families", {})
     for family in sorted(families or forms):
         for key, doc in sorted(forms.get(family, {}).items()):
-            if "expression" not in doc or not _one_chunk(doc):
+            if "expression" not in doc:
                 continue
             assume = ", ".join([*doc.get("cost_slice", ()), *doc.get("restricted", ())])
             claim = Claim(text=f"{key} == {doc['expression']}", family=family, assume=assume,
                           id=f"{family}/{key}")
-            verdict = judge(claim, DEFAULT_ALL_SIZES, store, timeout_s=timeout_s, v=1)
-            if log is not None:
-                log(f"{family}/{key}: {verdict.verdict or 'not judged'}"
-                    f"{': ' + verdict.reason if verdict.reason else ''} ({verdict.seconds:.1f} s)")
-            if verdict.verdict == PROVED:
+            chunks = _chunk_counts(doc)
+            verdicts = []
+            for v in chunks:
+                verdict = judge(claim, DEFAULT_ALL_SIZES, store, timeout_s=timeout_s, v=v)
+                verdicts.append(verdict.verdict)
+                if log is not None:
+                    log(f"{family}/{key}{f' (v = {v})' if chunks != [1] else ''}: "
+                        f"{verdict.verdict or 'not judged'}"
+                        f"{': ' + verdict.reason if verdict.reason else ''} ({verdict.seconds:.1f} s)")
+                if verdict.verdict != PROVED:
+                    break
+            if verdicts == [PROVED] * len(chunks):
                 where = f"{DEFAULT_ALL_SIZES}{', ' + assume if assume else ''}"
+                if chunks != [1]:
+                    where += f", at v = {', '.join(map(str, chunks))}"
                 out[f"{family}/{key}"] = {
                     "expression": doc["expression"],
                     "by": f"the all-sizes prover with the {family} certificate (docs/proofs.md), "
