@@ -228,3 +228,17 @@ def test_cli_plan_from_the_8b_example_refuses_what_does_not_fit():
     assert "over memory" in rows["gpipe"]
     assert "fits" in rows["1f1b"]
     assert "peak memory per device: 0:" in out
+
+
+def test_cli_plan_formulas_print_the_models_expressions_and_values():
+    code, out, _ = _cli("plan", "--model", "examples/llama3-8b.toml", "--formulas", "--format", "json")
+    assert code == 0
+    rows = {r["name"]: r for r in json.loads(out)["formulas"]}
+    # Llama 3 8B: 32 layers, embedding and LM head of 128256 x 4096 each, a final norm
+    assert 32 * rows["params"]["value"] + 2 * 128256 * 4096 + 4096 == 8_030_261_248
+    assert rows["boundary"]["value"] == 8192 * 4096 * 2  # one bf16 activation, s x h
+    assert rows["W"]["unit"] == "FLOPs" and "s" in rows["F"]["expression"]
+    code, out, _ = _cli("plan", "--model", "examples/llama3-8b.toml", "--formulas")
+    assert code == 0 and "activation = " in out and " bytes" in out
+    code, _, err = _cli("plan", "--profile", "x.csv", "--formulas")
+    assert code == 2 and "give --model" in err

@@ -43,7 +43,7 @@ def register(sub) -> None:
                      help="measured per-stage times and memory (JSON or CSV; see the README)")
     src.add_argument("--trace", metavar="FILE", nargs="+",
                      help="PyTorch profiler Chrome traces of one pipeline step (one per rank)")
-    p.add_argument("--devices", type=positive_int, required=True, metavar="P",
+    p.add_argument("--devices", type=positive_int, metavar="P",
                    help="pipeline-parallel degree (devices in one pipeline)")
     p.add_argument("--microbatches", type=positive_int, metavar="M",
                    help="microbatches per step (default: the model file's [training] microbatches)")
@@ -60,6 +60,10 @@ def register(sub) -> None:
     p.add_argument("--search-time", type=float, default=10.0, metavar="S",
                    help="seconds for the search engine, per shape (loop, and v with 2 chunks); 0 skips it")
     p.add_argument("-o", "--output", metavar="FILE.csv", help="write the winner here, for torchtitan")
+    p.add_argument("--formulas", action="store_true",
+                   help="with --model: print the model's per-layer formulas (FLOPs, activation and "
+                        "parameter bytes, with their sources) as sympy expressions and their values, "
+                        "instead of planning")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(handler=run)
 
@@ -68,6 +72,10 @@ def run(args, out, err) -> int:
     from ..plan import planner, table, torchtitan
     from ..plan.sources import from_args
 
+    if args.formulas:
+        return _formulas(args, out)
+    if args.devices is None:
+        raise UsageError("plan: give the pipeline-parallel degree: --devices P")
     if args.search_time < 0:
         raise UsageError(f"--search-time: must be >= 0 seconds, got {args.search_time:g}")
     if args.output is not None and not str(args.output).lower().endswith(".csv"):
@@ -95,3 +103,21 @@ def run(args, out, err) -> int:
                  + (f"; memory limit {table.format_bytes(source.memory_limit)}" if source.memory_limit else ""))
         print(table.text(result, title=title, written=written), file=out)
     return EXIT_OK if result.winner is not None else EXIT_INVALID
+
+
+def _formulas(args, out) -> int:
+    from ..plan.transformer import formulas_table, load_model
+
+    if args.model is None:
+        raise UsageError("plan --formulas: the formulas are a model's: give --model FILE.toml")
+    model, _hw = load_model(args.model)
+    rows = formulas_table(model)
+    if args.format == "json":
+        print(json.dumps({"model": model.name, "formulas": rows}), file=out)
+        return EXIT_OK
+    print(f"{model.name or args.model}: per layer and microbatch (symbols: s sequence, b microbatch, "
+          "h hidden, a heads, k KV heads, f FFN, V vocabulary, t tensor parallel, e dtype bytes)", file=out)
+    for r in rows:
+        print(f"  {r['name']} = {r['expression']}", file=out)
+        print(f"      = {r['value']:,} {r['unit']}", file=out)
+    return EXIT_OK

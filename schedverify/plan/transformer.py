@@ -491,6 +491,23 @@ def model_formulas(model: TransformerModel) -> dict[str, Any]:
     return {k: sympy.sympify(e) for k, e in out.items()}
 
 
+#: What each of :func:`model_formulas`'s expressions counts, for a table.
+FORMULA_UNITS = {"F": "FLOPs", "I": "FLOPs", "W": "FLOPs", "activation": "bytes", "weight_grad_bytes": "bytes",
+                 "params": "parameters", "head_F": "FLOPs", "head_I": "FLOPs", "head_W": "FLOPs",
+                 "head_activation": "bytes", "embedding_activation": "bytes", "boundary": "bytes"}
+
+
+def formulas_table(model: TransformerModel) -> list[dict[str, Any]]:
+    """:func:`model_formulas` as rows ``{"name", "expression", "value", "unit"}``: each
+    expression simplified, and its value at the model's sizes (exact, rounded to an int)."""
+    import sympy
+
+    values = formula_values(model)
+    return [{"name": name, "expression": sympy.sstr(sympy.simplify(expr)),
+             "value": int(sympy.Rational(expr.subs(values)).round()), "unit": FORMULA_UNITS[name]}
+            for name, expr in model_formulas(model).items()]
+
+
 def formula_values(model: TransformerModel) -> dict[Any, int]:
     """The substitution ``{symbol: value}`` of the model's sizes into :func:`model_formulas`."""
     syms = symbols()
