@@ -548,9 +548,12 @@ def test_text_output_labels_the_domain_with_what_was_confirmed():
     out = io.StringIO()
     assert run(["formula", "1f1b", "--metric", "makespan"], out, io.StringIO()) == 0  # proofs.json
     assert "c >= 0; proved for all sizes in its domain\n" in out.getvalue()
-    out = io.StringIO()
+    out = io.StringIO()  # proved at each v it holds for (v = 2, 3), by the bound certificate
     assert run(["formula", "interleaved-1f1b", "--metric", "peak_memory"], out, io.StringIO()) == 0
-    assert "2 <= v <= 3; confirmed on p=2..8, m=1..48, v=2..3\n" in out.getvalue()
+    assert "2 <= v <= 3; proved for all sizes in its domain\n" in out.getvalue()
+    out = io.StringIO()  # zb-h1's certificate covers v = 1 only: a form in v stays confirmed
+    assert run(["formula", "zb-h1", "--metric", "peak_memory"], out, io.StringIO()) == 0
+    assert "1 <= v <= 3; confirmed on p=2..8, m=1..24, v=1..3\n" in out.getvalue()
 
 
 def test_at_outside_the_confirmed_range_warns_and_says_so_in_json():
