@@ -27,12 +27,18 @@ class Code:
 CODES: dict[str, Code] = {}
 
 
-def _register(code: str, slug: str, rule: str, description: str) -> Code:
+def register(table: dict[str, Code], code: str, slug: str, rule: str, description: str) -> Code:
+    """Add a code to ``table`` (:data:`CODES`, or the lint's), refusing a code or a slug that
+    is there already: codes are stable, so two meanings for one would be a bug."""
     c = Code(code, slug, rule, description)
-    if code in CODES or any(x.slug == slug for x in CODES.values()):
-        raise AssertionError(f"duplicate violation code {code} {slug}")
-    CODES[code] = c
+    if code in table or any(x.slug == slug for x in table.values()):
+        raise AssertionError(f"duplicate code {code} {slug}")
+    table[code] = c
     return c
+
+
+def _register(code: str, slug: str, rule: str, description: str) -> Code:
+    return register(CODES, code, slug, rule, description)
 
 
 MALFORMED_ACTION = _register(

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .diagnostics import Code
+from .diagnostics import Code, register
 from .errors import InputError, UsageError
 from .io.actions import LEGACY_HINT, check_grammar
 from .model import B, COMPUTE_KINDS, I, OVERLAP_F_B, W, Schedule, as_schedule, leaf_rows, stage_devices
@@ -42,11 +42,7 @@ LINT_CODES: dict[str, Code] = {}
 
 
 def _register(code: str, slug: str, targets: str, description: str) -> Code:
-    c = Code(code, slug, f"lint: {targets}", description)
-    if code in LINT_CODES or any(x.slug == slug for x in LINT_CODES.values()):
-        raise AssertionError(f"duplicate lint code {code} {slug}")
-    LINT_CODES[code] = c
-    return c
+    return register(LINT_CODES, code, slug, f"lint: {targets}", description)
 
 
 TOO_FEW_MICROBATCHES = _register(

@@ -209,15 +209,12 @@ def _compare(tmp: Path, ranks: int, stages: int, microbatches: int, placement: s
 
 # --- a worker: python _realrt.py TMPDIR RANK ----------------------------------------------
 
-def _worker(tmp: Path, rank: int) -> None:
+def start_gloo(tmp: Path, rank: int, ranks: int, cfg: dict) -> None:
+    """Join the run's gloo group once every worker is up: everyone has imported torch
+    (seconds, and uneven on a loaded machine) before anyone starts gloo, whose timeout
+    (``cfg["comm_timeout_s"]``) is then only about the schedule."""
     import torch.distributed as dist
-    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
-    from torch.distributed.pipelining.stage import PipelineStage
 
-    cfg = json.loads((tmp / "config.json").read_text())
-    ranks, stages, m = cfg["ranks"], cfg["stages"], cfg["microbatches"]
-    # Everyone has imported torch (seconds, and uneven on a loaded machine) before anyone
-    # starts gloo, whose timeout below is then only about the schedule.
     (tmp / f"ready{rank}").touch()
     while not all((tmp / f"ready{r}").exists() for r in range(ranks)):
         if time.time() > cfg["deadline"]:
@@ -225,6 +222,16 @@ def _worker(tmp: Path, rank: int) -> None:
         time.sleep(0.01)
     dist.init_process_group("gloo", init_method=f"file://{tmp / 'store'}", rank=rank, world_size=ranks,
                             timeout=datetime.timedelta(seconds=cfg["comm_timeout_s"]))
+
+
+def _worker(tmp: Path, rank: int) -> None:
+    import torch.distributed as dist
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+    from torch.distributed.pipelining.stage import PipelineStage
+
+    cfg = json.loads((tmp / "config.json").read_text())
+    ranks, stages, m = cfg["ranks"], cfg["stages"], cfg["microbatches"]
+    start_gloo(tmp, rank, ranks, cfg)
     blocks, x, y = model_and_data(stages, m)
     mine = [s for s, r in enumerate(stage_ranks(cfg["placement"], ranks, stages)) if r == rank]
     pipeline = [PipelineStage(blocks[s], s, stages, torch.device("cpu")) for s in mine]

@@ -584,11 +584,16 @@ def test_at_outside_the_confirmed_range_warns_and_says_so_in_json():
                err) == 0
     assert err.getvalue() == ""
     # a chunked family: v outside the confirmed chunks is extrapolated too
-    f = formula("interleaved-1f1b", "peak_inflight")
+    f = formula("zb-h1", "peak_inflight")
     assert f.extrapolated({"p": 4, "m": 8, "v": 2}) is None
     assert f.extrapolated({"p": 4, "m": 8, "v": 4}) == (
-        "p=4, m=8, v=4 is outside the confirmed range p=2..8, m=1..48, v=2..3: the form is "
+        "p=4, m=8, v=4 is outside the confirmed range p=2..8, m=1..24, v=1..3: the form is "
         "extrapolated")
+    # and a form proved for every p and m at v = 2, 3 is still extrapolated at v = 4
+    f = formula("interleaved-1f1b", "peak_inflight")
+    assert f.proved and f.extrapolated({"p": 40, "m": 800, "v": 3}) is None
+    assert f.extrapolated({"p": 4, "m": 8, "v": 4}) == (
+        "v=4 is outside the chunk counts the form is proved for (v=2..3): the form is extrapolated")
 
 
 def test_smallest_m_beyond_the_confirmed_range_warns():

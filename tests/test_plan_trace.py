@@ -16,7 +16,6 @@ Run as a script (``python test_plan_trace.py TMPDIR RANK``), this file is one wo
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import subprocess
@@ -41,13 +40,9 @@ def _worker(tmp: Path, rank: int) -> None:
 
     cfg = json.loads((tmp / "config.json").read_text())
     ranks, per_rank, m = cfg["ranks"], cfg["per_rank"], cfg["microbatches"]
-    (tmp / f"ready{rank}").touch()  # everyone has imported torch before gloo's clock starts
-    while not all((tmp / f"ready{r}").exists() for r in range(ranks)):
-        if time.time() > cfg["deadline"]:
-            raise TimeoutError("Timed out waiting for the other workers to start")
-        time.sleep(0.01)
-    dist.init_process_group("gloo", init_method=f"file://{tmp / 'store'}", rank=rank, world_size=ranks,
-                            timeout=datetime.timedelta(seconds=cfg["comm_timeout_s"]))
+    from _realrt import start_gloo
+
+    start_gloo(tmp, rank, ranks, cfg)
     stages = ranks * per_rank
     torch.manual_seed(SEED)
     blocks = [torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh(), torch.nn.Linear(WIDTH, WIDTH))

@@ -154,10 +154,13 @@ class Formula:
     def extrapolated(self, sizes: dict) -> str | None:
         """None where ``sizes`` are inside what was confirmed (or the form is proved); else
         the warning that the value there is extrapolated from the confirmed range."""
-        if self.proved:
-            return None
         rng = self.confirmed
         chunked = any("<= v <=" in c for c in self.conditions)
+        if self.proved:  # for every p and m, at the chunk counts it was confirmed on (claims/forms.py)
+            if "v" in sizes and chunked and not rng["v"][0] <= sizes["v"] <= rng["v"][-1]:
+                return (f"v={sizes['v']} is outside the chunk counts the form is proved for "
+                        f"(v={rng['v'][0]}..{rng['v'][-1]}): the form is extrapolated")
+            return None
         out = False
         for k in ("p", "m"):
             if k in sizes and not rng[k][0] <= sizes[k] <= rng[k][1]:
