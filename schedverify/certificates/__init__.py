@@ -20,14 +20,18 @@ def certificate(family: str, chunks: int | None = None) -> Certificate | None:
 def certificate_options(family: str, chunks: int | None = None) -> tuple[Certificate, ...]:
     """Every certificate of the family, narrowest cost slice first: a claim uses the first
     whose slice its assumptions fix (1F1B: c == 0, linear; then every cost, with a ceiling
-    by p in the latency's coefficient)."""
+    by p in the latency's coefficient; ZB-H1: equal pass times, exact; then t_F, t_I, t_W
+    free, by cones)."""
     from .classic import ONE_F_ONE_B_LATENCY
+    from .zero_bubble import ZB_H1_FREE
 
     first = _first(family, chunks)
     if first is None:
         return ()
     if family == "1f1b":
         return (first, ONE_F_ONE_B_LATENCY)
+    if family == "zb-h1" and chunks in (None, 1):
+        return (first, ZB_H1_FREE)
     return (first,)
 
 

@@ -27,9 +27,11 @@ ZB-H2 on the same slice: w = min(2(p-1-d), m) warm-up forwards, W lag L = 2d:
 
 from __future__ import annotations
 
-from ..formulas.tropical import UNIT_SPLIT
+import dataclasses
+
+from ..formulas.tropical import C_ZERO, UNIT_SPLIT
 from ..model import F, I, W
-from .base import DEVICE_0_TOPS, KINDS_SPLIT, Certificate
+from .base import DEVICE_0_TOPS, KINDS_SPLIT, Certificate, Cone
 
 
 def _order(scale: int):
@@ -120,6 +122,142 @@ ZB_H1 = Certificate(
         "min(w+k+1, m) + k + max(0,k-d), W(d,j) right after I(d,j+d) when j+d < m, and at "
         "2m + j in the tail."),
 )
+
+
+# --------------------------------------------------------------------------- ZB-H1, free costs
+
+
+def _longest(o, k, p, m, d, i):
+    """Per kind K of F, I, W: the most actions of kind K on a chain of waits that ends just
+    before action k(d, i) (the start time at t_K = 1 and every other cost 0), and the most
+    actions of any kind (the start at unit costs: ``_start``)."""
+    w = _w(o, p, m, d)
+    if k == F:
+        return {F: d + i, I: o.If(i > w, i, 0), W: o.Max(0, i - p + 1)}
+    if k == I:
+        return {F: p + i, I: p - 1 - d + i, W: o.Max(0, i - d)}
+    return {F: o.Min(p + d + i, m + p - 1), I: o.Min(p + i, m + p - 1 - d), W: i}
+
+
+_COST = {F: "t_F", I: "t_I", W: "t_W"}
+
+
+def _cone_names(low: str) -> dict:
+    """The coordinates of the cone where t_low is the smallest cost: t_low itself and
+    t_K - t_low for the two other kinds K."""
+    s = _COST[low]
+    return {k: (s if k == low else f"{_COST[k]}-{s}") for k in KINDS_SPLIT}
+
+
+def _run(o, p, m, dev, lo, hi, kinds):
+    """Z3 facts: device ``dev``'s positions lo..hi hold exactly, of each kind K, the
+    actions K(dev, j0..j0+n-1) for ``kinds[K] = (j0, n)`` (positions increase with the
+    index, order obligation), and nothing else (the counts fill the range)."""
+    facts = []
+    for k, (j0, n) in kinds.items():
+        pos = lambda j, k=k: _pos(o, k, p, m, dev, j)  # noqa: E731
+        facts.append(o.And(j0 >= 0, n >= 0, j0 + n <= m,
+                           o.Or(j0 == 0, pos(j0 - 1) < lo),
+                           o.Or(n == 0, o.And(pos(j0) >= lo, pos(j0 + n - 1) <= hi)),
+                           o.Or(j0 + n == m, pos(j0 + n) > hi)))
+    facts.append(sum(n for _, n in kinds.values()) == hi - lo + 1)
+    return o.And(*facts)
+
+
+def _chain(low: str):
+    """The chain of waits as long as the makespan on the cone where t_low is the smallest
+    cost: Z3 facts (each a wait of docs/spec.md 3.4 or a run along one device's order) and
+    its length, per kind (the number of actions of each kind on it)."""
+
+    def lower(o, p, m, d, i):
+        from .check import _deps
+
+        def waits(kind, dd, ii, target):
+            return o.Or(*[o.And(c, t[1] == target[1], t[2] == target[2])
+                          for c, t, _ in _deps(ZB_H1_FREE, o, kind, p, m, dd, ii) if t[0] == target[0]])
+
+        last = 3 * m - 1
+        hops_f = ("chain: F(d,0) waits for F(d-1,0), d >= 1", o.Or(d < 1, waits(F, d, 0, (F, d - 1, 0))))
+        if low == F:
+            # F(0,0) -> ... -> F(p-1,0) -> I(p-1,0) -> ... -> I(0,0), then device 0 to its end
+            warm = o.Min(p, m)
+            facts = [
+                hops_f,
+                ("chain: I(p-1,0) waits for F(p-1,0)", waits(I, p - 1, 0, (F, p - 1, 0))),
+                ("chain: I(d,0) waits for I(d+1,0), d < p-1", o.Or(d >= p - 1, waits(I, d, 0, (I, d + 1, 0)))),
+                ("chain: device 0 from I(0,0) to its end: m - min(p,m) F, every I and W",
+                 _run(o, p, m, 0, _pos(o, I, p, m, 0, 0), last, {F: (warm, m - warm), I: (0, m), W: (0, m)})),
+            ]
+            return facts, {F: p + m - warm, I: p - 1 + m, W: m}
+        # F(0,0) -> ... -> F(p-1,0), device p-1 from F(p-1,0) to I(p-1,m-1), I(d+1,m-1) -> I(d,m-1)
+        # down to device e, then (cone of t_W) W(0,m-1), or (cone of t_I) device e to its end
+        head = [
+            hops_f,
+            ("chain: F(p-1,0) is device p-1's first action", _pos(o, F, p, m, p - 1, 0) == 0),
+            ("chain: device p-1 up to I(p-1,m-1): every F and I, max(0,m-p) W",
+             _run(o, p, m, p - 1, 0, _pos(o, I, p, m, p - 1, m - 1),
+                  {F: (0, m), I: (0, m), W: (0, o.Max(0, m - p))})),
+            ("chain: I(d,m-1) waits for I(d+1,m-1), d < p-1",
+             o.Or(d >= p - 1, waits(I, d, m - 1, (I, d + 1, m - 1)))),
+        ]
+        if low == W:
+            facts = head + [("chain: W(0,m-1) waits for I(0,m-1)", waits(W, 0, m - 1, (I, 0, m - 1)))]
+            return facts, {F: p - 1 + m, I: m + p - 1, W: o.Max(0, m - p) + 1}
+        e = o.Min(m - 1, p - 1)
+        j0 = o.Max(0, m - 1 - e)
+        facts = head + [("chain: device min(m,p)-1 after I(e,m-1): the W from max(0, m-1-e) on",
+                         _run(o, p, m, e, _pos(o, I, p, m, e, m - 1) + 1, last,
+                              {F: (m, 0), I: (m, 0), W: (j0, m - j0)}))]
+        return facts, {F: p - 1 + m, I: m + p - 1 - e, W: o.Max(0, m - p) + m - j0}
+
+    return lower
+
+
+def _cone(low: str, base: Certificate) -> Cone:
+    """The bound certificate on the cone where t_low is the smallest cost: in its
+    coordinates (t_low, t_K - t_low), the start bound is, per coordinate, the most actions
+    on a chain before the action (any kind for t_low, kind K for t_K - t_low)."""
+    names = _cone_names(low)
+    s = names[low]
+    coords = {names[k]: ({_COST[k]: 1} if k == low else {_COST[k]: 1, _COST[low]: -1})
+              for k in KINDS_SPLIT}
+    costs = {_COST[k]: ({s: 1} if k == low else {s: 1, names[k]: 1}) for k in KINDS_SPLIT}
+    chain = _chain(low)
+
+    def start(o, k, p, m, d, i):
+        n = _longest(o, k, p, m, d, i)
+        out = {s: _start(o, k, p, m, d, i)["t_F"]}
+        out.update({names[kk]: n[kk] for kk in KINDS_SPLIT if kk != low})
+        return out
+
+    def lower(o, p, m, d, i):
+        facts, count = chain(o, p, m, d, i)
+        length = {s: sum(count.values())}
+        length.update({names[kk]: count[kk] for kk in KINDS_SPLIT if kk != low})
+        return facts, length
+
+    sub = dataclasses.replace(
+        base, costs=tuple(names[k] for k in KINDS_SPLIT),
+        duration={k: ({s: 1} if k == low else {s: 1, names[k]: 1}) for k in KINDS_SPLIT},
+        start=start, lower=lower)
+    return Cone(f"{_COST[low]} smallest", coords, costs, sub)
+
+
+_FREE_BASE = Certificate(
+    family="zb-h1", kinds=KINDS_SPLIT, costs=("t_F", "t_I", "t_W"), fixed=(("c", "0"),),
+    duration={F: {"t_F": 1}, I: {"t_I": 1}, W: {"t_W": 1}},
+    domain="p >= 1, m >= 1, v == 1", in_domain=ZB_H1.in_domain,
+    merge=C_ZERO, pos=_pos, pred=_pred, start=None,
+    last=ZB_H1.last, critical=ZB_H1.critical, freed=_freed,
+    peak_inflight=ZB_H1.peak_inflight, peak_memory2=_peak_memory2, warmup=ZB_H1.warmup,
+    top=DEVICE_0_TOPS,
+    summary=("c == 0, t_F, t_I, t_W free: three cones (the smallest cost), a bound and a "
+             "chain on each; makespan the largest of the three chains"),
+    order_argument=ZB_H1.order_argument,
+)
+
+#: ZB-H1 (v = 1) at c == 0 with t_F, t_I, t_W free: a certificate by cones (docs/proofs.md)
+ZB_H1_FREE = dataclasses.replace(_FREE_BASE, cones=tuple(_cone(k, _FREE_BASE) for k in (W, F, I)))
 
 
 # --------------------------------------------------------------------------- ZB-H2
