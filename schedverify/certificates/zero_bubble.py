@@ -28,6 +28,7 @@ ZB-H2 on the same slice: w = min(2(p-1-d), m) warm-up forwards, W lag L = 2d:
 from __future__ import annotations
 
 import dataclasses
+from types import MappingProxyType
 
 from ..formulas.tropical import C_ZERO, UNIT_SPLIT
 from ..model import F, I, W
@@ -258,6 +259,88 @@ _FREE_BASE = Certificate(
 
 #: ZB-H1 (v = 1) at c == 0 with t_F, t_I, t_W free: a certificate by cones (docs/proofs.md)
 ZB_H1_FREE = dataclasses.replace(_FREE_BASE, cones=tuple(_cone(k, _FREE_BASE) for k in (W, F, I)))
+
+
+# --------------------------------------------------------------------------- ZB-H1, v chunks
+
+
+def _make_v(v: int) -> Certificate:
+    """ZB-H1 with v >= 2 chunks per device (PyTorch's ScheduleInterleavedZeroBubble), group
+    size p: the order and the peaks, for every p and every m a multiple of p.
+
+    ``looped_rows(p, m, v, p, warmup=(v-1)p + p-1-d, w_lag=d)`` hands ``phases`` the
+    forwards in Megatron's table order (index q = 0..vm-1) and the backwards in the same
+    order with the chunks reversed, so with q for the microbatch and N = vm for m the
+    positions are those of ``_order`` with the warm-up w = min(vp - 1 - d, N) and the lag d.
+    """
+
+    def N(o, m):
+        return v * m
+
+    def wl(o, p, m, d):
+        return o.Min(v * p - 1 - d, N(o, m)), d
+
+    def pos(o, k, p, m, d, i):
+        (w, L), n = wl(o, p, m, d), N(o, m)
+        if k == F:
+            return o.If(i < w, i, w + 2 * (i - w) + o.Max(0, i - w - L))
+        if k == I:
+            return o.Min(w + i + 1, n) + i + o.Max(0, i - L)
+        return o.If(i + L < n, o.Min(w + i + L + 1, n) + 2 * i + L + 1, 2 * n + i)
+
+    def pred(o, k, p, m, d, i):
+        (w, L), n = wl(o, p, m, d), N(o, m)
+        if k == F:
+            return [(o.And(i > 0, i <= w), (F, i - 1)),
+                    (o.And(i > w, i - w - 1 >= L), (W, i - w - 1 - L)),
+                    (o.And(i > w, i - w - 1 < L), (I, i - w - 1))]
+        if k == I:
+            return [(i < n - w, (F, w + i)),
+                    (o.And(i >= n - w, i == 0), (F, n - 1)),
+                    (o.And(i >= n - w, i > 0, i - 1 >= L), (W, i - 1 - L)),
+                    (o.And(i >= n - w, i > 0, i - 1 < L), (I, i - 1))]
+        return [(i + L < n, (I, i + L)),
+                (o.And(i + L >= n, i >= 1), (W, i - 1)),
+                (o.And(i + L >= n, i == 0), (I, n - 1))]
+
+    def freed(o, k, p, m, d, i):
+        w, L = wl(o, p, m, d)
+        if k == I:
+            return o.If(i > w, i - w, 0)
+        return o.If(i > w, o.Max(0, i - w - L), 0)
+
+    def index(p, m):
+        from ..generators._build import megatron_schedule_table
+
+        table = megatron_schedule_table(m, v, p)
+        fwd = {(i, c): q for q, (i, c) in enumerate(table)}
+        bwd = {(i, v - 1 - c): q for q, (i, c) in enumerate(table)}
+        return lambda a: (fwd if a.kind == F else bwd)[(a.microbatch, a.stage // p)]
+
+
+    return Certificate(
+        family="zb-h1", kinds=KINDS_SPLIT, costs=(), fixed=(), duration={},
+        domain=f"p >= 1, m >= p, m % p == 0, v == {v}", chunks=v, count=N,
+        in_domain=lambda o, p, m: o.And(p >= 1, m >= p, m - p * o.DivV(m, p) == 0),
+        family_domain=lambda o, p, m: m % p == 0, nia_tactic=True,
+        merge=C_ZERO, pos=pos, pred=pred, start=None, last=None, critical=None, freed=freed,
+        # w + L + 1 = vp in flight at F(w + L), the last forward before the first W
+        peak_inflight=lambda o, p, m, d: (v * p, v * p - 1),
+        peak_memory2=lambda o, p, m, d: (2 * v * p - d, v * p - 1),
+        warmup=lambda o, p, m, d: v * p - d,
+        top=DEVICE_0_TOPS, index=index,
+        summary=(f"v = {v}: ZB-H1's pattern over the table index, w = {v}p - 1 - d forwards, "
+                 f"W lag d; order and peaks only"),
+        order_argument=(
+            "generators/zero_bubble.py zb_h1() with chunks = v >= 2 calls "
+            "_build.looped_rows(p, m, v, p, warmup=(v-1)p + p-1-d, w_lag=d): phases() over the "
+            "forwards in table order and the backwards in the same order, chunks reversed, "
+            "so ZB-H1's positions with the table index for the microbatch and vm for m."),
+    )
+
+
+#: chunk count -> the order-only certificate of ZB-H1 with v chunks (PyTorch's ZB1P)
+ZB_H1_V = MappingProxyType({v: _make_v(v) for v in range(2, 5)})
 
 
 # --------------------------------------------------------------------------- ZB-H2
