@@ -126,21 +126,40 @@ ZB_H1 = Certificate(
 
 
 # --------------------------------------------------------------------------- ZB-H1, free costs
-
-
-def _longest(o, k, p, m, d, i):
-    """Per kind K of F, I, W: the most actions of kind K on a chain of waits that ends just
-    before action k(d, i) (the start time at t_K = 1 and every other cost 0), and the most
-    actions of any kind (the start at unit costs: ``_start``)."""
-    w = _w(o, p, m, d)
-    if k == F:
-        return {F: d + i, I: o.If(i > w, i, 0), W: o.Max(0, i - p + 1)}
-    if k == I:
-        return {F: p + i, I: p - 1 - d + i, W: o.Max(0, i - d)}
-    return {F: o.Min(p + d + i, m + p - 1), I: o.Min(p + i, m + p - 1 - d), W: i}
-
+#
+# At c == 0 with t_F, t_I, t_W free the makespan is the largest of three linear forms, one
+# per cost that is smallest (docs/proofs.md section 2, "cones").  On the cone where t_s is
+# the smallest, in the coordinates t_s and t_K - t_s (K the two other kinds), every
+# action's start is bounded, coordinate by coordinate, by the most actions (of any kind, for
+# t_s) and the most actions of kind K (for t_K - t_s) on a chain of waits before it; one
+# chain per cone is as long as that bound's end of W(0, N-1).  The same text serves v = 1
+# (microbatch i, N = m) and v >= 2 chunks (table index q, N = vm, m a multiple of p).
 
 _COST = {F: "t_F", I: "t_I", W: "t_W"}
+
+
+def _longest(v: int):
+    """Per kind K: the most actions of kind K on a chain of waits that ends just before
+    action k(d, q) (its start time at t_K = 1 and every other cost 0), and under "u" the
+    most actions of any kind (its start at unit costs).  N = vm, w = min(vp - 1 - d, N)."""
+
+    def f(o, k, p, m, d, q):
+        n, K = v * m, v * m + p - 1
+        w = o.Min(v * p - 1 - d, n)
+
+        def u_i(j):
+            return (v + 1) * p - 1 - d + 2 * j + o.Max(0, o.Min(j - d, n - v * p))
+
+        if k == F:
+            return {"u": o.If(q <= w, d + q, 2 * q + d - (v - 1) * p + o.Max(0, q - v * p + 1)),
+                    F: d + q, I: o.If(q > w, q - (v - 1) * p, 0), W: o.Max(0, q - v * p + 1)}
+        if k == I:
+            return {"u": u_i(q), F: o.Min(K, v * p + q), I: p - 1 - d + q, W: o.Max(0, q - d)}
+        tail = o.If(n > d, u_i(n - 1) + 2 + q - n + d, u_i(n - 1) + 1 + q)
+        return {"u": o.If(q + d < n, u_i(q + d) + 1, tail),
+                F: o.Min(K, v * p + d + q), I: o.Min(p + q, K - d), W: q}
+
+    return f
 
 
 def _cone_names(low: str) -> dict:
@@ -150,91 +169,99 @@ def _cone_names(low: str) -> dict:
     return {k: (s if k == low else f"{_COST[k]}-{s}") for k in KINDS_SPLIT}
 
 
-def _run(o, p, m, dev, lo, hi, kinds):
+def _run(o, pos, n, dev, lo, hi, kinds):
     """Z3 facts: device ``dev``'s positions lo..hi hold exactly, of each kind K, the
-    actions K(dev, j0..j0+n-1) for ``kinds[K] = (j0, n)`` (positions increase with the
-    index, order obligation), and nothing else (the counts fill the range)."""
+    actions K(dev, j0..j0+c-1) for ``kinds[K] = (j0, c)`` (positions increase with the
+    index, an order obligation) and nothing else (the counts fill the range).  ``pos(k,
+    dev, j)``: the position; ``n``: actions of each kind per device."""
     facts = []
-    for k, (j0, n) in kinds.items():
-        pos = lambda j, k=k: _pos(o, k, p, m, dev, j)  # noqa: E731
-        facts.append(o.And(j0 >= 0, n >= 0, j0 + n <= m,
-                           o.Or(j0 == 0, pos(j0 - 1) < lo),
-                           o.Or(n == 0, o.And(pos(j0) >= lo, pos(j0 + n - 1) <= hi)),
-                           o.Or(j0 + n == m, pos(j0 + n) > hi)))
-    facts.append(sum(n for _, n in kinds.values()) == hi - lo + 1)
+    for k, (j0, c) in kinds.items():
+        at = lambda j, k=k: pos(k, dev, j)  # noqa: E731
+        facts.append(o.And(j0 >= 0, c >= 0, j0 + c <= n,
+                           o.Or(j0 == 0, at(j0 - 1) < lo),
+                           o.Or(c == 0, o.And(at(j0) >= lo, at(j0 + c - 1) <= hi)),
+                           o.Or(j0 + c == n, at(j0 + c) > hi)))
+    facts.append(sum(c for _, c in kinds.values()) == hi - lo + 1)
     return o.And(*facts)
 
 
-def _chain(low: str):
+def _chain(v: int, low: str, cert_of):
     """The chain of waits as long as the makespan on the cone where t_low is the smallest
-    cost: Z3 facts (each a wait of docs/spec.md 3.4 or a run along one device's order) and
-    its length, per kind (the number of actions of each kind on it)."""
+    cost: Z3 facts (each a wait of docs/spec.md 3.4 read from the certificate's deps, or a
+    run along one device's order) and the number of actions of each kind on it.
+    ``cert_of()``: the certificate whose order and deps the chain uses."""
 
     def lower(o, p, m, d, i):
         from .check import _deps
 
+        cert = cert_of()
+        n, last, f0 = v * m, 3 * v * m - 1, (v - 1) * p
+
+        def pos(k, dev, j):
+            return cert.pos(o, k, p, m, dev, j)
+
         def waits(kind, dd, ii, target):
             return o.Or(*[o.And(c, t[1] == target[1], t[2] == target[2])
-                          for c, t, _ in _deps(ZB_H1_FREE, o, kind, p, m, dd, ii) if t[0] == target[0]])
+                          for c, t, _ in _deps(cert, o, kind, p, m, dd, ii) if t[0] == target[0]])
 
-        last = 3 * m - 1
-        hops_f = ("chain: F(d,0) waits for F(d-1,0), d >= 1", o.Or(d < 1, waits(F, d, 0, (F, d - 1, 0))))
         if low == F:
-            # F(0,0) -> ... -> F(p-1,0) -> I(p-1,0) -> ... -> I(0,0), then device 0 to its end
-            warm = o.Min(p, m)
+            # device 0's F(0,0..f0), F(d-1,f0) -> F(d,f0) up to p-1, I(p-1,0) (stage chunk v-1,
+            # whose forward is at f0), I(d+1,0) -> I(d,0) down to 0, device 0 to its end
+            warm = o.Min(v * p, n)
             facts = [
-                hops_f,
-                ("chain: I(p-1,0) waits for F(p-1,0)", waits(I, p - 1, 0, (F, p - 1, 0))),
-                ("chain: I(d,0) waits for I(d+1,0), d < p-1", o.Or(d >= p - 1, waits(I, d, 0, (I, d + 1, 0)))),
-                ("chain: device 0 from I(0,0) to its end: m - min(p,m) F, every I and W",
-                 _run(o, p, m, 0, _pos(o, I, p, m, 0, 0), last, {F: (warm, m - warm), I: (0, m), W: (0, m)})),
+                ("chain: device 0 starts with F(0,0..(v-1)p)",
+                 _run(o, pos, n, 0, 0, pos(F, 0, f0), {F: (0, f0 + 1), I: (0, 0), W: (0, 0)})),
+                ("chain: F(d,(v-1)p) waits for F(d-1,(v-1)p), d >= 1",
+                 o.Or(d < 1, waits(F, d, f0, (F, d - 1, f0)))),
+                ("chain: I(p-1,0) waits for F(p-1,(v-1)p)", waits(I, p - 1, 0, (F, p - 1, f0))),
+                ("chain: I(d,0) waits for I(d+1,0), d < p-1",
+                 o.Or(d >= p - 1, waits(I, d, 0, (I, d + 1, 0)))),
+                ("chain: device 0 from I(0,0) to its end: N - min(vp,N) F, every I and W",
+                 _run(o, pos, n, 0, pos(I, 0, 0), last, {F: (warm, n - warm), I: (0, n), W: (0, n)})),
             ]
-            return facts, {F: p + m - warm, I: p - 1 + m, W: m}
-        # F(0,0) -> ... -> F(p-1,0), device p-1 from F(p-1,0) to I(p-1,m-1), I(d+1,m-1) -> I(d,m-1)
-        # down to device e, then (cone of t_W) W(0,m-1), or (cone of t_I) device e to its end
+            return facts, {F: f0 + p + n - warm, I: p - 1 + n, W: n}
+        # F(d-1,0) -> F(d,0) up to p-1, device p-1 from F(p-1,0) to I(p-1,N-1), I(d+1,N-1) ->
+        # I(d,N-1) down to device e, then (cone of t_W, e = 0) W(0,N-1), or (cone of t_I)
+        # device e = min(N,p)-1 to its end
         head = [
-            hops_f,
-            ("chain: F(p-1,0) is device p-1's first action", _pos(o, F, p, m, p - 1, 0) == 0),
-            ("chain: device p-1 up to I(p-1,m-1): every F and I, max(0,m-p) W",
-             _run(o, p, m, p - 1, 0, _pos(o, I, p, m, p - 1, m - 1),
-                  {F: (0, m), I: (0, m), W: (0, o.Max(0, m - p))})),
-            ("chain: I(d,m-1) waits for I(d+1,m-1), d < p-1",
-             o.Or(d >= p - 1, waits(I, d, m - 1, (I, d + 1, m - 1)))),
+            ("chain: F(d,0) waits for F(d-1,0), d >= 1", o.Or(d < 1, waits(F, d, 0, (F, d - 1, 0)))),
+            ("chain: device p-1 from F(p-1,0) to I(p-1,N-1): every F and I, max(0,N-p) W",
+             _run(o, pos, n, p - 1, 0, pos(I, p - 1, n - 1),
+                  {F: (0, n), I: (0, n), W: (0, o.Max(0, n - p))})),
+            ("chain: I(d,N-1) waits for I(d+1,N-1), d < p-1",
+             o.Or(d >= p - 1, waits(I, d, n - 1, (I, d + 1, n - 1)))),
         ]
         if low == W:
-            facts = head + [("chain: W(0,m-1) waits for I(0,m-1)", waits(W, 0, m - 1, (I, 0, m - 1)))]
-            return facts, {F: p - 1 + m, I: m + p - 1, W: o.Max(0, m - p) + 1}
-        e = o.Min(m - 1, p - 1)
-        j0 = o.Max(0, m - 1 - e)
-        facts = head + [("chain: device min(m,p)-1 after I(e,m-1): the W from max(0, m-1-e) on",
-                         _run(o, p, m, e, _pos(o, I, p, m, e, m - 1) + 1, last,
-                              {F: (m, 0), I: (m, 0), W: (j0, m - j0)}))]
-        return facts, {F: p - 1 + m, I: m + p - 1 - e, W: o.Max(0, m - p) + m - j0}
+            facts = head + [("chain: W(0,N-1) waits for I(0,N-1)", waits(W, 0, n - 1, (I, 0, n - 1)))]
+            return facts, {F: p - 1 + n, I: n + p - 1, W: o.Max(0, n - p) + 1}
+        e = o.Min(n - 1, p - 1)
+        j0 = o.Max(0, n - 1 - e)
+        facts = head + [("chain: device min(N,p)-1 after I(e,N-1): the W from max(0, N-1-e) on",
+                         _run(o, pos, n, e, pos(I, e, n - 1) + 1, last,
+                              {F: (n, 0), I: (n, 0), W: (j0, n - j0)}))]
+        return facts, {F: p - 1 + n, I: n + p - 1 - e, W: o.Max(0, n - p) + n - j0}
 
     return lower
 
 
-def _cone(low: str, base: Certificate) -> Cone:
-    """The bound certificate on the cone where t_low is the smallest cost: in its
-    coordinates (t_low, t_K - t_low), the start bound is, per coordinate, the most actions
-    on a chain before the action (any kind for t_low, kind K for t_K - t_low)."""
+def _cone(v: int, low: str, base: Certificate, cert_of) -> Cone:
+    """The bound certificate on the cone where t_low is the smallest cost, in its
+    coordinates (t_low, t_K - t_low)."""
     names = _cone_names(low)
     s = names[low]
     coords = {names[k]: ({_COST[k]: 1} if k == low else {_COST[k]: 1, _COST[low]: -1})
               for k in KINDS_SPLIT}
     costs = {_COST[k]: ({s: 1} if k == low else {s: 1, names[k]: 1}) for k in KINDS_SPLIT}
-    chain = _chain(low)
+    chain = _chain(v, low, cert_of)
+    longest = _longest(v)
 
     def start(o, k, p, m, d, i):
-        n = _longest(o, k, p, m, d, i)
-        out = {s: _start(o, k, p, m, d, i)["t_F"]}
-        out.update({names[kk]: n[kk] for kk in KINDS_SPLIT if kk != low})
-        return out
+        n = longest(o, k, p, m, d, i)
+        return {s: n["u"]} | {names[kk]: n[kk] for kk in KINDS_SPLIT if kk != low}
 
     def lower(o, p, m, d, i):
         facts, count = chain(o, p, m, d, i)
-        length = {s: sum(count.values())}
-        length.update({names[kk]: count[kk] for kk in KINDS_SPLIT if kk != low})
+        length = {s: sum(count.values())} | {names[kk]: count[kk] for kk in KINDS_SPLIT if kk != low}
         return facts, length
 
     sub = dataclasses.replace(
@@ -244,21 +271,23 @@ def _cone(low: str, base: Certificate) -> Cone:
     return Cone(f"{_COST[low]} smallest", coords, costs, sub)
 
 
-_FREE_BASE = Certificate(
-    family="zb-h1", kinds=KINDS_SPLIT, costs=("t_F", "t_I", "t_W"), fixed=(("c", "0"),),
-    duration={F: {"t_F": 1}, I: {"t_I": 1}, W: {"t_W": 1}},
-    domain="p >= 1, m >= 1, v == 1", in_domain=ZB_H1.in_domain,
-    merge=C_ZERO, pos=_pos, pred=_pred, start=None,
-    last=ZB_H1.last, critical=ZB_H1.critical, freed=_freed,
-    peak_inflight=ZB_H1.peak_inflight, peak_memory2=_peak_memory2, warmup=ZB_H1.warmup,
-    top=DEVICE_0_TOPS,
-    summary=("c == 0, t_F, t_I, t_W free: three cones (the smallest cost), a bound and a "
-             "chain on each; makespan the largest of the three chains"),
-    order_argument=ZB_H1.order_argument,
-)
+def _by_cones(v: int, order: Certificate) -> Certificate:
+    """``order`` (a certificate of ZB-H1's order at v chunks) with the timing at c == 0, t_F,
+    t_I, t_W free, by three cones; the makespan at W(0, N-1)."""
+    base = dataclasses.replace(
+        order, costs=("t_F", "t_I", "t_W"), fixed=(("c", "0"),),
+        duration={F: {"t_F": 1}, I: {"t_I": 1}, W: {"t_W": 1}}, merge=C_ZERO, start=None,
+        last=lambda o, p, m, d: (W, v * m - 1), critical=lambda o, p, m: 0,
+        summary=order.summary + "; at c == 0, t_F, t_I, t_W free: three cones (the smallest "
+                                "cost), a bound and a chain on each")
+    made: list = []
+    cones = tuple(_cone(v, k, base, lambda: made[0]) for k in (W, F, I))
+    made.append(dataclasses.replace(base, cones=cones))
+    return made[0]
+
 
 #: ZB-H1 (v = 1) at c == 0 with t_F, t_I, t_W free: a certificate by cones (docs/proofs.md)
-ZB_H1_FREE = dataclasses.replace(_FREE_BASE, cones=tuple(_cone(k, _FREE_BASE) for k in (W, F, I)))
+ZB_H1_FREE = _by_cones(1, dataclasses.replace(ZB_H1, domain="p >= 1, m >= 1, v == 1"))
 
 
 # --------------------------------------------------------------------------- ZB-H1, v chunks
@@ -266,7 +295,8 @@ ZB_H1_FREE = dataclasses.replace(_FREE_BASE, cones=tuple(_cone(k, _FREE_BASE) fo
 
 def _make_v(v: int) -> Certificate:
     """ZB-H1 with v >= 2 chunks per device (PyTorch's ScheduleInterleavedZeroBubble), group
-    size p: the order and the peaks, for every p and every m a multiple of p.
+    size p, for every p and every m a multiple of p: the order and the peaks, and the
+    timing at c == 0 by cones.
 
     ``looped_rows(p, m, v, p, warmup=(v-1)p + p-1-d, w_lag=d)`` hands ``phases`` the
     forwards in Megatron's table order (index q = 0..vm-1) and the backwards in the same
@@ -309,6 +339,27 @@ def _make_v(v: int) -> Certificate:
             return o.If(i > w, i - w, 0)
         return o.If(i > w, o.Max(0, i - w - L), 0)
 
+    def chunk(o, p, q):
+        """The table chunk of index q, (q mod vp) div p, as a sum of case splits (v fixed)."""
+        r = q - v * p * o.DivV(q, v * p)
+        out = 0
+        for k in range(1, v):
+            out = out + o.If(r >= k * p, 1, 0)
+        return out
+
+    def deps(o, k, p, m, d, q):
+        """docs/spec.md 3.4 in table indices, as interleaved 1F1B's (certificates/interleaved.py)
+        with I for B, and W(d, q) after I(d, q) (same stage and microbatch)."""
+        if k == W:
+            return [(True, (I, d, q), False)]
+        c = chunk(o, p, q)
+        if k == F:
+            return [(d >= 1, (F, d - 1, q), True),
+                    (o.And(d == 0, c >= 1), (F, p - 1, q - p), p > 1)]
+        return [(True, (F, d, q + (v - 1) * p - 2 * p * c), False),
+                (d + 1 < p, (I, d + 1, q), True),
+                (o.And(d == p - 1, c >= 1), (I, 0, q - p), p > 1)]
+
     def index(p, m):
         from ..generators._build import megatron_schedule_table
 
@@ -317,29 +368,30 @@ def _make_v(v: int) -> Certificate:
         bwd = {(i, v - 1 - c): q for q, (i, c) in enumerate(table)}
         return lambda a: (fwd if a.kind == F else bwd)[(a.microbatch, a.stage // p)]
 
-
-    return Certificate(
+    order = Certificate(
         family="zb-h1", kinds=KINDS_SPLIT, costs=(), fixed=(), duration={},
         domain=f"p >= 1, m >= p, m % p == 0, v == {v}", chunks=v, count=N,
         in_domain=lambda o, p, m: o.And(p >= 1, m >= p, m - p * o.DivV(m, p) == 0),
         family_domain=lambda o, p, m: m % p == 0, nia_tactic=True,
-        merge=C_ZERO, pos=pos, pred=pred, start=None, last=None, critical=None, freed=freed,
+        merge=C_ZERO, pos=pos, pred=pred, deps=deps, start=None, last=None, critical=None,
+        freed=freed,
         # w + L + 1 = vp in flight at F(w + L), the last forward before the first W
         peak_inflight=lambda o, p, m, d: (v * p, v * p - 1),
         peak_memory2=lambda o, p, m, d: (2 * v * p - d, v * p - 1),
         warmup=lambda o, p, m, d: v * p - d,
         top=DEVICE_0_TOPS, index=index,
-        summary=(f"v = {v}: ZB-H1's pattern over the table index, w = {v}p - 1 - d forwards, "
-                 f"W lag d; order and peaks only"),
+        summary=f"v = {v}: ZB-H1's pattern over the table index, w = {v}p - 1 - d forwards, W lag d",
         order_argument=(
             "generators/zero_bubble.py zb_h1() with chunks = v >= 2 calls "
             "_build.looped_rows(p, m, v, p, warmup=(v-1)p + p-1-d, w_lag=d): phases() over the "
             "forwards in table order and the backwards in the same order, chunks reversed, "
             "so ZB-H1's positions with the table index for the microbatch and vm for m."),
     )
+    return _by_cones(v, order)
 
 
-#: chunk count -> the order-only certificate of ZB-H1 with v chunks (PyTorch's ZB1P)
+#: chunk count -> the certificate of ZB-H1 with v chunks (PyTorch's ZB1P): order, peaks,
+#: and the timing at c == 0 by cones
 ZB_H1_V = MappingProxyType({v: _make_v(v) for v in range(2, 5)})
 
 
