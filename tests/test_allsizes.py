@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import re
 
 from fractions import Fraction
 
@@ -621,3 +622,24 @@ def test_every_catalogue_claim_on_zb_h1_has_its_recorded_verdict_for_all_sizes(c
     res = prove(claim, all_sizes=True, store=store)
     assert res.verdict == claim.recorded, res.to_json()
     assert res.kind.startswith("all sizes in"), res.kind
+
+
+def test_a_wrong_chunked_zb_h1_bound_or_peak_is_caught():
+    """v = 2 (table indices, the nonlinear tactic): a bound one I too low on device 0's last
+    forwards for p >= 20 only, and a memory peak one too low, are refused by Z3."""
+    cert = certificate("zb-h1", 2)
+    good = _zb_cone(cert, "t_I smallest").cert.start
+
+    def low(o, k, p, m, d, q):
+        s = dict(good(o, k, p, m, d, q))
+        s["t_I"] = o.If(o.And(p >= 20, k == "F", q == 2 * m - 1), s["t_I"] - 1, s["t_I"])
+        return s
+
+    chk = prove_certificate(_with_cone(cert, "t_I smallest", start=low))
+    assert not chk.ok
+    at = [int(re.search(r"p=(\d+)", o.detail).group(1)) for o in chk.failures()]
+    assert at and min(at) >= 20, chk.failures()  # Z3's witness: some size with p >= 20
+    peak = cert.peak_memory2
+    wrong = dataclasses.replace(cert, peak_memory2=lambda o, p, m, d: (peak(o, p, m, d)[0] - 1,
+                                                                       peak(o, p, m, d)[1]))
+    assert not prove_certificate(wrong).ok and crosscheck(wrong, [(3, 6)])
