@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import re
 
 from fractions import Fraction
 
@@ -52,8 +53,8 @@ def test_certificate_is_proved_for_all_sizes(family, chunks, which):
 @pytest.mark.parametrize("family,chunks,which", [(f, c, k) for f, c in families()
                                                  for k in range(len(certificate_options(f, c)))])
 def test_certificate_matches_the_generator_and_timeline(family, chunks, which):
-    # interleaved 1F1B (group size p) needs m a multiple of p
-    sizes = SIZES if family != "interleaved-1f1b" else [
+    # interleaved 1F1B and ZB-H1 with chunks (group size p) need m a multiple of p
+    sizes = SIZES if not chunks or chunks < 2 or family == "looped-bfs" else [
         (p, n * p) for p in range(2, 7) for n in range(1, 5)] + [(9, 18), (13, 13), (20, 40)]
     if chunks and chunks > 2:
         sizes = sizes[::3]
@@ -408,3 +409,237 @@ def test_interleaved_certificates_past_the_catalogue_v_are_proved_and_match(v, s
         res = prove(Claim("bubble_fraction == (p - 1)/(v*m + p - 1)", "interleaved-1f1b", "c == 0",
                           "p >= 2, m >= 1, v >= 2, v <= 8"), store=store)
         assert res.verdict == "PROVED" and len(res.certificates) == 7, res.to_json()
+
+
+# --------------------------------------------------------------------------- zb-h1 by cones
+
+ZB_MAX = ("Max((m*v + p - 1)*(t_F + t_I) + Max(1, m*v - p + 1)*t_W, "
+          "Max(m*v, p)*t_F + (m*v + p - 1)*t_I + m*v*t_W, "
+          "Max(m*v, p)*t_I + (m*v + p - 1)*t_F + m*v*t_W)")
+
+
+@pytest.mark.parametrize("text,domain", [
+    (f"makespan == {ZB_MAX}", "p >= 2, m >= 1, v == 1"),
+    (f"makespan == {ZB_MAX}", "p >= 2, m >= 1, v >= 2, v <= 3"),
+    (f"bubble_time == {ZB_MAX} - m*v*(t_F + t_I + t_W)", "p >= 2, m >= 1, v >= 1, v <= 3"),
+    # the paper's bubble for equal pass times is a lower bound at any pass times
+    ("bubble_time >= (p - 1)*(t_F + t_I - t_W)", "p >= 2, m >= p, v == 1"),
+    ("makespan <= makespan@1f1b", "p >= 2, m >= 1, v == 1"),
+])
+def test_zb_h1_makespan_at_free_costs_is_proved_for_all_sizes(text, domain, store):
+    """At c == 0 with t_F, t_I, t_W free the makespan is the largest of three chains, one per
+    smallest cost (the cones of certificates/zero_bubble.py), for v = 1 and v = 2, 3."""
+    assume = "c == 0, t_B == t_I + t_W" if "1f1b" in text else "c == 0"
+    res = prove(Claim(text, "zb-h1", assume, domain), store=store)
+    assert res.verdict == "PROVED", res.to_json()
+    assert res.kind == f"all sizes in {domain}"
+    assert all(c["slice"] == "c == 0" for c in res.certificates.values()), res.certificates
+
+
+def test_zb_h1_free_costs_refuted_past_the_grid_and_the_general_costs_claim(store):
+    # one t_W more for p >= 20 only: the smallest counterexample is p = 20, m = 1
+    text = f"makespan == {ZB_MAX} + floor(p/20)*t_W"
+    assert prove(Claim(text, "zb-h1", "c == 0", "p=2..6,m=1..8,v=1..1")).verdict == "PROVED"
+    res = prove(Claim(text, "zb-h1", "c == 0", "p >= 2, m >= 1, v == 1"), store=store)
+    assert res.verdict == "REFUTED", res.to_json()
+    assert {k: x for k, x in res.counterexample["sizes"].items() if k != "v"} == {"p": 20, "m": 1}
+    assert "no counterexample with smaller p" in res.minimal
+    # the paper's bubble with unequal pass times: refuted by the certificate at the smallest size
+    res = prove(Claim("bubble_time == (p - 1)*(t_F + t_I - t_W)", "zb-h1", "c == 0, m >= p",
+                      "p >= 2, m >= 1, v == 1"), store=store)
+    assert res.verdict == "REFUTED" and res.certificates["zb-h1"]["slice"] == "c == 0"
+    assert {k: x for k, x in res.counterexample["sizes"].items() if k != "v"} == {"p": 2, "m": 2}
+    # at v = 2 (m a multiple of p), the makespan of interleaved 1F1B with B = I + W is not it
+    res = prove(Claim("makespan == (v*m + p - 1)*(t_F + t_I + t_W)", "zb-h1", "c == 0",
+                      "p >= 2, m >= 1, v == 2"), store=store)
+    assert res.verdict == "REFUTED" and res.counterexample["sizes"]["p"] == 2
+
+
+@pytest.mark.parametrize("text", [
+    "peak_inflight(d) == p*v",
+    "peak_memory(d) == (2*p*v - d)/2",
+    "fwd_before_bwd(d) == p*v - d",
+])
+def test_zb_h1_chunked_peaks_are_proved_for_all_sizes(text, store):
+    res = prove(Claim(text, "zb-h1", "", "p >= 2, m >= 1, v >= 2, v <= 4"), store=store)
+    assert res.verdict == "PROVED", res.to_json()
+    assert set(res.certificates) == {"zb-h1 v=2", "zb-h1 v=3", "zb-h1 v=4"}
+
+
+def _zb_cone(cert, name):
+    return next(c for c in cert.cones if c.name == name)
+
+
+def _with_cone(cert, name, **change):
+    """``cert`` with one cone's certificate changed (the others and the parent kept)."""
+    cones = tuple(dataclasses.replace(c, cert=dataclasses.replace(c.cert, **change))
+                  if c.name == name else c for c in cert.cones)
+    return dataclasses.replace(cert, cones=cones)
+
+
+def test_a_wrong_cone_bound_or_chain_is_caught():
+    cert = certificate_options("zb-h1")[1]
+    assert cert.cones and prove_certificate(cert).ok
+    cone = _zb_cone(cert, "t_W smallest")
+    good = cone.cert.start
+
+    def low(o, k, p, m, d, i):  # one F too few on the chain before the last W, p >= 20 only
+        s = dict(good(o, k, p, m, d, i))
+        s["t_F-t_W"] = o.If(o.And(p >= 20, k == W, i == m - 1), s["t_F-t_W"] - 1, s["t_F-t_W"])
+        return s
+
+    bad = _with_cone(cert, "t_W smallest", start=low)
+    chk = prove_certificate(bad)
+    assert not chk.ok and any("p=20" in o.detail for o in chk.failures()), chk.failures()
+    assert crosscheck(bad, [(p, 8) for p in range(2, 9)]) == []
+    assert crosscheck(bad, [(20, 3)])
+
+    def high(o, k, p, m, d, i):  # still a bound (one t_W later everywhere), but not attained
+        s = dict(good(o, k, p, m, d, i))
+        s["t_W"] = s["t_W"] + 1
+        return s
+
+    chk = prove_certificate(_with_cone(cert, "t_W smallest", start=high))
+    assert [o.name for o in chk.failures()] == [
+        "cone t_W smallest: makespan: the chain is as long as end(last(critical)), for every cost"]
+    # a chain that claims a wait that is not one (W(0,m-1) on I(1,m-1)) is refused
+    lower = cone.cert.lower
+
+    def skip(o, p, m, d, i):
+        chain, length = lower(o, p, m, d, i)
+        return chain + [("chain: W(0,m-1) waits for I(1,m-1)", p < 2)], length
+
+    assert not prove_certificate(_with_cone(cert, "t_W smallest", lower=skip)).ok
+
+
+def test_cones_must_cover_the_costs_and_be_the_parents():
+    cert = certificate_options("zb-h1")[1]
+    names = lambda chk: [o.name for o in chk.failures()]  # noqa: E731
+    # two cones leave the costs where t_I is the smallest uncovered
+    chk = prove_certificate(dataclasses.replace(cert, cones=cert.cones[:2]))
+    assert names(chk) == ["cones: every cost vector > 0 lies in a cone"]
+    assert "t_I" in chk.failures()[0].detail
+    # a cone whose coordinates are not the inverse of its cost map
+    cone = cert.cones[0]
+    wrong = dataclasses.replace(cone, coords={**cone.coords, "t_W": {"t_W": 2}})
+    chk = prove_certificate(dataclasses.replace(cert, cones=(wrong,) + cert.cones[1:]))
+    assert "cone t_W smallest: its coordinates and the costs are inverse linear maps" in names(chk)
+    # durations that are not the parent's (W costs t_F in the cone)
+    dur = dict(cone.cert.duration)
+    dur[W] = {"t_W": 1, "t_F-t_W": 1}
+    chk = prove_certificate(_with_cone(cert, "t_W smallest", duration=dur))
+    assert "cone t_W smallest: the durations are the parent's in its coordinates" in names(chk)
+    # a cone about another order
+    other = certificate("zb-h2")
+    chk = prove_certificate(_with_cone(cert, "t_F smallest", pos=other.pos))
+    assert "cone t_F smallest: the order, sizes and last actions are the parent's" in names(chk)
+
+
+def _cone_end_at(cert, p, m, costs):
+    """The certificate's makespan at concrete sizes and costs: the end of last(critical) on
+    the first cone that holds the costs, read as a linear form of the costs."""
+    from schedverify.certificates.base import PyOps
+    from schedverify.certificates.check import _end
+
+    o = PyOps()
+    for cone in cert.cones:
+        coords = {x: sum(k * costs[c] for c, k in lin.items()) for x, lin in cone.coords.items()}
+        if all(x >= 0 for x in coords.values()):
+            dc = cone.cert.critical(o, p, m)
+            k, i = cone.cert.last(o, p, m, dc)
+            e = cone.to_costs(_end(cone.cert, o, k, p, m, dc, i))
+            return cone, coords, sum(a * costs[c] for c, a in e.items())
+    raise AssertionError("no cone holds the costs")
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 6), n=st.integers(1, 12), v=st.integers(1, 3),
+       t_F=st.fractions(Fraction(1, 8), 8), t_I=st.fractions(Fraction(1, 8), 8),
+       t_W=st.fractions(Fraction(1, 8), 8))
+def test_zb_h1_simulated_makespan_and_starts_obey_the_cones(p, n, v, t_F, t_I, t_W):
+    """At random sizes (v = 1..3) and exact rational costs, the simulated schedule ends at
+    the certificate's makespan and every action starts no later than its cone's bound."""
+    from schedverify.certificates.base import PyOps
+    from schedverify.formulas.sizes import build
+    from schedverify.graph import compile_graph, sweep
+
+    m = n if v == 1 else max(1, n // 4) * p
+    cert = certificate_options("zb-h1", v)[-1]
+    costs = {"t_F": t_F, "t_I": t_I, "t_W": t_W}
+    sched = build("zb-h1", p, m, v)
+    g = compile_graph(sched)
+    res = sweep(g, [costs[f"t_{a.kind}"] for a in g.acts], 0)
+    assert res.completed
+    cone, coords, T = _cone_end_at(cert, p, m, costs)
+    assert max(res.end) == T
+    o = PyOps()
+    index = cert.index(p, m) if cert.index else (lambda a: a.microbatch)
+    for j, a in enumerate(g.acts):
+        bound = cone.cert.start(o, a.kind, p, m, g.dev[j], index(a))
+        assert res.start[j] <= sum(k * coords[x] for x, k in bound.items())
+
+
+@pytest.mark.parametrize("v", [2, 3])
+def test_zb_h1_chunked_dependencies_in_table_indices_are_the_generators(v):
+    """As for interleaved 1F1B: the certificate's deps (table index q) are exactly the
+    generated schedule's waits, W after its own I included."""
+    from schedverify.certificates.base import PyOps
+    from schedverify.formulas.sizes import build
+    from schedverify.model import F, I
+
+    cert = certificate("zb-h1", v)
+    o = PyOps()
+    for p, m in [(1, 2), (2, 2), (2, 6), (3, 3), (3, 9), (4, 8), (5, 15)]:
+        sched = build("zb-h1", p, m, v)
+        index = cert.index(p, m)
+        where = {(a.kind, a.stage, a.microbatch): (a.kind, d, index(a))
+                 for d, row in enumerate(sched.order) for a in row}
+
+        def needs(kind, s, i, stages=sched.stages):
+            if kind == F:
+                return [(F, s - 1, i)] if s > 0 else []
+            if kind == W:
+                return [(I, s, i)]
+            return [(F, s, i)] + ([(I, s + 1, i)] if s + 1 < stages else [])
+
+        for key, (kind, d, q) in where.items():
+            want = sorted(where[x] for x in needs(*key))
+            got = sorted((k, dd, qq) for c, (k, dd, qq), _ in cert.deps(o, kind, p, m, d, q) if c)
+            assert got == want, (p, m, key)
+
+
+def _catalogue(family):
+    from pathlib import Path
+
+    from schedverify.claims.catalogue import load
+
+    root = Path(__file__).resolve().parent.parent / "proofs"
+    return [c for c in load([root]) if c.family == family]
+
+
+@pytest.mark.parametrize("claim", _catalogue("zb-h1"), ids=lambda c: c.id)
+def test_every_catalogue_claim_on_zb_h1_has_its_recorded_verdict_for_all_sizes(claim, store):
+    res = prove(claim, all_sizes=True, store=store)
+    assert res.verdict == claim.recorded, res.to_json()
+    assert res.kind.startswith("all sizes in"), res.kind
+
+
+def test_a_wrong_chunked_zb_h1_bound_or_peak_is_caught():
+    """v = 2 (table indices, the nonlinear tactic): a bound one I too low on device 0's last
+    forwards for p >= 20 only, and a memory peak one too low, are refused by Z3."""
+    cert = certificate("zb-h1", 2)
+    good = _zb_cone(cert, "t_I smallest").cert.start
+
+    def low(o, k, p, m, d, q):
+        s = dict(good(o, k, p, m, d, q))
+        s["t_I"] = o.If(o.And(p >= 20, k == "F", q == 2 * m - 1), s["t_I"] - 1, s["t_I"])
+        return s
+
+    chk = prove_certificate(_with_cone(cert, "t_I smallest", start=low))
+    assert not chk.ok
+    at = [int(re.search(r"p=(\d+)", o.detail).group(1)) for o in chk.failures()]
+    assert at and min(at) >= 20, chk.failures()  # Z3's witness: some size with p >= 20
+    peak = cert.peak_memory2
+    wrong = dataclasses.replace(cert, peak_memory2=lambda o, p, m, d: (peak(o, p, m, d)[0] - 1,
+                                                                       peak(o, p, m, d)[1]))
+    assert not prove_certificate(wrong).ok and crosscheck(wrong, [(3, 6)])

@@ -20,14 +20,18 @@ def certificate(family: str, chunks: int | None = None) -> Certificate | None:
 def certificate_options(family: str, chunks: int | None = None) -> tuple[Certificate, ...]:
     """Every certificate of the family, narrowest cost slice first: a claim uses the first
     whose slice its assumptions fix (1F1B: c == 0, linear; then every cost, with a ceiling
-    by p in the latency's coefficient)."""
+    by p in the latency's coefficient; ZB-H1: equal pass times, exact; then t_F, t_I, t_W
+    free, by cones)."""
     from .classic import ONE_F_ONE_B_LATENCY
+    from .zero_bubble import ZB_H1_FREE
 
     first = _first(family, chunks)
     if first is None:
         return ()
     if family == "1f1b":
         return (first, ONE_F_ONE_B_LATENCY)
+    if family == "zb-h1" and chunks in (None, 1):
+        return (first, ZB_H1_FREE)
     return (first,)
 
 
@@ -43,13 +47,16 @@ def _first(family: str, chunks: int | None) -> Certificate | None:
     if family == "looped-bfs":
         return LOOPED.get(1 if chunks is None else chunks)
     if family == "zb-h1" and chunks not in (None, 1):
-        return None
+        from .zero_bubble import ZB_H1_V
+
+        return ZB_H1_V.get(chunks)
     return {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "zb-h1": ZB_H1, "zb-h2": ZB_H2}.get(family)
 
 
 def families() -> tuple[tuple[str, int | None], ...]:
     """(family, chunks) of every certificate."""
-    return (("gpipe", None), ("1f1b", None), ("zb-h1", None), ("zb-h2", None),
+    return (("gpipe", None), ("1f1b", None), ("zb-h1", None), ("zb-h1", 2), ("zb-h1", 3),
+            ("zb-h1", 4), ("zb-h2", None),
             ("interleaved-1f1b", 2), ("interleaved-1f1b", 3), ("interleaved-1f1b", 4),
             ("looped-bfs", 1), ("looped-bfs", 2), ("looped-bfs", 3), ("looped-bfs", 4))
 

@@ -76,6 +76,10 @@ class PyOps:
     def DivV(a, b):
         return a // b
 
+    @staticmethod
+    def cost(name: str):
+        raise TypeError(f"the Python backend has no cost symbols ({name}): sizes only")
+
 
 class Z3Ops:
     """Z3 integer terms (sizes and indices are ``Int``).  The z3 module comes from the one
@@ -119,6 +123,11 @@ class Z3Ops:
         """floor(a / b) for a size b > 0 (nonlinear: Z3's nonlinear integer arithmetic)."""
         return a / b
 
+    def cost(self, name: str):
+        """The cost symbol ``name`` as a Z3 real: the constant the claims' formulas use for
+        it too (Z3 identifies constants by name and sort)."""
+        return self.z3.Real(name)
+
 
 class SymOps:
     """sympy expressions (``Piecewise`` for a case split); ``sympy`` is handed over by the
@@ -160,11 +169,52 @@ class SymOps:
     def DivV(self, a, b):
         return self.sp.floor(a / b)
 
+    def cost(self, name: str):
+        return self.sp.Symbol(name)
+
 
 #: ``top`` of a family whose every per-device maximum is on device 0 (the deepest warm-up).
 DEVICE_0_TOPS: Mapping[str, Callable] = MappingProxyType(
     {"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
      "fwd_before_bwd": lambda o, p, m: 0})
+
+
+@dataclass(frozen=True)
+class Cone:
+    """A closed cone of the costs, on which ``cert`` (a bound certificate) holds.
+
+    ``coords[x]``: the cone's coordinate ``x`` as a linear form of the costs; the cone is
+    where every coordinate is >= 0.  ``costs[c]``: each cost as a linear form of the
+    coordinates (the inverse map).  ``cert`` writes its start times, durations and chain in
+    the coordinates, so "every coefficient >= 0" means ">= 0 on the cone": the
+    coefficient-wise check of docs/proofs.md section 3 holds there unchanged.
+    """
+
+    name: str
+    coords: Mapping[str, Mapping[str, int]]
+    costs: Mapping[str, Mapping[str, int]]
+    cert: Certificate
+
+    def to_costs(self, form: Mapping) -> dict:
+        """A linear form in the coordinates, as a linear form in the costs."""
+        out: dict = {}
+        for x, a in form.items():
+            for c, k in self.coords[x].items():
+                out[c] = out.get(c, 0) + k * a
+        return out
+
+    def to_coords(self, form: Mapping) -> dict:
+        """A linear form in the costs, as a linear form in the coordinates."""
+        out: dict = {}
+        for c, a in form.items():
+            for x, k in self.costs[c].items():
+                out[x] = out.get(x, 0) + k * a
+        return out
+
+    def contains(self, o):
+        """Whether the costs (backend ``o``'s cost symbols) lie in the cone."""
+        return o.And(*[sum((k * o.cost(c) for c, k in lin.items()), 0) >= 0
+                       for lin in self.coords.values()])
 
 
 @dataclass(frozen=True)
@@ -220,13 +270,18 @@ class Certificate:
     #: ``check._nia_solver`` (interleaved 1F1B: its domain m % p == 0 and its table chunks
     #: ``q mod vp`` are nonlinear everywhere, and the general solver times out on them)
     nia_tactic: bool = False
+    #: a certificate by cost cones (docs/proofs.md section 2, "cones"): ``start`` is None in
+    #: ``self`` (which gives the order and the peaks), each cone's bound certificate gives
+    #: the timing on its cone, and the cones cover every cost; the makespan is then the
+    #: cone's chain on each cone, a case split on the costs
+    cones: tuple = ()
     summary: str = ""
     order_argument: str = ""
     notes: tuple[str, ...] = field(default=())
 
     @property
     def timing(self) -> bool:
-        return self.start is not None
+        return self.start is not None or bool(self.cones)
 
     @property
     def exact(self) -> bool:

@@ -62,6 +62,8 @@ def _vec(cert: Certificate, form: dict) -> dict:
 
 
 def _end(cert: Certificate, o, kind, p, m, d, i, cross: bool = False) -> dict:
+    if cert.cones:
+        return _cone_end(cert, o, kind, p, m, d, i)
     assert cert.start is not None, "only a timed certificate has end times"
     s = _vec(cert, cert.start(o, kind, p, m, d, i))
     for c, k in cert.duration[kind].items():
@@ -71,10 +73,24 @@ def _end(cert: Certificate, o, kind, p, m, d, i, cross: bool = False) -> dict:
     return s
 
 
-def obligations(cert: Certificate, o, p, m, d, i) -> list[tuple[str, object]]:
+def _cone_end(cert: Certificate, o, kind, p, m, d, i) -> dict:
+    """A certificate by cones: the end of ``last(critical)`` in the costs, a case split on
+    the cone the costs lie in (the first that holds; the cones cover every cost).  Only the
+    end of ``last(critical)`` is exact, as in a bound certificate."""
+    out = None
+    for cone in reversed(cert.cones):
+        e = cone.to_costs(_end(cone.cert, o, kind, p, m, d, i))
+        e = {c: e.get(c, 0) for c in cert.costs}
+        out = e if out is None else {c: o.If(cone.contains(o), e[c], out[c]) for c in cert.costs}
+    assert out is not None
+    return out
+
+
+def obligations(cert: Certificate, o, p, m, d, i, *, order: bool = True) -> list[tuple[str, object]]:
     """Every obligation as (name, formula) in backend ``o`` with free sizes p, m, d, i;
     each must hold whenever the sizes are in the certificate's domain, 0 <= d < p and
-    0 <= i < m."""
+    0 <= i < m.  ``order=False``: the timing obligations only (a cone's certificate, whose
+    order and peaks are its parent's)."""
     out: list[tuple[str, object]] = []
     N = cert.count(o, m)  # actions of each kind per device
     n_actions = len(cert.kinds) * N
@@ -94,7 +110,8 @@ def obligations(cert: Certificate, o, p, m, d, i) -> list[tuple[str, object]]:
         P = cert.pos(o, kind, p, m, d, i)
         cases = cert.pred(o, kind, p, m, d, i)
         if cert.start is None:
-            _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions)
+            if order:
+                _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions)
             continue
         S = _vec(cert, cert.start(o, kind, p, m, d, i))
         cands = [(c, _end(cert, o, k2, p, m, d, i2)) for c, (k2, i2) in cert.pred(o, kind, p, m, d, i)]
@@ -110,12 +127,17 @@ def obligations(cert: Certificate, o, p, m, d, i) -> list[tuple[str, object]]:
                            And(Not(Or(*conds)), eq(S, zero)))))
         else:  # an upper bound: at least 0 (the chain below makes the makespan exact)
             out.append((f"bound {kind}: start >= 0", geq(S, zero)))
-        _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions)
+        if order:
+            _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions)
     if cert.start is not None:
         _makespan_obligations(out, cert, o, p, m, d, N, n_actions)
     if cert.start is not None and cert.lower is not None:
         _chain_obligations(out, cert, o, p, m, d, i)
-    _count_obligations(out, cert, o, p, m, d, i, N)
+    if order:
+        _count_obligations(out, cert, o, p, m, d, i, N)
+    for cone in cert.cones:
+        out.extend((f"cone {cone.name}: {name}", f)
+                   for name, f in obligations(cone.cert, o, p, m, d, i, order=False))
     return out
 
 
@@ -262,9 +284,62 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0) -> Certific
             ob = Obligation(name, "unknown", s.reason_unknown())
         ob.seconds = time.perf_counter() - t1
         res.obligations.append(ob)
+    if cert.cones:
+        res.obligations.extend(_cone_checks(cert, timeout_s))
     res.ok = all(o_.status == "proved" for o_ in res.obligations)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+#: what a cone's certificate must share with its parent (whose order Z3 checks)
+_SHARED = ("kinds", "pos", "pred", "deps", "in_domain", "count", "last", "critical")
+
+
+def _cone_checks(cert: Certificate, timeout_s: float) -> list[Obligation]:
+    """A certificate by cones: each cone's certificate is about the parent's order and
+    actions; its coordinates are an invertible change of the costs in which its
+    durations are the parent's; and the cones cover every cost vector > 0 (Z3, reals)."""
+    from ..smt.solver import make_solver, z3
+
+    out = []
+
+    def record(name, ok, detail=""):
+        out.append(Obligation(name, "proved" if ok else "failed", "" if ok else detail))
+
+    for cone in cert.cones:
+        sub = cone.cert
+        same = [f for f in _SHARED if getattr(sub, f) is not getattr(cert, f)
+                and getattr(sub, f) != getattr(cert, f)]
+        record(f"cone {cone.name}: the order, sizes and last actions are the parent's", not same,
+               f"differs in {', '.join(same)}")
+        unit = [{c: 1} for c in cert.costs]
+        back = [cone.to_costs(cone.to_coords(u)) for u in unit]
+        inv = all({c: k for c, k in b.items() if k} == u for b, u in zip(back, unit))
+        unit_x = [{x: 1} for x in sub.costs]
+        back_x = [cone.to_coords(cone.to_costs(u)) for u in unit_x]
+        inv = inv and all({x: k for x, k in b.items() if k} == u for b, u in zip(back_x, unit_x))
+        inv = inv and set(cone.coords) == set(sub.costs)
+        record(f"cone {cone.name}: its coordinates and the costs are inverse linear maps", inv,
+               "the two maps are not inverse")
+        bad = [k for k in cert.kinds
+               if {c: a for c, a in cone.to_costs(sub.duration[k]).items() if a}
+               != {c: a for c, a in cert.duration[k].items() if a}]
+        record(f"cone {cone.name}: the durations are the parent's in its coordinates", not bad,
+               f"differs for {', '.join(bad)}")
+    t1 = time.perf_counter()
+    s = make_solver(timeout_s=timeout_s)
+    s.add(*[z3.Real(c) > 0 for c in cert.costs])
+    from .base import Z3Ops
+
+    o = Z3Ops()
+    s.add(z3.Not(z3.Or(*[cone.contains(o) for cone in cert.cones])))
+    r = s.check()
+    detail = "" if r == z3.unsat else (f"costs outside every cone: {s.model()}" if r == z3.sat
+                                       else s.reason_unknown())
+    out.append(Obligation("cones: every cost vector > 0 lies in a cone",
+                          "proved" if r == z3.unsat else "failed" if r == z3.sat else "unknown",
+                          detail, time.perf_counter() - t1))
+    return out
 
 
 def crosscheck(cert: Certificate, sizes) -> list[str]:
@@ -296,7 +371,7 @@ def crosscheck(cert: Certificate, sizes) -> list[str]:
                 want = cert.pos(o, a.kind, p, m, dd, q)
                 if want != pos:
                     bad.append(f"p={p},m={m}: {a} at position {pos}, certificate says {want}")
-                if not cert.timing:
+                if not cert.timing or cert.cones:
                     continue
                 terms = end[j]
                 assert cert.start is not None  # cert.timing: a timed certificate
@@ -311,6 +386,8 @@ def crosscheck(cert: Certificate, sizes) -> list[str]:
                     bad.append(f"p={p},m={m}: start of {a} is {sorted(got)}, above the bound {vec}")
             if cert.timing and not cert.exact and dd == 0:
                 bad += _makespan_mismatch(cert, o, p, m, end, g)
+            if cert.cones and dd == 0:
+                bad += _cone_mismatch(cert, o, p, m, end, dur, g, index)
             pk, _ = cert.peak_inflight(o, p, m, dd)
             pm, _ = cert.peak_memory2(o, p, m, dd)
             wf = cert.warmup(o, p, m, dd)
@@ -337,3 +414,38 @@ def _makespan_mismatch(cert: Certificate, o, p, m, end, g) -> list[str]:
         return [f"p={p},m={m}: the makespan is the maximum of {sorted(terms)[-3:]}..., "
                 f"the certificate says {want}"]
     return []
+
+
+def _cone_mismatch(cert: Certificate, o, p, m, end, dur, g, index) -> list[str]:
+    """A certificate by cones at (p, m): on each cone, every term of every start time is at
+    most the cone's bound, coefficient by coefficient in the cone's coordinates, and the
+    latest end is the single term end(last(critical)) there."""
+    from ..formulas.tropical import COST_SYMBOLS
+
+    idx = {n: k for k, n in enumerate(COST_SYMBOLS)}
+    bad = []
+    for cone in cert.cones:
+        sub = cone.cert
+
+        def coords(t, cone=cone, sub=sub):
+            x = cone.to_coords({c: t[idx[c]] for c in cert.costs})
+            return tuple(x.get(c, 0) for c in sub.costs)
+
+        for j, a in enumerate(g.acts):
+            d = g.dev[j]
+            st = _vec(sub, sub.start(o, a.kind, p, m, d, index(a)))
+            bound = tuple(st[c] for c in sub.costs)
+            for t in end[j]:
+                got = coords(tuple(x - y for x, y in zip(t, dur[j])))
+                if not all(x <= y for x, y in zip(got, bound)):
+                    bad.append(f"p={p},m={m}, cone {cone.name}: start of {a} has the term {got}, "
+                               f"above the bound {bound}")
+                    break
+        dc = sub.critical(o, p, m)
+        k, i = sub.last(o, p, m, dc)
+        e = _end(sub, o, k, p, m, dc, i)
+        want = tuple(e[c] for c in sub.costs)
+        terms = {coords(t) for j in range(len(g.acts)) for t in end[j]}
+        if want not in terms or not all(x <= y for t in terms for x, y in zip(t, want)):
+            bad.append(f"p={p},m={m}, cone {cone.name}: the latest end is not the single term {want}")
+    return bad
