@@ -551,9 +551,9 @@ def test_text_output_labels_the_domain_with_what_was_confirmed():
     out = io.StringIO()  # proved at each v it holds for (v = 2, 3), by the bound certificate
     assert run(["formula", "interleaved-1f1b", "--metric", "peak_memory"], out, io.StringIO()) == 0
     assert "2 <= v <= 3; proved for all sizes in its domain\n" in out.getvalue()
-    out = io.StringIO()  # zb-h1's certificate covers v = 1 only: a form in v stays confirmed
-    assert run(["formula", "zb-h1", "--metric", "peak_memory"], out, io.StringIO()) == 0
-    assert "1 <= v <= 3; confirmed on p=2..8, m=1..24, v=1..3\n" in out.getvalue()
+    out = io.StringIO()  # looped-bfs's timing certificate is on c == 0: its form for c >= 0 stays confirmed
+    assert run(["formula", "looped-bfs", "--metric", "makespan"], out, io.StringIO()) == 0
+    assert "c >= 0; confirmed on p=2..8, m=1..24, v=1..3\n" in out.getvalue()
 
 
 def test_at_outside_the_confirmed_range_warns_and_says_so_in_json():
@@ -584,7 +584,7 @@ def test_at_outside_the_confirmed_range_warns_and_says_so_in_json():
                err) == 0
     assert err.getvalue() == ""
     # a chunked family: v outside the confirmed chunks is extrapolated too
-    f = formula("zb-h1", "peak_inflight")
+    f = formula("looped-bfs", "makespan")
     assert f.extrapolated({"p": 4, "m": 8, "v": 2}) is None
     assert f.extrapolated({"p": 4, "m": 8, "v": 4}) == (
         "p=4, m=8, v=4 is outside the confirmed range p=2..8, m=1..24, v=1..3: the form is "
