@@ -246,47 +246,47 @@ def _index(schedule: Schedule, acts: list[Action], dev: list[int],
     S, M = schedule.stages, schedule.microbatches
     placement = schedule.placement
     routes, mroute = placement.routes, placement.microbatch_route
-    code: list[int] = []
-    stage: list[int] = []
+    n = len(acts)
+    code = [-1] * n
+    stage = [-1] * n
     producer: dict[int, int] = {}
-    counts = facts.counts
+    counts, uncoded, malformed = facts.counts, facts.uncoded, facts.malformed
     for i, a in enumerate(acts):
-        s = a.stage
-        c = KIND_CODE.get(a.kind, -1)
-        if a.sub is not None or a.microbatch is None or type(s) is not int or not 0 <= s < S:
-            c = -1
-        code.append(c)
-        stage.append(s if c >= 0 else -1)  # type: ignore[arg-type]  # c >= 0: s is an int
-        if c < 0:
-            facts.uncoded.append(i)
-        if a.sub is None and a.kind in BOOKKEEPING_KINDS:
-            _bookkeeping(schedule, i, a, dev[i], facts)
-            continue
+        s, kind, mb, sub = a
+        c = KIND_CODE.get(kind, -1) if sub is None and mb is not None and type(s) is int and 0 <= s < S else -1
+        if c >= 0:
+            code[i] = c
+            stage[i] = s  # type: ignore[call-overload]  # c >= 0: s is an int
+        else:
+            uncoded.append(i)
+            if sub is None and kind in BOOKKEEPING_KINDS:
+                _bookkeeping(schedule, i, a, dev[i], facts)
+                continue
         leaves = _leaves(a)
         if leaves is None:
-            facts.malformed.append((i, malformation(a)))
+            malformed.append((i, malformation(a)))
             continue
         for x in leaves:
             key = _leaf_key(x, S, M)
-            if key == _MALFORMED:
-                facts.malformed.append((i, malformation(x)))
-                continue
-            if key == _OUT_OF_RANGE:
-                facts.out_of_range.append((i, x))
+            if key < 0:
+                if key == _MALFORMED:
+                    malformed.append((i, malformation(x)))
+                else:
+                    facts.out_of_range.append((i, x))
                 continue
             if key in producer:
                 facts.duplicates.append((producer[key], i))
                 continue
             producer[key] = i
-            k = KIND_CODE[x.kind]
+            k = key % NCODES
             counts[k] += 1
             # a full backward meets a split one (I or W) of the same pair
             if (k == 1 and (key + 1 in producer or key + 2 in producer)) or \
                     (k in (2, 3) and key - k + 1 in producer):
                 facts.mixed.append(i)
-            mb = x.microbatch
-            assert x.stage is not None and mb is not None  # a leaf with a key has both
-            expected = (routes[mroute[mb]] if mroute is not None else routes[0])[x.stage]
+            ls, lmb = x.stage, x.microbatch
+            assert ls is not None and lmb is not None  # a leaf with a key has both
+            expected = (routes[mroute[lmb]] if mroute is not None else routes[0])[ls]
             if expected != dev[i]:
                 facts.wrong_device.append((i, x, expected))
     return code, stage, producer
