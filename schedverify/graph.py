@@ -179,11 +179,10 @@ def _reference(schedule: Schedule, explicit: bool, rendezvous: bool) -> Graph:
     starts: list[int] = []
     for d, row in enumerate(schedule.order):
         starts.append(len(acts))
-        for p, a in enumerate(row):
-            if a is not None:  # an idle slot
-                acts.append(a)
-                dev.append(d)
-                pos.append(p)
+        kept = [p for p, a in enumerate(row) if a is not None]  # None: an idle slot
+        acts.extend([a for a in row if a is not None])
+        dev.extend([d] * len(kept))
+        pos.extend(kept)
     starts.append(len(acts))
     facts = _Facts()
     code, stage, producer = _index(schedule, acts, dev, facts)
@@ -256,7 +255,7 @@ def _index(schedule: Schedule, acts: list[Action], dev: list[int],
         c = KIND_CODE.get(kind, -1) if sub is None and mb is not None and type(s) is int and 0 <= s < S else -1
         if c >= 0:
             code[i] = c
-            stage[i] = s  # type: ignore[call-overload]  # c >= 0: s is an int
+            stage[i] = s  # type: ignore[assignment]  # c >= 0: s is an int
         else:
             uncoded.append(i)
             if sub is None and kind in BOOKKEEPING_KINDS:
