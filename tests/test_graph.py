@@ -72,6 +72,12 @@ def assert_graph_means(g: Graph, semantics: str = "eager") -> None:
     # the facts, each as its comment says
     for i, j in g.duplicates:
         assert j > i and set(_well_formed_leaves(g.acts[i])) & set(_well_formed_leaves(g.acts[j]))
+    kinds_of_pair: dict[tuple[int, int], set[int]] = {}
+    for k in first:
+        kinds_of_pair.setdefault(divmod(k // NCODES, M), set()).add(k % NCODES)
+    mixing = {pair for pair, kinds in kinds_of_pair.items() if 1 in kinds and kinds & {2, 3}}
+    flagged = {(x.stage, x.microbatch) for i in g.mixed for x in g.acts[i].leaves() if x.kind in ("B", "I", "W")}
+    assert mixing == flagged & mixing and (not g.mixed) == (not mixing)
     for i, j in g.inversions:
         assert g.dev[i] == g.dev[j] and j >= i
     for i, leaf, expected in g.wrong_device:
@@ -201,3 +207,34 @@ def test_the_kernel_builds_plain_schedules():
     finally:
         _accel.kernel = kernel
     assert answered == [True, True, True, True, False]  # dualpipe overlaps: the reference
+
+
+def _graph(rows, **kw) -> Graph:
+    schedule = schedverify.Schedule.build(rows, **kw)
+    assert_both_builders_mean_it(schedule)
+    return compile_graph(schedule, fast=False)
+
+
+def test_each_fact_on_a_schedule_that_has_it():
+    """The strategies above rarely build some facts; here each one is, by hand."""
+    g = _graph([["0F0", "0B0", "0I0", "0W0"]])  # B mixed with I/W
+    assert g.mixed == [2, 3] and g.counts[:4] == [1, 1, 1, 1]
+    g = _graph([["0F0", "0F0", "0B0"]])
+    assert g.duplicates == [(0, 1)] and g.producer == {g.key(0, 0, "F"): 0, g.key(0, 0, "B"): 2}
+    g = _graph([["0F0", "(0F1;0B1)OVERLAP_F_B", "0B0"]], microbatches=2)  # B1 needs F1 in its own action
+    assert (1, 1) in g.inversions and g.uncoded == [1] and g.code == [0, -1, 1]
+    g = _graph([["0F0", "0B0"], ["1F0", "1B0"]], placement=[1, 0])  # every stage on the other device
+    assert [(i, str(x), e) for i, x, e in g.wrong_device] == [(0, "0F0", 1), (1, "0B0", 1), (2, "1F0", 0),
+                                                              (3, "1B0", 0)]
+    g = _graph([["0F0", "0B0", "0F7", "0REDUCE_GRAD", "5REDUCE_GRAD"]], stages=1, microbatches=1)
+    assert [i for i, _ in g.out_of_range] == [2, 4] and g.reduce_grads == [3] and g.uncoded == [3, 4]
+    g = _graph([["0F0", "0SEND_F0", "0RECV_B0", "0B0"], ["1F0", "1B0", "1SEND_B0"]])  # no 1RECV_F0
+    assert g.missing_recv == [(4, 0, schedverify.Action(1, "RECV_F", 0))] and g.unmatched_comm == [1]
+    g = _graph([["0F0", "0SEND_F0", "0RECV_B0", "0B0"], ["1RECV_F0", "1F0", "1B0", "1SEND_B0"]],
+               comm_semantics="rendezvous")
+    assert not g.rendezvous  # compile_graph's semantics is eager unless asked
+    r = compile_graph(g.schedule, comm_semantics="rendezvous")
+    assert_graph_means(r, "rendezvous")
+    # 1SEND_B0 waits until 0RECV_B0 is posted: until 0SEND_F0, the action before it, has ended
+    assert r.rendezvous and r.more_waits == {7: ((1, True),)} and r.waits[7] == (~1,)
+    assert r.wait == compile_graph(g.schedule).wait
