@@ -189,8 +189,12 @@ def _reference(schedule: Schedule, explicit: bool, rendezvous: bool) -> Graph:
     wait, more_waits = _link(schedule, acts, dev, starts, code, stage, producer, explicit, rendezvous, facts)
     if explicit:
         facts.unmatched_comm = _unmatched_comm(schedule, acts, producer)
-    return Graph(schedule, explicit, rendezvous, acts, dev, pos, starts, code, stage, wait, more_waits,
-                 **vars(facts))
+    g = Graph(schedule, explicit, rendezvous, acts, dev, pos, starts, code, stage, wait, more_waits,
+              **vars(facts))
+    # _index built Graph.producer's very value on its way (tests/test_graph.py derives it
+    # again and compares): hand it to the cached property rather than derive it twice
+    g.__dict__["producer"] = producer
+    return g
 
 
 @dataclass
@@ -376,13 +380,12 @@ def _unmatched_comm(schedule: Schedule, acts: list[Action], producer: dict[int, 
     list (docs/spec.md 3.5)."""
     S, M = schedule.stages, schedule.microbatches
     out = []
-    for i, a in enumerate(acts):
-        s, mb = a.stage, a.microbatch
-        if a.kind not in COMM_KINDS or type(s) is not int or type(mb) is not int:
+    for i, (s, kind, mb, _) in enumerate(acts):
+        if kind not in COMM_KINDS or type(s) is not int or type(mb) is not int:
             continue
         if not (0 <= s < S and 0 <= mb < M):
             continue  # reported as out of range
-        peer_kind, off = rules.MATCH[a.kind]
+        peer_kind, off = rules.MATCH[kind]
         if not (0 <= s + off < S and (((s + off) * M + mb) * NCODES + KIND_CODE[peer_kind]) in producer):
             out.append(i)
     return out

@@ -68,6 +68,7 @@ def assert_graph_means(g: Graph, semantics: str = "eager") -> None:
             if _in_range(x, S, M):
                 first.setdefault(g.key(x.stage, x.microbatch, x.kind), i)
     assert g.producer == first
+    assert Graph.producer.func(g) == first  # the property's own derivation, whatever is cached
     assert g.counts == [sum(1 for k in first if k % NCODES == c) for c in range(NCODES)]
     # the facts, each as its comment says
     for i, j in g.duplicates:
