@@ -265,7 +265,7 @@ def _index(schedule: Schedule, acts: list[Action], dev: list[int],
             if sub is None and kind in BOOKKEEPING_KINDS:
                 _bookkeeping(schedule, i, a, dev[i], facts)
                 continue
-        leaves = _leaves(a)
+        leaves = (a,) if sub is None else _leaves(a)
         if leaves is None:
             malformed.append((i, malformation(a)))
             continue
