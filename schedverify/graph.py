@@ -106,13 +106,14 @@ class Graph:
     missing_recv: list[tuple[int, int, Action]] = field(default_factory=list)  # (i, producer j, recv)
     unmatched_comm: list[int] = field(default_factory=list)  # SEND/RECV in range without its peer
     reduce_grads: list[int] = field(default_factory=list)
-    mixed: list[int] = field(default_factory=list)  # i of an I/B that meets its pair's B/I
+    mixed: list[int] = field(default_factory=list)  # i of a B, I or W meeting its pair's other backward
     uncoded: list[int] = field(default_factory=list)  # every i whose code is -1, in order
 
     @cached_property
     def producer(self) -> dict[int, int]:
         """key -> the first action that runs that leaf, over every well-formed leaf in range.
-        Derived from ``acts`` on first use, the same way for every graph."""
+        Derived from ``acts`` on first use, the same way for every graph (the reference
+        hands over the very index it built; tests/test_graph.py derives it again)."""
         S, M = self.schedule.stages, self.schedule.microbatches
         out: dict[int, int] = {}
         for i, a in enumerate(self.acts):
