@@ -12,7 +12,7 @@
  * tests/test_kernel.py holds every function equal to its twin.
  *
  *   parse_row          io/actions.py parse_row            plain action strings -> Actions
- *   compile_plain      graph.py _index + _link            the compiled graph's columns
+ *   compile_plain      graph.py _reference                the compiled graph's columns
  *   sweep_plain        graph.py sweep                     ASAP start/end, no deadlock
  *   memory_plain       cost/memory.py memory_sweep        peaks per device
  *   critical_path_plain cost/timeline.py critical_path    the path's action indices
@@ -198,19 +198,62 @@ exact_int(PyObject *o, int *ok)
  * any of it is used to index memory.  An input that is consistent but not the kernel's case
  * (see _accel.py) returns None. */
 
-/* A sequence of Python ints (indices) as a new C array; NULL with TypeError/ValueError set
- * when an element is not an int or does not fit in a long long. */
+/* Scratch arrays.  Each function registers every C array it allocates in its scratch_t and
+ * frees them all with one scratch_free on its way out, whichever way it leaves. */
+#define MAX_SCRATCH 16
+
+typedef struct {
+    void *block[MAX_SCRATCH];
+    int count;
+} scratch_t;
+
+/* An array for n elements of size bytes (one more, so that n = 0 allocates too), zeroed when
+ * zero is set; NULL with an exception set. */
+static void *
+scratch_array(scratch_t *sc, Py_ssize_t n, size_t size, int zero)
+{
+    if (sc->count == MAX_SCRATCH) {
+        PyErr_SetString(PyExc_SystemError, "_kernel: more than MAX_SCRATCH arrays");
+        return NULL;
+    }
+    void *p = zero ? PyMem_Calloc((size_t)n + 1, size) : PyMem_Malloc(size * ((size_t)n + 1));
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    sc->block[sc->count++] = p;
+    return p;
+}
+
+static void
+scratch_free(scratch_t *sc)
+{
+    while (sc->count > 0)
+        PyMem_Free(sc->block[--sc->count]);
+}
+
+/* What a function returns from its not_plain label: None (declined), or NULL when an
+ * exception is set. */
+static PyObject *
+declined(void)
+{
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* A sequence of Python ints (indices) as a new scratch array; NULL with TypeError/ValueError
+ * set when an element is not an int or does not fit in a long long. */
 static long long *
-index_array(PyObject *seq, Py_ssize_t *len, const char *what)
+index_array(scratch_t *sc, PyObject *seq, Py_ssize_t *len, const char *what)
 {
     PyObject *fast = PySequence_Fast(seq, what);
     if (fast == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    long long *out = PyMem_Malloc(sizeof(long long) * (size_t)(n + 1));
+    long long *out = scratch_array(sc, n, sizeof(long long), 0);
     if (out == NULL) {
         Py_DECREF(fast);
-        PyErr_NoMemory();
         return NULL;
     }
     PyObject **items = PySequence_Fast_ITEMS(fast);
@@ -221,8 +264,7 @@ index_array(PyObject *seq, Py_ssize_t *len, const char *what)
             PyErr_Format(PyLong_CheckExact(items[i]) ? PyExc_ValueError : PyExc_TypeError,
                          "%s: element %zd is not an int of at most 63 bits", what, i);
             Py_DECREF(fast);
-            PyMem_Free(out);
-            return NULL;
+            return NULL; /* out is freed with the scratch */
         }
     }
     Py_DECREF(fast);
@@ -331,39 +373,26 @@ num_within(num_t v, double tol)
     return a <= (long long)floor(tol); /* for an integer a: a <= tol iff a <= floor(tol) */
 }
 
-static PyObject *
-list_of_ints(const long long *v, Py_ssize_t n)
-{
-    PyObject *out = PyList_New(n);
-    if (out == NULL)
-        return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *x = PyLong_FromLongLong(v[i]);
-        if (x == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, x);
+/* A new list of the ints v[0..n), for each integer type the kernel keeps columns in. */
+#define DEFINE_LIST_OF(name, type)                            \
+    static PyObject *name(const type *v, Py_ssize_t n)        \
+    {                                                         \
+        PyObject *out = PyList_New(n);                        \
+        if (out == NULL)                                      \
+            return NULL;                                      \
+        for (Py_ssize_t i = 0; i < n; i++) {                  \
+            PyObject *x = PyLong_FromLongLong((long long)v[i]); \
+            if (x == NULL) {                                  \
+                Py_DECREF(out);                               \
+                return NULL;                                  \
+            }                                                 \
+            PyList_SET_ITEM(out, i, x);                       \
+        }                                                     \
+        return out;                                           \
     }
-    return out;
-}
-
-static PyObject *
-list_of_int32(const int32_t *v, Py_ssize_t n)
-{
-    PyObject *out = PyList_New(n);
-    if (out == NULL)
-        return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *x = PyLong_FromLong(v[i]);
-        if (x == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, x);
-    }
-    return out;
-}
+DEFINE_LIST_OF(list_of_ints, long long)
+DEFINE_LIST_OF(list_of_int32, int32_t)
+DEFINE_LIST_OF(list_of_int8, int8_t)
 
 /* ------------------------------------------------------------------ compile_plain */
 
@@ -393,13 +422,13 @@ typedef struct {
 
 /* compile_plain(order, S, M, routes, mroute, needs, match, kinds, allow_comm)
  *
- * The twin of graph._index + graph._link for the common case: every entry an Action of one
+ * The twin of graph._reference for the common case: every entry an Action of one
  * of the eight kinds (``kinds``, in graph.KIND_CODE order) with int indices in range, on the
  * device its route places it, no duplicate, no pair mixing B with I/W, at most one wait on
  * another device per action; with SEND/RECV (only when ``allow_comm``: eager semantics) also
- * every SEND/RECV matched (``match``: graph._MATCH as a per-code (peer code, offset) or None)
+ * every SEND/RECV matched (``match``: graph._MATCH_BY_CODE, per code (peer code, offset) or None)
  * and every input from another device received on the consumer's own device.  ``needs`` is
- * graph._NEEDS as per-code tuples of (offset, producer codes, recv code or -1), so the rules
+ * graph._NEEDS_BY_CODE, per code a tuple of (offset, producer codes, recv code or -1), so the rules
  * stay those of deps.NEEDS.  Returns (acts, dev, pos, starts, wait, counts, inversions, code,
  * stage, explicit), or None when the schedule is not such a case (also when its declared sizes
  * are so much larger than its action count that a dense table would waste memory). */
@@ -481,16 +510,17 @@ k_compile_plain(PyObject *self, PyObject *args)
     Py_ssize_t table_size = (Py_ssize_t)(S * M * NCODES);
 
     Py_ssize_t R = PyTuple_GET_SIZE(routes);
-    int32_t *route_dev = NULL, *mr = NULL, *table = NULL, *devs = NULL, *waitv = NULL;
-    int8_t *code = NULL;
-    long long *stage = NULL, *mbs = NULL, *pos = NULL, *starts = NULL, *inv = NULL;
+    scratch_t sc = {{NULL}, 0};
+    int32_t *route_dev, *mr = NULL, *table, *devs, *waitv;
+    int8_t *code;
+    long long *stage, *mbs, *pos, *starts, *inv = NULL;
     PyObject *acts = NULL, *result = NULL;
     Py_ssize_t ninv = 0, inv_cap = 0;
     int explicit = 0;
 
-    route_dev = PyMem_Malloc(sizeof(int32_t) * (size_t)(R * S + 1));
+    route_dev = scratch_array(&sc, R * S, sizeof(int32_t), 0);
     if (route_dev == NULL)
-        goto nomem;
+        goto fail;
     for (Py_ssize_t r = 0; r < R && ok; r++) {
         PyObject *route = PyTuple_GET_ITEM(routes, r);
         if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) != S) {
@@ -507,9 +537,9 @@ k_compile_plain(PyObject *self, PyObject *args)
         if (!PyTuple_Check(mroute) || PyTuple_GET_SIZE(mroute) != M) {
             ok = 0;
         } else {
-            mr = PyMem_Malloc(sizeof(int32_t) * (size_t)(M + 1));
+            mr = scratch_array(&sc, M, sizeof(int32_t), 0);
             if (mr == NULL)
-                goto nomem;
+                goto fail;
             for (Py_ssize_t m = 0; m < M && ok; m++) {
                 long long v = exact_int(PyTuple_GET_ITEM(mroute, m), &ok);
                 if (ok && (v < 0 || v >= R))
@@ -521,15 +551,13 @@ k_compile_plain(PyObject *self, PyObject *args)
     if (!ok || R < 1)
         goto not_plain;
 
-    code = PyMem_Malloc((size_t)n + 1);
-    stage = PyMem_Malloc(sizeof(long long) * (size_t)(n + 1));
-    mbs = PyMem_Malloc(sizeof(long long) * (size_t)(n + 1));
-    pos = PyMem_Malloc(sizeof(long long) * (size_t)(n + 1));
-    devs = PyMem_Malloc(sizeof(int32_t) * (size_t)(n + 1));
-    starts = PyMem_Malloc(sizeof(long long) * (size_t)(D + 1));
-    acts = PyList_New(n);
-    if (!code || !stage || !mbs || !pos || !devs || !starts || !acts)
-        goto nomem;
+    if (!(code = scratch_array(&sc, n, sizeof(int8_t), 0)) ||
+        !(stage = scratch_array(&sc, n, sizeof(long long), 0)) ||
+        !(mbs = scratch_array(&sc, n, sizeof(long long), 0)) ||
+        !(pos = scratch_array(&sc, n, sizeof(long long), 0)) ||
+        !(devs = scratch_array(&sc, n, sizeof(int32_t), 0)) ||
+        !(starts = scratch_array(&sc, D, sizeof(long long), 0)) || !(acts = PyList_New(n)))
+        goto fail;
 
     long long counts[NCODES] = {0};
     Py_ssize_t i = 0;
@@ -588,10 +616,9 @@ k_compile_plain(PyObject *self, PyObject *args)
     if (counts[1] && (counts[2] || counts[3]))
         goto not_plain; /* a pair might mix B with I/W: the general path says which */
 
-    table = PyMem_Malloc(sizeof(int32_t) * (size_t)(table_size + 1));
-    waitv = PyMem_Malloc(sizeof(int32_t) * (size_t)(n + 1));
-    if (!table || !waitv)
-        goto nomem;
+    if (!(table = scratch_array(&sc, table_size, sizeof(int32_t), 0)) ||
+        !(waitv = scratch_array(&sc, n, sizeof(int32_t), 0)))
+        goto fail;
     memset(table, 0xff, sizeof(int32_t) * (size_t)table_size); /* -1: no action */
     for (i = 0; i < n; i++) {
         Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mbs[i]) * NCODES + code[i]);
@@ -654,25 +681,15 @@ k_compile_plain(PyObject *self, PyObject *args)
         PyObject *wait_l = list_of_int32(waitv, n);
         PyObject *counts_l = list_of_ints(counts, NCODES);
         PyObject *inv_l = PyList_New(ninv);
-        PyObject *code_l = PyList_New(n);
+        PyObject *code_l = list_of_int8(code, n);
         PyObject *stage_l = list_of_ints(stage, n);
-        if (inv_l && code_l) {
-            for (Py_ssize_t k = 0; k < ninv; k++) {
-                PyObject *pair = Py_BuildValue("(LL)", inv[2 * k], inv[2 * k + 1]);
-                if (pair == NULL) {
-                    Py_CLEAR(inv_l);
-                    break;
-                }
-                PyList_SET_ITEM(inv_l, k, pair);
+        for (Py_ssize_t k = 0; inv_l && k < ninv; k++) {
+            PyObject *pair = Py_BuildValue("(LL)", inv[2 * k], inv[2 * k + 1]);
+            if (pair == NULL) {
+                Py_CLEAR(inv_l);
+                break;
             }
-            for (i = 0; i < n; i++) {
-                PyObject *x = PyLong_FromLong(code[i]);
-                if (x == NULL) {
-                    Py_CLEAR(code_l);
-                    break;
-                }
-                PyList_SET_ITEM(code_l, i, x);
-            }
+            PyList_SET_ITEM(inv_l, k, pair);
         }
         if (dev_l && pos_l && starts_l && wait_l && counts_l && inv_l && code_l && stage_l) {
             result = Py_BuildValue("(OOOOOOOOOO)", acts, dev_l, pos_l, starts_l, wait_l, counts_l,
@@ -690,27 +707,15 @@ k_compile_plain(PyObject *self, PyObject *args)
     goto done;
 
 not_plain:
-    if (!PyErr_Occurred()) {
-        result = Py_None;
-        Py_INCREF(result);
-    }
+    result = declined();
     goto done;
 nomem:
     PyErr_NoMemory();
 fail:
 done:
     Py_XDECREF(acts);
-    PyMem_Free(route_dev);
-    PyMem_Free(mr);
-    PyMem_Free(table);
-    PyMem_Free(devs);
-    PyMem_Free(waitv);
-    PyMem_Free(code);
-    PyMem_Free(stage);
-    PyMem_Free(mbs);
-    PyMem_Free(pos);
-    PyMem_Free(starts);
-    PyMem_Free(inv);
+    scratch_free(&sc);
+    PyMem_Free(inv); /* grown with PyMem_Realloc, so not a scratch array */
     return result;
 }
 
@@ -744,12 +749,13 @@ k_sweep_plain(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOO!O", &starts_o, &wait_o, &PyList_Type, &dur_o, &comm_o))
         return NULL;
     Py_ssize_t D1 = 0, n = 0;
-    long long *starts = index_array(starts_o, &D1, "sweep_plain: starts");
-    long long *wait = starts ? index_array(wait_o, &n, "sweep_plain: wait") : NULL;
-    double *dur = NULL, *st = NULL, *en = NULL, *clock = NULL;
-    unsigned char *dur_f = NULL, *st_f = NULL, *en_f = NULL, *clock_f = NULL, *done_flag = NULL;
-    int32_t *head = NULL, *nextw = NULL, *stack = NULL;
-    long long *ptr = NULL;
+    scratch_t sc = {{NULL}, 0};
+    long long *starts = index_array(&sc, starts_o, &D1, "sweep_plain: starts");
+    long long *wait = starts ? index_array(&sc, wait_o, &n, "sweep_plain: wait") : NULL;
+    double *dur, *st, *en, *clock;
+    unsigned char *dur_f, *st_f, *en_f, *clock_f, *done_flag;
+    int32_t *head, *nextw, *stack;
+    long long *ptr;
     PyObject *result = NULL;
     double comm = 0;
     unsigned char comm_f = 0;
@@ -767,24 +773,16 @@ k_sweep_plain(PyObject *self, PyObject *args)
     if (!read_number(comm_o, &comm, &comm_f))
         goto not_plain;
     Py_ssize_t D = D1 - 1;
-    dur = PyMem_Malloc(sizeof(double) * (size_t)(n + 1));
-    st = PyMem_Malloc(sizeof(double) * (size_t)(n + 1));
-    en = PyMem_Malloc(sizeof(double) * (size_t)(n + 1));
-    dur_f = PyMem_Malloc((size_t)n + 1);
-    st_f = PyMem_Malloc((size_t)n + 1);
-    en_f = PyMem_Malloc((size_t)n + 1);
-    done_flag = PyMem_Calloc((size_t)n + 1, 1);
-    head = PyMem_Malloc(sizeof(int32_t) * (size_t)(n + 1));
-    nextw = PyMem_Malloc(sizeof(int32_t) * (size_t)(D + 1));
-    stack = PyMem_Malloc(sizeof(int32_t) * (size_t)(D + 1));
-    ptr = PyMem_Malloc(sizeof(long long) * (size_t)(D + 1));
-    clock = PyMem_Malloc(sizeof(double) * (size_t)(D + 1));
-    clock_f = PyMem_Malloc((size_t)D + 1);
-    if (!dur || !st || !en || !dur_f || !st_f || !en_f || !done_flag || !head || !nextw || !stack ||
-        !ptr || !clock || !clock_f) {
-        PyErr_NoMemory();
+    /* per action, then per device: n + 1 and D + 1 entries (scratch_array adds the one) */
+    if (!(dur = scratch_array(&sc, n, sizeof(double), 0)) || !(st = scratch_array(&sc, n, sizeof(double), 0)) ||
+        !(en = scratch_array(&sc, n, sizeof(double), 0)) || !(dur_f = scratch_array(&sc, n, 1, 0)) ||
+        !(st_f = scratch_array(&sc, n, 1, 0)) || !(en_f = scratch_array(&sc, n, 1, 0)) ||
+        !(done_flag = scratch_array(&sc, n, 1, 1)) || !(head = scratch_array(&sc, n, sizeof(int32_t), 0)) ||
+        !(nextw = scratch_array(&sc, D, sizeof(int32_t), 0)) ||
+        !(stack = scratch_array(&sc, D, sizeof(int32_t), 0)) ||
+        !(ptr = scratch_array(&sc, D, sizeof(long long), 0)) ||
+        !(clock = scratch_array(&sc, D, sizeof(double), 0)) || !(clock_f = scratch_array(&sc, D, 1, 0)))
         goto done;
-    }
     long long bound = 0; /* sum of |int duration| so far: at most 2^53 + 2^53, no overflow */
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!read_number(PyList_GET_ITEM(dur_o, i), &dur[i], &dur_f[i]))
@@ -874,26 +872,9 @@ k_sweep_plain(PyObject *self, PyObject *args)
     }
     goto done;
 not_plain:
-    if (!PyErr_Occurred()) {
-        result = Py_None;
-        Py_INCREF(result);
-    }
+    result = declined();
 done:
-    PyMem_Free(starts);
-    PyMem_Free(wait);
-    PyMem_Free(dur);
-    PyMem_Free(st);
-    PyMem_Free(en);
-    PyMem_Free(dur_f);
-    PyMem_Free(st_f);
-    PyMem_Free(en_f);
-    PyMem_Free(done_flag);
-    PyMem_Free(head);
-    PyMem_Free(nextw);
-    PyMem_Free(stack);
-    PyMem_Free(ptr);
-    PyMem_Free(clock);
-    PyMem_Free(clock_f);
+    scratch_free(&sc);
     return result;
 }
 
@@ -928,12 +909,13 @@ k_memory_plain(PyObject *self, PyObject *args)
                           &static_o, &limit_o))
         return NULL;
     Py_ssize_t D1 = 0, n = 0, n2 = 0, ni = 0, no = 0;
-    long long *starts = index_array(starts_o, &D1, "memory_plain: starts");
-    long long *code = starts ? index_array(code_o, &n, "memory_plain: code") : NULL;
-    long long *stage = code ? index_array(stage_o, &n2, "memory_plain: stage") : NULL;
-    long long *nin = stage ? index_array(nin_o, &ni, "memory_plain: n_in") : NULL;
-    long long *nout = nin ? index_array(nout_o, &no, "memory_plain: n_out") : NULL;
-    double *alloc = NULL, *freed = NULL;
+    scratch_t sc = {{NULL}, 0};
+    long long *starts = index_array(&sc, starts_o, &D1, "memory_plain: starts");
+    long long *code = starts ? index_array(&sc, code_o, &n, "memory_plain: code") : NULL;
+    long long *stage = code ? index_array(&sc, stage_o, &n2, "memory_plain: stage") : NULL;
+    long long *nin = stage ? index_array(&sc, nin_o, &ni, "memory_plain: n_in") : NULL;
+    long long *nout = nin ? index_array(&sc, nout_o, &no, "memory_plain: n_out") : NULL;
+    double *alloc, *freed;
     PyObject *result = NULL, *pn = NULL, *pm = NULL, *pa = NULL, *ov = NULL;
     double limit = 0;
     unsigned char unused;
@@ -963,12 +945,8 @@ k_memory_plain(PyObject *self, PyObject *args)
             goto not_plain;
     if (has_limit && !read_number(limit_o, &limit, &unused))
         goto not_plain;
-    alloc = PyMem_Malloc(sizeof(double) * (size_t)(T + 1));
-    freed = PyMem_Malloc(sizeof(double) * (size_t)(T + 1));
-    if (!alloc || !freed) {
-        PyErr_NoMemory();
+    if (!(alloc = scratch_array(&sc, T, sizeof(double), 0)) || !(freed = scratch_array(&sc, T, sizeof(double), 0)))
         goto done;
-    }
     for (Py_ssize_t k = 0; k < T; k++)
         if (!read_number(PyList_GET_ITEM(alloc_o, k), &alloc[k], &unused) ||
             !read_number(PyList_GET_ITEM(free_o, k), &freed[k], &unused))
@@ -1027,22 +1005,13 @@ k_memory_plain(PyObject *self, PyObject *args)
     result = PyTuple_Pack(4, pn, pm, pa, ov);
     goto done;
 not_plain:
-    if (!PyErr_Occurred()) {
-        result = Py_None;
-        Py_INCREF(result);
-    }
+    result = declined();
 done:
     Py_XDECREF(pn);
     Py_XDECREF(pm);
     Py_XDECREF(pa);
     Py_XDECREF(ov);
-    PyMem_Free(starts);
-    PyMem_Free(code);
-    PyMem_Free(stage);
-    PyMem_Free(nin);
-    PyMem_Free(nout);
-    PyMem_Free(alloc);
-    PyMem_Free(freed);
+    scratch_free(&sc);
     return result;
 }
 
@@ -1071,7 +1040,8 @@ k_critical_path_plain(PyObject *self, PyObject *args)
                           &PyList_Type, &start, &PyList_Type, &end, &comm_o, &tol))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(end), D1 = 0;
-    long long *starts = index_array(starts_o, &D1, "critical_path_plain: starts");
+    scratch_t sc = {{NULL}, 0};
+    long long *starts = index_array(&sc, starts_o, &D1, "critical_path_plain: starts");
     PyObject *path = NULL, *result = NULL;
     num_t comm;
     if (starts == NULL || !valid_starts(starts, D1, n, "critical_path_plain"))
@@ -1139,13 +1109,10 @@ k_critical_path_plain(PyObject *self, PyObject *args)
     path = NULL;
     goto done;
 not_plain:
-    if (!PyErr_Occurred()) {
-        result = Py_None;
-        Py_INCREF(result);
-    }
+    result = declined();
 done:
     Py_XDECREF(path);
-    PyMem_Free(starts);
+    scratch_free(&sc);
     return result;
 }
 
@@ -1226,7 +1193,7 @@ static PyMethodDef methods[] = {
     {"parse_row", k_parse_row, METH_VARARGS,
      "parse_row(cells, action_type, kinds) -> list | None: plain action strings to Actions."},
     {"compile_plain", k_compile_plain, METH_VARARGS,
-     "compile_plain(order, S, M, routes, mroute, slots, kinds) -> tuple | None."},
+     "compile_plain(order, S, M, routes, mroute, needs, match, kinds, allow_comm) -> tuple | None."},
     {"sweep_plain", k_sweep_plain, METH_VARARGS,
      "sweep_plain(starts, wait, durations, comm) -> (start, end) | None."},
     {"memory_plain", k_memory_plain, METH_VARARGS,

@@ -1,11 +1,23 @@
 """The compiled dependency graph and the as-soon-as-possible sweep.
 
-``compile_graph`` flattens a schedule into columns indexed by action (device, position,
-kind, stage, the cross-device action each one waits for), reading the rules from
-:mod:`schedverify.deps`.  Plain compute-only schedules are compiled in bulk, column by
-column with C-level builtins; anything else action by action; both give the same Graph
-(tests/test_graph.py).  It records raw facts (duplicates, misplaced actions, same-device
-inversions, ...) as indices; :mod:`schedverify.check` turns them into Violations.
+``compile_graph`` flattens a schedule into a :class:`Graph`: columns indexed by action in
+device order (device, position, kind code, stage, the action on another device each one
+waits for) and the raw facts that :mod:`schedverify.check` turns into Violations
+(duplicates, misplaced actions, same-device inversions, ...), as action indices.
+
+One definition, two implementations:
+
+- the reference, :func:`_reference` below: docs/spec.md sections 3 and 4 one action at a time,
+  with the dependency rules read from :mod:`schedverify.deps`.  It takes every schedule, and
+  it is the one to read.
+- ``compile_plain`` in the optional compiled kernel (schedverify/_kernel.c, reached through
+  :mod:`schedverify._accel`), for the common case only: every action a single F, B, I, W,
+  SEND or RECV in range, on its placed device, no duplicate, no pair mixing B with I/W, at
+  most one wait on another device, and (under eager semantics) every SEND/RECV matched and
+  received.  It declines anything else, so the facts it leaves empty are empty.
+
+Both build the same frozen Graph, every field with the same meaning whichever built it;
+tests/test_graph.py and tests/test_kernel.py hold them equal field by field.
 
 ``sweep`` runs every device's list in order, each action as soon as its device is free and
 its dependencies have ended (docs/spec.md section 4).  It is both the timeline and the deadlock
@@ -16,17 +28,15 @@ since a same-device dependency that comes earlier is implied by device order.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
-from itertools import chain, compress, repeat
-from operator import add, and_, eq, gt, itemgetter, lt, mul, ne
-from typing import cast
+from functools import cached_property
 
 from . import _accel
 from . import deps as rules
 from .model import (
     B,
     BOOKKEEPING_KINDS,
+    COMM_KINDS,
     F,
     I,
     OVERLAP_F_B,
@@ -45,87 +55,83 @@ from .model import (
 #: Integer codes of the kinds that produce something another action can need.
 KIND_CODE = {F: 0, B: 1, I: 2, W: 3, SEND_F: 4, RECV_F: 5, SEND_B: 6, RECV_B: 7}
 NCODES = 8
-
-
-def _compiled_needs():
-    """deps.NEEDS as integer codes: kind -> ((offset, producer codes, recv code | -1, need))."""
-    out = {}
-    for kind, needs in rules.NEEDS.items():
-        out[kind] = tuple(
-            (n.offset, tuple(KIND_CODE[k] for k in n.kinds),
-             KIND_CODE[n.recv] if n.recv else -1, n)
-            for n in needs
-        )
-    return out
-
-
-_NEEDS = _compiled_needs()
-_MATCH = {KIND_CODE[k]: (KIND_CODE[v[0]], v[1]) for k, v in rules.MATCH.items()}
-# the same rules as plain tuples indexed by kind code, for the compiled kernel
 _KINDS_BY_CODE = tuple(sorted(KIND_CODE, key=KIND_CODE.__getitem__))
-_KERNEL_NEEDS = tuple(tuple((off, codes, recv) for off, codes, recv, _ in _NEEDS.get(k, ()))
-                      for k in _KINDS_BY_CODE)
-_KERNEL_MATCH = tuple(_MATCH.get(c) for c in range(NCODES))
+_SEND_CODES = (KIND_CODE[SEND_F], KIND_CODE[SEND_B])
+
+#: deps.NEEDS by kind code: per code, its needs as (producer stage offset, producer codes
+#: (the second an alternative, as B or I), the code of the RECV that stands in for a producer
+#: on another device, or -1).  The reference and the kernel read this one table.
+_NEEDS_BY_CODE = tuple(
+    tuple((n.offset, tuple(KIND_CODE[k] for k in n.kinds), KIND_CODE[n.recv] if n.recv else -1)
+          for n in rules.NEEDS.get(kind, ()))
+    for kind in _KINDS_BY_CODE)
+#: deps.MATCH by kind code: (the peer's code, the peer's stage offset), or None.
+_MATCH_BY_CODE = tuple((KIND_CODE[rules.MATCH[k][0]], rules.MATCH[k][1]) if k in rules.MATCH else None
+                       for k in _KINDS_BY_CODE)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Graph:
-    """A schedule flattened for the engines.  ``i`` indexes actions in device order."""
+    """A schedule flattened for the engines.  ``i`` indexes actions in device order.
+
+    A frozen record: whichever implementation built it, each field means what its comment
+    says (the lists are not modified after compile_graph either).  A "leaf" is what an
+    action runs: the action itself, or each half of an overlapped F;B.  A leaf's key is
+    ``(stage * microbatches + microbatch) * NCODES + kind code`` (:meth:`key`)."""
 
     schedule: Schedule
-    explicit_comm: bool
-    rendezvous: bool
-    acts: list[Action] = field(default_factory=list)
-    dev: list[int] = field(default_factory=list)
-    pos: list[int] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)  # device d's actions are starts[d]:starts[d+1]
+    explicit_comm: bool  # the schedule lists SEND/RECV actions
+    rendezvous: bool  # explicit_comm under rendezvous semantics (a SEND waits for its RECV)
+    acts: list[Action]
+    dev: list[int]
+    pos: list[int]  # position in its device's row of schedule.order (idle slots count)
+    starts: list[int]  # device d's actions are starts[d]:starts[d+1]
+    #: kind code of each action that is a single action of one of the eight kinds with an
+    #: int stage in range and a microbatch, else -1 (overlaps, bookkeeping, malformed ones)
+    code: list[int]
+    stage: list[int]  # the stage of each action with a code, else -1
     #: wait[i]: the first action on another device that action i needs, or n (none).  A
     #: need on the same device that comes earlier is implied by device order and not kept.
-    wait: list[int] = field(default_factory=list)
+    wait: list[int]
     #: further waits of the few actions that have more: i -> ((j, rendezvous?), ...).  A
     #: rendezvous wait (a SEND until its RECV is posted: until j ends on the peer) has no latency.
-    more_waits: dict[int, tuple[tuple[int, bool], ...]] = field(default_factory=dict)
-    _producer: dict[int, int] | None = field(default=None, repr=False)  # see producer
-    # raw facts for the checker
-    malformed: list[tuple[int, str]] = field(default_factory=list)
-    out_of_range: list[tuple[int, Action]] = field(default_factory=list)
+    more_waits: dict[int, tuple[tuple[int, bool], ...]]
+    counts: list[int]  # per kind code, how many distinct in-range leaves of that kind
+    # raw facts for the checker (empty: none)
+    malformed: list[tuple[int, str]] = field(default_factory=list)  # (i, why)
+    out_of_range: list[tuple[int, Action]] = field(default_factory=list)  # (i, leaf)
     duplicates: list[tuple[int, int]] = field(default_factory=list)  # (first i, repeat i)
     wrong_device: list[tuple[int, Action, int]] = field(default_factory=list)  # (i, leaf, expected)
     inversions: list[tuple[int, int]] = field(default_factory=list)  # i needs j, later on its device
     missing_recv: list[tuple[int, int, Action]] = field(default_factory=list)  # (i, producer j, recv)
+    unmatched_comm: list[int] = field(default_factory=list)  # SEND/RECV in range without its peer
     reduce_grads: list[int] = field(default_factory=list)
-    counts: list[int] = field(default_factory=lambda: [0] * NCODES)
-    vectorised: bool = False  # built in bulk (_compile_fast or the kernel), not action by action
-    comm_matched: bool = False  # every SEND/RECV is known to have its peer (the kernel checked)
-    code: list[int] = field(default_factory=list)  # kind code of each plain action, else -1
-    stage: list[int] = field(default_factory=list)  # stage of each plain action, else -1
-    mixed: list[int] = field(default_factory=list)  # i of an I/B that meets its pair's B/I
+    mixed: list[int] = field(default_factory=list)  # i of a B, I or W meeting its pair's other backward
+    uncoded: list[int] = field(default_factory=list)  # every i whose code is -1, in order
 
-    _waits: list | None = field(default=None, repr=False, compare=False)
-
-    @property
+    @cached_property
     def producer(self) -> dict[int, int]:
-        """key(stage, microbatch, kind) -> action index, for every action with a kind code.
-        The compiled kernel does not build it (its own table is dense); then it is built from
-        the columns on first use."""
-        if self._producer is None:
-            M = self.schedule.microbatches
-            mbs = map(_MB, self.acts)
-            self._producer = {(s * M + mb) * NCODES + c: i
-                              for i, (s, mb, c) in enumerate(zip(self.stage, mbs, self.code))}
-        return self._producer
+        """key -> the first action that runs that leaf, over every well-formed leaf in range.
+        Derived from ``acts`` on first use, the same way for every graph (the reference
+        hands over the very index it built; tests/test_graph.py derives it again)."""
+        S, M = self.schedule.stages, self.schedule.microbatches
+        out: dict[int, int] = {}
+        for i, a in enumerate(self.acts):
+            for x in _leaves(a) or ():  # a bookkeeping action has no key
+                key = _leaf_key(x, S, M)
+                if key >= 0 and key not in out:
+                    out[key] = i
+        return out
 
-    @property
+    @cached_property
     def waits(self) -> list[tuple[int, ...]]:
         """Per action, all its cross-device waits: ``j`` a data edge, ``~j`` a rendezvous
-        edge (wait until ``j`` has ended on the peer device).  Built once, on first use."""
-        if self._waits is None:
-            n, more = len(self.acts), self.more_waits
-            out: list[tuple[int, ...]] = [() if j == n else (j,) for j in self.wait]
-            for i, extra in more.items():
-                out[i] += tuple(~j if sync else j for j, sync in extra)
-            self._waits = out
-        return self._waits
+        edge (wait until ``j`` has ended on the peer device)."""
+        n = len(self.acts)
+        out: list[tuple[int, ...]] = [() if j == n else (j,) for j in self.wait]
+        for i, extra in self.more_waits.items():
+            out[i] += tuple(~j if sync else j for j, sync in extra)
+        return out
 
     def key(self, stage: int, microbatch: int, kind: str) -> int:
         return (stage * self.schedule.microbatches + microbatch) * NCODES + KIND_CODE[kind]
@@ -142,276 +148,248 @@ class Graph:
 
 
 def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bool = True) -> Graph:
-    """Compile ``schedule``.  The common case (well-formed, placed, no duplicates, no
-    overlaps or bookkeeping; SEND/RECV only under eager semantics, all matched) goes to the
-    compiled kernel when it is built; compute-only schedules otherwise take a vectorised path
-    (:func:`_compile_fast`); anything else, or ``fast=False``, the general per-action one.
-    All build the same Graph (tests/test_graph.py and tests/test_kernel.py hold them to it)."""
-    S, M = schedule.stages, schedule.microbatches
+    """Compile ``schedule``: with the compiled kernel when it is built, ``fast`` and the
+    schedule its case (see the module's docstring), else (or when it declines) with the
+    reference.  Both give the same Graph."""
     kernel = _accel.kernel
     if fast and kernel is not None and type(schedule.order) is tuple:
         pl = schedule.placement
-        columns = kernel.compile_plain(schedule.order, S, M, tuple(map(tuple, pl.routes)),
+        columns = kernel.compile_plain(schedule.order, schedule.stages, schedule.microbatches,
+                                       tuple(map(tuple, pl.routes)),
                                        None if pl.microbatch_route is None else tuple(pl.microbatch_route),
-                                       _KERNEL_NEEDS, _KERNEL_MATCH, _KINDS_BY_CODE,
+                                       _NEEDS_BY_CODE, _MATCH_BY_CODE, _KINDS_BY_CODE,
                                        comm_semantics == "eager")
-        if columns is not None:
-            g = Graph(schedule, columns[-1], False)
-            (g.acts, g.dev, g.pos, g.starts, g.wait, g.counts, g.inversions, g.code,
-             g.stage) = columns[:-1]
-            g.vectorised = True
-            g.comm_matched = g.explicit_comm  # the kernel declines unmatched SEND/RECV
-            return g
+        if columns is not None:  # it declined every schedule with a fact it leaves empty
+            acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit = columns
+            return Graph(schedule, explicit, False, acts, dev, pos, starts, code, stage, wait, {},
+                         counts, inversions=inversions)
     explicit = schedule.has_explicit_comm
-    g = Graph(schedule, explicit, explicit and comm_semantics == "rendezvous")
-    if fast and not explicit and _compile_fast(g, S, M):
-        return g
-    g = Graph(schedule, explicit, explicit and comm_semantics == "rendezvous")
-    g._producer = {}
-    _index(g, S, M)
-    _link(g, S, M)
-    g.code = [KIND_CODE.get(a.kind, -1) if a.sub is None and a.microbatch is not None
-              and type(a.stage) is int and 0 <= a.stage < S else -1 for a in g.acts]
-    # a code >= 0 means an int stage in range (the test of None is only for the type checker)
-    g.stage = [a.stage if c >= 0 and a.stage is not None else -1 for a, c in zip(g.acts, g.code)]
-    return g
+    return _reference(schedule, explicit, explicit and comm_semantics == "rendezvous")
 
 
-def _compile_fast(g: Graph, S: int, M: int) -> bool:
-    """The common case in bulk: only F/B/I/W actions, every index in range, no duplicate,
-    every action on its placed device, no pair mixing B with I/W.  Works column by column
-    with C-level builtins (map, zip, dict, list.count) instead of a Python loop per action.
-    Returns False, having changed nothing that matters, when the schedule is not such a case.
-    """
-    sched = g.schedule
-    acts = list(filter(None, chain.from_iterable(sched.order)))  # an Action is never falsy
-    n = len(acts)
-    if any(map(_SUB, acts)):
-        return False
-    found = list(map(_FAST_CODE.get, map(_KIND, acts)))
-    if None in found:
-        return False
-    codes = cast("list[int]", found)  # every kind has a code (no None, just checked)
-    stg = list(map(_STAGE, acts))
-    mbs = list(map(_MB, acts))
-    if n and (not set(map(type, stg)) <= _INT or not set(map(type, mbs)) <= _INT
-              or min(stg) < 0 or max(stg) >= S or min(mbs) < 0 or max(mbs) >= M):
-        return False
+# --------------------------------------------------------------------------- the reference
+
+
+def _reference(schedule: Schedule, explicit: bool, rendezvous: bool) -> Graph:
+    """docs/spec.md 3 and 4, one action at a time: lay the actions out in device order,
+    index what each one runs (:func:`_index`), then resolve what each one needs
+    (:func:`_link`)."""
+    acts: list[Action] = []
     dev: list[int] = []
     pos: list[int] = []
     starts: list[int] = []
-    for d, row in enumerate(sched.order):
-        starts.append(len(dev))
-        if None in row:
-            p = [k for k, a in enumerate(row) if a is not None]
-            pos.extend(p)
-            dev.extend(repeat(d, len(p)))
-        else:
-            pos.extend(range(len(row)))
-            dev.extend(repeat(d, len(row)))
-    starts.append(n)
-    pl = sched.placement
-    if pl.microbatch_route is None:
-        expected = list(map(pl.routes[0].__getitem__, stg))
-    else:
-        routes, mr = pl.routes, pl.microbatch_route
-        expected = [routes[mr[m]][s] for s, m in zip(stg, mbs)]
-    if expected != dev:
-        return False
-    counts = [codes.count(c) for c in range(4)]
-    if counts[1] and (counts[2] or counts[3]):
-        return False  # a pair might mix B with I/W: the general path says which
-    keys = list(map(add, map(add, map(mul, stg, repeat(NCODES * M)), map(mul, mbs, repeat(NCODES))), codes))
-    producer = dict(zip(keys, range(n)))
-    if len(producer) != n:
-        return False  # duplicates
-    # Each need slot, as a key delta per kind code.  Out-of-range producer stages give keys
-    # that no action has, so the lookup itself says "no such need".  Without mixing, "the
-    # first backward" is B everywhere or I everywhere, so the alternative kind is known.
-    first_backward = 1 if counts[1] else 2
-    missing = n  # "no producer": an index one past the end, which the sweep treats as done
-    devx = dev + [-1]
-    wait = [missing] * n
-    inversions: list = []
-    for offset, codediff, alt in _FAST_SLOTS:
-        delta = [_NO_KEY if o is None else o * NCODES * M + cd + (first_backward - 1 if a else 0)
-                 for o, cd, a in zip(offset, codediff, alt)]
-        if all(delta[c] == _NO_KEY for c in set(codes)):
-            continue
-        js = list(map(producer.get, map(add, keys, map(delta.__getitem__, codes)), repeat(missing)))
-        devj = list(map(devx.__getitem__, js))
-        inversions += compress(zip(range(n), js), map(and_, map(eq, devj, dev), map(gt, js, range(n))))
-        # Placement is right here, so an action has at most one need on another device.
-        cross = list(map(and_, map(ne, devj, dev), map(ne, js, repeat(missing))))
-        deque(map(wait.__setitem__, compress(range(n), cross), compress(js, cross)), maxlen=0)
-    inversions.sort(key=_FIRST)
-    g.acts, g.dev, g.pos, g.starts = acts, dev, pos, starts
-    g.wait, g._producer, g.counts = wait, producer, counts + [0] * (NCODES - 4)
-    g.inversions = inversions
-    g.code = codes
-    g.stage = stg
-    g.vectorised = True
-    return True
-
-
-_SUB = itemgetter(3)
-_KIND = itemgetter(1)
-_STAGE = itemgetter(0)
-_MB = itemgetter(2)
-_FIRST = itemgetter(0)
-_INT = {int}
-_FAST_CODE = {F: 0, B: 1, I: 2, W: 3}
-_NO_KEY = -(1 << 62)  # added to any key, gives a key no action has
-
-
-def _fast_slots():
-    """deps.NEEDS for F/B/I/W as per-slot tables indexed by kind code: the producer's stage
-    offset (None: no such need), the code difference from this kind to the producer's first
-    kind (B for "B or I"), and whether the need accepts an alternative kind."""
-    width = max(len(rules.NEEDS[k]) for k in _FAST_CODE)
-    slots = []
-    for k in range(width):
-        offset: list[int | None] = [None] * 4
-        codediff, alt = [0] * 4, [0] * 4
-        for kind, c in _FAST_CODE.items():
-            needs = rules.NEEDS[kind]
-            if k < len(needs):
-                first = KIND_CODE[needs[k].kinds[0]]
-                offset[c] = needs[k].offset
-                codediff[c] = first - c
-                if len(needs[k].kinds) > 1:
-                    alt[c] = 1
-        slots.append((offset, codediff, alt))
-    return slots
-
-
-_FAST_SLOTS = _fast_slots()
-
-
-def _index(g: Graph, S: int, M: int) -> None:
-    routes = g.schedule.placement.routes
-    route0 = routes[0]
-    mroute = g.schedule.placement.microbatch_route
-    acts, dev, pos = g.acts, g.dev, g.pos
-    producer, counts = g.producer, g.counts
-    code_of = KIND_CODE.get
-    starts = g.starts
-
-    def leaf(i: int, a: Action, d: int) -> None:
-        code = code_of(a.kind)
-        s, mb = a.stage, a.microbatch
-        if code is None or type(s) is not int or type(mb) is not int or s < 0 or mb < 0:
-            g.malformed.append((i, malformation(a)))
-            return
-        if s >= S or mb >= M:
-            g.out_of_range.append((i, a))
-            return
-        key = (s * M + mb) * NCODES + code
-        if key in producer:
-            g.duplicates.append((producer[key], i))
-            return
-        producer[key] = i
-        counts[code] += 1
-        if code == 1:  # a full backward meets a split one (I or W) of the same pair
-            if key + 1 in producer or key + 2 in producer:
-                g.mixed.append(i)
-        elif (code == 2 or code == 3) and key - code + 1 in producer:
-            g.mixed.append(i)
-        expected = (routes[mroute[mb]] if mroute is not None else route0)[s]
-        if expected != d:
-            g.wrong_device.append((i, a, expected))
-
-    for d, row in enumerate(g.schedule.order):
+    for d, row in enumerate(schedule.order):
         starts.append(len(acts))
-        for p, a in enumerate(row):
-            if a is None:
-                continue
-            i = len(acts)
-            acts.append(a)
-            dev.append(d)
-            pos.append(p)
-            sub = a.sub
-            if sub is None:
-                if a.kind in BOOKKEEPING_KINDS:
-                    if type(a.stage) is not int or a.stage < 0 or a.microbatch is not None:
-                        g.malformed.append((i, malformation(a)))
-                    elif a.stage >= S:
-                        g.out_of_range.append((i, a))
-                    else:
-                        holders = g.schedule.placement.devices_of_stage(a.stage)
-                        if d not in holders:  # bookkeeping belongs on a device holding the stage
-                            g.wrong_device.append((i, a, min(holders)))
-                        if a.kind == REDUCE_GRAD:
-                            g.reduce_grads.append(i)
-                    continue
-                leaf(i, a, d)
-            elif (a.kind != OVERLAP_F_B or len(sub) != 2 or sub[0].kind != F
-                  or sub[1].kind not in (B, I) or any(x.sub is not None for x in sub)):
-                g.malformed.append((i, malformation(a)))
-            else:
-                leaf(i, sub[0], d)
-                leaf(i, sub[1], d)
+        kept = [p for p, a in enumerate(row) if a is not None]  # None: an idle slot
+        acts.extend([a for a in row if a is not None])
+        dev.extend([d] * len(kept))
+        pos.extend(kept)
     starts.append(len(acts))
+    facts = _Facts()
+    code, stage, producer = _index(schedule, acts, dev, facts)
+    wait, more_waits = _link(schedule, acts, dev, starts, code, stage, producer, explicit, rendezvous, facts)
+    if explicit:
+        facts.unmatched_comm = _unmatched_comm(schedule, acts, producer)
+    g = Graph(schedule, explicit, rendezvous, acts, dev, pos, starts, code, stage, wait, more_waits,
+              **vars(facts))
+    # _index built Graph.producer's very value on its way (tests/test_graph.py derives it
+    # again and compares): hand it to the cached property rather than derive it twice
+    g.__dict__["producer"] = producer
+    return g
 
 
-def _link(g: Graph, S: int, M: int) -> None:
-    """Resolve each action's needs to action indices, one action at a time."""
-    acts, dev, producer = g.acts, g.dev, g.producer
-    explicit, rendezvous = g.explicit_comm, g.rendezvous
-    needs_of = _NEEDS.get
-    inversions, missing_recv = g.inversions, g.missing_recv
+@dataclass
+class _Facts:
+    """The raw facts the reference collects on its way (Graph's fields of the same names)."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * NCODES)
+    malformed: list[tuple[int, str]] = field(default_factory=list)
+    out_of_range: list[tuple[int, Action]] = field(default_factory=list)
+    duplicates: list[tuple[int, int]] = field(default_factory=list)
+    wrong_device: list[tuple[int, Action, int]] = field(default_factory=list)
+    inversions: list[tuple[int, int]] = field(default_factory=list)
+    missing_recv: list[tuple[int, int, Action]] = field(default_factory=list)
+    unmatched_comm: list[int] = field(default_factory=list)
+    reduce_grads: list[int] = field(default_factory=list)
+    mixed: list[int] = field(default_factory=list)
+    uncoded: list[int] = field(default_factory=list)
+
+
+_MALFORMED, _OUT_OF_RANGE = -1, -2
+
+
+def _leaves(a: Action) -> tuple[Action, ...] | None:
+    """What entry ``a`` runs: itself, or an overlap's F and B (or I); None for an overlap
+    that is not of that form (malformed)."""
+    sub = a.sub
+    if sub is None:
+        return (a,)
+    if (a.kind != OVERLAP_F_B or len(sub) != 2 or sub[0].kind != F or sub[1].kind not in (B, I)
+            or any(x.sub is not None for x in sub)):
+        return None
+    return sub
+
+
+def _leaf_key(x: Action, S: int, M: int) -> int:
+    """Leaf ``x``'s key, or _MALFORMED (no such kind, an index not an int >= 0) or
+    _OUT_OF_RANGE (an index beyond the schedule's sizes)."""
+    c = KIND_CODE.get(x.kind)
+    s, mb = x.stage, x.microbatch
+    if c is None or type(s) is not int or type(mb) is not int or s < 0 or mb < 0:
+        return _MALFORMED
+    if s >= S or mb >= M:
+        return _OUT_OF_RANGE
+    return (s * M + mb) * NCODES + c
+
+
+def _index(schedule: Schedule, acts: list[Action], dev: list[int],
+           facts: _Facts) -> tuple[list[int], list[int], dict[int, int]]:
+    """Each action's kind code and stage, the producer index (see Graph.producer), and the
+    facts about actions one by one: malformed, out of range, duplicate, misplaced, mixing
+    B with I/W (docs/spec.md 3.1-3.3)."""
+    S, M = schedule.stages, schedule.microbatches
+    placement = schedule.placement
+    routes, mroute = placement.routes, placement.microbatch_route
+    n = len(acts)
+    code = [-1] * n
+    stage = [-1] * n
+    producer: dict[int, int] = {}
+    counts, uncoded, malformed = facts.counts, facts.uncoded, facts.malformed
+    for i, a in enumerate(acts):
+        s, kind, mb, sub = a
+        c = KIND_CODE.get(kind, -1) if sub is None and mb is not None and type(s) is int and 0 <= s < S else -1
+        if c >= 0:
+            code[i] = c
+            stage[i] = s  # type: ignore[assignment]  # c >= 0: s is an int
+        else:
+            uncoded.append(i)
+            if sub is None and kind in BOOKKEEPING_KINDS:
+                _bookkeeping(schedule, i, a, dev[i], facts)
+                continue
+        leaves = (a,) if sub is None else _leaves(a)
+        if leaves is None:
+            malformed.append((i, malformation(a)))
+            continue
+        for x in leaves:
+            key = _leaf_key(x, S, M)
+            if key < 0:
+                if key == _MALFORMED:
+                    malformed.append((i, malformation(x)))
+                else:
+                    facts.out_of_range.append((i, x))
+                continue
+            if key in producer:
+                facts.duplicates.append((producer[key], i))
+                continue
+            producer[key] = i
+            k = key % NCODES
+            counts[k] += 1
+            # a full backward meets a split one (I or W) of the same pair
+            if (k == 1 and (key + 1 in producer or key + 2 in producer)) or \
+                    (k in (2, 3) and key - k + 1 in producer):
+                facts.mixed.append(i)
+            ls, lmb = x.stage, x.microbatch
+            assert ls is not None and lmb is not None  # a leaf with a key has both
+            expected = (routes[mroute[lmb]] if mroute is not None else routes[0])[ls]
+            if expected != dev[i]:
+                facts.wrong_device.append((i, x, expected))
+    return code, stage, producer
+
+
+def _bookkeeping(schedule: Schedule, i: int, a: Action, d: int, facts: _Facts) -> None:
+    """UNSHARD, RESHARD, REDUCE_GRAD: a stage and no microbatch, on a device holding the stage."""
+    if type(a.stage) is not int or a.stage < 0 or a.microbatch is not None:
+        facts.malformed.append((i, malformation(a)))
+    elif a.stage >= schedule.stages:
+        facts.out_of_range.append((i, a))
+    else:
+        holders = schedule.placement.devices_of_stage(a.stage)
+        if d not in holders:
+            facts.wrong_device.append((i, a, min(holders)))
+        if a.kind == REDUCE_GRAD:
+            facts.reduce_grads.append(i)
+
+
+def _link(schedule: Schedule, acts: list[Action], dev: list[int], starts: list[int], code: list[int],
+          stage: list[int], producer: dict[int, int], explicit: bool, rendezvous: bool,
+          facts: _Facts) -> tuple[list[int], dict[int, tuple[tuple[int, bool], ...]]]:
+    """Resolve each leaf's needs (deps.NEEDS) to action indices: the waits on other devices,
+    and the facts about needs: same-device inversions, missing RECVs (docs/spec.md 3.4-3.5).
+    A need whose producer is missing is no wait (the completeness rule reports it)."""
+    S, M = schedule.stages, schedule.microbatches
+    inversions, missing_recv = facts.inversions, facts.missing_recv
     n = len(acts)
     wait = [n] * n
-    more_waits = g.more_waits
-    for i, a in enumerate(acts):
+    more_waits: dict[int, tuple[tuple[int, bool], ...]] = {}
+
+    def needs(i: int, c: int, s: int, mb: int, found: list[tuple[int, bool]]) -> None:
+        """Add the waits of leaf (c, s, mb) of action i to ``found``."""
         d = dev[i]
+        for offset, codes, recv in _NEEDS_BY_CODE[c]:
+            ps = s + offset
+            if not 0 <= ps < S:
+                continue  # no such need: the first or last stage
+            base = (ps * M + mb) * NCODES
+            j = producer.get(base + codes[0])
+            if j is None and len(codes) > 1:
+                j = producer.get(base + codes[1])
+            if j is None:
+                continue
+            if j == i:  # an overlap's backward needs its own forward half: impossible
+                inversions.append((i, i))
+                continue
+            if explicit and recv >= 0 and dev[j] != d:  # from another device, through a RECV
+                r = producer.get((s * M + mb) * NCODES + recv)
+                if r is None:
+                    missing_recv.append((i, j, Action(s, _KINDS_BY_CODE[recv], mb)))
+                else:
+                    j = r
+            if dev[j] == d:
+                if j > i:
+                    inversions.append((i, j))
+                continue
+            found.append((j, False))
+        if rendezvous and c in _SEND_CODES:  # until its RECV is posted: the action before it ends
+            peer_code, off = _MATCH_BY_CODE[c]  # type: ignore[misc]  # a SEND has a match
+            if 0 <= s + off < S:
+                r = producer.get(((s + off) * M + mb) * NCODES + peer_code)
+                if r is not None and dev[r] != d and r > starts[dev[r]]:
+                    found.append((r - 1, True))
+
+    for i in range(n):
         found: list[tuple[int, bool]] = []
-        for x in (a.sub if a.sub is not None else (a,)):
-            needs = needs_of(x.kind)
-            if not needs:
-                continue
-            s, mb = x.stage, x.microbatch
-            if type(s) is not int or type(mb) is not int or not (0 <= s < S and 0 <= mb < M):
-                continue
-            for offset, codes, recv, _need in needs:
-                ps = s + offset
-                if ps < 0 or ps >= S:
-                    continue
-                base = (ps * M + mb) * NCODES
-                j = producer.get(base + codes[0])
-                if j is None and len(codes) > 1:
-                    j = producer.get(base + codes[1])
-                if j is None:
-                    continue  # missing: the completeness rule reports it
-                if j == i:  # an overlap's backward needs its own forward half: impossible
-                    inversions.append((i, i))
-                    continue
-                if explicit and recv >= 0 and dev[j] != d:
-                    r = producer.get((s * M + mb) * NCODES + recv)
-                    if r is None:
-                        missing_recv.append((i, j, Action(s, _RECV_KIND[recv], mb)))
-                    else:
-                        j = r
-                if dev[j] == d:
-                    if j > i:
-                        inversions.append((i, j))
-                    continue
-                found.append((j, False))
-            if rendezvous and x.kind in (SEND_F, SEND_B):
-                peer_code, off = _MATCH[KIND_CODE[x.kind]]
-                if 0 <= s + off < S:
-                    r = producer.get(((s + off) * M + mb) * NCODES + peer_code)
-                    if r is not None and dev[r] != d and r > g.starts[dev[r]]:
-                        found.append((r - 1, True))
+        c = code[i]
+        if c >= 0:
+            mb = acts[i].microbatch
+            if type(mb) is int and 0 <= mb < M:
+                needs(i, c, stage[i], mb, found)
+        elif acts[i].sub is not None:
+            for x in acts[i].sub:  # type: ignore[union-attr]  # not None, just tested
+                k, s, mb = KIND_CODE.get(x.kind), x.stage, x.microbatch
+                if k is not None and type(s) is int and type(mb) is int and 0 <= s < S and 0 <= mb < M:
+                    needs(i, k, s, mb, found)
         if found:
             if not found[0][1]:
                 wait[i] = found.pop(0)[0]
             if found:
                 more_waits[i] = tuple(found)
-    g.wait = wait
+    return wait, more_waits
 
 
-_RECV_KIND = {KIND_CODE[RECV_F]: RECV_F, KIND_CODE[RECV_B]: RECV_B}
+def _unmatched_comm(schedule: Schedule, acts: list[Action], producer: dict[int, int]) -> list[int]:
+    """Each SEND/RECV with indices in range whose peer (deps.MATCH) the schedule does not
+    list (docs/spec.md 3.5)."""
+    S, M = schedule.stages, schedule.microbatches
+    out = []
+    for i, (s, kind, mb, _) in enumerate(acts):
+        if kind not in COMM_KINDS or type(s) is not int or type(mb) is not int:
+            continue
+        if not (0 <= s < S and 0 <= mb < M):
+            continue  # reported as out of range
+        peer_kind, off = rules.MATCH[kind]
+        if not (0 <= s + off < S and (((s + off) * M + mb) * NCODES + KIND_CODE[peer_kind]) in producer):
+            out.append(i)
+    return out
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -574,9 +552,7 @@ def durations_for(g: Graph, costs) -> list[float]:
         S = g.schedule.stages
         table = [[per_stage(v, s) for s in range(S)] for v in values]
         out = [table[c][s] if c >= 0 else 0 for c, s in zip(g.code, g.stage)]
-    if g.vectorised:
-        return out  # built in bulk: no overlap, bookkeeping or malformed action (code -1)
-    for i in compress(range(len(out)), map(lt, g.code, repeat(0))):
+    for i in g.uncoded:  # an overlap, bookkeeping, a malformed action: read the action
         try:
             out[i] = costs.of(g.acts[i])
         except (IndexError, TypeError):

@@ -8,7 +8,7 @@ from .. import diagnostics as dx
 from ..deps import MATCH
 from ..diagnostics import Location, Violation
 from ..graph import KIND_CODE, NCODES, Graph, explain_wait
-from ..model import B, COMM_KINDS, F, I, W, Action
+from ..model import B, F, I, W, Action
 from ..runtime import MAX_CYCLES, explain, intended_receive, pytorch_notation
 
 
@@ -186,17 +186,11 @@ def communication(g: Graph) -> Iterator[Violation]:
     if not g.explicit_comm:
         return
     S = g.schedule.stages
-    # the kernel compiles a graph with communication only when every SEND/RECV has its peer
-    for i, a in enumerate(() if g.comm_matched else g.acts):
-        if a.kind not in COMM_KINDS or type(a.stage) is not int or a.microbatch is None:
-            continue
+    for i in g.unmatched_comm:
+        a = g.acts[i]
+        assert a.stage is not None  # a SEND/RECV in range
         peer_kind, off = MATCH[a.kind]
         ps = a.stage + off
-        if (0 <= ps < S and 0 <= a.microbatch < g.schedule.microbatches
-                and g.find(ps, a.microbatch, peer_kind) is not None):
-            continue
-        if not (0 <= a.stage < S and 0 <= a.microbatch < g.schedule.microbatches):
-            continue  # reported as out of range
         peer = Action(ps, peer_kind, a.microbatch)
         sending = a.kind.startswith("SEND")
         if 0 <= ps < S:

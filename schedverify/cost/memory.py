@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import accumulate, compress, repeat
-from operator import add, gt, lt, sub
+from operator import add, gt, sub
 
 from .. import _accel
 from ..graph import KIND_CODE, Graph
@@ -75,7 +75,7 @@ def per_action_effects(g: Graph, model: MemoryModel) -> list[list]:
     at = g.code if width == 1 else [c * width + s if c >= 0 else -1 for c, s in zip(g.code, g.stage)]
     cols = [list(map((alloc + [0]).__getitem__, at)), list(map((free + [0]).__getitem__, at)),
             list(map((n_in + [0]).__getitem__, g.code)), list(map((n_out + [0]).__getitem__, g.code))]
-    for i in compress(range(len(g.code)), map(lt, g.code, repeat(0))):
+    for i in g.uncoded:
         total: list[float] = [0, 0, 0, 0]
         for x in g.acts[i].leaves():
             if x.kind in (F, B, I, W) and type(x.stage) is int and 0 <= x.stage < S:
