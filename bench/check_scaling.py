@@ -81,7 +81,8 @@ r = sweep(g, d, costs.comm); t.append(clock())
 m = memory_sweep(g, memory); t.append(clock())
 Timeline(g, costs, memory, d, r).metrics(m); t.append(clock())
 names = ["load", "compile", "durations", "sweep", "memory", "metrics"]
-print(json.dumps({n: t[k + 1] - t[k] for k, n in enumerate(names)} | {"vectorised": g.vectorised}))
+from schedverify import _accel
+print(json.dumps({n: t[k + 1] - t[k] for k, n in enumerate(names)} | {"engine": _accel.describe()}))
 """
 
 _TORCH_CHILD = r"""
