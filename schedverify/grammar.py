@@ -40,6 +40,12 @@ BOOKKEEPING_KINDS = frozenset({UNSHARD, RESHARD, REDUCE_GRAD})
 ALL_KINDS = COMPUTE_KINDS | COMM_KINDS | BOOKKEEPING_KINDS | {OVERLAP_F_B}
 #: Kinds whose cost can be set in :class:`Costs`.
 COSTED_KINDS = (F, B, I, W, OVERLAP_F_B, SEND_F, RECV_F, SEND_B, RECV_B)
+#: The kinds that produce something another action can need, in the order of their integer
+#: codes: the one definition of the codes, which the engines and the compiled kernel (handed
+#: this tuple) use.
+CODED_KINDS = (F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B)
+KIND_CODE = {k: c for c, k in enumerate(CODED_KINDS)}
+NCODES = len(CODED_KINDS)
 
 
 class Action(NamedTuple):

@@ -33,6 +33,7 @@ from functools import cached_property
 
 from . import _accel
 from . import deps as rules
+from .grammar import CODED_KINDS, KIND_CODE, NCODES
 from .model import (
     B,
     BOOKKEEPING_KINDS,
@@ -40,22 +41,17 @@ from .model import (
     F,
     I,
     OVERLAP_F_B,
-    RECV_B,
-    RECV_F,
     REDUCE_GRAD,
     SEND_B,
     SEND_F,
-    W,
     Action,
     Schedule,
     malformation,
     per_stage,
 )
 
-#: Integer codes of the kinds that produce something another action can need.
-KIND_CODE = {F: 0, B: 1, I: 2, W: 3, SEND_F: 4, RECV_F: 5, SEND_B: 6, RECV_B: 7}
-NCODES = 8
-_KINDS_BY_CODE = tuple(sorted(KIND_CODE, key=KIND_CODE.__getitem__))
+# The integer codes of the kinds another action can need are the grammar's (KIND_CODE).
+_KINDS_BY_CODE = CODED_KINDS
 _SEND_CODES = (KIND_CODE[SEND_F], KIND_CODE[SEND_B])
 
 #: deps.NEEDS by kind code: per code, its needs as (producer stage offset, producer codes

@@ -15,6 +15,7 @@ from itertools import repeat
 from .. import _accel
 from ..errors import ActionSyntaxError
 from ..grammar import (  # noqa: F401 - parse_action, is_action, format_action, LEGACY_HINT re-exported
+    CODED_KINDS,
     LEGACY_HINT,
     MAX_DIGITS,
     OVERLAP_F_B,
@@ -35,7 +36,7 @@ from ..grammar import (  # noqa: F401 - parse_action, is_action, format_action, 
 
 
 _new = tuple.__new__
-_PLAIN_KINDS = (F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B)
+_PLAIN_KINDS = CODED_KINDS
 _PLAIN_BYTES = {k.encode(): k for k in _PLAIN_KINDS}
 _PLAIN_CELL = rb"[0-9]{1,18}(?:" + b"|".join(_PLAIN_BYTES) + rb")[0-9]{1,18}"  # MAX_DIGITS
 _PLAIN_ROW = re.compile(_PLAIN_CELL + rb"(?:," + _PLAIN_CELL + rb")*")
