@@ -297,7 +297,7 @@ def test_optimum_claim_over_an_inequality_domain_is_unknown_with_the_reason():
 
 def test_optimum_catalogue_loads_without_a_family_and_with_its_time_limit(tmp_path):
     claims = load([PROOFS / "optimum.toml"])
-    assert claims and all(c.time_limit == 2 for c in claims)
+    assert claims and all(c.time_limit == 1.5 for c in claims)
     assert any(c.family == "" for c in claims) and any(c.family == "zb-h1" for c in claims)
     bad = tmp_path / "bad.toml"
     bad.write_text('source = "x"\n[[claim]]\ntext = "makespan == 1"\n')
