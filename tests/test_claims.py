@@ -165,3 +165,144 @@ def test_catalogue_loads_on_python_310(monkeypatch, tmp_path):
     bad.write_text("source = \n")
     with pytest.raises(Exception, match="not valid TOML"):
         mod.load_file(bad)
+
+
+# --------------------------------------------------------------------------- laws about the optimum
+
+K_LAW = "optimal_makespan(memory=k) == (t_F + t_B)*((m + p - 1) + (ceiling(m/k) - 1)*(p - k))"
+
+
+def _k_law(p, m, k, tf=1, tb=2):
+    return (tf + tb) * ((m + p - 1) + (-(-m // k) - 1) * (p - k))
+
+
+@pytest.mark.parametrize("p,m,k", [(2, 5, 1), (3, 7, 2), (4, 9, 3), (4, 8, 4), (5, 11, 2)])
+def test_k_in_flight_law_agrees_with_search_directly(p, m, k):
+    """The search, called directly, proves the optimum the K law states; the prover, asked
+    the law at that one size, says PROVED and reports the same optimum."""
+    from schedverify.smt.search import search
+
+    res = search(p, m, costs={"F": 1, "B": 2}, memory_limit=k, time_limit=20)
+    assert res.status == "optimal" and res.makespan == res.lower_bound == _k_law(p, m, k)
+    got = prove(Claim(K_LAW, "", "t_F == 1, t_B == 2, c == 0",
+                      f"p={p}..{p},m={m}..{m},k={k}..{k}", time_limit=20))
+    assert got.verdict == "PROVED" and got.checked == 1, got.to_json()
+    assert got.to_json()["optima"]["proven"] == 1
+
+
+def test_planted_false_optimum_law_is_refuted_at_the_right_size():
+    """The K law made one unit too small from m = 4 on fails first at p=2, m=4, k=1 (sizes in
+    the order p, m, k); the counterexample carries the proven optimum and a schedule that
+    the checker confirms has that makespan under the memory limit."""
+    from schedverify.check import check
+    from schedverify.model import Schedule
+
+    planted = K_LAW + " - floor(m/4)"
+    res = prove(Claim(planted, "", "t_F == 1, t_B == 2, c == 0, k <= p", "p=2..3,m=1..6,k=1..3",
+                      time_limit=10))
+    assert res.verdict == "REFUTED"
+    ce = res.counterexample
+    assert ce["sizes"] == {"p": 2, "m": 4, "v": 1, "k": 1}
+    want = _k_law(2, 4, 1)
+    assert (ce["lhs"], ce["rhs"]) == (str(want), str(want - 1))
+    assert ce["proven"] and ce["makespan"] == ce["lower_bound"] == str(want)
+    (info,) = ce["optimum"].values()
+    assert info["status"] == "optimal" and info["problem"]["memory_limit"] == 1
+    assert "--memory-limit 1" in ce["check_command"]
+    sched = Schedule.build(info["schedule"], placement="loop")
+    rep = check(sched, costs={"F": 1, "B": 2, "comm": 0}, memory_limit=1)
+    assert rep.is_valid and rep.metrics.makespan == want
+    # every size before it was judged and held
+    assert res.checked == 1 + sum(min(3, p) for p in (2,) for _ in range(1, 4))
+
+
+def _bounded(lower, upper):
+    """A stand-in for a search that ran out of time: proved ``lower``, found ``upper``."""
+    import sympy
+
+    from schedverify.claims import optimum as opt
+
+    def solve(problem, time_limit):
+        return opt.Optimum(opt.BOUNDED, sympy.Integer(lower),
+                           None if upper is None else sympy.Integer(upper), "feasible",
+                           "fifo", 0.0, "time limit reached", None, problem)
+    return solve
+
+
+@pytest.mark.parametrize("claim,lower,upper,verdict", [
+    ("optimal_makespan(memory=2) == 20", 18, 22, "UNKNOWN"),  # 20 may or may not be it
+    ("optimal_makespan(memory=2) == 20", 18, None, "UNKNOWN"),  # nothing found at all
+    ("optimal_makespan(memory=2) == 20", 18, 19, "REFUTED"),  # a schedule beats the claim
+    ("optimal_makespan(memory=2) == 20", 21, 25, "REFUTED"),  # the lower bound exceeds it
+    ("optimal_makespan(memory=2) <= 22", 18, 22, "PROVED"),  # a schedule meets the bound
+    ("optimal_makespan(memory=2) >= 18", 18, 22, "PROVED"),  # the lower bound is proven
+    ("optimal_makespan(memory=2) >= 19", 18, 22, "UNKNOWN"),
+    ("2*optimal_makespan(memory=2) == 40", 18, 19, "UNKNOWN"),  # not "optimum op number"
+])
+def test_an_unproven_optimum_decides_only_what_its_interval_decides(monkeypatch, claim, lower,
+                                                                    upper, verdict):
+    from schedverify.claims import optimum as opt
+
+    monkeypatch.setattr(opt, "solve", _bounded(lower, upper))
+    res = prove(Claim(claim, "", "t_F == 1, t_B == 2, c == 0", "p=3..3,m=4..4"))
+    assert res.verdict == verdict, res.to_json()
+    if verdict == "UNKNOWN":
+        assert "proved no optimum" in res.reason
+    if verdict == "REFUTED":  # the end of the interval that refutes is shown
+        by_schedule = upper is not None and upper < 20
+        assert res.counterexample["lhs"] == str(upper if by_schedule else lower)
+        assert ("schedule" if by_schedule else "lower bound") in res.counterexample["refuted_by"]
+
+
+def test_an_unproven_size_makes_the_claim_unknown_not_proved():
+    """4x8, two chunks per device in a V, split backward, memory 2, equal costs: the optimum
+    (101, README's search table) takes the search about 30 s to prove; with 0.5 s per size it
+    is not proven, and the true claim stays UNKNOWN with the reason."""
+    res = prove(Claim("optimal_makespan(memory=2, split, chunks=2, placement=v) == 101", "",
+                      "t_F == 1, t_I == 1, t_W == 1, c == 0", "p=4..4,m=8..8", time_limit=0.5))
+    assert res.verdict == "UNKNOWN", res.to_json()
+    assert "proved no optimum in 0.5 s" in res.reason
+    assert res.to_json()["optima"]["proven"] == 0
+
+
+def test_zb_h1_is_optimal_under_1f1b_memory_at_small_sizes():
+    res = prove(Claim("makespan == optimal_makespan(memory=p, split)", "zb-h1",
+                      "t_F == 1, t_I == 1, t_W == 1, c == 0", "p=2..3,m=1..6,v=1..1", time_limit=10))
+    assert res.verdict == "PROVED" and res.checked == 12, res.to_json()
+
+
+@pytest.mark.parametrize("claim,assume,domain,needle", [
+    ("optimal_makespan(memory=k) == 1", "t_F == 1, t_B == 2, c == 0", "p=2..2,m=1..1", "k=1..4"),
+    ("optimal_makespan(memry=p) == 1", "t_F == 1, t_B == 2, c == 0", "p=2..2,m=1..1", "memry"),
+    ("optimal_makespan(split=1) == 1", "t_F == 1, t_I == 1, t_W == 1, c == 0", "p=2..2,m=1..1",
+     "flag"),
+    ("optimal_makespan(memory=t_F) == 1", "t_F == 1, t_B == 2, c == 0", "p=2..2,m=1..1",
+     "expression in the sizes"),
+    ("optimal_makespan == 1", "t_F == 1, c == 0", "p=2..2,m=1..1", "t_B"),
+    ("optimal_makespan(split) == 1", "t_F == 1, t_B == 2, c == 0", "p=2..2,m=1..1", "t_I, t_W"),
+    ("optimal_makespan == 1", "t_F == 1, t_B <= 2, c == 0", "p=2..2,m=1..1", "pinned"),
+])
+def test_optimum_claims_bad_input_names_the_value(claim, assume, domain, needle):
+    from schedverify.errors import UsageError
+
+    with pytest.raises(UsageError, match=needle):
+        prove(Claim(claim, "", assume, domain))
+
+
+def test_optimum_claim_over_an_inequality_domain_is_unknown_with_the_reason():
+    res = prove(Claim("optimal_makespan == 3*(m + p - 1)", "", "t_F == 1, t_B == 2, c == 0",
+                      "p >= 2, m >= 1"))
+    assert res.verdict == "UNKNOWN" and "size by size" in res.reason
+
+
+def test_optimum_catalogue_loads_without_a_family_and_with_its_time_limit(tmp_path):
+    claims = load([PROOFS / "optimum.toml"])
+    assert claims and all(c.time_limit == 1.5 for c in claims)
+    assert any(c.family == "" for c in claims) and any(c.family == "zb-h1" for c in claims)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('source = "x"\n[[claim]]\ntext = "makespan == 1"\n')
+    code, _, err = _cli(["prove", str(bad)])
+    assert code == 2 and "no family" in err
+    bad.write_text('source = "x"\ntime_limit = -1\n[[claim]]\ntext = "optimal_makespan == 1"\n')
+    code, _, err = _cli(["prove", str(bad)])
+    assert code == 2 and "time_limit" in err

@@ -3,7 +3,9 @@
 A file names its ``source`` (and optionally a default ``family``, ``assume``, ``domain``)
 and lists ``[[claim]]`` tables with ``text`` and optionally ``id``, ``family``, ``assume``,
 ``domain``, ``quote`` (what the source says, verbatim), ``note`` and ``verdict`` (the verdict
-recorded when the claim was last judged, so a run can say when one changes).
+recorded when the claim was last judged, so a run can say when one changes).  A claim about
+the optimum alone (``optimal_makespan(...)`` and no family metric) needs no family;
+``time_limit`` (seconds) bounds its search at each size.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ else:  # Python 3.10 (supported, see requires-python): the same parser as the to
     import tomli as tomllib
 
 from ..errors import InputError
-from .statement import Claim
+from ..errors import UsageError
+from .statement import Claim, optimum_refs, parse_claim
 
-_CLAIM_KEYS = {"id", "text", "family", "assume", "domain", "quote", "note", "verdict", "source"}
-_FILE_KEYS = {"source", "family", "assume", "domain", "claim", "description"}
+_CLAIM_KEYS = {"id", "text", "family", "assume", "domain", "quote", "note", "verdict", "source",
+               "time_limit"}
+_FILE_KEYS = {"source", "family", "assume", "domain", "claim", "description", "time_limit"}
 VERDICTS = ("PROVED", "REFUTED", "UNKNOWN")
 
 
@@ -59,8 +63,13 @@ def load_file(path: Path) -> list[Claim]:
         if "text" not in item:
             raise InputError("a claim needs text", source=str(path), where=where)
         fam = item.get("family", doc.get("family"))
-        if not fam:
+        if not fam and not _optimum_only(item["text"], path, where):
             raise InputError("no family (give family = ... in the claim or the file)",
+                             source=str(path), where=where)
+        limit = item.get("time_limit", doc.get("time_limit"))
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
+                                  or limit <= 0):
+            raise InputError(f"time_limit must be a number of seconds > 0, got {limit!r}",
                              source=str(path), where=where)
         verdict = item.get("verdict")
         if verdict is not None and verdict not in VERDICTS:
@@ -68,13 +77,23 @@ def load_file(path: Path) -> list[Claim]:
                              source=str(path), where=where)
         assume = ", ".join(filter(None, [doc.get("assume", ""), item.get("assume", "")]))
         claims.append(Claim(
-            text=item["text"], family=fam, assume=assume,
+            text=item["text"], family=fam or "", assume=assume,
             domain=item.get("domain", doc.get("domain", "")),
             source=item.get("source", doc.get("source", path.name)),
             id=item.get("id", f"{path.stem}#{k + 1}"), note=item.get("note", ""),
-            recorded=verdict,
+            recorded=verdict, time_limit=None if limit is None else float(limit),
         ))
     return claims
+
+
+def _optimum_only(text: str, path: Path, where: str) -> bool:
+    """Whether the claim reads the optimum and no family's metric (then it needs no family)."""
+    try:
+        parsed = parse_claim(text, where)
+    except UsageError as e:
+        raise InputError(str(e), source=str(path), where=where) from None
+    optima = optimum_refs(parsed)
+    return bool(optima) and len(optima) == len(parsed.refs)
 
 
 def load(paths) -> list[Claim]:

@@ -13,6 +13,12 @@ The claim at that size is then a statement about real costs only, decided withou
 
 The first size where the claim fails is the counterexample, with costs (small integers when
 some exist), both sides' values and commands that reproduce it.
+
+A claim about the optimum (``optimal_makespan(...)``, :mod:`.optimum`) is judged the same
+way size by size, with the optimum at each size the search engine's proven value under the
+costs the assumptions pin: a size where the search proves no optimum in its time limit and
+the interval it did prove does not decide the claim is undecided, so the claim is UNKNOWN,
+never PROVED.  Such a claim has no all-sizes verdict (the optimum has no certificate).
 """
 
 from __future__ import annotations
@@ -32,13 +38,15 @@ from ..formulas.sizes import family as family_of
 from ..formulas.sizes import has_chunks, metrics_at
 from ..formulas.tropical import COST_SYMBOLS as TERM_ORDER
 from ..formulas.tropical import NO_COSTS, OrderMetrics, SizeMetrics
-from .statement import ALL, COST_SYMBOLS, Claim, Parsed, parse_assumptions, parse_claim, parse_domain
+from . import optimum as opt
+from .statement import (ALL, COST_SYMBOLS, Claim, OptimumRef, Parsed, optimum_refs, parse_assumptions,
+                        parse_claim, parse_domain)
 
 PROVED, REFUTED, UNKNOWN = "PROVED", "REFUTED", "UNKNOWN"
 DEFAULT_DOMAIN = {"p": (2, 8), "m": (1, 16)}
 DEFAULT_CHUNKS = (2, 3)
 _COST = {n: sympy.Symbol(n) for n in COST_SYMBOLS}
-_SIZE = {n: sympy.Symbol(n) for n in ("p", "m", "v", "d")}
+_SIZE = {n: sympy.Symbol(n) for n in ("p", "m", "v", "d", "k")}
 _OPS = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
 #: Metrics that depend on the order only, not on costs.
 ORDER_ONLY = frozenset({"peak_inflight", "peak_memory", "fwd_before_bwd"})
@@ -65,6 +73,8 @@ class Result:
     #: all-sizes: each family's closed forms and its certificate's check
     forms: dict = field(default_factory=dict)
     certificates: dict = field(default_factory=dict)
+    #: claims about the optimum: what the search established at each size judged
+    optima: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         c = self.claim
@@ -77,6 +87,13 @@ class Result:
             extra["closed_forms"] = self.forms
         if self.certificates:
             extra["certificates"] = self.certificates
+        if self.optima:
+            extra["optima"] = {
+                "sizes": len(self.optima),
+                "proven": sum(1 for o in self.optima if o["status"] != opt.BOUNDED),
+                "search_seconds": round(sum(o["seconds"] for o in self.optima), 3),
+                "search_class": sorted({o["search_class"] for o in self.optima if o["search_class"]}),
+            }
         return extra | {
             "id": c.id, "claim": c.text, "family": c.family, "source": c.source,
             "assume": c.assume, "verdict": self.verdict, "domain": self.domain,
@@ -166,26 +183,53 @@ class _Prepared:
     uses_d: bool
     uses_v: bool
     merge: tuple = tuple(range(len(TERM_ORDER)))  # cost slice the assumptions pin down
+    optima: dict = field(default_factory=dict)  # function name -> OptimumRef
+    uses_k: bool = False
+    search_s: float = 20.0  # the search's time limit at each size
+    solved: dict = field(default_factory=dict)  # (name, problem) -> Optimum, within one prove
 
 
-def _prepare(claim: Claim) -> _Prepared:
+def _problem_key(problem: dict) -> tuple:
+    return tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, dict) else v)
+                        for k, v in problem.items()))
+
+
+def _prepare(claim: Claim, timeout_s: float = 20.0) -> _Prepared:
     parsed = parse_claim(claim.text)
-    family_of(claim.family)
+    optima = optimum_refs(parsed)
+    if claim.family:
+        family_of(claim.family)
     fams = {}
     for name, ref in parsed.refs.items():
+        if name in optima:
+            continue
         fams[name] = ref.family or claim.family
+        if not fams[name]:
+            raise UsageError(f"claim {claim.text!r}: {ref.metric} needs a family (give the claim "
+                             f"one, or write {ref.metric}@FAMILY)")
         family_of(fams[name])
+    if not claim.family and not optima:
+        raise UsageError(f"claim {claim.text!r} needs a family")
     assumptions = parse_assumptions(claim.assume)
     dom = dict(DEFAULT_DOMAIN)
     dom.update(parse_domain(claim.domain))
-    chunky = any(has_chunks(f) for f in set(fams.values()) | {claim.family})
+    own = {claim.family} if claim.family else set()
+    chunky = any(has_chunks(f) for f in set(fams.values()) | own)
     if chunky and "v" not in dom:
         dom["v"] = (DEFAULT_CHUNKS[0], DEFAULT_CHUNKS[1])
     syms = parsed.symbols | {s for a in assumptions for s in a.symbols}
+    for ref in optima.values():
+        for e in (ref.memory, ref.chunks):
+            if e is not None:
+                syms |= {s.name for s in sympy.sympify(e).free_symbols}
+    if "k" in syms and "k" not in dom:
+        raise UsageError(f"claim {claim.text!r} uses k: give its range in the domain, e.g. k=1..4")
     merge = _merge(assumptions)
-    if all(r.metric in ORDER_ONLY for r in parsed.refs.values()):
+    if all(r.metric in ORDER_ONLY for n, r in parsed.refs.items() if n not in optima):
         merge = NO_COSTS  # no timing needed: skip the symbolic makespan
-    return _Prepared(parsed, assumptions, fams, dom, "d" in syms, "v" in dom, merge)
+    search_s = claim.time_limit if claim.time_limit is not None else timeout_s
+    return _Prepared(parsed, assumptions, fams, dom, "d" in syms, "v" in dom, merge, optima,
+                     "k" in syms, search_s)
 
 
 def _merge(assumptions: list[Parsed]) -> tuple:
@@ -213,6 +257,8 @@ def _domain_json(prep: _Prepared) -> dict:
     out: dict[str, list | str] = {k: list(v) for k, v in prep.domain.items()}
     if prep.uses_d and "d" not in out:
         out["d"] = "0..p-1"
+    if not prep.uses_k:
+        out.pop("k", None)
     return out
 
 
@@ -230,6 +276,16 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
     from . import allsizes
 
     t0 = time.perf_counter()
+    if optimum_refs(parse_claim(claim.text)):
+        # the optimum has no closed form to certify: judged size by size on a finite range
+        why = ("a claim about the optimum is judged size by size with the search engine's "
+               "proven optima (no certificate covers the optimum)")
+        if allsizes.is_inequality_domain(claim.domain):
+            return Result(claim, UNKNOWN, {"all sizes": claim.domain}, reason=why + "; give a "
+                          "finite range (p=2..6,m=1..18)", seconds=time.perf_counter() - t0)
+        res = _prove_finite(claim, timeout_s)
+        res.all_sizes_reason = why if all_sizes else ""
+        return res
     if allsizes.is_inequality_domain(claim.domain):
         return _from_all_sizes(claim, claim.domain, store, timeout_s, t0, required=True)
     reason, ext = "", None
@@ -360,33 +416,38 @@ def _over_chunks(parts: list, vals: list[int]):
 
 def _prove_finite(claim: Claim, timeout_s: float) -> Result:
     t0 = time.perf_counter()
-    prep = _prepare(claim)
+    prep = _prepare(claim, timeout_s)
     res = Result(claim, PROVED, _domain_json(prep))
     res.kind = "finite range " + ",".join(
         f"{k}={v[0]}..{v[1]}" if isinstance(v, list) else f"{k}={v}" for k, v in res.domain.items())
     unknown: list[str] = []
     dom = prep.domain
     vs = range(dom["v"][0], dom["v"][1] + 1) if prep.uses_v else (None,)
+    ks: list[int | None] = list(range(dom["k"][0], dom["k"][1] + 1)) if prep.uses_k else [None]
     for p in range(dom["p"][0], dom["p"][1] + 1):
         for v in vs:
             for m in range(dom["m"][0], dom["m"][1] + 1):
                 try:
-                    own = _at(claim.family, p, m, v, prep.merge)
+                    # the claim's family decides the sizes it supports (a claim about the optimum
+                    # alone has every size)
+                    vv = (_at(claim.family, p, m, v, prep.merge).v if claim.family and
+                          (prep.families or not prep.optima) else (v or 1))
                     sms = {name: _at(fam, p, m, _v_for(fam, claim.family, v), prep.merge)
                            for name, fam in prep.families.items()}
                 except UnsupportedSize:
                     res.skipped.append((p, m) if v is None else (p, m, v))
                     continue
-                vv = own.v
                 dr: list[int | None] = [None]
                 if prep.uses_d:
                     lo, hi = dom.get("d", (0, p - 1))
                     dr = list(range(max(0, lo), min(p - 1, hi) + 1))
-                for dv in dr:
+                for kv, dv in product(ks, dr):
                     sizes = {"p": p, "m": m, "v": vv}
+                    if kv is not None:
+                        sizes["k"] = kv
                     if dv is not None:
                         sizes["d"] = dv
-                    verdict = _judge(prep, sms, sizes, timeout_s)
+                    verdict = _judge(prep, sms, sizes, timeout_s, res.optima)
                     if verdict is None:
                         res.excluded += 1
                         continue
@@ -398,7 +459,12 @@ def _prove_finite(claim: Claim, timeout_s: float) -> Result:
                         unknown.append(f"{_sizes_text(sizes)}: {info}")
                         continue
                     res.verdict = REFUTED
-                    res.counterexample = _counterexample(claim, prep, sizes, info)
+                    res.counterexample = (_optimum_counterexample(claim, prep, sizes, info)
+                                          if "optima" in info else
+                                          _counterexample(claim, prep, sizes, info))
+                    if unknown:
+                        res.reason = (f"smaller sizes undecided ({len(unknown)}, e.g. {unknown[0]}): "
+                                      f"this counterexample need not be the smallest")
                     res.seconds = time.perf_counter() - t0
                     return res
     if unknown:
@@ -435,6 +501,8 @@ def _instantiate(expr, prep: _Prepared, sms: dict, sizes: dict):
     reps = {}
     for app in expr.atoms(AppliedUndef):
         name = app.func.__name__
+        if name in prep.optima:
+            continue  # the optimum is the search's (_judge_optimum)
         ref = prep.parsed.refs[name]
         arg = app.args[0] if app.args else ALL
         if arg == ALL:
@@ -449,9 +517,10 @@ def _instantiate(expr, prep: _Prepared, sms: dict, sizes: dict):
     return expr.xreplace(reps).xreplace(subs)
 
 
-def _judge(prep: _Prepared, sms: dict, sizes: dict, timeout_s: float):
+def _judge(prep: _Prepared, sms: dict, sizes: dict, timeout_s: float, log: list | None = None):
     """None: excluded by the assumptions; ("holds", None); ("fails", costs | None);
-    ("unknown", reason)."""
+    ("unknown", reason).  ``log`` collects what the search established, for claims about the
+    optimum."""
     lhs = _instantiate(prep.parsed.lhs, prep, sms, sizes)
     rhs = _instantiate(prep.parsed.rhs, prep, sms, sizes)
     subs = {_SIZE[k]: sympy.Integer(v) for k, v in sizes.items()}
@@ -471,6 +540,8 @@ def _judge(prep: _Prepared, sms: dict, sizes: dict, timeout_s: float):
             eqs = {k: sympy.sympify(x).xreplace(eqs) for k, x in eqs.items()}
         lhs, rhs = lhs.xreplace(eqs), rhs.xreplace(eqs)
         cost_rels = [(op, l.xreplace(eqs), r.xreplace(eqs)) for op, l, r in cost_rels]
+    if prep.optima:
+        return _judge_optimum(prep, lhs, rhs, eqs, cost_rels, sizes, log if log is not None else [])
     diff = lhs - rhs
     if not diff.has(sympy.Max, sympy.Min):
         diff = sympy.cancel(sympy.together(diff))
@@ -501,6 +572,102 @@ def _judge(prep: _Prepared, sms: dict, sizes: dict, timeout_s: float):
         return "unknown", f"Z3: {info} (time limit {timeout_s:g} s)"
     return "fails", {"eqs": eqs, "costs": info, "rels": cost_rels, "lhs": lhs, "rhs": rhs,
                      "names": sorted(names)}
+
+
+def _judge_optimum(prep: _Prepared, lhs, rhs, eqs: dict, cost_rels: list, sizes: dict,
+                   log: list):
+    """One size of a claim about the optimum: the costs are numbers (pinned by the
+    assumptions), each ``optimal_makespan`` is solved by the search, and the claim is
+    decided exactly when every optimum is proven, or by the interval the search proved when
+    the claim is ``optimal_makespan op number`` (see :func:`.optimum.judge_interval`)."""
+    costs = {k.name: x for k, x in eqs.items()}
+    if cost_rels:
+        rel = " and ".join(f"{sympy.sstr(a)} {op} {sympy.sstr(b)}" for op, a, b in cost_rels)
+        raise UsageError(f"a claim about the optimum needs every cost pinned to a number "
+                         f"(t_F == 1, ...); the assumptions also say {rel}")
+    found: dict[str, opt.Optimum] = {}
+    apps = {a.func.__name__: a for a in (lhs - rhs).atoms(AppliedUndef)}
+    for name in apps:
+        ref: OptimumRef = prep.optima[name]
+        problem = opt.problem_of(ref, sizes, costs)
+        key = (name, _problem_key(problem))
+        if key not in prep.solved:
+            prep.solved[key] = o = opt.solve(problem, prep.search_s)
+            log.append({"sizes": dict(sizes), "ref": ref.text()} | o.to_json(schedule=False))
+        found[name] = prep.solved[key]
+    info = {"optima": found, "eqs": eqs, "lhs": lhs, "rhs": rhs, "apps": apps}
+    rest = (lhs - rhs).xreplace({app: 0 for app in apps.values()}).free_symbols
+    if rest:
+        raise UsageError(f"a claim about the optimum needs every cost pinned to a number; "
+                         f"{', '.join(sorted(s.name for s in rest))} is not (add it to the assumptions)")
+    op = prep.parsed.op
+    if all(o.proven for o in found.values()):
+        val = {apps[n]: o.lower for n, o in found.items()}
+        left, right = lhs.xreplace(val), rhs.xreplace(val)
+        if left is sympy.oo or right is sympy.oo or left is sympy.nan or right is sympy.nan:
+            holds = bool(_OPS[op](left, right))
+        else:
+            holds = bool(_OPS[op](sympy.nsimplify(left - right), 0))
+        return ("holds", None) if holds else ("fails", info)
+    # an unproven optimum: the interval decides "optimal_makespan op number" only
+    side = None
+    if lhs in apps.values() and not rhs.free_symbols and not rhs.atoms(AppliedUndef):
+        side = (lhs.func.__name__, op, rhs)
+    elif rhs in apps.values() and not lhs.free_symbols and not lhs.atoms(AppliedUndef):
+        side = (rhs.func.__name__, opt.flip(op), lhs)
+    undecided = next(o for o in found.values() if not o.proven)
+    why = (f"the search proved no optimum in {prep.search_s:g} s (lower bound "
+           f"{opt._show(undecided.lower)}, best schedule "
+           f"{'none' if undecided.upper is None else opt._show(undecided.upper)}: {undecided.proof})")
+    if side is None:
+        return "unknown", why
+    verdict = opt.judge_interval(side[1], found[side[0]], side[2])
+    if verdict is None:
+        return "unknown", why + ", which does not decide the claim"
+    return ("holds", None) if verdict else ("fails", info)
+
+
+def _optimum_counterexample(claim: Claim, prep: _Prepared, sizes: dict, info: dict) -> dict:
+    """Sizes, the pinned costs, both sides, and for each optimum what the search proved, the
+    schedule that shows it (a schedule beating the claimed value is itself the certificate)
+    and the commands that reproduce both."""
+    found: dict = info["optima"]
+    apps = info["apps"]
+    val = {apps[n]: o.lower for n, o in found.items()}  # a proven optimum: lower == upper
+    refuted_by = "the proven optimum"
+    unproven = [n for n, o in found.items() if not o.proven]
+    if unproven:  # one optimum, decided by its interval: show the end that refutes
+        o = found[unproven[0]]
+        op, other = ((prep.parsed.op, info["rhs"]) if info["lhs"] == apps[unproven[0]]
+                     else (opt.flip(prep.parsed.op), info["lhs"]))
+        below = opt.Optimum(opt.BOUNDED, o.lower, None, o.search_status)
+        if opt.judge_interval(op, below, other) is False:
+            refuted_by = "the lower bound the search proved"
+        else:  # a schedule the search found beats the claim: it is the certificate
+            val = {apps[unproven[0]]: o.upper}
+            refuted_by = "a schedule the search found (re-checked)"
+    lhs, rhs = info["lhs"].xreplace(val), info["rhs"].xreplace(val)
+    costs = {k.name: _num(x) for k, x in info["eqs"].items() if sympy.sympify(x).is_Rational}
+    dom = ",".join(f"{k}={x}..{x}" for k, x in sizes.items() if k != "v" or prep.uses_v)
+    cmd = ["schedverify", "prove", "--family", claim.family, claim.text, "--domain", dom]
+    if claim.assume:
+        cmd += ["--assume", claim.assume]
+    # without a family the CLI runs the claim from a catalogue file only: the search command
+    # (check_command) reproduces the optimum itself
+    command = " ".join(shlex.quote(x) for x in cmd) if claim.family else ""
+    optima = {}
+    for name, o in found.items():
+        ref = prep.optima[name]
+        optima[ref.text()] = o.to_json() | {"command": opt.search_command(o.problem, prep.search_s)}
+    first = next(iter(optima.values()))
+    return {
+        "sizes": dict(sizes), "costs": costs, "lhs": _show(lhs), "rhs": _show(rhs),
+        "optimum": optima,
+        "makespan": first["makespan"], "lower_bound": first["lower_bound"],
+        "proven": all(o.proven for o in found.values()), "refuted_by": refuted_by,
+        "command": command,
+        "check_command": first["command"],
+    }
 
 
 def _num(q) -> str:

@@ -10,6 +10,17 @@ symbols ``t_F, t_B, t_I, t_W, c`` with one of ``==, !=, <=, >=, <, >``::
 A metric without parentheses is the whole pipeline's (peaks: the largest over devices); with
 a device index it is that device's.  ``metric@family`` reads another family's metric, so a
 claim can compare schedules.  ``d`` in a claim ranges over every device ``0..p-1``.
+
+``optimal_makespan(memory=EXPR, split, chunks=EXPR, placement=v)`` is not a family's metric
+but the least makespan over every schedule of the size under those limits (the memory limit
+an expression in the sizes, e.g. ``k``, ``p``, ``2*p - 1``; ``split`` for split backward),
+judged with the search engine's proven optima (:mod:`.optimum`)::
+
+    optimal_makespan(memory=k) == (t_F + t_B)*((m + p - 1) + (ceiling(m/k) - 1)*(p - k))
+    makespan@zb-h1 == optimal_makespan(memory=p, split)
+
+``k`` is a free whole-number parameter of a claim (for instance a memory limit): the domain
+gives its range (``k=1..6``) and the assumptions can tie it to the sizes (``k <= p``).
 """
 
 from __future__ import annotations
@@ -38,7 +49,15 @@ METRICS = {
     "busy": "sum of the device's action costs (the busiest device's without an index)",
     "fwd_before_bwd": "forwards a device runs before its first backward (largest without an index)",
 }
-SIZE_SYMBOLS = ("p", "m", "v", "d")
+SIZE_SYMBOLS = ("p", "m", "v", "d", "k")
+OPTIMUM = "optimal_makespan"
+#: the options of ``optimal_makespan(...)``: name -> what it sets in the search
+OPTIMUM_OPTIONS = {
+    "memory": "activation memory limit per device (an expression in the sizes; none: unlimited)",
+    "split": "split backward (I + W, costs t_I, t_W) instead of full B (t_B)",
+    "chunks": "stages per device (an expression in the sizes; default 1)",
+    "placement": "loop or v (with chunks > 1)",
+}
 COST_SYMBOLS = ("t_F", "t_B", "t_I", "t_W", "c")
 RELATIONS = ("==", "!=", "<=", ">=", "<", ">")
 
@@ -52,6 +71,31 @@ class MetricRef:
 
     metric: str
     family: str | None  # None: the claim's family
+
+
+@dataclass(frozen=True)
+class OptimumRef:
+    """``optimal_makespan(...)`` in a parsed claim: the least makespan over every schedule of
+    the size under these limits (``memory``, ``chunks``: sympy expressions in the sizes)."""
+
+    memory: Any = None  # None: no memory limit
+    split: bool = False
+    chunks: Any = None  # None: one stage per device
+    placement: str = "loop"
+    metric: str = OPTIMUM
+    family: None = None  # not a family's metric (the attribute MetricRef readers look at)
+
+    def text(self) -> str:
+        args = []
+        if self.memory is not None:
+            args.append(f"memory={sympy.sstr(self.memory)}")
+        if self.split:
+            args.append("split")
+        if self.chunks is not None:
+            args.append(f"chunks={sympy.sstr(self.chunks)}")
+        if self.placement != "loop":
+            args.append(f"placement={self.placement}")
+        return f"{OPTIMUM}({', '.join(args)})"
 
 
 @dataclass
@@ -117,9 +161,79 @@ def _functions(text: str, refs: dict) -> str:
     return _REF.sub(sub, text)
 
 
+_OPT = re.compile(r"\b" + OPTIMUM + r"\b(\s*\()?")
+
+
+def _optima(text: str, refs: dict, where: str) -> str:
+    """Rewrite ``optimal_makespan[(options)]`` to sympy functions ``M<k>_optimal_makespan(ALL)``
+    with an :class:`OptimumRef` in ``refs`` (before the metrics: its options may not name one)."""
+    out: list[str] = []
+    pos = 0
+    for mo in _OPT.finditer(text):
+        if mo.start() < pos:
+            continue  # inside the options of an earlier one
+        out.append(text[pos:mo.start()])
+        if mo.group(1):
+            depth, i = 1, mo.end()
+            while i < len(text) and depth:
+                depth += {"(": 1, ")": -1}.get(text[i], 0)
+                i += 1
+            if depth:
+                raise UsageError(f"{where}: unbalanced parentheses after {OPTIMUM} in {text.strip()!r}")
+            ref = _optimum_options(text[mo.end():i - 1], where)
+            pos = i
+        else:
+            ref, pos = OptimumRef(), mo.end()
+        name = next((n for n, r in refs.items() if r == ref), None)
+        if name is None:
+            name = f"M{len(refs)}_{OPTIMUM}"
+            refs[name] = ref
+        out.append(f"{name}(ALL)")
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _optimum_options(text: str, where: str) -> OptimumRef:
+    opts: dict[str, Any] = {}
+    for item in (t.strip() for t in _split_top(text)):
+        if not item:
+            continue
+        name, eq, value = (x.strip() for x in item.partition("="))
+        if name not in OPTIMUM_OPTIONS:
+            raise UsageError(f"{where}: unknown option {name!r} of {OPTIMUM}(...); known: "
+                             f"{', '.join(OPTIMUM_OPTIONS)}")
+        if name in opts:
+            raise UsageError(f"{where}: option {name!r} of {OPTIMUM}(...) given twice")
+        if name == "split":
+            if eq:
+                raise UsageError(f"{where}: {OPTIMUM}(split) is a flag, got {item!r}")
+            opts["split"] = True
+            continue
+        if not eq or not value:
+            raise UsageError(f"{where}: option {name!r} of {OPTIMUM}(...) needs a value "
+                             f"({name}=...), got {item!r}")
+        if name == "placement":
+            if value not in ("loop", "v"):
+                raise UsageError(f"{where}: placement of {OPTIMUM}(...) is loop or v, got {value!r}")
+            opts[name] = value
+            continue
+        sub: dict = {}
+        expr = parse_expression(value, where, sub)
+        if sub or expr.free_symbols - {_SYMS[n] for n in SIZE_SYMBOLS}:
+            raise UsageError(f"{where}: the {name} of {OPTIMUM}(...) is an expression in the sizes "
+                             f"{', '.join(SIZE_SYMBOLS)}, got {value!r}")
+        opts[name] = expr
+    return OptimumRef(**opts)
+
+
+def optimum_refs(parsed: Parsed) -> dict:
+    """The ``optimal_makespan`` applications of a parsed claim: function name -> OptimumRef."""
+    return {n: r for n, r in parsed.refs.items() if isinstance(r, OptimumRef)}
+
+
 def parse_expression(text: str, where: str, refs: dict | None = None):
     refs = {} if refs is None else refs
-    rewritten = _functions(text.replace("%", " % "), refs)
+    rewritten = _functions(_optima(text.replace("%", " % "), refs, where), refs)
     local = dict(_SYMS)
     local.update({"ALL": ALL, "Min": sympy.Min, "Max": sympy.Max, "min": sympy.Min,
                   "max": sympy.Max, "floor": sympy.floor, "ceiling": sympy.ceiling,
@@ -138,7 +252,7 @@ def parse_expression(text: str, where: str, refs: dict | None = None):
     if unknown:
         raise UsageError(f"{where}: unknown name(s) {', '.join(sorted(unknown))} in {text.strip()!r}; "
                          f"sizes are {', '.join(SIZE_SYMBOLS)}, costs {', '.join(COST_SYMBOLS)}, "
-                         f"metrics {', '.join(METRICS)}")
+                         f"metrics {', '.join(METRICS)}, {OPTIMUM}(...)")
     return expr
 
 
@@ -183,11 +297,12 @@ def _split_top(text: str) -> list[str]:
     return out
 
 
-_RANGE = re.compile(r"^\s*([pmvd])\s*=\s*(-?\d+)\s*(?:\.\.\s*(-?\d+))?\s*$")
+_RANGE = re.compile(r"^\s*([pmvdk])\s*=\s*(-?\d+)\s*(?:\.\.\s*(-?\d+))?\s*$")
 
 
 def parse_domain(text: str | dict | None, where: str = "--domain") -> dict[str, tuple[int, int]]:
-    """``"p=2..8,m=1..32,v=2..2"`` (or a mapping) -> {"p": (2, 8), ...}."""
+    """``"p=2..8,m=1..32,v=2..2"`` (or a mapping) -> {"p": (2, 8), ...}; ``k=1..6`` ranges
+    a claim's free parameter ``k``."""
     if not text:
         return {}
     if isinstance(text, dict):
@@ -198,7 +313,7 @@ def parse_domain(text: str | dict | None, where: str = "--domain") -> dict[str, 
     for item in items:
         mo = _RANGE.match(item)
         if not mo:
-            raise UsageError(f"{where}: expected NAME=LOW..HIGH with NAME one of p, m, v, d, got "
+            raise UsageError(f"{where}: expected NAME=LOW..HIGH with NAME one of p, m, v, d, k, got "
                              f"{item.strip()!r}")
         name, lo = mo.group(1), int(mo.group(2))
         hi = int(mo.group(3)) if mo.group(3) is not None else lo
@@ -224,3 +339,6 @@ class Claim:
     id: str = ""
     note: str = ""
     recorded: str | None = None  # the verdict the catalogue records, if any
+    #: seconds the search may take at each size for ``optimal_makespan`` (None: the prover's
+    #: per-size timeout)
+    time_limit: float | None = None
