@@ -37,7 +37,8 @@ from ..errors import NotDerived, UnsupportedSize, UsageError
 from ..formulas.sizes import family as family_of
 from ..formulas.sizes import has_chunks, metrics_at
 from ..formulas.tropical import COST_SYMBOLS as TERM_ORDER
-from ..formulas.tropical import NO_COSTS, OrderMetrics, SizeMetrics
+from ..formulas.tropical import NO_COSTS, SizeMetrics
+from ..formulas.values import ORDER_ONLY, metric_value
 from . import optimum as opt
 from .statement import (ALL, COST_SYMBOLS, Claim, OptimumRef, Parsed, optimum_refs, parse_assumptions,
                         parse_claim, parse_domain)
@@ -49,7 +50,6 @@ _COST = {n: sympy.Symbol(n) for n in COST_SYMBOLS}
 _SIZE = {n: sympy.Symbol(n) for n in ("p", "m", "v", "d", "k")}
 _OPS = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
 #: Metrics that depend on the order only, not on costs.
-ORDER_ONLY = frozenset({"peak_inflight", "peak_memory", "fwd_before_bwd"})
 _NICE = {"t_F": (1, 2, 3), "t_B": (2, 1, 3), "t_I": (1, 2), "t_W": (1, 2), "c": (0, 1)}
 
 
@@ -102,48 +102,6 @@ class Result:
             "reason": self.reason, "recorded": c.recorded, "note": c.note,
             "seconds": round(self.seconds, 3),
         }
-
-
-def _lin(term) -> sympy.Expr:
-    return sum((int(k) * _COST[n] for k, n in zip(term, TERM_ORDER) if k), sympy.Integer(0))
-
-
-def _max(terms) -> sympy.Expr:
-    forms = [_lin(t) for t in terms]
-    return sympy.Max(*forms) if len(forms) > 1 else forms[0]
-
-
-def metric_value(sm: SizeMetrics | OrderMetrics, metric: str, device) -> sympy.Expr:
-    """The exact value of ``metric`` at one size (``device`` an int, or None = whole pipeline).
-
-    The peaks and busy times need only the order (:class:`OrderMetrics`); the rest need the
-    timeline (:class:`SizeMetrics`)."""
-    if device is not None and not 0 <= device < sm.devices:
-        raise UsageError(f"device index {device} is out of range 0..{sm.devices - 1}")
-    if metric in ORDER_ONLY:
-        tables: dict[str, tuple[int | Fraction, ...]] = {
-            "peak_inflight": sm.peak_inflight, "peak_memory": sm.peak_memory,
-            "fwd_before_bwd": sm.warmup}
-        table = tables[metric]
-        val = table[device] if device is not None else max(table)
-        return sympy.Rational(Fraction(val).numerator, Fraction(val).denominator)
-    if metric == "busy":
-        return _lin(sm.busy[device]) if device is not None else _max(sm.busiest)
-    # only the order-only metrics and busy are asked of an OrderMetrics (see the docstring)
-    assert isinstance(sm, SizeMetrics), f"{metric} needs the timeline (SizeMetrics)"
-    T = _max(sm.makespan)
-    if metric == "makespan":
-        return T
-    if metric == "bubble_time":
-        return T - (_lin(sm.busy[device]) if device is not None else _max(sm.busiest))
-    if metric == "bubble_ratio":
-        ideal = _lin(sm.busy[device]) if device is not None else _max(sm.busiest)
-        return (T - ideal) / ideal
-    if metric == "bubble_fraction":
-        if device is not None:
-            return (T - _lin(sm.busy[device])) / T
-        return 1 - _lin(sm.total_busy) / (sm.devices * T)
-    raise UsageError(f"unknown metric {metric!r}")
 
 
 # --------------------------------------------------------------------------- sympy -> tree

@@ -138,7 +138,9 @@ def run(args, out, err) -> int:
         f = formula(args.family, args.metric, args.device)
     doc = f.to_json()
     if at:
-        doc["at"] = _evaluate(f, args.family, args.metric, args.device, sizes, costs)
+        from ..formulas.values import evaluate_at
+
+        doc["at"] = evaluate_at(f, args.family, args.metric, args.device, sizes, costs)
         warning = f.extrapolated(doc["at"]["sizes"])
         doc["at"]["status"] = f.status
         doc["at"]["extrapolated"] = warning is not None
@@ -170,44 +172,6 @@ def _print(doc: dict, args, out) -> int:
             print(f"  at {a['sizes']} with {a['costs']}: formula {a['formula']}, "
                   f"schedule {a['schedule']}", file=out)
     return EXIT_OK
-
-
-def _evaluate(f, family: str, metric: str, device, sizes: dict, costs: dict) -> dict:
-    """The formula's value and the schedule's own (exact symbolic timeline) at one point."""
-    import sympy
-
-    from ..claims.prover import ORDER_ONLY, metric_value
-    from ..errors import UsageError
-    from ..formulas.derive import MAX_TERMS
-    from ..formulas.sizes import has_chunks, metrics_at
-    from ..formulas.tropical import NO_COSTS, TooComplex
-
-    p, m = int(sizes["p"]), int(sizes["m"])
-    v = int(sizes["v"]) if "v" in sizes else None
-    # a family without a chunks option has the v its generator builds (ZB-V, V-Min: 2)
-    full = {"p": p, "m": m, "v": v if v is not None else (2 if has_chunks(family)
-                                                            else f.confirmed["v"][0])}
-    dev = None
-    if device is not None:
-        dev = int(sizes["d"]) if device == "d" and "d" in sizes else (None if device == "d" else int(device))
-        if dev is None:
-            raise UsageError("--device d with --at needs d=INDEX in --at")
-        full["d"] = dev
-    val = f.evaluate(full, costs)  # refuses sizes and costs outside the form's domain
-    # The schedule's own value, computed on the form's cost slice: with every cost a free
-    # symbol some schedules (V-Half, V-Min) have far too many linear pieces to enumerate.
-    # A peak needs no timeline at all.
-    merge = NO_COSTS if metric in ORDER_ONLY else f.merge
-    try:
-        sm = metrics_at(family, p, m, v if has_chunks(family) else None, merge, MAX_TERMS)
-    except TooComplex as e:
-        raise UsageError(f"the schedule's own value at these sizes is too complex to compute "
-                         f"symbolically ({e}); the formula gives {val}") from None
-    full["v"] = sm.v
-    own = metric_value(sm, metric, dev).xreplace({sympy.Symbol(k): sympy.Rational(str(x))
-                                                  for k, x in costs.items()})
-    return {"sizes": full, "costs": {k: str(x) for k, x in costs.items()},
-            "formula": str(val), "schedule": sympy.sstr(own)}
 
 
 def _prove_shipped(args, out, err) -> int:
