@@ -24,6 +24,7 @@ writes it as the CSV torchtitan reads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -176,7 +177,7 @@ def evaluate(schedule: Schedule, profile: StageProfile, memory_limit: int | None
     base = Candidate(name, options, "fits", stages=schedule.stages, placement=placement,
                      step_time=None if m.makespan is None else m.makespan * TIME_QUANTUM,
                      bubble_fraction=m.bubble_fraction,
-                     peak_memory=tuple(int(d.peak_memory) for d in m.devices),
+                     peak_memory=tuple(math.ceil(d.peak_memory) for d in m.devices),  # whole bytes, never under
                      search=search, schedule=schedule, profile=profile)
     codes = set(report.codes())
     if codes - {"SV601"}:
