@@ -59,6 +59,8 @@ class Family:
     domain: str
     options: tuple[Option, ...] = ()
     chunks: bool = False
+    #: the fewest chunks the generator takes (interleaved 1F1B with one chunk is 1F1B)
+    min_chunks: int = 1
 
     def __call__(self, devices: int, microbatches: int, **options: Any) -> Schedule:
         return self.generate(devices, microbatches, **options)
@@ -78,7 +80,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): depth-first over chunks in microbatch groups",
            "V >= 2, D <= group size <= M, M % group size is 0 or >= D (Megatron's rules)",
            options=(_GROUP_SIZE,),
-           chunks=True),
+           chunks=True, min_chunks=2),
     Family("looped-bfs", looped_bfs,
            "Looped breadth-first (Lamy-Poirier 2023): each chunk's forwards for all microbatches, then backwards",
            "D >= 1, M >= 1, V >= 1", chunks=True),

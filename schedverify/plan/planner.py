@@ -132,15 +132,15 @@ def quantized(profile: StageProfile, memory_limit: int | None) -> tuple[Costs, M
 def family_variants(chunks: Sequence[int] = (2,),
                     families: Sequence[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
     """(family, options) pairs a plan tries: each family once, and a family that takes
-    ``chunks`` once per number of chunks given (with the generator's default, one, too when it
-    allows it)."""
+    ``chunks`` once per number of chunks given, and with one chunk too when it takes one."""
     from ..generators import FAMILIES, family
 
     names = list(FAMILIES) if families is None else [family(n).name for n in families]
     out: list[tuple[str, dict[str, Any]]] = []
     for name in names:
-        if FAMILIES[name].chunks:
-            wanted = sorted({*chunks, *(() if name == "interleaved-1f1b" else (1,))})
+        fam = FAMILIES[name]
+        if fam.chunks:
+            wanted = sorted(v for v in {*chunks, 1} if v >= fam.min_chunks)
             out += [(name, {"chunks": v} if v != 1 else {}) for v in wanted]
         else:
             out.append((name, {}))
