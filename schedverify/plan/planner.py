@@ -72,7 +72,8 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        shown = ", ".join(f"{k}={v}" for k, v in self.options.items())
+        """The family and its options (one chunk, the plain shape, left out)."""
+        shown = ", ".join(f"{k}={v}" for k, v in self.options.items() if (k, v) != ("chunks", 1))
         return f"{self.name} ({shown})" if shown else self.name
 
     @property
@@ -141,7 +142,7 @@ def family_variants(chunks: Sequence[int] = (2,),
         fam = FAMILIES[name]
         if fam.chunks:
             wanted = sorted(v for v in {*chunks, 1} if v >= fam.min_chunks)
-            out += [(name, {"chunks": v} if v != 1 else {}) for v in wanted]
+            out += [(name, {"chunks": v}) for v in wanted]
         else:
             out.append((name, {}))
     return out
