@@ -609,12 +609,14 @@ def test_zb_h1_chunked_dependencies_in_table_indices_are_the_generators(v):
 
 
 def _catalogue(family):
+    """The catalogue's claims about ``family`` alone: a law about the optimum
+    (``optimal_makespan``, proofs/optimum.toml) is judged size by size, never for all sizes."""
     from pathlib import Path
 
     from schedverify.claims.catalogue import load
 
     root = Path(__file__).resolve().parent.parent / "proofs"
-    return [c for c in load([root]) if c.family == family]
+    return [c for c in load([root]) if c.family == family and "optimal_makespan" not in c.text]
 
 
 @pytest.mark.parametrize("claim", _catalogue("zb-h1"), ids=lambda c: c.id)
