@@ -328,7 +328,11 @@ def test_a_wrong_interleaved_bound_or_chain_is_caught():
         return {"t_F": s["t_F"], "t_B": o.If(o.And(p >= 20, k == "F", q == 2 * m - 1), s["t_B"] - 1, s["t_B"])}
 
     chk = prove_certificate(dataclasses.replace(cert, start=low))
-    assert not chk.ok and any("p=20" in o.detail for o in chk.failures())
+    assert not chk.ok
+    # each refuted obligation names a size where the planted error is (Z3 picks which p >= 20;
+    # an obligation the solver could not decide in time on a loaded machine names none)
+    found = [int(x) for o in chk.failures() for x in re.findall(r"\bp=(\d+)", o.detail)]
+    assert found and all(p >= 20 for p in found), [o.detail for o in chk.failures()]
     assert crosscheck(dataclasses.replace(cert, start=low), [(p, 2 * p) for p in range(2, 9)]) == []
     assert crosscheck(dataclasses.replace(cert, start=low), [(20, 40)])
 
