@@ -207,6 +207,8 @@ def test_cli_plan_exit_1_when_nothing_fits(profile_csv, tmp_path):
     (["--device", "H100-SMX"], "did you mean"),
     (["-o", "out.json"], "torchtitan reads a .csv file"),
     (["--families", "1fb1"], "did you mean '1f1b'"),
+    (["--search-time", "nan"], "expected a finite number >= 0"),
+    (["--devices", "0"], "must be at least 1"),
 ])
 def test_cli_plan_bad_input_is_named(profile_csv, argv, message):
     code, _, err = _cli("plan", "--profile", str(profile_csv), "--devices", "4", "--microbatches", "8",
@@ -243,3 +245,11 @@ def test_cli_plan_formulas_print_the_models_expressions_and_values():
     assert code == 0 and "activation = " in out and " bytes" in out
     code, _, err = _cli("plan", "--profile", "x.csv", "--formulas")
     assert code == 2 and "give --model" in err
+
+
+def test_cli_plan_never_writes_onto_its_input(profile_csv):
+    before = profile_csv.read_bytes()
+    code, _, err = _cli("plan", "--profile", str(profile_csv), "--devices", "4", "--microbatches", "8",
+                        "--search-time", "0", "-o", str(profile_csv))
+    assert code == 2 and "is the input file" in err
+    assert profile_csv.read_bytes() == before

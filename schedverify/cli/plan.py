@@ -11,7 +11,7 @@ import json
 
 from ..errors import UsageError
 from . import EXIT_INVALID, EXIT_OK
-from .common import positive_int
+from .common import non_negative_float, positive_int, write_output
 
 
 def _chunks(text: str) -> tuple[int, ...]:
@@ -57,7 +57,7 @@ def register(sub) -> None:
                    help="stages per device to try for the families that take them (default 2)")
     p.add_argument("--families", metavar="NAME[,NAME...]",
                    help="only these families (default: every family)")
-    p.add_argument("--search-time", type=float, default=10.0, metavar="S",
+    p.add_argument("--search-time", type=non_negative_float, default=10.0, metavar="S",
                    help="seconds for the search engine, per shape (loop, and v with 2 chunks); 0 skips it")
     p.add_argument("-o", "--output", metavar="FILE.csv", help="write the winner here, for torchtitan")
     p.add_argument("--formulas", action="store_true",
@@ -76,8 +76,6 @@ def run(args, out, err) -> int:
         return _formulas(args, out)
     if args.devices is None:
         raise UsageError("plan: give the pipeline-parallel degree: --devices P")
-    if args.search_time < 0:
-        raise UsageError(f"--search-time: must be >= 0 seconds, got {args.search_time:g}")
     if args.output is not None and not str(args.output).lower().endswith(".csv"):
         raise UsageError(f"-o {args.output}: torchtitan reads a .csv file; name the output FILE.csv")
     source = from_args(model=args.model, profile=args.profile, trace=args.trace, device=args.device,
@@ -91,7 +89,9 @@ def run(args, out, err) -> int:
                        search_time=args.search_time or None, notes=source.notes)
     written = None
     if args.output and result.winner is not None:
-        torchtitan.export(result.winner, args.output)
+        text, _ = torchtitan.checked_csv(result.winner, args.output)
+        inputs = tuple(x for x in (args.model, args.profile, *(args.trace or ())) if x)
+        write_output(args.output, text, inputs=inputs)  # never onto an input
         written = args.output
     if args.format == "json":
         doc = result.to_json()

@@ -8,28 +8,37 @@ from ..errors import SchedverifyError, UsageError
 from ..model import Schedule
 from .planner import Candidate, quantized
 
-def export(candidate: Candidate, path: str) -> Schedule:
-    """Write ``candidate``'s schedule as the compute-only CSV torchtitan reads, whole or not at
-    all, after checking that the file's content, read back as PyTorch reads it and lowered as
-    PyTorch lowers it, runs under ``torch-nccl``; returns the schedule read back."""
+def checked_csv(candidate: Candidate, where: str = "<csv>") -> tuple[str, Schedule]:
+    """(the compute-only CSV torchtitan reads for ``candidate``, the schedule it reads back as),
+    after checking that the text, read back as PyTorch reads it and lowered as PyTorch lowers
+    it, is the planned schedule and runs under ``torch-nccl``."""
     from ..check import check
-    from ..io import dumps_csv, loads_csv, write_atomic
+    from ..io import dumps_csv, loads_csv
     from ..lowering import torch_lowering
 
     s, profile = candidate.schedule, candidate.profile
     if s is None or profile is None or candidate.placement is None:
         raise UsageError(f"{candidate.label} has no schedule torchtitan can run ({candidate.status})")
     text = dumps_csv(s)
-    back = loads_csv(text, path, devices=s.devices, stages=s.stages, microbatches=s.microbatches,
+    back = loads_csv(text, where, devices=s.devices, stages=s.stages, microbatches=s.microbatches,
                      placement=candidate.placement)
     costs, memory = quantized(profile, None)
     report = check(torch_lowering(back), costs=costs, memory=memory, comm_semantics="torch-nccl")
+
     def actions(order):
         return tuple(tuple(a for a in row if a is not None) for row in order)  # idle slots aside
 
     if not report.is_valid or actions(back.order) != actions(s.order):
-        raise SchedverifyError(f"{path}: the CSV of {candidate.label} does not read back as the schedule "
+        raise SchedverifyError(f"{where}: the CSV of {candidate.label} does not read back as the schedule "
                                "that was planned; nothing was written (a bug: please report it)")
+    return text, back
+
+
+def export(candidate: Candidate, path: str) -> Schedule:
+    """Write :func:`checked_csv` to ``path``, whole or not at all; returns the schedule read back."""
+    from ..io import write_atomic
+
+    text, back = checked_csv(candidate, path)
     write_atomic(path, text)
     return back
 
