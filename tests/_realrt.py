@@ -253,10 +253,12 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
 
 
-def _main(argv) -> int:
+def run_worker(worker, argv) -> int:
+    """A worker process's main: ``worker(tmp, rank)`` from ``argv``; any failure is printed and
+    recorded in ``error<rank>.json`` (its first line, and the cause PyTorch wrapped), exit 1."""
     tmp, rank = Path(argv[1]), int(argv[2])
     try:
-        _worker(tmp, rank)
+        worker(tmp, rank)
     except BaseException as e:  # noqa: BLE001 - any failure is the outcome
         traceback.print_exc()
         line = _first_line(e)
@@ -271,4 +273,4 @@ def _main(argv) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv))
+    sys.exit(run_worker(_worker, sys.argv))

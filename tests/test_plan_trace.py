@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import pytest
@@ -65,21 +64,10 @@ def _worker(tmp: Path, rank: int) -> None:
     dist.destroy_process_group()
 
 
-def _main(argv) -> int:
-    from _realrt import _first_line
-
-    tmp, rank = Path(argv[1]), int(argv[2])
-    try:
-        _worker(tmp, rank)
-    except BaseException as e:  # noqa: BLE001 - any failure is the outcome
-        traceback.print_exc()
-        (tmp / f"error{rank}.json").write_text(json.dumps({"time": time.time(), "line": _first_line(e)}))
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv))
+    from _realrt import run_worker
+
+    sys.exit(run_worker(_worker, sys.argv))
 
 
 # --- the tests ------------------------------------------------------------------------------
