@@ -226,6 +226,18 @@ def test_shipped_proof_records_are_what_the_prover_proves_for_gpipe():
     assert "gpipe/makespan" in fresh and "gpipe/peak_memory(d)" in fresh
 
 
+def test_the_verdict_is_bounded_by_resource_units_not_by_seconds(store):
+    """The all-sizes prover's budget is Z3's resource limit, so a verdict does not depend
+    on how fast the machine is: starved of units (with all the time in the world) a query
+    that proves in a fraction of a second gives UNKNOWN and says why."""
+    from schedverify.claims.allsizes import judge
+
+    claim = Claim("makespan == (m + p - 1)*(t_F + t_B) + 2*(p - 1)*c", "gpipe")
+    assert judge(claim, ALL, store, timeout_s=600).verdict == "PROVED"
+    starved = judge(claim, ALL, store, timeout_s=600, rlimit=1)
+    assert starved.verdict == "UNKNOWN" and "resource limit reached (1 units)" in starved.reason
+
+
 def test_a_proved_form_is_labelled_and_a_changed_one_is_not(monkeypatch):
     from schedverify.formulas import shipped
 

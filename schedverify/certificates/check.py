@@ -240,7 +240,7 @@ def _count_obligations(out, cert, o, p, m, d, i, N):
 NIA_TACTIC_S = 5.0
 
 
-def _nia_solver(z3, timeout_s: float):
+def _nia_solver(z3, timeout_s: float, rlimit: int):
     """Z3's nonlinear integer tactic after the terms are flattened: ``purify-arith`` names
     each ``a div k`` and ``a mod k`` by a fresh integer with its defining bounds, and
     ``elim-term-ite`` lifts the if-then-else terms, so ``qfnia`` sees products of integers
@@ -248,11 +248,17 @@ def _nia_solver(z3, timeout_s: float):
     general solver times out."""
     s = z3.Then("simplify", "purify-arith", "elim-term-ite", "qfnia").solver()
     s.set("timeout", max(1, int(timeout_s * 1000)))
+    if rlimit:
+        s.set("rlimit", int(rlimit))
     return s
 
 
-def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0) -> CertificateCheck:
-    """Every obligation for every size of the domain, by Z3 (one query each)."""
+def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0,
+                      rlimit: int = 0) -> CertificateCheck:
+    """Every obligation for every size of the domain, by Z3 (one query each) with at most
+    ``timeout_s`` seconds and, when > 0, ``rlimit`` resource units each.  With a resource
+    limit the nonlinear tactic gives way to the general solver when it runs out of units,
+    not of seconds, so the outcome does not depend on the machine's speed."""
     from ..smt.solver import make_solver, z3
 
     t0 = time.perf_counter()
@@ -265,13 +271,13 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0) -> Certific
         if isinstance(formula, bool):
             formula = z3.BoolVal(formula)
         if cert.nia_tactic:  # its domain (m % p == 0) is nonlinear: QF_LIA cannot read it
-            s = _nia_solver(z3, min(timeout_s, NIA_TACTIC_S))
+            s = _nia_solver(z3, timeout_s if rlimit else min(timeout_s, NIA_TACTIC_S), rlimit)
         else:
-            s = make_solver(timeout_s=timeout_s, logic="QF_LIA")
+            s = make_solver(timeout_s=timeout_s, logic="QF_LIA", rlimit=rlimit)
         s.add(hyp, z3.Not(formula))
         r = s.check()
         if r == z3.unknown:  # Z3's general solver
-            s = make_solver(timeout_s=timeout_s)
+            s = make_solver(timeout_s=timeout_s, rlimit=rlimit)
             s.add(hyp, z3.Not(formula))
             r = s.check()
         if r == z3.unsat:
@@ -285,7 +291,7 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0) -> Certific
         ob.seconds = time.perf_counter() - t1
         res.obligations.append(ob)
     if cert.cones:
-        res.obligations.extend(_cone_checks(cert, timeout_s))
+        res.obligations.extend(_cone_checks(cert, timeout_s, rlimit))
     res.ok = all(o_.status == "proved" for o_ in res.obligations)
     res.seconds = time.perf_counter() - t0
     return res
@@ -295,7 +301,7 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0) -> Certific
 _SHARED = ("kinds", "pos", "pred", "deps", "in_domain", "count", "last", "critical")
 
 
-def _cone_checks(cert: Certificate, timeout_s: float) -> list[Obligation]:
+def _cone_checks(cert: Certificate, timeout_s: float, rlimit: int) -> list[Obligation]:
     """A certificate by cones: each cone's certificate is about the parent's order and
     actions; its coordinates are an invertible change of the costs in which its
     durations are the parent's; and the cones cover every cost vector > 0 (Z3, reals)."""
@@ -327,7 +333,7 @@ def _cone_checks(cert: Certificate, timeout_s: float) -> list[Obligation]:
         record(f"cone {cone.name}: the durations are the parent's in its coordinates", not bad,
                f"differs for {', '.join(bad)}")
     t1 = time.perf_counter()
-    s = make_solver(timeout_s=timeout_s)
+    s = make_solver(timeout_s=timeout_s, rlimit=rlimit)
     s.add(*[z3.Real(c) > 0 for c in cert.costs])
     from .base import Z3Ops
 

@@ -50,11 +50,20 @@ class AllSizes:
     seconds: float = 0.0
 
 
+#: Z3 resource units per query of the all-sizes prover and per certificate obligation: the
+#: budget that decides a verdict, so that it is the same on every machine (the largest query
+#: that proves a shipped form takes about 9 million; a time limit alone made a slow CI
+#: machine give UNKNOWN where this one proved).  Each call keeps a time limit as well, as a
+#: safety net far above what the resource limit allows here.
+RLIMIT = 15_000_000
+
+
 class CertificateStore:
     """Certificates proved so far in one run (each family's is proved once per run)."""
 
-    def __init__(self, timeout_s: float = 30.0):
+    def __init__(self, timeout_s: float = 120.0, rlimit: int = RLIMIT):
         self.timeout_s = timeout_s
+        self.rlimit = rlimit
         self._done: dict = {}
 
     def options(self, family: str, chunks: int | None = None) -> tuple[list, str]:
@@ -71,7 +80,7 @@ class CertificateStore:
             from ..certificates.check import prove_certificate
 
             for cert in certs:
-                chk = prove_certificate(cert, timeout_s=self.timeout_s)
+                chk = prove_certificate(cert, timeout_s=self.timeout_s, rlimit=self.rlimit)
                 if chk.ok:
                     ok.append((cert, chk))
                 else:
@@ -269,16 +278,11 @@ class _Env:
                 ">=": lambda: a >= b, "<": lambda: a < b, ">": lambda: a > b}[op]()
 
 
-def _fixed_implied(env: _Env, base: list, cert) -> str | None:
+def _fixed_implied(env: _Env, base: list, cert, limits: tuple[float, int]) -> str | None:
     """None when the assumptions fix the certificate's slice, else the missing equality."""
-    z3 = env.z3
-    from ..smt.solver import make_solver
-
     for a, b in cert.fixed:
-        s = make_solver(timeout_s=5)
-        s.add(*base)
-        s.add(env.real(sympy.Symbol(a)) != env.real(sympy.sympify(b)))
-        if s.check() != z3.unsat:
+        if make_check(base, env.real(sympy.Symbol(a)) != env.real(sympy.sympify(b)),
+                      limits) != env.z3.unsat:
             return f"{a} == {b}"
     return None
 
@@ -303,11 +307,13 @@ def chunk_values(domain_text: str, chunky: bool) -> tuple[list[int] | None, str]
     return vals, ""
 
 
-def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s: float = 20.0,
-          v: int = 1) -> AllSizes:
+def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s: float = 120.0,
+          v: int = 1, rlimit: int = RLIMIT) -> AllSizes:
     """The all-sizes verdict of ``claim`` over the sizes ``domain_text`` allows, at ``v``
-    chunks per device (the claim's family's; families without chunks have one)."""
+    chunks per device (the claim's family's; families without chunks have one).  Each Z3
+    query may use ``rlimit`` resource units (deterministic) and ``timeout_s`` seconds."""
     t0 = time.perf_counter()
+    limits = (timeout_s, rlimit)
     out = AllSizes(None, domain_text)
     parsed = parse_claim(claim.text)
     fams = {name: (ref.family or claim.family) for name, ref in parsed.refs.items()}
@@ -339,11 +345,17 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
             base.append(cert.family_domain(env.o, p, m))
     for fam in sorted(every):
         cert = picks[fam]
-        cover = make_check(base, z3.Not(cert.in_domain(env.o, p, m)))
-        if cover != z3.unsat:
-            out.reason = f"the domain is not inside the certificate's ({cert.domain})"
+        cover, why = _query(base + [z3.Not(cert.in_domain(env.o, p, m))], limits)
+        if cover != "unsat":
+            if cover == "unknown":
+                out.verdict = UNKNOWN
+                why = f"Z3 did not decide whether the domain is inside the certificate's: {why}"
+            else:
+                why = f"the domain is not inside the certificate's ({cert.domain})"
+            out.reason = why
+            out.seconds = time.perf_counter() - t0
             return out
-    if _query(base, timeout_s)[0] == "unsat":
+    if _query(base, limits)[0] == "unsat":
         out.verdict = UNKNOWN
         out.reason = "no size in the domain is allowed by the assumptions"
         out.seconds = time.perf_counter() - t0
@@ -355,11 +367,11 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
                           f"but no timing yet")
             out.seconds = time.perf_counter() - t0
             return out
-        fitting = [c for c, _ in opts[fam] if c.timing and not _fixed_implied(env, base, c)]
+        fitting = [c for c, _ in opts[fam] if c.timing and not _fixed_implied(env, base, c, limits)]
         if not fitting:
             c = next(c for c, _ in opts[fam] if c.timing)
             out.reason = (f"the certificate of {fam} gives its timing on the slice {c.slice_text()}; "
-                          f"the assumptions do not fix {_fixed_implied(env, base, c)}")
+                          f"the assumptions do not fix {_fixed_implied(env, base, c, limits)}")
             out.seconds = time.perf_counter() - t0
             return out
         picks[fam] = fitting[0]
@@ -376,7 +388,7 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
     lhs, rhs = parsed.lhs.xreplace(vsub), parsed.rhs.xreplace(vsub)
     goal = env.rel(None, parsed.op, lhs, rhs)
     for side in env.side:  # as the finite prover, a device index out of range is an error
-        st, mo = _query(base + [z3.Not(side)], timeout_s)
+        st, mo = _query(base + [z3.Not(side)], limits)
         if st != "unsat":
             at = "" if mo is None or st != "sat" else " (e.g. at " + ", ".join(
                 f"{k}={_val(mo, env.size[k])}" for k in ("p", "m")) + ")"
@@ -384,46 +396,49 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
                              f"domain{at}; narrow the domain")
     base += env.side
     out.forms = forms(claim, every, picks)
-    status, model = _query(base + [z3.Not(goal)], timeout_s)
+    status, model = _query(base + [z3.Not(goal)], limits)
     if status == "unsat":
         out.verdict = PROVED
     elif status == "unknown":
         out.verdict = UNKNOWN
         out.reason = f"Z3: {model}"
     else:
-        _smallest(out, claim, env, base, goal, model, timeout_s, uses_d, v)
+        _smallest(out, claim, env, base, goal, model, limits, uses_d, v)
     out.seconds = time.perf_counter() - t0
     return out
 
 
-def make_check(constraints, extra):
+def make_check(constraints, extra, limits: tuple[float, int]):
     from ..smt.solver import make_solver
 
-    s = make_solver(timeout_s=10)
+    s = make_solver(timeout_s=limits[0], rlimit=limits[1])
     s.add(*constraints)
     s.add(extra)
     return s.check()
 
 
-def _query(constraints, timeout_s):
+def _query(constraints, limits: tuple[float, int]):
     z3 = _z3()
     from ..smt.solver import make_solver
 
-    s = make_solver(timeout_s=timeout_s)
+    s = make_solver(timeout_s=limits[0], rlimit=limits[1])
     s.add(*constraints)
     r = s.check()
     if r == z3.unsat:
         return "unsat", None
     if r == z3.sat:
         return "sat", s.model()
-    return "unknown", s.reason_unknown()
+    why = s.reason_unknown()
+    if limits[1] and why in ("canceled", "max. resource limit exceeded"):  # Z3 says either
+        why = f"resource limit reached ({limits[1]:,} units)"
+    return "unknown", why
 
 
 def _val(model, v) -> int:
     return model.eval(v, model_completion=True).as_long()
 
 
-def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, timeout_s, uses_d, v):
+def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, limits, uses_d, v):
     """Lexicographically smallest (p, m[, d]) counterexample, confirmed by simulation."""
     z3 = env.z3
     p, m, d = env.size["p"], env.size["m"], env.size["d"]
@@ -439,7 +454,7 @@ def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, timeout
         hi = best[name]
         while lo < hi:
             mid = (lo + hi) // 2
-            st, mo = _query(fail + fixed + [var <= mid], timeout_s)
+            st, mo = _query(fail + fixed + [var <= mid], limits)
             if st == "sat":
                 hi = _val(mo, var)
                 best.update({k: _val(mo, env.size[k]) for k in best})
@@ -465,7 +480,7 @@ def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, timeout
     if uses_d:
         dom += f",d={best['d']}..{best['d']}"
     sim = finite(Claim(claim.text, claim.family, claim.assume, dom, claim.source, claim.id),
-                 timeout_s=timeout_s, all_sizes=False)
+                 timeout_s=limits[0], all_sizes=False)
     if sim.verdict == REFUTED:
         out.verdict = REFUTED
         out.counterexample = sim.counterexample
