@@ -25,8 +25,13 @@ def has_chunks(name: str) -> bool:
     return bool(getattr(family(name), "chunks", False))
 
 
+@lru_cache(maxsize=1024)
 def build(name: str, p: int, m: int, v: int | None = None):
-    """The family's schedule at (p, m[, v]); UnsupportedSize when the family refuses them."""
+    """The family's schedule at (p, m[, v]); UnsupportedSize when the family refuses them.
+
+    Cached like the metrics below (a Schedule is immutable): the metrics of one size under
+    several cost slices, and the claims of one family, share one generation (the V-shaped
+    families' generators are the slow part of ``prove proofs/``)."""
     fam = family(name)
     if has_chunks(name):
         return fam(p, m, chunks=1 if v is None else v)

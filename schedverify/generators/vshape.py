@@ -183,23 +183,28 @@ def _put_w(lists: list[list[int]], split: bool) -> list[list[int]]:
 
 def _peak(lists: list[list[int]]) -> int:
     """Activations in flight at the peak (F and f add one, W frees one).  Without W lists,
-    each free slot runs one owed W, as the building block does."""
+    each free slot runs one owed W, as the building block does.
+
+    Slot by slot from slot 0; a run of free slots is taken at once (it only frees owed
+    activations, so the peak is reached at a pass)."""
     has_w = len(lists) > _TYPES
-    slots = _slots(lists)
     cur = peak = owed = 0
-    for x in range(max(slots) + 1):
-        t = slots.get(x)
-        if t is None:
-            if not has_w and owed:
-                cur -= 1
-                owed -= 1
-        elif t <= 1:
+    prev = -1
+    for x, t in sorted((x, t) for t, times in enumerate(lists) for x in times):
+        assert x != prev, f"two passes in slot {x}"
+        if owed and not has_w:
+            run = min(x - prev - 1, owed)
+            cur -= run
+            owed -= run
+        if t <= 1:
             cur += 1
+            if cur > peak:
+                peak = cur
         elif t <= 3:
             owed += 1
         else:
             cur -= 1
-        peak = max(peak, cur)
+        prev = x
     return peak
 
 
