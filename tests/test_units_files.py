@@ -74,6 +74,23 @@ def test_options_with_units_are_converted_to_the_files(tmp_path):
     assert _cli("check", str(path), "--memory-limit", str(20 * 2**30) + "B")[0] == 0
 
 
+def test_a_share_of_a_named_devices_memory(tmp_path):
+    """--memory-limit N% is N% of --device's memory (H100-SXM: 80 GiB), in the file's units;
+    device 0's peak is 20 GiB: 25% fits, 24% does not."""
+    path = str(_with_units(tmp_path, {"time": "ms", "memory": "GiB"}))
+    assert _cli("check", path, "--memory-limit", "25%", "--device", "H100")[0] == 0
+    code, out, _ = _cli("check", path, "--memory-limit", "24%", "--device", "h100_sxm", "--format", "json")
+    assert code == 1 and [v["code"] for v in json.loads(out)["violations"]] == ["SV601"]
+    code, _, err = _cli("check", path, "--memory-limit", "24%")
+    assert code == 2 and "24%" in err and "--device" in err
+    code, _, err = _cli("check", path, "--memory-limit", "24%", "--device", "H1000")
+    assert code == 2 and "unknown device 'H1000'" in err and "did you mean" in err
+    code, _, err = _cli("check", path, "--memory-limit", "101%", "--device", "H100")
+    assert code == 2 and "at most 100%" in err
+    code, _, err = _cli("check", EXAMPLE, "--memory-limit", "25%", "--device", "H100")
+    assert code == 2 and "abstract units" in err and "25% of H100-SXM" in err
+
+
 def test_a_unit_on_an_abstract_file_is_refused_with_the_reason():
     code, _, err = _cli("check", EXAMPLE, "--memory-limit", "20GiB")
     assert code == 2

@@ -87,14 +87,14 @@ class WithUnit:
     """An option value written with a unit (``1.5ms``, ``80GiB``): kept in seconds or bytes
     until the schedule it applies to says what its own numbers are in."""
 
-    base: float  # seconds, or bytes
+    base: float  # seconds, or bytes (0 for a share, resolved against --device)
     text: str
-    dimension: str  # "time" or "memory"
+    dimension: str  # "time", "memory", or "share" (``75%`` of the named device's memory)
 
 
 def _with_unit(where: str, text: str, dimension: str) -> float | WithUnit:
-    """A plain number (the schedule's own units), or a :class:`WithUnit`; ``%`` needs a device
-    and is not taken here."""
+    """A plain number (the schedule's own units), or a :class:`WithUnit`; a memory share
+    (``75%``) is checked here and resolved against ``--device`` (:func:`in_schedule_units`)."""
     try:
         return _non_negative(where, text)
     except UsageError:
@@ -102,6 +102,9 @@ def _with_unit(where: str, text: str, dimension: str) -> float | WithUnit:
             raise
     if dimension == "time":
         return WithUnit(parse_time(text, where), text, dimension)
+    if text.strip().endswith("%"):
+        parse_bytes(text, where, device_memory=100)  # a share: between 0% and 100%
+        return WithUnit(0.0, text.strip(), "share")
     return WithUnit(parse_bytes(text, where), text, dimension)
 
 
@@ -114,6 +117,8 @@ def in_schedule_units(args, schedule: Schedule, source: str) -> tuple[dict | Non
     def convert(where: str, v):
         if not isinstance(v, WithUnit):
             return v
+        if v.dimension == "share":
+            v = _share_of_device(where, v, getattr(args, "device", None))
         factor = None if units is None else (units.time_factor if v.dimension == "time"
                                              else units.memory_factor)
         if factor is None:
@@ -132,6 +137,18 @@ def in_schedule_units(args, schedule: Schedule, source: str) -> tuple[dict | Non
     return costs, (None if limit is None else convert("--memory-limit", limit))
 
 
+def _share_of_device(where: str, v: WithUnit, name: str | None) -> WithUnit:
+    """``75%`` of the named device's memory, in bytes."""
+    if name is None:
+        raise UsageError(f"{where} {v.text} is a share of a device's memory: name the device "
+                         f"(--device H100-SXM, A100-80GB, ...) or give the size itself (80GiB)")
+    from ..plan.hardware import device
+
+    hw = device(name)
+    return WithUnit(parse_bytes(v.text, where, device_memory=hw.memory), f"{v.text} of {hw.name}",
+                    "memory")
+
+
 def add_cost_options(p: argparse.ArgumentParser, *, runtime_only: bool = False) -> None:
     """--costs, --memory-limit, --comm-semantics and the --nccl-* options; ``runtime_only``:
     only PyTorch's runtime semantics, torch-nccl by default (for ``lower``)."""
@@ -140,8 +157,12 @@ def add_cost_options(p: argparse.ArgumentParser, *, runtime_only: bool = False) 
                         "written a:b:c; comm is the latency of every cross-device dependency")
     p.add_argument("--memory-limit", type=_memory_limit_arg, metavar="L",
                    help="peak memory allowed on every device (docs/spec.md 5): a number in the "
-                        "file's memory units (activation units when it has none), or bytes with "
-                        "a unit (80GiB, 75GB) for a file whose memory has units")
+                        "file's memory units (activation units when it has none), or, for a file "
+                        "whose memory has units, bytes with a unit (80GiB, 75GB) or a share of "
+                        "--device's memory (90%%)")
+    p.add_argument("--device", metavar="NAME",
+                   help="the accelerator (H100-SXM, A100-80GB, MI300X, ...) whose memory a "
+                        "--memory-limit N%% is a share of")
     if runtime_only:
         p.add_argument("--comm-semantics", choices=("torch", "torch-nccl"), default="torch-nccl",
                        help="the runtime the lowering must run on (docs/spec.md 8): torch (PyTorch "
