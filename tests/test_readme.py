@@ -1,0 +1,75 @@
+"""The README's transcripts are what the commands print today.
+
+Every fenced block of README.md that starts with ``$ schedverify`` is replayed: each
+``$ schedverify ...`` line is run in process (in a scratch directory holding a copy of
+``examples/``, so that files the README writes land there), and the lines under it up to the
+next command are its expected output, stdout then stderr or stderr then stdout.  A line that
+is only ``...`` stands for any number of lines; ``[exit N]`` is the exit code.  A command
+piped into another is left out (the shell is not replayed), and so is ``plan``, whose table
+depends on how far the search gets in its time limit (tests/test_plan.py checks it).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from schedverify.cli import run
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+SKIPPED = ("plan",)
+
+
+def _blocks() -> list[tuple[int, list[tuple[str, list[str]]]]]:
+    """(README line, [(command, expected lines), ...]) per block, replayable commands only."""
+    text = README.read_text(encoding="utf-8")
+    out = []
+    for block in re.finditer(r"^```\n(\$ schedverify .*?)^```", text, re.S | re.M):
+        first = text.count("\n", 0, block.start(1)) + 1
+        lines = block.group(1).splitlines()
+        starts = [k for k, line in enumerate(lines) if line.startswith("$ schedverify ")]
+        commands = []
+        for k, nxt in zip(starts, starts[1:] + [len(lines)]):
+            argv = shlex.split(lines[k][2:])
+            if "|" not in argv and argv[1] not in SKIPPED:
+                commands.append((lines[k][2:], lines[k + 1:nxt]))
+        if commands:
+            out.append((first, commands))
+    return out
+
+
+def _matches(expected: list[str], got: list[str]) -> bool:
+    """``expected`` with each ``...`` line standing for any run of lines equals ``got``."""
+    pattern = "".join(r"(?:[^\n]*\n)*?" if line.strip() == "..." else re.escape(line) + r"\n"
+                      for line in expected)
+    return re.fullmatch(pattern, "".join(line + "\n" for line in got)) is not None
+
+
+BLOCKS = _blocks()
+
+
+def test_the_readme_has_transcripts():
+    assert sum(len(c) for _, c in BLOCKS) >= 20, BLOCKS
+
+
+@pytest.mark.parametrize("line, commands", BLOCKS, ids=[f"README:{n}" for n, _ in BLOCKS])
+def test_a_readme_transcript_is_what_the_commands_print(line, commands, tmp_path, monkeypatch):
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    for command, expected in commands:  # in order: a command may read what one before wrote
+        out, err = io.StringIO(), io.StringIO()
+        code = run(shlex.split(command)[1:], out, err)
+        want = [x for x in expected if not x.startswith("[exit ")]
+        exits = [x for x in expected if x.startswith("[exit ")]
+        printed = (out.getvalue(), err.getvalue())
+        assert (_matches(want, "".join(printed).splitlines())
+                or _matches(want, "".join(printed[::-1]).splitlines())), (
+            f"README.md block at line {line}: {command}\n--- README\n" + "\n".join(want)
+            + "\n--- today\n" + "".join(printed))
+        assert exits in ([], [f"[exit {code}]"]), f"README.md block at line {line}: {command} exits {code}"
