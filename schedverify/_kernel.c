@@ -17,6 +17,10 @@
  *   memory_plain       cost/memory.py memory_sweep        peaks per device
  *   critical_path_plain cost/timeline.py critical_path    the path's action indices
  *   format_plain       model.py Action.__str__            the path's action names
+ *   parse_rows         io/actions.py parse_rows           plain rows -> grammar.PlainRows columns
+ *   rows_of            grammar.py PlainRows.rows          those columns -> rows of Actions
+ *   compile_columns    graph.py _reference                compile_plain over those columns
+ *   format_columns     grammar.py PlainRows.name          format_plain over those columns
  *
  * .ci/sanitize runs the tests that drive these under ASan and UBSan.
  *
@@ -394,6 +398,199 @@ DEFINE_LIST_OF(list_of_ints, long long)
 DEFINE_LIST_OF(list_of_int32, int32_t)
 DEFINE_LIST_OF(list_of_int8, int8_t)
 
+/* ------------------------------------------------------------------ parse_rows, rows_of */
+
+/* parse_rows(rows, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None
+ *
+ * Every cell of every row (a list of lists of str) read as parse_row reads one, into the
+ * columns of grammar.PlainRows: ``codes`` (bytes, one per action: its kind's index in
+ * ``kinds``), ``stages`` and ``mbs`` (bytes of native int64, one per action), ``lengths``
+ * (a tuple: the actions of each row), and the largest stage and microbatch (-1 when there is no
+ * action).  No Action is built: the schedule makes them when its
+ * order is first read (model.Schedule).  None when any cell is not plain; the caller then
+ * parses row by row, and parse_action says what is wrong. */
+static PyObject *
+k_parse_rows(PyObject *self, PyObject *args)
+{
+    PyObject *rows, *kinds;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &rows, &PyTuple_Type, &kinds))
+        return NULL;
+    int nkinds = (int)PyTuple_GET_SIZE(kinds);
+    if (nkinds > 16) {
+        PyErr_SetString(PyExc_ValueError, "parse_rows: at most 16 kinds");
+        return NULL;
+    }
+    const char *kind_text[16];
+    Py_ssize_t kind_len[16];
+    for (int c = 0; c < nkinds; c++) {
+        PyObject *k = PyTuple_GET_ITEM(kinds, c);
+        if (!PyUnicode_CheckExact(k)) {
+            PyErr_SetString(PyExc_TypeError, "parse_rows: the kinds must be str");
+            return NULL;
+        }
+        kind_text[c] = PyUnicode_AsUTF8AndSize(k, &kind_len[c]);
+        if (kind_text[c] == NULL)
+            return NULL;
+    }
+    Py_ssize_t D = PyList_GET_SIZE(rows), n = 0;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        PyObject *row = PyList_GET_ITEM(rows, d);
+        if (!PyList_Check(row))
+            Py_RETURN_NONE;
+        n += PyList_GET_SIZE(row); /* each list is in memory: the sum fits */
+    }
+    if (n > PY_SSIZE_T_MAX / 8)
+        Py_RETURN_NONE;
+    PyObject *codes = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *stages = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *mbs = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *lengths = PyTuple_New(D);
+    PyObject *result = NULL;
+    if (!codes || !stages || !mbs || !lengths)
+        goto done;
+    char *code_out = PyBytes_AS_STRING(codes);
+    long long *stage_out = (long long *)PyBytes_AS_STRING(stages);
+    long long *mb_out = (long long *)PyBytes_AS_STRING(mbs);
+    Py_ssize_t i = 0;
+    long long top_stage = -1, top_mb = -1;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        PyObject *row = PyList_GET_ITEM(rows, d);
+        Py_ssize_t len = PyList_GET_SIZE(row);
+        if (i + len > n) /* a row grew since it was counted: not a case to handle */
+            goto not_plain;
+        for (Py_ssize_t p = 0; p < len; p++, i++) {
+            PyObject *cell = PyList_GET_ITEM(row, p);
+            if (!PyUnicode_Check(cell) || !PyUnicode_IS_ASCII(cell))
+                goto not_plain;
+            int c = parse_cell((const char *)PyUnicode_1BYTE_DATA(cell), PyUnicode_GET_LENGTH(cell),
+                               kind_text, kind_len, nkinds, &stage_out[i], &mb_out[i]);
+            if (c < 0)
+                goto not_plain;
+            code_out[i] = (char)c;
+            if (stage_out[i] > top_stage)
+                top_stage = stage_out[i];
+            if (mb_out[i] > top_mb)
+                top_mb = mb_out[i];
+        }
+        PyObject *l = PyLong_FromSsize_t(len);
+        if (l == NULL)
+            goto done;
+        PyTuple_SET_ITEM(lengths, d, l);
+    }
+    if (i != n)
+        goto not_plain;
+    result = Py_BuildValue("(OOOOLL)", codes, stages, mbs, lengths, top_stage, top_mb);
+    goto done;
+not_plain:
+    result = declined();
+done:
+    Py_XDECREF(codes);
+    Py_XDECREF(stages);
+    Py_XDECREF(mbs);
+    Py_XDECREF(lengths);
+    return result;
+}
+
+/* The columns of grammar.PlainRows, checked: n actions, codes below ncodes, one int64 stage
+ * and microbatch each (in native byte order, as parse_rows writes them), non-negative
+ * lengths summing to n.  0 with ValueError/TypeError set otherwise. */
+typedef struct {
+    const unsigned char *code;
+    const long long *stage, *mb;
+    Py_ssize_t n, D;
+    PyObject *lengths;
+} columns_t;
+
+static int
+read_columns(PyObject *codes, PyObject *stages, PyObject *mbs, PyObject *lengths, int ncodes,
+             columns_t *out, const char *what)
+{
+    if (!PyBytes_CheckExact(codes) || !PyBytes_CheckExact(stages) || !PyBytes_CheckExact(mbs) ||
+        !PyTuple_CheckExact(lengths)) {
+        PyErr_Format(PyExc_TypeError, "%s: the columns are three bytes and a tuple", what);
+        return 0;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(codes);
+    if (PyBytes_GET_SIZE(stages) != 8 * n || PyBytes_GET_SIZE(mbs) != 8 * n) {
+        PyErr_Format(PyExc_ValueError, "%s: one int64 stage and microbatch per code", what);
+        return 0;
+    }
+    Py_ssize_t total = 0, D = PyTuple_GET_SIZE(lengths);
+    for (Py_ssize_t d = 0; d < D; d++) {
+        int ok = 1;
+        long long len = exact_int(PyTuple_GET_ITEM(lengths, d), &ok);
+        if (!ok || len < 0 || len > n - total) {
+            PyErr_Format(PyExc_ValueError, "%s: the lengths must be ints >= 0 summing to the codes", what);
+            return 0;
+        }
+        total += (Py_ssize_t)len;
+    }
+    const unsigned char *code = (const unsigned char *)PyBytes_AS_STRING(codes);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (code[i] >= ncodes) {
+            PyErr_Format(PyExc_ValueError, "%s: a code is not the index of a kind", what);
+            return 0;
+        }
+    if (total != n) {
+        PyErr_Format(PyExc_ValueError, "%s: the lengths must sum to the number of codes", what);
+        return 0;
+    }
+    out->code = code;
+    out->stage = (const long long *)PyBytes_AS_STRING(stages);
+    out->mb = (const long long *)PyBytes_AS_STRING(mbs);
+    out->n = n;
+    out->D = D;
+    out->lengths = lengths;
+    return 1;
+}
+
+/* rows_of(codes, stages, mbs, lengths, action_type, kinds) -> tuple of tuples of Actions:
+ * the rows the columns stand for (what parse_row gives for each row, as tuples). */
+static PyObject *
+k_rows_of(PyObject *self, PyObject *args)
+{
+    PyObject *codes, *stages, *mbs, *lengths, *kinds;
+    PyTypeObject *type;
+    if (!PyArg_ParseTuple(args, "OOOOO!O!", &codes, &stages, &mbs, &lengths, &PyType_Type, &type,
+                          &PyTuple_Type, &kinds))
+        return NULL;
+    if (!PyType_IsSubtype(type, &PyTuple_Type) || type->tp_basicsize != PyTuple_Type.tp_basicsize ||
+        type->tp_itemsize != PyTuple_Type.tp_itemsize || type->tp_dictoffset != 0) {
+        PyErr_SetString(PyExc_TypeError, "rows_of: the action type must be a tuple subclass "
+                                         "with a tuple's layout (a NamedTuple)");
+        return NULL;
+    }
+    columns_t c;
+    if (!read_columns(codes, stages, mbs, lengths, (int)PyTuple_GET_SIZE(kinds), &c, "rows_of"))
+        return NULL;
+    PyObject *out = PyTuple_New(c.D);
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t i = 0;
+    for (Py_ssize_t d = 0; d < c.D; d++) {
+        Py_ssize_t len = (Py_ssize_t)PyLong_AsSsize_t(PyTuple_GET_ITEM(c.lengths, d));
+        PyObject *row = PyTuple_New(len);
+        if (row == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(out, d, row);
+        for (Py_ssize_t p = 0; p < len; p++, i++) {
+            PyObject *s = index_object(c.stage[i]);
+            PyObject *m = s ? index_object(c.mb[i]) : NULL;
+            PyObject *a = m ? new_action(type, s, PyTuple_GET_ITEM(kinds, c.code[i]), m) : NULL;
+            if (a == NULL) {
+                Py_XDECREF(s);
+                Py_XDECREF(m);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(row, p, a);
+        }
+    }
+    return out;
+fail:
+    Py_DECREF(out); /* unset slots are NULL, which tuple dealloc skips */
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ compile_plain */
 
 #define NCODES 8  /* graph.KIND_CODE: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B */
@@ -433,15 +630,9 @@ typedef struct {
  * stage, explicit), or None when the schedule is not such a case (also when its declared sizes
  * are so much larger than its action count that a dense table would waste memory). */
 static PyObject *
-k_compile_plain(PyObject *self, PyObject *args)
+compile_core(PyObject *order, const columns_t *cols, long long S, long long M, PyObject *routes,
+             PyObject *mroute, PyObject *needs_o, PyObject *match_o, PyObject *kinds, int allow_comm)
 {
-    PyObject *order, *routes, *mroute, *needs_o, *match_o, *kinds;
-    long long S, M;
-    int allow_comm;
-    if (!PyArg_ParseTuple(args, "O!LLO!OO!O!O!p", &PyTuple_Type, &order, &S, &M, &PyTuple_Type,
-                          &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type, &match_o,
-                          &PyTuple_Type, &kinds, &allow_comm))
-        return NULL;
     if (PyTuple_GET_SIZE(kinds) != NCODES || PyTuple_GET_SIZE(needs_o) != NCODES ||
         PyTuple_GET_SIZE(match_o) != NCODES || S <= 0 || M <= 0) {
         PyErr_SetString(PyExc_ValueError, "compile_plain: bad arguments");
@@ -496,8 +687,8 @@ k_compile_plain(PyObject *self, PyObject *args)
         return NULL;
     }
 
-    Py_ssize_t D = PyTuple_GET_SIZE(order), n = 0;
-    for (Py_ssize_t d = 0; d < D; d++) {
+    Py_ssize_t D = order ? PyTuple_GET_SIZE(order) : cols->D, n = order ? 0 : cols->n;
+    for (Py_ssize_t d = 0; order && d < D; d++) {
         PyObject *row = PyTuple_GET_ITEM(order, d);
         if (!PyTuple_Check(row))
             Py_RETURN_NONE;
@@ -556,12 +747,35 @@ k_compile_plain(PyObject *self, PyObject *args)
         !(mbs = scratch_array(&sc, n, sizeof(long long), 0)) ||
         !(pos = scratch_array(&sc, n, sizeof(long long), 0)) ||
         !(devs = scratch_array(&sc, n, sizeof(int32_t), 0)) ||
-        !(starts = scratch_array(&sc, D, sizeof(long long), 0)) || !(acts = PyList_New(n)))
+        !(starts = scratch_array(&sc, D, sizeof(long long), 0)) || (order && !(acts = PyList_New(n))))
         goto fail;
 
     long long counts[NCODES] = {0};
     Py_ssize_t i = 0;
-    for (Py_ssize_t d = 0; d < D; d++) {
+    if (cols) { /* the columns of grammar.PlainRows: plain actions, no idle slot */
+        for (Py_ssize_t d = 0; d < D; d++) {
+            starts[d] = i;
+            Py_ssize_t len = PyLong_AsSsize_t(PyTuple_GET_ITEM(cols->lengths, d));
+            for (Py_ssize_t p = 0; p < len; p++, i++) {
+                int c = cols->code[i];
+                long long s = cols->stage[i], m = cols->mb[i];
+                if (c >= 4) {
+                    if (!allow_comm)
+                        goto not_plain;
+                    explicit = 1;
+                }
+                if (s < 0 || s >= S || m < 0 || m >= M || route_dev[(mr ? mr[m] : 0) * S + s] != d)
+                    goto not_plain;
+                code[i] = (int8_t)c;
+                stage[i] = s;
+                mbs[i] = m;
+                pos[i] = p;
+                devs[i] = (int32_t)d;
+                counts[c]++;
+            }
+        }
+    }
+    for (Py_ssize_t d = 0; order && d < D; d++) {
         PyObject *row = PyTuple_GET_ITEM(order, d);
         starts[d] = i;
         for (Py_ssize_t p = 0; p < PyTuple_GET_SIZE(row); p++) {
@@ -692,8 +906,8 @@ k_compile_plain(PyObject *self, PyObject *args)
             PyList_SET_ITEM(inv_l, k, pair);
         }
         if (dev_l && pos_l && starts_l && wait_l && counts_l && inv_l && code_l && stage_l) {
-            result = Py_BuildValue("(OOOOOOOOOO)", acts, dev_l, pos_l, starts_l, wait_l, counts_l,
-                                   inv_l, code_l, stage_l, explicit ? Py_True : Py_False);
+            result = Py_BuildValue("(OOOOOOOOOO)", acts ? acts : Py_None, dev_l, pos_l, starts_l, wait_l,
+                                   counts_l, inv_l, code_l, stage_l, explicit ? Py_True : Py_False);
         }
         Py_XDECREF(dev_l);
         Py_XDECREF(pos_l);
@@ -717,6 +931,39 @@ done:
     scratch_free(&sc);
     PyMem_Free(inv); /* grown with PyMem_Realloc, so not a scratch array */
     return result;
+}
+
+static PyObject *
+k_compile_plain(PyObject *self, PyObject *args)
+{
+    PyObject *order, *routes, *mroute, *needs_o, *match_o, *kinds;
+    long long S, M;
+    int allow_comm;
+    if (!PyArg_ParseTuple(args, "O!LLO!OO!O!O!p", &PyTuple_Type, &order, &S, &M, &PyTuple_Type,
+                          &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type, &match_o,
+                          &PyTuple_Type, &kinds, &allow_comm))
+        return NULL;
+    return compile_core(order, NULL, S, M, routes, mroute, needs_o, match_o, kinds, allow_comm);
+}
+
+/* compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, kinds,
+ * allow_comm): compile_plain over the columns of grammar.PlainRows (codes in graph.KIND_CODE
+ * order) instead of rows of Actions; the same result with None for acts (Graph builds them
+ * from the schedule's order when it is first asked for them). */
+static PyObject *
+k_compile_columns(PyObject *self, PyObject *args)
+{
+    PyObject *codes, *stages, *mbs, *lengths, *routes, *mroute, *needs_o, *match_o, *kinds;
+    long long S, M;
+    int allow_comm;
+    if (!PyArg_ParseTuple(args, "OOOOLLO!OO!O!O!p", &codes, &stages, &mbs, &lengths, &S, &M,
+                          &PyTuple_Type, &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type,
+                          &match_o, &PyTuple_Type, &kinds, &allow_comm))
+        return NULL;
+    columns_t cols;
+    if (!read_columns(codes, stages, mbs, lengths, NCODES, &cols, "compile_columns"))
+        return NULL;
+    return compile_core(NULL, &cols, S, M, routes, mroute, needs_o, match_o, kinds, allow_comm);
 }
 
 /* ------------------------------------------------------------------ sweep_plain */
@@ -1187,11 +1434,73 @@ fail:
     return NULL;
 }
 
+/* format_columns(codes, stages, mbs, lengths, indices, kinds) -> list[str]: the str() of the
+ * actions at ``indices`` of the columns of grammar.PlainRows, as format_plain gives them. */
+static PyObject *
+k_format_columns(PyObject *self, PyObject *args)
+{
+    PyObject *codes, *stages, *mbs, *lengths, *indices, *kinds;
+    if (!PyArg_ParseTuple(args, "OOOOO!O!", &codes, &stages, &mbs, &lengths, &PyList_Type, &indices,
+                          &PyTuple_Type, &kinds))
+        return NULL;
+    Py_ssize_t nkinds = PyTuple_GET_SIZE(kinds);
+    for (Py_ssize_t c = 0; c < nkinds; c++) {
+        PyObject *k = PyTuple_GET_ITEM(kinds, c);
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_IS_ASCII(k) || PyUnicode_GET_LENGTH(k) > 32) {
+            PyErr_SetString(PyExc_TypeError, "format_columns: the kinds must be ASCII str");
+            return NULL;
+        }
+    }
+    columns_t col;
+    if (!read_columns(codes, stages, mbs, lengths, (int)nkinds, &col, "format_columns"))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(indices);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int ok = 1;
+        long long i = exact_int(PyList_GET_ITEM(indices, k), &ok);
+        if (!ok || i < 0 || i >= col.n) {
+            PyErr_SetString(ok || PyLong_Check(PyList_GET_ITEM(indices, k)) ? PyExc_IndexError : PyExc_TypeError,
+                            "format_columns: an index is not an index of the columns");
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *kind = PyTuple_GET_ITEM(kinds, col.code[i]);
+        if (col.stage[i] < 0 || col.mb[i] < 0) { /* parse_rows writes none: not a case */
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        char buf[96]; /* 19 digits + 32 + 19 */
+        Py_ssize_t len = put_int(buf, col.stage[i]);
+        memcpy(buf + len, PyUnicode_1BYTE_DATA(kind), (size_t)PyUnicode_GET_LENGTH(kind));
+        len += PyUnicode_GET_LENGTH(kind);
+        len += put_int(buf + len, col.mb[i]);
+        PyObject *text = PyUnicode_FromStringAndSize(buf, len);
+        if (text == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k, text);
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
     {"parse_row", k_parse_row, METH_VARARGS,
      "parse_row(cells, action_type, kinds) -> list | None: plain action strings to Actions."},
+    {"parse_rows", k_parse_rows, METH_VARARGS,
+     "parse_rows(rows, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None."},
+    {"rows_of", k_rows_of, METH_VARARGS,
+     "rows_of(codes, stages, mbs, lengths, action_type, kinds) -> tuple: the columns' rows of Actions."},
+    {"compile_columns", k_compile_columns, METH_VARARGS,
+     "compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, kinds, "
+     "allow_comm) -> tuple | None."},
+    {"format_columns", k_format_columns, METH_VARARGS,
+     "format_columns(codes, stages, mbs, lengths, indices, kinds) -> list[str] | None."},
     {"compile_plain", k_compile_plain, METH_VARARGS,
      "compile_plain(order, S, M, routes, mroute, needs, match, kinds, allow_comm) -> tuple | None."},
     {"sweep_plain", k_sweep_plain, METH_VARARGS,

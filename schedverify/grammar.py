@@ -3,7 +3,9 @@ kinds (``_ComputationType``'s values), :class:`Action`, and the text ``2F5``, ``
 ``1REDUCE_GRAD``, ``(0F3;0B1)OVERLAP_F_B`` read and written (docs/spec.md section 2).
 
 Stricter than PyTorch's ``_Action.from_str`` (which accepts ``0F1junk``): the whole text must
-parse.  Nothing here imports the rest of schedverify except its errors, so the data model
+parse.  :class:`PlainRows` holds rows of plain actions as columns, before any Action is
+built.  Nothing here imports the rest of schedverify except its errors, the kernel's door and
+the lazy field, so the data model
 (:mod:`schedverify.model`) and the file readers (:mod:`schedverify.io`) both build on it.
 ``Action`` is a NamedTuple rather than a dataclass because a realistic schedule holds
 millions of them and a tuple is several times cheaper to build and to hash.
@@ -12,9 +14,13 @@ millions of them and a tuple is several times cheaper to build and to hash.
 from __future__ import annotations
 
 import re
+from array import array
+from dataclasses import dataclass
 from typing import NamedTuple
 
+from . import _accel
 from .errors import ActionSyntaxError
+from .lazy import Later
 
 # Action kinds (PyTorch's ``_ComputationType`` values).  Plain interned strings, so that
 # comparisons in the hot loops are pointer comparisons and JSON needs no conversion.
@@ -71,6 +77,57 @@ class Action(NamedTuple):
     def leaves(self) -> tuple[Action, ...]:
         """The compute actions this entry stands for (itself, or an overlap's sub-actions)."""
         return self.sub if self.sub is not None else (self,)
+
+
+Rows = tuple[tuple["Action | None", ...], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class PlainRows(Later[Rows]):
+    """Rows of plain actions (each one F, B, I, W, SEND or RECV with its indices; no idle
+    slot, no overlap, no bookkeeping) as columns: what a reader hands a Schedule when the
+    compiled kernel parsed every cell (:func:`schedverify.io.actions.parse_rows`).  The
+    engines read the columns; :meth:`make` builds the rows of Actions when
+    ``schedule.order`` is first read (:mod:`schedverify.lazy`).
+
+    ``codes``: per action, its kind's index in :data:`CODED_KINDS` (one byte each);
+    ``stages``, ``mbs``: its stage and microbatch (native int64 each); ``lengths``: the
+    actions of each row; ``top_stage``, ``top_mb``: the largest indices (-1: no action)."""
+
+    codes: bytes
+    stages: bytes
+    mbs: bytes
+    lengths: tuple[int, ...]
+    top_stage: int
+    top_mb: int
+
+    @property
+    def n(self) -> int:
+        return len(self.codes)
+
+    def make(self) -> Rows:
+        kernel = _accel.kernel
+        if kernel is not None:
+            rows: Rows = kernel.rows_of(self.codes, self.stages, self.mbs, self.lengths, Action,
+                                        CODED_KINDS)
+            return rows
+        stages, mbs = array("q", self.stages), array("q", self.mbs)
+        acts = [Action(s, CODED_KINDS[c], m) for c, s, m in zip(self.codes, stages, mbs)]
+        out, i = [], 0
+        for length in self.lengths:
+            out.append(tuple(acts[i:i + length]))
+            i += length
+        return tuple(out)
+
+    def names(self, indices: list[int]) -> list[str]:
+        """``str`` of the actions at these indices (device-major, as the rows run)."""
+        kernel = _accel.kernel
+        got = (kernel.format_columns(self.codes, self.stages, self.mbs, self.lengths, indices,
+                                     CODED_KINDS) if kernel is not None else None)
+        if got is not None:
+            return got
+        stages, mbs = memoryview(self.stages).cast("q"), memoryview(self.mbs).cast("q")
+        return [f"{stages[i]}{CODED_KINDS[self.codes[i]]}{mbs[i]}" for i in indices]
 
 
 def overlap(forward: Action, backward: Action) -> Action:

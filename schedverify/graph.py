@@ -30,9 +30,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING, cast
 
 from . import _accel
 from . import deps as rules
+from .lazy import LazyField, Later, given
 from .grammar import CODED_KINDS, KIND_CODE, NCODES
 from .model import (
     B,
@@ -78,7 +80,12 @@ class Graph:
     schedule: Schedule
     explicit_comm: bool  # the schedule lists SEND/RECV actions
     rendezvous: bool  # explicit_comm under rendezvous semantics (a SEND waits for its RECV)
-    acts: list[Action]
+    #: the actions in device order; compiled from the schedule's columns, made from its
+    #: order on first read (:mod:`schedverify.lazy`)
+    if TYPE_CHECKING:  # to mypy a plain field; at run time the lazy descriptor (no default)
+        acts: list[Action]
+    else:
+        acts: LazyField[list[Action]] = LazyField()
     dev: list[int]
     pos: list[int]  # position in its device's row of schedule.order (idle slots count)
     starts: list[int]  # device d's actions are starts[d]:starts[d+1]
@@ -123,7 +130,7 @@ class Graph:
     def waits(self) -> list[tuple[int, ...]]:
         """Per action, all its cross-device waits: ``j`` a data edge, ``~j`` a rendezvous
         edge (wait until ``j`` has ended on the peer device)."""
-        n = len(self.acts)
+        n = self.n
         out: list[tuple[int, ...]] = [() if j == n else (j,) for j in self.wait]
         for i, extra in self.more_waits.items():
             out[i] += tuple(~j if sync else j for j, sync in extra)
@@ -137,7 +144,16 @@ class Graph:
 
     @property
     def n(self) -> int:
-        return len(self.acts)
+        return len(self.dev)
+
+    def names(self, indices: list[int]) -> list[str]:
+        """``str`` of the actions at these indices."""
+        cols = self.schedule.columns
+        if cols is not None and isinstance(given(self, "acts"), _ActsOf):
+            return cols.names(indices)
+        kernel = _accel.kernel
+        names = kernel.format_plain(self.acts, indices, Action) if kernel is not None else None
+        return names if names is not None else list(map(str, map(self.acts.__getitem__, indices)))
 
     def where(self, i: int) -> tuple[int, int, str]:
         return self.dev[i], self.pos[i], str(self.acts[i])
@@ -148,19 +164,31 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
     schedule its case (see the module's docstring), else (or when it declines) with the
     reference.  Both give the same Graph."""
     kernel = _accel.kernel
-    if fast and kernel is not None and type(schedule.order) is tuple:
+    if fast and kernel is not None:
         pl = schedule.placement
-        columns = kernel.compile_plain(schedule.order, schedule.stages, schedule.microbatches,
-                                       tuple(map(tuple, pl.routes)),
-                                       None if pl.microbatch_route is None else tuple(pl.microbatch_route),
-                                       _NEEDS_BY_CODE, _MATCH_BY_CODE, _KINDS_BY_CODE,
-                                       comm_semantics == "eager")
+        rules_args = (schedule.stages, schedule.microbatches, tuple(map(tuple, pl.routes)),
+                      None if pl.microbatch_route is None else tuple(pl.microbatch_route),
+                      _NEEDS_BY_CODE, _MATCH_BY_CODE, _KINDS_BY_CODE, comm_semantics == "eager")
+        cols = schedule.columns
+        columns = (kernel.compile_columns(cols.codes, cols.stages, cols.mbs, cols.lengths, *rules_args)
+                   if cols is not None else kernel.compile_plain(schedule.order, *rules_args))
         if columns is not None:  # it declined every schedule with a fact it leaves empty
             acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit = columns
-            return Graph(schedule, explicit, False, acts, dev, pos, starts, code, stage, wait, {},
-                         counts, inversions=inversions)
+            return Graph(schedule, explicit, False, cast(list, _ActsOf(schedule)) if acts is None else acts,
+                         dev, pos, starts, code, stage, wait, {}, counts, inversions=inversions)
     explicit = schedule.has_explicit_comm
     return _reference(schedule, explicit, explicit and comm_semantics == "rendezvous")
+
+
+class _ActsOf(Later[list[Action]]):
+    """Graph.acts of a graph compiled from the schedule's columns: its order, flattened
+    (plain rows have no idle slot)."""
+
+    def __init__(self, schedule: Schedule):
+        self.schedule = schedule
+
+    def make(self) -> list[Action]:
+        return [a for row in self.schedule.order for a in row if a is not None]
 
 
 # --------------------------------------------------------------------------- the reference
@@ -415,7 +443,7 @@ def sweep(g: Graph, durations: list[float], comm: float = 0, *, max_cycles: int 
         timed = kernel.sweep_plain(g.starts, g.wait, durations, comm)
         if timed is not None:  # it ran to the end: no cycle to find
             return SweepResult(timed[0], timed[1], [])
-    n = len(g.acts)
+    n = g.n
     starts, dev = g.starts, g.dev
     wait, more = g.wait, g.more_waits
     D = len(starts) - 1

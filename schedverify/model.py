@@ -12,14 +12,15 @@ from fractions import Fraction
 from itertools import chain
 from numbers import Integral
 from operator import attrgetter
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from .errors import UsageError
 from .grammar import (  # noqa: F401 - the grammar's names, re-exported with the rest of the model
     ALL_KINDS, B, BOOKKEEPING_KINDS, COMM_KINDS, COMPUTE_KINDS, COSTED_KINDS, F, I, OVERLAP_F_B,
-    RECV_B, RECV_F, REDUCE_GRAD, RESHARD, SEND_B, SEND_F, UNSHARD, W, Action, malformation, overlap,
-    parse_action,
+    RECV_B, RECV_F, REDUCE_GRAD, RESHARD, SEND_B, SEND_F, UNSHARD, W, Action, KIND_CODE, PlainRows, Rows,
+    malformation, overlap, parse_action,
 )
+from .lazy import LazyField, given
 from .units import Units
 
 _kind_of = attrgetter("kind")
@@ -244,12 +245,20 @@ class Schedule:
 
     ``costs``, ``memory``, ``comm_semantics`` and ``units`` are what the file said (None when
     absent); the checker and timeline fill in defaults and command-line overrides.
+
+    ``order`` is always the rows of Actions.  A reader may give it as the columns the
+    compiled kernel parsed (:class:`~schedverify.grammar.PlainRows`): the rows are then made
+    on the first read of ``order`` (:mod:`schedverify.lazy`), and the engines read
+    :attr:`columns` instead, so that checking a file need not build its Actions.
     """
 
     devices: int
     stages: int
     microbatches: int
-    order: tuple[tuple[Action | None, ...], ...]
+    if TYPE_CHECKING:  # to mypy a plain field; at run time the lazy descriptor (no default)
+        order: Rows
+    else:
+        order: LazyField[Rows] = LazyField()
     placement: Placement
     name: str = ""
     costs: Costs | None = None
@@ -293,11 +302,21 @@ class Schedule:
         )
 
     @property
+    def columns(self) -> PlainRows | None:
+        """The order as the reader's columns, when it was given so (plain actions only)."""
+        rows = given(self, "order")
+        return rows if isinstance(rows, PlainRows) else None
+
+    @property
     def num_actions(self) -> int:
+        if (cols := self.columns) is not None:
+            return cols.n
         return sum(len(row) - row.count(None) for row in self.order)
 
     @property
     def has_explicit_comm(self) -> bool:
+        if (cols := self.columns) is not None:  # codes 4.. are SEND_F, RECV_F, SEND_B, RECV_B
+            return cols.n > 0 and max(cols.codes) >= KIND_CODE[SEND_F]
         kinds = set(map(_kind_of, filter(None, chain.from_iterable(self.order))))
         return not kinds.isdisjoint(COMM_KINDS)
 
@@ -329,7 +348,9 @@ def infer_sizes(order, devices: int, stages: int | None = None,
     if stages is not None and microbatches is not None:
         return stages, microbatches
     top_stage, top_mb = devices - 1, 0
-    for acts in leaf_rows(order):
+    if isinstance(order, PlainRows):
+        top_stage, top_mb = max(top_stage, order.top_stage), max(top_mb, order.top_mb)
+    for acts in () if isinstance(order, PlainRows) else leaf_rows(order):
         top_stage = max(top_stage, _largest(map(_STAGE, acts)))
         top_mb = max(top_mb, _largest(map(_MB, acts)))
     return (1 + top_stage if stages is None else stages,

@@ -412,6 +412,61 @@ def test_kernel_equals_python_exactly_with_huge_int_costs(schedule, costs, memor
 
 # --------------------------------------------------------------------------- bad arguments
 
+@example([["0SE1ND_F2"], ["F1"]])
+@example([[], ["0F0"], []])
+@example([])
+@given(st.lists(rows, max_size=4))
+def test_parse_rows_is_parse_row_on_every_row_as_columns(table):
+    """The columns of parse_rows make exactly the rows parse_row gives (and say the largest
+    indices), or it declines when any row is not plain; format_columns is str() of them."""
+    from schedverify.io.actions import parse_rows
+
+    cols = parse_rows([list(r) for r in table])
+    fast = [parse_row(list(r)) for r in table]
+    if cols is None:
+        assert None in fast or any(len(str(x)) > 18 for r in fast for a in r for x in a[::2])
+        return
+    made = cols.make()
+    assert made == tuple(map(tuple, fast)) and all(type(a) is Action for r in made for a in r)
+    acts = [a for r in made for a in r]
+    assert cols.n == len(acts) and cols.lengths == tuple(map(len, made))
+    assert (cols.top_stage, cols.top_mb) == (max((a.stage for a in acts), default=-1),
+                                             max((a.microbatch for a in acts), default=-1))
+    assert cols.names(list(range(cols.n))) == list(map(str, acts))
+    with pure_python():  # the Python twins of rows_of and format_columns
+        assert cols.make() == made and cols.names(list(range(cols.n))[::-1]) == list(map(str, acts))[::-1]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_loaded_file_is_checked_from_its_columns_without_building_actions(family, tmp_path, monkeypatch):
+    """A file of plain actions loads as columns: the check compiles them (compile_columns),
+    names its critical path from them, builds no Action, and reports what the same schedule
+    given as rows reports; its order, read later, is those rows."""
+    from schedverify.grammar import PlainRows
+
+    s = generated(family, 4, 8)
+    assert s is not None
+    path = tmp_path / "s.json"
+    schedverify.dump(s, str(path))
+    loaded = schedverify.load(str(path))
+    rows = dataclasses.replace(loaded)  # reading order makes the rows; replace keeps only them
+    assert rows.columns is None
+    if any(a is None or a.sub is not None or a.microbatch is None for r in s.order for a in r):
+        assert loaded.columns is None  # idle slots, overlaps, bookkeeping: read as rows
+        return
+    assert loaded.columns is not None
+    loaded = schedverify.load(str(path))
+    made = []
+    real = PlainRows.make
+    monkeypatch.setattr(PlainRows, "make", lambda self: made.append(1) or real(self))
+    with spying() as spy:
+        report = schedverify.check(loaded)
+    assert not made and "compile_columns" in spy.answered and "format_columns" in spy.answered
+    assert report.to_json() == schedverify.check(rows).to_json()
+    assert loaded.order == s.order and not made[1:] and loaded == rows == s and hash(loaded) == hash(s)
+    assert compile_graph(loaded).acts == compile_graph(rows).acts
+
+
 from schedverify.model import Action  # noqa: E402
 
 M8 = ([1] * 8, [0] * 8, [1] + [0] * 7, [0] * 8)  # alloc, free, n_in, n_out: one column
@@ -443,6 +498,18 @@ BAD_CALLS = [
     ("format_plain([Action(0, 'F', 0)], [3], Action)", "IndexError"),
     ("format_plain([Action(0, 'F', 0)], [-1], Action)", "IndexError"),
     ("parse_row(['0F0'], tuple, ('F', 1))", "TypeError"),
+    ("rows_of(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (2,), Action, KINDS8)", "ValueError"),  # lengths
+    ("rows_of(b'\\x09', b'\\x00' * 8, b'\\x00' * 8, (1,), Action, KINDS8)", "ValueError"),  # a code
+    ("rows_of(b'\\x00', b'\\x00' * 7, b'\\x00' * 8, (1,), Action, KINDS8)", "ValueError"),  # int64s
+    ("rows_of(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (-1, 2), Action, KINDS8)", "ValueError"),
+    ("rows_of(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, [1], Action, KINDS8)", "TypeError"),
+    ("rows_of(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), int, KINDS8)", "TypeError"),
+    ("format_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), [1], KINDS8)", "IndexError"),
+    ("format_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), [0], (1,))", "TypeError"),
+    ("compile_columns(b'\\x08', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
+     "((),) * 8, (None,) * 8, KINDS8, True)", "ValueError"),  # a code beyond 7
+    ("compile_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (0,), 1, 1, ((0,),), None, "
+     "((),) * 8, (None,) * 8, KINDS8, True)", "ValueError"),  # lengths sum to 0, not 1
     ("compile_plain(((Action(0, 'F', 0),),), 1, 1, ((0,),), None, "
      "tuple(((0, (99,), -1),) for _ in range(8)), (None,) * 8, KINDS8, True)", "ValueError"),
     ("compile_plain(((Action(0, 'F', 0),),), 1, 1, ((0,),), None, "

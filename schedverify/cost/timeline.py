@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from .. import _accel
 from ..errors import DeadlockError
 from ..graph import Graph, SweepResult, compile_graph, durations_for, sweep
-from ..model import Action, Costs, MemoryModel, Schedule, as_schedule, resolve_costs, resolve_memory
+from ..model import Costs, MemoryModel, Schedule, as_schedule, resolve_costs, resolve_memory
 from .memory import MemoryResult, memory_sweep
 
 
@@ -127,15 +127,13 @@ class Timeline:
 
     def action_names(self, indices: list[int]) -> list[str]:
         """``str`` of each of these actions."""
-        kernel = _accel.kernel
-        names = kernel.format_plain(self.graph.acts, indices, Action) if kernel is not None else None
-        return names if names is not None else list(map(str, map(self.graph.acts.__getitem__, indices)))
+        return self.graph.names(indices)
 
     def critical_path(self) -> list[int]:
         """Action indices from the first to the last-ending action, each starting exactly
         when its predecessor on the path (on its device, or a dependency plus latency) ends."""
         g = self.graph
-        if not g.acts:
+        if not g.n:
             return []
         if self._critical_path is not None:
             return self._critical_path()

@@ -1,4 +1,5 @@
-"""Actions as files hold them: rows of cells read in bulk (:func:`parse_row`), bad cells
+"""Actions as files hold them: rows of cells read in bulk (:func:`parse_rows` into columns,
+:func:`parse_row` one row into Actions), bad cells
 collected and named (:class:`CellErrors`), and the grammar a CSV is read in.  What one action
 is and how its text reads is :mod:`schedverify.grammar`'s.
 
@@ -27,6 +28,7 @@ from ..grammar import (  # noqa: F401 - parse_action, is_action, format_action, 
     B,
     F,
     I,
+    PlainRows,
     W,
     format_action,
     is_action,
@@ -48,6 +50,18 @@ GRAMMARS = ("torch", "torch-legacy")
 
 #: How many unparsable cells a message lists; the rest are counted.
 MAX_REPORTED = 20
+
+
+def parse_rows(rows: list) -> PlainRows | None:
+    """Every row of plain actions at once, as columns and without building an Action (the
+    compiled kernel's ``parse_rows``; a Schedule makes the Actions when its order is first
+    read).  None when the kernel is not built or a cell is not plain: then
+    :func:`parse_row`, row by row."""
+    kernel = _accel.kernel
+    if kernel is None or type(rows) is not list:
+        return None
+    columns = kernel.parse_rows(rows, _PLAIN_KINDS)
+    return None if columns is None else PlainRows(*columns)
 
 
 def parse_row(cells: list) -> list[Action] | None:

@@ -25,7 +25,8 @@ from ..model import (
     infer_sizes,
     number_problem,
 )
-from .actions import CellErrors, parse_row
+from ..grammar import PlainRows
+from .actions import CellErrors, parse_row, parse_rows
 from .files import as_text
 
 FORMAT = "schedverify/1"
@@ -159,14 +160,17 @@ def from_document(doc: Any, source: str = "<document>") -> Schedule:
         raise r.fail("order", f"has {len(order_doc)} device lists but devices is {devices}")
     actions = sum(len(row) for row in order_doc if isinstance(row, list))
     limits().refuse("actions", actions, "actions", source=r.source, where="order")
-    order = _read_order(r, order_doc)
+    order: Any = parse_rows(order_doc)  # the columns, when every cell is plain
+    if order is None:
+        order = _read_order(r, order_doc)
 
     stages = r.size(doc, "stages")
     microbatches = r.size(doc, "microbatches")
     if stages is None or microbatches is None:
         stages, microbatches = infer_sizes(order, devices, stages, microbatches)
         if max(stages, microbatches) > limits().size:
-            refuse_huge_index(order, r.source, lambda d, p: f"order[{d}][{p}]")
+            refuse_huge_index(order.make() if isinstance(order, PlainRows) else order, r.source,
+                              lambda d, p: f"order[{d}][{p}]")
     placement = _read_placement(r, doc, devices, stages, microbatches)
 
     costs = None
