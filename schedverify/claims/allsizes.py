@@ -65,6 +65,19 @@ class CertificateStore:
         self.timeout_s = timeout_s
         self.rlimit = rlimit
         self._done: dict = {}
+        self._forms: dict = {}  # (family, certificate) -> its closed forms, as forms() prints them
+
+    def forms(self, families, picks: dict) -> dict:
+        """The closed forms of each family's picked certificate (:func:`certificate_forms`),
+        each made once per run: the catalogue's claims about one family share them."""
+        out = {}
+        for fam in sorted(families):
+            cert = picks[fam]
+            key = (fam, id(cert))
+            if key not in self._forms:
+                self._forms[key] = (cert, certificate_forms(cert))  # cert kept: its id stays its
+            out[fam if cert.chunks is None else f"{fam} v={cert.chunks}"] = dict(self._forms[key][1])
+        return out
 
     def options(self, family: str, chunks: int | None = None) -> tuple[list, str]:
         """The family's proved certificates, narrowest slice first, as (certificate, check)
@@ -395,7 +408,7 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
             raise UsageError(f"a device index of the claim is out of range 0..p-1 somewhere in the "
                              f"domain{at}; narrow the domain")
     base += env.side
-    out.forms = forms(claim, every, picks)
+    out.forms = store.forms(every, picks)
     status, model = _query(base + [z3.Not(goal)], limits)
     if status == "unsat":
         out.verdict = PROVED
@@ -490,30 +503,26 @@ def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, limits,
                       f"{sim.verdict} there: the certificate or the translation is wrong")
 
 
-def forms(claim: Claim, fams, picks: dict) -> dict:
-    """The closed forms (sympy text) of every metric of the families, for the output."""
+def certificate_forms(cert) -> dict:
+    """A certificate's closed forms of the makespan (on its slice), busy time, peaks and
+    warm-up, as sympy text (for the output)."""
     from ..certificates.base import SymOps
     from ..certificates.check import _end
 
     o = SymOps(sympy)
     p, m, d = sympy.symbols("p m d", integer=True)
     cost = {n: sympy.Symbol(n) for n in _COSTS}
-    out = {}
-    for fam in sorted(fams):
-        cert = picks[fam]
-        row = {}
-        if cert.timing:
-            dc = cert.critical(o, p, m)
-            k, i = cert.last(o, p, m, dc)
-            vec = _end(cert, o, k, p, m, dc, i)
-            T = sympy.expand(sum(vec[c] * cost[c] for c in cert.costs))
-            row = {"slice": cert.slice_text(),
-                   "makespan": sympy.sstr(sympy.collect(T, list(cost.values())))}
-        key = fam if cert.chunks is None else f"{fam} v={cert.chunks}"
-        out[key] = row | {
-            "busy(d)": sympy.sstr(sum(cert.count(o, m) * cost[_KIND_COST[k]] for k in cert.kinds)),
-            "peak_inflight(d)": sympy.sstr(cert.peak_inflight(o, p, m, d)[0]),
-            "peak_memory(d)": sympy.sstr(cert.peak_memory2(o, p, m, d)[0] / 2),
-            "fwd_before_bwd(d)": sympy.sstr(cert.warmup(o, p, m, d)),
-        }
-    return out
+    row = {}
+    if cert.timing:
+        dc = cert.critical(o, p, m)
+        k, i = cert.last(o, p, m, dc)
+        vec = _end(cert, o, k, p, m, dc, i)
+        T = sympy.expand(sum(vec[c] * cost[c] for c in cert.costs))
+        row = {"slice": cert.slice_text(),
+               "makespan": sympy.sstr(sympy.collect(T, list(cost.values())))}
+    return row | {
+        "busy(d)": sympy.sstr(sum(cert.count(o, m) * cost[_KIND_COST[k]] for k in cert.kinds)),
+        "peak_inflight(d)": sympy.sstr(cert.peak_inflight(o, p, m, d)[0]),
+        "peak_memory(d)": sympy.sstr(cert.peak_memory2(o, p, m, d)[0] / 2),
+        "fwd_before_bwd(d)": sympy.sstr(cert.warmup(o, p, m, d)),
+    }
