@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import sympy
@@ -257,6 +258,14 @@ def parse_expression(text: str, where: str, refs: dict | None = None):
 
 
 def parse_claim(text: str, where: str = "claim") -> Parsed:
+    parsed = _parse_claim(text, where)
+    return Parsed(parsed.op, parsed.lhs, parsed.rhs, dict(parsed.refs))  # sympy's are immutable
+
+
+@lru_cache(maxsize=1024)
+def _parse_claim(text: str, where: str) -> Parsed:
+    """Parsing is sympy's slow part of judging a claim at each size; a claim's text is
+    parsed once (an error is not cached: it is raised again)."""
     lhs, op, rhs = _split_relation(text.strip(), where)
     refs: dict = {}
     return Parsed(op, parse_expression(lhs, where, refs), parse_expression(rhs, where, refs), refs)
