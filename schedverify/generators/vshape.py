@@ -208,6 +208,17 @@ def _peak(lists: list[list[int]]) -> int:
     return peak
 
 
+def _inflight(lists: list[list[int]]) -> list[int]:
+    """With W lists: the activations in flight after each slot, slot 0 to the last pass."""
+    slots = _slots(lists)
+    out, cur = [], 0
+    for x in range(max(slots) + 1):
+        t = slots.get(x)
+        cur += 0 if t is None else 1 if t <= 1 else 0 if t <= 3 else -1
+        out.append(cur)
+    return out
+
+
 def _events(result: list[list[list[int]]]):
     """Every pass as (slot, device, type, microbatch), in the order the sweeps visit them."""
     return sorted((x, d, t, k) for d, lists in enumerate(result)
@@ -253,6 +264,9 @@ def _squeeze(result: list[list[list[int]]], with_w: bool) -> list[list[list[int]
     m = len(result[0][0])
     limit = max(_peak(lists) for lists in result)
     taken: list[set[int]] = [set() for _ in range(p)]  # per device, the slots in use
+    # with W lists, a device's in-flight count after each slot (F and f add one, W frees
+    # one), kept as passes move: moving a pass from x to y changes it on [y, x) only
+    inflight = [_inflight(lists) for lists in result] if with_w else []
     phase = 0
     for x, d, t, k in _events(result):
         if phase == 0 and t == 3 and d == 0:
@@ -278,13 +292,24 @@ def _squeeze(result: list[list[list[int]]], with_w: bool) -> list[list[list[int]
         if k > 0:
             ready = max(ready, lists[t][k - 1])
         placed = x
-        for y in range(ready + 1, x):
-            if y in taken[d]:
-                continue
-            lists[t][k] = y
-            if _peak(lists) <= limit:
-                placed = y
-                break
+        if with_w:  # the peak stays within the limit unless an F or f moves: then by one on [y, x)
+            cur = inflight[d]
+            step = 1 if t <= 1 else -1 if t >= _TYPES else 0
+            for y in range(x - 1, ready, -1):
+                if step == 1 and cur[y] >= limit:
+                    break
+                if y not in taken[d]:
+                    placed = y
+            for y in range(placed, x):
+                cur[y] += step
+        else:
+            for y in range(ready + 1, x):
+                if y in taken[d]:
+                    continue
+                lists[t][k] = y
+                if _peak(lists) <= limit:
+                    placed = y
+                    break
         lists[t][k] = placed
         taken[d].add(placed)
     if not with_w:
