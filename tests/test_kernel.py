@@ -465,6 +465,12 @@ def test_a_loaded_file_is_checked_from_its_columns_without_building_actions(fami
     assert report.to_json() == schedverify.check(rows).to_json()
     assert loaded.order == s.order and not made[1:] and loaded == rows == s and hash(loaded) == hash(s)
     assert compile_graph(loaded).acts == compile_graph(rows).acts
+    import copy
+    import pickle
+
+    fresh = schedverify.load(str(path))  # its order not yet made
+    for back in (pickle.loads(pickle.dumps(fresh)), copy.deepcopy(fresh), pickle.loads(pickle.dumps(loaded))):
+        assert back.columns is not None and back == s and back.order == s.order
 
 
 from schedverify.model import Action  # noqa: E402
