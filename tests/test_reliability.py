@@ -21,7 +21,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import schedverify as sv
@@ -321,6 +321,9 @@ def test_numbers_the_engines_can_use_are_accepted_and_normalised():
 
 
 @settings(max_examples=200, deadline=None)
+@example(4.49423283715579e+307)  # finite, but four of them overflow: was VALID with makespan inf
+@example(10**308)  # an int: its sums stay exact, but the bubble fraction raised OverflowError
+@example(4 * 10**307)  # an int whose makespan still fits a float: checked
 @given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**320, 10**320),
                  st.fractions(), st.text(max_size=3), st.booleans(), st.complex_numbers()))
 def test_any_value_is_refused_or_gives_finite_metrics(value):
@@ -328,9 +331,10 @@ def test_any_value_is_refused_or_gives_finite_metrics(value):
     UsageError; nothing in between, nothing else raised."""
     try:
         report = sv.check(gpipe(2, 3), costs={"F": value, "B": 1})
-    except sv.UsageError:
+    except sv.UsageError as e:
+        # unusable, or usable alone but the makespan of 4 F passes overflows
         assert (isinstance(value, (str, bool, complex)) or value != value or abs(value) > 1e308
-                or value < 0)
+                or value < 0 or (4 * value > 1.7e308 and "overflow a float" in str(e)))
         return
     assert report.is_valid and math.isfinite(float(report.metrics.makespan))
 

@@ -7,6 +7,7 @@ raise only for arguments they cannot use, never because a schedule is invalid.
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 from itertools import islice
 from collections.abc import Iterator
@@ -162,7 +163,16 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
     # lists a few actions has billions of missing ones, and counting them would never end.
     truncated = sum(1 for _ in islice(found, MAX_COUNTED + 1))
     verdict = Verdict.INVALID if kept else Verdict.VALID
-    metrics = run.metrics()
+    # every cost is finite (at most 1e308), but their sums may not be: then no metric means
+    # anything (a float sum is inf, an int one cannot become the bubble's float)
+    try:
+        metrics = run.metrics()
+        overflow = metrics.makespan is not None and math.isinf(float(metrics.makespan))
+    except OverflowError:
+        overflow = True
+    if overflow:
+        raise UsageError(f"costs: the schedule's times overflow a float (the makespan is beyond "
+                         f"1.8e308 with costs {run.costs}); give the costs in a larger unit")
     report = Report(verdict, kept, metrics, min(truncated, MAX_COUNTED),
                     truncated_exact=truncated <= MAX_COUNTED, comm_semantics=run.semantics,
                     warnings=run.warnings)
