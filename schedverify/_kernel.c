@@ -195,7 +195,9 @@ exact_int(PyObject *o, int *ok)
     return v;
 }
 
-/* Arguments.  The callers (graph.py, cost/memory.py, cost/timeline.py, io/actions.py) pass columns of a Graph and
+/* Arguments.  The callers (graph.py, cost/memory.py, cost/timeline.py, io/actions.py) pass
+ * columns of a Graph (array.array of signed ints: index_array reads them through the buffer
+ * protocol, checking the typecode; a list of ints is read too) and
  * tables they build; an argument no caller passes (a container of the wrong type, an index
  * column holding a non-int, lengths that disagree, an index out of range, ``starts`` that do
  * not cut [0, n) into consecutive device ranges) raises TypeError or ValueError here, before
@@ -248,9 +250,13 @@ declined(void)
 
 /* A sequence of Python ints (indices) as a new scratch array; NULL with TypeError/ValueError
  * set when an element is not an int or does not fit in a long long. */
+static long long *buffer_index_array(scratch_t *sc, PyObject *seq, Py_ssize_t *len, const char *what);
+
 static long long *
 index_array(scratch_t *sc, PyObject *seq, Py_ssize_t *len, const char *what)
 {
+    if (PyObject_CheckBuffer(seq)) /* an array.array column of a Graph */
+        return buffer_index_array(sc, seq, len, what);
     PyObject *fast = PySequence_Fast(seq, what);
     if (fast == NULL)
         return NULL;
@@ -273,6 +279,63 @@ index_array(scratch_t *sc, PyObject *seq, Py_ssize_t *len, const char *what)
     }
     Py_DECREF(fast);
     *len = n;
+    return out;
+}
+
+/* The integers of a one-dimensional buffer of signed integers (an array.array of typecode
+ * b, h, i, l or q) as a new scratch array; TypeError for any other buffer (bytes, floats,
+ * unsigned or multi-dimensional ones). */
+static long long *
+buffer_index_array(scratch_t *sc, PyObject *seq, Py_ssize_t *len, const char *what)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(seq, &view, PyBUF_FORMAT | PyBUF_ND) < 0)
+        return NULL;
+    const char *f = view.format ? view.format : "B";
+    if (*f == '@')
+        f++;
+    char kind = f[0];
+    int ok = f[0] != '\0' && f[1] == '\0' && view.ndim == 1 &&
+             ((kind == 'b' && view.itemsize == 1) || (kind == 'h' && view.itemsize == sizeof(short)) ||
+              (kind == 'i' && view.itemsize == sizeof(int)) || (kind == 'l' && view.itemsize == sizeof(long)) ||
+              (kind == 'q' && view.itemsize == sizeof(long long)));
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a sequence of ints or an array of signed ints", what);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t n = view.len / view.itemsize;
+    long long *out = scratch_array(sc, n, sizeof(long long), 0);
+    if (out != NULL) {
+        const char *b = (const char *)view.buf;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            switch (kind) { /* memcpy: the buffer need not be aligned for the type */
+            case 'b': { signed char v; memcpy(&v, b + i, 1); out[i] = v; break; }
+            case 'h': { short v; memcpy(&v, b + i * sizeof v, sizeof v); out[i] = v; break; }
+            case 'i': { int v; memcpy(&v, b + i * sizeof v, sizeof v); out[i] = v; break; }
+            case 'l': { long v; memcpy(&v, b + i * sizeof v, sizeof v); out[i] = v; break; }
+            default: { long long v; memcpy(&v, b + i * sizeof v, sizeof v); out[i] = v; break; }
+            }
+        }
+        *len = n;
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* A new array.array of typecode ``code`` holding the n items of size ``size`` at ``v``. */
+static PyObject *
+array_of(const void *v, Py_ssize_t n, const char *code, size_t size)
+{
+    PyObject *mod = PyImport_ImportModule("array");
+    if (mod == NULL)
+        return NULL;
+    PyObject *type = PyObject_GetAttrString(mod, "array");
+    Py_DECREF(mod);
+    if (type == NULL)
+        return NULL;
+    PyObject *out = PyObject_CallFunction(type, "sy#", code, (const char *)v, n * (Py_ssize_t)size);
+    Py_DECREF(type);
     return out;
 }
 
@@ -395,8 +458,9 @@ num_within(num_t v, double tol)
         return out;                                           \
     }
 DEFINE_LIST_OF(list_of_ints, long long)
-DEFINE_LIST_OF(list_of_int32, int32_t)
-DEFINE_LIST_OF(list_of_int8, int8_t)
+
+/* array_of hands int32_t columns to Python as typecode 'i' */
+typedef char int_is_int32[sizeof(int) == sizeof(int32_t) ? 1 : -1];
 
 /* ------------------------------------------------------------------ parse_rows, rows_of */
 
@@ -889,14 +953,21 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
 #undef LOOKUP
 
     {
-        PyObject *dev_l = list_of_int32(devs, n);
-        PyObject *pos_l = list_of_ints(pos, n);
-        PyObject *starts_l = list_of_ints(starts, D + 1);
-        PyObject *wait_l = list_of_int32(waitv, n);
+        /* the columns as graph.py's typecodes (COLUMN_TYPES): dev i, pos q, starts q, wait q,
+         * code b, stage q; wait widened from int32 */
+        long long *wait64 = scratch_array(&sc, n, sizeof(long long), 0);
+        if (wait64 == NULL)
+            goto fail;
+        for (i = 0; i < n; i++)
+            wait64[i] = waitv[i];
+        PyObject *dev_l = array_of(devs, n, "i", sizeof(int32_t));
+        PyObject *pos_l = array_of(pos, n, "q", sizeof(long long));
+        PyObject *starts_l = array_of(starts, D + 1, "q", sizeof(long long));
+        PyObject *wait_l = array_of(wait64, n, "q", sizeof(long long));
         PyObject *counts_l = list_of_ints(counts, NCODES);
         PyObject *inv_l = PyList_New(ninv);
-        PyObject *code_l = list_of_int8(code, n);
-        PyObject *stage_l = list_of_ints(stage, n);
+        PyObject *code_l = array_of(code, n, "b", sizeof(int8_t));
+        PyObject *stage_l = array_of(stage, n, "q", sizeof(long long));
         for (Py_ssize_t k = 0; inv_l && k < ninv; k++) {
             PyObject *pair = Py_BuildValue("(LL)", inv[2 * k], inv[2 * k + 1]);
             if (pair == NULL) {
@@ -1280,20 +1351,22 @@ done:
 static PyObject *
 k_critical_path_plain(PyObject *self, PyObject *args)
 {
-    /* reads only the elements the walk visits: the path is a small part of the schedule */
-    PyObject *starts_o, *dev, *wait, *start, *end, *comm_o;
+    /* reads the times only where the walk visits: the path is a small part of the schedule */
+    PyObject *starts_o, *dev_o, *wait_o, *start, *end, *comm_o;
     double tol;
-    if (!PyArg_ParseTuple(args, "OO!O!O!O!Od", &starts_o, &PyList_Type, &dev, &PyList_Type, &wait,
-                          &PyList_Type, &start, &PyList_Type, &end, &comm_o, &tol))
+    if (!PyArg_ParseTuple(args, "OOOO!O!Od", &starts_o, &dev_o, &wait_o, &PyList_Type, &start,
+                          &PyList_Type, &end, &comm_o, &tol))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(end), D1 = 0;
+    Py_ssize_t n = PyList_GET_SIZE(end), D1 = 0, nd = 0, nw = 0;
     scratch_t sc = {{NULL}, 0};
     long long *starts = index_array(&sc, starts_o, &D1, "critical_path_plain: starts");
+    long long *dev = starts ? index_array(&sc, dev_o, &nd, "critical_path_plain: dev") : NULL;
+    long long *wait = dev ? index_array(&sc, wait_o, &nw, "critical_path_plain: wait") : NULL;
     PyObject *path = NULL, *result = NULL;
     num_t comm;
-    if (starts == NULL || !valid_starts(starts, D1, n, "critical_path_plain"))
+    if (wait == NULL || !valid_starts(starts, D1, n, "critical_path_plain"))
         goto done;
-    if (PyList_GET_SIZE(start) != n || PyList_GET_SIZE(dev) != n || PyList_GET_SIZE(wait) != n) {
+    if (PyList_GET_SIZE(start) != n || nd != n || nw != n) {
         PyErr_SetString(PyExc_ValueError, "critical_path_plain: the columns' lengths disagree");
         goto done;
     }
@@ -1325,10 +1398,8 @@ k_critical_path_plain(PyObject *self, PyObject *args)
         }
         Py_DECREF(x);
         num_t s, ej;
-        int ok = 1;
-        long long k = exact_int(PyList_GET_ITEM(wait, i), &ok), next = -1;
-        long long d = exact_int(PyList_GET_ITEM(dev, i), &ok);
-        if (!ok || k < 0 || k > n || d < 0 || d >= D || i < starts[d] || i >= starts[d + 1]) {
+        long long k = wait[i], next = -1, d = dev[i];
+        if (k < 0 || k > n || d < 0 || d >= D || i < starts[d] || i >= starts[d + 1]) {
             PyErr_SetString(PyExc_ValueError, "critical_path_plain: a wait or device is out of range");
             goto done;
         }

@@ -28,8 +28,10 @@ since a same-device dependency that comes earlier is implied by device order.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from functools import cached_property
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 from . import _accel
@@ -86,16 +88,18 @@ class Graph:
         acts: list[Action]
     else:
         acts: LazyField[list[Action]] = LazyField()
-    dev: list[int]
-    pos: list[int]  # position in its device's row of schedule.order (idle slots count)
-    starts: list[int]  # device d's actions are starts[d]:starts[d+1]
+    # The integer columns are arrays (array.array: dev of typecode i, code b, the others q),
+    # whichever implementation built them, so the kernel reads them as C arrays.
+    dev: array[int]
+    pos: array[int]  # position in its device's row of schedule.order (idle slots count)
+    starts: array[int]  # device d's actions are starts[d]:starts[d+1]
     #: kind code of each action that is a single action of one of the eight kinds with an
     #: int stage in range and a microbatch, else -1 (overlaps, bookkeeping, malformed ones)
-    code: list[int]
-    stage: list[int]  # the stage of each action with a code, else -1
+    code: array[int]
+    stage: array[int]  # the stage of each action with a code, else -1
     #: wait[i]: the first action on another device that action i needs, or n (none).  A
     #: need on the same device that comes earlier is implied by device order and not kept.
-    wait: list[int]
+    wait: array[int]
     #: further waits of the few actions that have more: i -> ((j, rendezvous?), ...).  A
     #: rendezvous wait (a SEND until its RECV is posted: until j ends on the peer) has no latency.
     more_waits: dict[int, tuple[tuple[int, bool], ...]]
@@ -214,8 +218,8 @@ def _reference(schedule: Schedule, explicit: bool, rendezvous: bool) -> Graph:
     wait, more_waits = _link(schedule, acts, dev, starts, code, stage, producer, explicit, rendezvous, facts)
     if explicit:
         facts.unmatched_comm = _unmatched_comm(schedule, acts, producer)
-    g = Graph(schedule, explicit, rendezvous, acts, dev, pos, starts, code, stage, wait, more_waits,
-              **vars(facts))
+    g = Graph(schedule, explicit, rendezvous, acts, array("i", dev), array("q", pos), array("q", starts),
+              array("b", code), array("q", stage), array("q", wait), more_waits, **vars(facts))
     # _index built Graph.producer's very value on its way (tests/test_graph.py derives it
     # again and compares): hand it to the cached property rather than derive it twice
     g.__dict__["producer"] = producer
@@ -527,7 +531,7 @@ def sweep(g: Graph, durations: list[float], comm: float = 0, *, max_cycles: int 
     return SweepResult(start, end, cycles)
 
 
-def _find_cycle(blocked: dict[int, tuple[int, int]], dev: list[int]) -> list[tuple[int, int]]:
+def _find_cycle(blocked: dict[int, tuple[int, int]], dev: Sequence[int]) -> list[tuple[int, int]]:
     """Follow "device d waits for an action on device e" until a device repeats."""
     d = min(blocked)
     seen: dict[int, int] = {}

@@ -491,6 +491,12 @@ BAD_CALLS = [
     ("sweep_plain([0, 2], [2], [1, 1], 0)", "ValueError"),  # lengths disagree
     ("sweep_plain([0, 1], [1], [1, 1], 0)", "ValueError"),
     ("sweep_plain([0, '1'], [1], [1], 0)", "TypeError"),
+    ("sweep_plain(__import__('array').array('d', [0, 1]), [1], [1], 0)", "TypeError"),  # floats
+    ("sweep_plain(b'\\x00\\x01', [1], [1], 0)", "TypeError"),  # bytes are not a column
+    ("sweep_plain(__import__('array').array('Q', [0, 1]), [1], [1], 0)", "TypeError"),  # unsigned
+    ("sweep_plain(memoryview(bytes(16)).cast('q', (1, 2)), [1], [1], 0)", "TypeError"),  # 2-D
+    ("sweep_plain(__import__('array').array('q', [0, 2]), __import__('array').array('i', [1]), [1], 0)",
+     "ValueError"),  # an array of the wrong length
     ("sweep_plain([], [], [], 0)", "ValueError"),
     ("memory_plain([0, 2], [0, 9], [0, 0], *M8, [0.0], None)", "ValueError"),  # a code beyond 7
     ("memory_plain([0, 1], [0], [0], [], [], [0] * 8, [0] * 8, [0.0], None)", "ValueError"),  # S = 0
