@@ -366,9 +366,10 @@ def crosscheck(cert: Certificate, sizes) -> list[str]:
             end, dur = symbolic_timeline(sched, merge=cert.merge)
         om = order_metrics(sched)
         index = cert.index(p, m) if cert.index else (lambda a: a.microbatch)
+        acts = g.acts  # read once: a lazy field (lazy.py)
         for dd in range(p):
             for j in range(g.starts[dd], g.starts[dd + 1]):
-                a = g.acts[j]
+                a = acts[j]
                 pos = j - g.starts[dd]
                 if a.stage % p != dd or a.kind not in cert.kinds:
                     bad.append(f"p={p},m={m}: {a} on device {dd}")

@@ -133,13 +133,14 @@ def ordered(g: Graph) -> Iterator[Violation]:
             (loc(g, i), loc(g, j)),
         )
     reduce_after = {}
+    acts = g.acts  # read once: a lazy field (lazy.py)
     for i in g.reduce_grads:
-        d, s = g.dev[i], g.acts[i].stage
+        d, s = g.dev[i], acts[i].stage
         key = (d, s)
         if key not in reduce_after:
             reduce_after[key] = max(
                 (k for k in range(g.starts[d], g.starts[d + 1])
-                 if any(x.stage == s and x.kind in (B, I, W) for x in g.acts[k].leaves())),
+                 if any(x.stage == s and x.kind in (B, I, W) for x in acts[k].leaves())),
                 default=-1,
             )
         last = reduce_after[key]

@@ -75,9 +75,10 @@ def per_action_effects(g: Graph, model: MemoryModel) -> list[list]:
     at = g.code if width == 1 else [c * width + s if c >= 0 else -1 for c, s in zip(g.code, g.stage)]
     cols = [list(map((alloc + [0]).__getitem__, at)), list(map((free + [0]).__getitem__, at)),
             list(map((n_in + [0]).__getitem__, g.code)), list(map((n_out + [0]).__getitem__, g.code))]
+    acts = g.acts if g.uncoded else ()  # read once, and only when needed: a lazy field
     for i in g.uncoded:
         total: list[float] = [0, 0, 0, 0]
-        for x in g.acts[i].leaves():
+        for x in acts[i].leaves():
             if x.kind in (F, B, I, W) and type(x.stage) is int and 0 <= x.stage < S:
                 for k, v in enumerate(_effects(model, x.kind, per_stage(model.activation, x.stage))):
                     total[k] += v

@@ -122,8 +122,9 @@ class Timeline:
     def entries(self, device: int):
         """(action, start, end) of each action on ``device``, in order."""
         g = self.graph
+        acts = g.acts  # read once: a lazy field (lazy.py)
         for i in range(g.starts[device], g.starts[device + 1]):
-            yield g.acts[i], self.start[i], self.end[i]
+            yield acts[i], self.start[i], self.end[i]
 
     def action_names(self, indices: list[int]) -> list[str]:
         """``str`` of each of these actions."""

@@ -251,10 +251,11 @@ def _busy(g, D: int, dur: list) -> tuple[Term, ...]:
 def _order_parts(g, D: int) -> tuple[tuple[int, ...], tuple[Fraction, ...], tuple[int, ...]]:
     mem = memory_sweep(g, MemoryModel())
     warm = []
+    acts = g.acts  # read once: a lazy field (lazy.py)
     for d in range(D):
         count = 0
         for i in range(g.starts[d], g.starts[d + 1]):
-            leaves = g.acts[i].leaves()
+            leaves = acts[i].leaves()
             if any(x.kind in (B, I) for x in leaves):
                 break
             count += sum(1 for x in leaves if x.kind == F)
