@@ -29,15 +29,15 @@ since a same-device dependency that comes earlier is implied by device order.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 from . import _accel
 from . import deps as rules
-from .lazy import LazyField, Later, given
 from .grammar import CODED_KINDS, KIND_CODE, NCODES
+from .lazy import LazyField, Later, given
 from .model import (
     B,
     BOOKKEEPING_KINDS,
