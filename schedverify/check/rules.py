@@ -133,7 +133,7 @@ def ordered(g: Graph) -> Iterator[Violation]:
             (loc(g, i), loc(g, j)),
         )
     reduce_after = {}
-    acts = g.acts  # read once: a lazy field (lazy.py)
+    acts = g.acts if g.reduce_grads else ()  # read once, and only when needed: a lazy field
     for i in g.reduce_grads:
         d, s = g.dev[i], acts[i].stage
         key = (d, s)
