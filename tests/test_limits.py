@@ -281,7 +281,7 @@ def test_ctrl_c_on_formula():
 
 def test_ctrl_c_on_generate(tmp_path):
     out = tmp_path / "v.json"
-    code, _, err, seconds = _interrupt(["generate", "v-half", "-D", "64", "-M", "64", "-o", str(out)], 2.0)
+    code, _, err, seconds = _interrupt(["generate", "v-half", "-D", "128", "-M", "128", "-o", str(out)], 2.0)
     _assert_interrupted(code, err, seconds)
     assert not out.exists()
 
