@@ -111,6 +111,50 @@ index_object(long long v)
     return int_cache[v];
 }
 
+/* The kinds a cell may name (a tuple of at most MAX_KINDS str), as C strings; 0 with
+ * TypeError/ValueError set otherwise. */
+#define MAX_KINDS 16
+typedef struct {
+    int count;
+    const char *text[MAX_KINDS];
+    Py_ssize_t len[MAX_KINDS];
+} kinds_t;
+
+static int
+read_kinds(PyObject *kinds, kinds_t *out, const char *what)
+{
+    out->count = (int)PyTuple_GET_SIZE(kinds);
+    if (out->count > MAX_KINDS) {
+        PyErr_Format(PyExc_ValueError, "%s: at most 16 kinds", what);
+        return 0;
+    }
+    for (int c = 0; c < out->count; c++) {
+        PyObject *k = PyTuple_GET_ITEM(kinds, c);
+        if (!PyUnicode_CheckExact(k)) {
+            PyErr_Format(PyExc_TypeError, "%s: the kinds must be str", what);
+            return 0;
+        }
+        out->text[c] = PyUnicode_AsUTF8AndSize(k, &out->len[c]);
+        if (out->text[c] == NULL)
+            return 0;
+    }
+    return 1;
+}
+
+/* new_action fills the object as a 4-tuple: the type must have exactly a tuple's layout (a
+ * tuple subclass without an instance dict or slots, as a NamedTuple is); 0 with TypeError. */
+static int
+action_layout(PyTypeObject *type, const char *what)
+{
+    if (!PyType_IsSubtype(type, &PyTuple_Type) || type->tp_basicsize != PyTuple_Type.tp_basicsize ||
+        type->tp_itemsize != PyTuple_Type.tp_itemsize || type->tp_dictoffset != 0) {
+        PyErr_Format(PyExc_TypeError, "%s: the action type must be a tuple subclass with a "
+                                      "tuple's layout (a NamedTuple)", what);
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *
 k_parse_row(PyObject *self, PyObject *args)
 {
@@ -119,31 +163,9 @@ k_parse_row(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &cells, &PyType_Type, &type,
                           &PyTuple_Type, &kinds))
         return NULL;
-    /* new_action fills the object as a 4-tuple: the type must have exactly a tuple's layout
-     * (a tuple subclass without an instance dict or slots, as a NamedTuple is) */
-    if (!PyType_IsSubtype(type, &PyTuple_Type) || type->tp_basicsize != PyTuple_Type.tp_basicsize ||
-        type->tp_itemsize != PyTuple_Type.tp_itemsize || type->tp_dictoffset != 0) {
-        PyErr_SetString(PyExc_TypeError, "parse_row: the action type must be a tuple subclass "
-                                         "with a tuple's layout (a NamedTuple)");
+    kinds_t kt;
+    if (!action_layout(type, "parse_row") || !read_kinds(kinds, &kt, "parse_row"))
         return NULL;
-    }
-    int nkinds = (int)PyTuple_GET_SIZE(kinds);
-    if (nkinds > 16) {
-        PyErr_SetString(PyExc_ValueError, "parse_row: at most 16 kinds");
-        return NULL;
-    }
-    const char *kind_text[16];
-    Py_ssize_t kind_len[16];
-    for (int c = 0; c < nkinds; c++) {
-        PyObject *k = PyTuple_GET_ITEM(kinds, c);
-        if (!PyUnicode_CheckExact(k)) {
-            PyErr_SetString(PyExc_TypeError, "parse_row: the kinds must be str");
-            return NULL;
-        }
-        kind_text[c] = PyUnicode_AsUTF8AndSize(k, &kind_len[c]);
-        if (kind_text[c] == NULL)
-            return NULL;
-    }
     Py_ssize_t n = PyList_GET_SIZE(cells);
     PyObject *out = PyList_New(n);
     if (out == NULL)
@@ -155,7 +177,7 @@ k_parse_row(PyObject *self, PyObject *args)
         if (!PyUnicode_Check(cell) || !PyUnicode_IS_ASCII(cell))
             goto not_plain;
         c = parse_cell((const char *)PyUnicode_1BYTE_DATA(cell), PyUnicode_GET_LENGTH(cell),
-                       kind_text, kind_len, nkinds, &stage, &mb);
+                       kt.text, kt.len, kt.count, &stage, &mb);
         if (c < 0)
             goto not_plain;
         PyObject *s = index_object(stage);
@@ -477,25 +499,10 @@ static PyObject *
 k_parse_rows(PyObject *self, PyObject *args)
 {
     PyObject *rows, *kinds;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &rows, &PyTuple_Type, &kinds))
+    kinds_t kt;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &rows, &PyTuple_Type, &kinds) ||
+        !read_kinds(kinds, &kt, "parse_rows"))
         return NULL;
-    int nkinds = (int)PyTuple_GET_SIZE(kinds);
-    if (nkinds > 16) {
-        PyErr_SetString(PyExc_ValueError, "parse_rows: at most 16 kinds");
-        return NULL;
-    }
-    const char *kind_text[16];
-    Py_ssize_t kind_len[16];
-    for (int c = 0; c < nkinds; c++) {
-        PyObject *k = PyTuple_GET_ITEM(kinds, c);
-        if (!PyUnicode_CheckExact(k)) {
-            PyErr_SetString(PyExc_TypeError, "parse_rows: the kinds must be str");
-            return NULL;
-        }
-        kind_text[c] = PyUnicode_AsUTF8AndSize(k, &kind_len[c]);
-        if (kind_text[c] == NULL)
-            return NULL;
-    }
     Py_ssize_t D = PyList_GET_SIZE(rows), n = 0;
     for (Py_ssize_t d = 0; d < D; d++) {
         PyObject *row = PyList_GET_ITEM(rows, d);
@@ -527,7 +534,7 @@ k_parse_rows(PyObject *self, PyObject *args)
             if (!PyUnicode_Check(cell) || !PyUnicode_IS_ASCII(cell))
                 goto not_plain;
             int c = parse_cell((const char *)PyUnicode_1BYTE_DATA(cell), PyUnicode_GET_LENGTH(cell),
-                               kind_text, kind_len, nkinds, &stage_out[i], &mb_out[i]);
+                               kt.text, kt.len, kt.count, &stage_out[i], &mb_out[i]);
             if (c < 0)
                 goto not_plain;
             code_out[i] = (char)c;
@@ -618,12 +625,8 @@ k_rows_of(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOO!O!", &codes, &stages, &mbs, &lengths, &PyType_Type, &type,
                           &PyTuple_Type, &kinds))
         return NULL;
-    if (!PyType_IsSubtype(type, &PyTuple_Type) || type->tp_basicsize != PyTuple_Type.tp_basicsize ||
-        type->tp_itemsize != PyTuple_Type.tp_itemsize || type->tp_dictoffset != 0) {
-        PyErr_SetString(PyExc_TypeError, "rows_of: the action type must be a tuple subclass "
-                                         "with a tuple's layout (a NamedTuple)");
+    if (!action_layout(type, "rows_of"))
         return NULL;
-    }
     columns_t c;
     if (!read_columns(codes, stages, mbs, lengths, (int)PyTuple_GET_SIZE(kinds), &c, "rows_of"))
         return NULL;
@@ -1457,6 +1460,19 @@ put_int(char *buf, long long v)
     return n;
 }
 
+/* The text of the plain action (stage, kind, mb): ``2F5``.  stage, mb >= 0; kind an ASCII str
+ * of at most 32 characters (the callers check both). */
+static PyObject *
+action_text(long long stage, PyObject *kind, long long mb)
+{
+    char buf[96]; /* 19 digits + 32 + 19 */
+    Py_ssize_t len = put_int(buf, stage);
+    memcpy(buf + len, PyUnicode_1BYTE_DATA(kind), (size_t)PyUnicode_GET_LENGTH(kind));
+    len += PyUnicode_GET_LENGTH(kind);
+    len += put_int(buf + len, mb);
+    return PyUnicode_FromStringAndSize(buf, len);
+}
+
 static PyObject *
 k_format_plain(PyObject *self, PyObject *args)
 {
@@ -1486,12 +1502,7 @@ k_format_plain(PyObject *self, PyObject *args)
         if (!ok || stage < 0 || mb < 0 || !PyUnicode_CheckExact(kind) || !PyUnicode_IS_ASCII(kind) ||
             PyUnicode_GET_LENGTH(kind) > 32)
             goto not_plain;
-        char buf[96]; /* 19 digits + 32 + 19 */
-        Py_ssize_t len = put_int(buf, stage);
-        memcpy(buf + len, PyUnicode_1BYTE_DATA(kind), (size_t)PyUnicode_GET_LENGTH(kind));
-        len += PyUnicode_GET_LENGTH(kind);
-        len += put_int(buf + len, mb);
-        PyObject *text = PyUnicode_FromStringAndSize(buf, len);
+        PyObject *text = action_text(stage, kind, mb);
         if (text == NULL)
             goto fail;
         PyList_SET_ITEM(out, k, text);
@@ -1543,12 +1554,7 @@ k_format_columns(PyObject *self, PyObject *args)
             Py_DECREF(out);
             Py_RETURN_NONE;
         }
-        char buf[96]; /* 19 digits + 32 + 19 */
-        Py_ssize_t len = put_int(buf, col.stage[i]);
-        memcpy(buf + len, PyUnicode_1BYTE_DATA(kind), (size_t)PyUnicode_GET_LENGTH(kind));
-        len += PyUnicode_GET_LENGTH(kind);
-        len += put_int(buf + len, col.mb[i]);
-        PyObject *text = PyUnicode_FromStringAndSize(buf, len);
+        PyObject *text = action_text(col.stage[i], kind, col.mb[i]);
         if (text == NULL) {
             Py_DECREF(out);
             return NULL;
