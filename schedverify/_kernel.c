@@ -696,6 +696,29 @@ typedef struct {
  * stay those of deps.NEEDS.  Returns (acts, dev, pos, starts, wait, counts, inversions, code,
  * stage, explicit), or None when the schedule is not such a case (also when its declared sizes
  * are so much larger than its action count that a dense table would waste memory). */
+/* See PLACE in compile_core. */
+static int
+place_action(Py_ssize_t i, Py_ssize_t p, Py_ssize_t d, int c, long long s, long long m, long long S,
+             long long M, const int32_t *route_dev, const int32_t *mr, int allow_comm, int *explicit,
+             int8_t *code, long long *stage, long long *mbs, long long *pos, int32_t *devs,
+             long long *counts)
+{
+    if (c >= 4) { /* SEND_F, RECV_F, SEND_B, RECV_B */
+        if (!allow_comm)
+            return 0;
+        *explicit = 1;
+    }
+    if (s < 0 || s >= S || m < 0 || m >= M || route_dev[(mr ? mr[m] : 0) * S + s] != d)
+        return 0;
+    code[i] = (int8_t)c;
+    stage[i] = s;
+    mbs[i] = m;
+    pos[i] = p;
+    devs[i] = (int32_t)d;
+    counts[c]++;
+    return 1;
+}
+
 static PyObject *
 compile_core(PyObject *order, const columns_t *cols, long long S, long long M, PyObject *routes,
              PyObject *mroute, PyObject *needs_o, PyObject *match_o, PyObject *kinds, int allow_comm)
@@ -819,26 +842,19 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
 
     long long counts[NCODES] = {0};
     Py_ssize_t i = 0;
+    /* Action i, at position p of device d's row, has kind code c, stage s and microbatch m:
+     * 0 when it is not the kernel's case (SEND/RECV where they are not allowed, an index out
+     * of range, off its placed device), else 1 with its columns filled.  One definition for
+     * both front ends (the columns of PlainRows and the rows of Actions). */
+#define PLACE(c, s, m) place_action(i, p, d, (c), (s), (m), S, M, route_dev, mr, allow_comm, &explicit, \
+                                    code, stage, mbs, pos, devs, counts)
     if (cols) { /* the columns of grammar.PlainRows: plain actions, no idle slot */
         for (Py_ssize_t d = 0; d < D; d++) {
             starts[d] = i;
             Py_ssize_t len = PyLong_AsSsize_t(PyTuple_GET_ITEM(cols->lengths, d));
             for (Py_ssize_t p = 0; p < len; p++, i++) {
-                int c = cols->code[i];
-                long long s = cols->stage[i], m = cols->mb[i];
-                if (c >= 4) {
-                    if (!allow_comm)
-                        goto not_plain;
-                    explicit = 1;
-                }
-                if (s < 0 || s >= S || m < 0 || m >= M || route_dev[(mr ? mr[m] : 0) * S + s] != d)
+                if (!PLACE(cols->code[i], cols->stage[i], cols->mb[i]))
                     goto not_plain;
-                code[i] = (int8_t)c;
-                stage[i] = s;
-                mbs[i] = m;
-                pos[i] = p;
-                devs[i] = (int32_t)d;
-                counts[c]++;
             }
         }
     }
@@ -871,28 +887,16 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
                 if (c < 0)
                     goto not_plain;
             }
-            if (c >= 4) {
-                if (!allow_comm)
-                    goto not_plain;
-                explicit = 1;
-            }
             long long s = exact_int(PyTuple_GET_ITEM(a, 0), &ok);
             long long m = exact_int(PyTuple_GET_ITEM(a, 2), &ok);
-            if (!ok || s < 0 || s >= S || m < 0 || m >= M)
+            if (!ok || !PLACE(c, s, m))
                 goto not_plain;
-            if (route_dev[(mr ? mr[m] : 0) * S + s] != d)
-                goto not_plain;
-            code[i] = (int8_t)c;
-            stage[i] = s;
-            mbs[i] = m;
-            pos[i] = p;
-            devs[i] = (int32_t)d;
-            counts[c]++;
             Py_INCREF(a);
             PyList_SET_ITEM(acts, i, a);
             i++;
         }
     }
+#undef PLACE
     starts[D] = n;
     if (counts[1] && (counts[2] || counts[3]))
         goto not_plain; /* a pair might mix B with I/W: the general path says which */
