@@ -562,6 +562,198 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ scan_order */
+
+/* scan_order(text, pos, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb, end) | None
+ *
+ * The JSON value that starts at text[pos] (after any whitespace), read straight into
+ * parse_rows' columns when it is an array of arrays of plain action strings: what
+ * parse_rows(json.loads(value)) gives, without a str or a list per action.  ``end`` is the
+ * index just past the value's closing bracket.  Only a strict subset of JSON is taken: JSON
+ * whitespace (space, tab, newline, carriage return) between tokens, and strings of plain
+ * action text without an escape, whose content is therefore the str json.loads would make of
+ * it.  Anything else (an escape, a number, a nested object, a cell that is not plain, a
+ * syntax error) declines, and the caller reads the value with json and parse_rows, which give
+ * the same columns or say what is wrong.
+ *
+ * Memory.  Every cell is a string, two quote characters, so the text from pos on has at most
+ * (its quotes) / 2 cells: the columns are allocated for that many (one fast count), every write
+ * is checked against it, and they are cut to the cells read at the end. */
+#define MAX_CELL 64 /* a plain cell: two indices of at most MAX_DIGITS digits and a kind */
+
+typedef struct {
+    kinds_t *kt;
+    Py_ssize_t n, cap;
+    char *codes;
+    long long *stages, *mbs, top_stage, top_mb;
+    PyObject *lengths; /* a list: each row's number of cells */
+} scan_t;
+
+/* One cell's text (k ASCII characters at cs) into the columns: 1, or 0 to decline. */
+static int
+scan_cell(scan_t *sc, const char *cs, Py_ssize_t k)
+{
+    long long st, mb;
+    int code = parse_cell(cs, k, sc->kt->text, sc->kt->len, sc->kt->count, &st, &mb);
+    if (code < 0 || sc->n >= sc->cap)
+        return 0;
+    sc->codes[sc->n] = (char)code;
+    sc->stages[sc->n] = st;
+    sc->mbs[sc->n] = mb;
+    if (st > sc->top_stage)
+        sc->top_stage = st;
+    if (mb > sc->top_mb)
+        sc->top_mb = mb;
+    sc->n++;
+    return 1;
+}
+
+/* The pass over text[*pos..len), a str's characters of type CHAR: 1 when the value has the
+ * accepted shape (then *pos is just past it), 0 to decline, -1 with an exception set.  Every
+ * read is of text[p] with p < len: AT() is 0 at the end, which no branch takes for a
+ * character it accepts.  DIRECT: the characters are bytes, so a cell is parsed where it is;
+ * otherwise it is copied (at most MAX_CELL characters) first. */
+#define DEFINE_SCAN_PASS(name, CHAR, DIRECT)                                              \
+    static int name(const CHAR *text, Py_ssize_t len, Py_ssize_t *pos, scan_t *sc)         \
+    {                                                                                      \
+        Py_ssize_t p = *pos;                                                               \
+        char cell[MAX_CELL];                                                               \
+        SKIP_SPACE();                                                                      \
+        if (AT() != '[')                                                                   \
+            return 0;                                                                      \
+        p++;                                                                               \
+        SKIP_SPACE();                                                                      \
+        if (AT() == ']') {                                                                 \
+            *pos = p + 1;                                                                  \
+            return 1;                                                                      \
+        }                                                                                  \
+        for (;;) { /* a row */                                                             \
+            SKIP_SPACE();                                                                  \
+            if (AT() != '[')                                                               \
+                return 0;                                                                  \
+            p++;                                                                           \
+            SKIP_SPACE();                                                                  \
+            Py_ssize_t first = sc->n;                                                      \
+            if (AT() == ']') {                                                             \
+                p++;                                                                       \
+            } else {                                                                       \
+                for (;;) { /* a cell */                                                    \
+                    if (AT() != '"')                                                       \
+                        return 0;                                                          \
+                    Py_ssize_t a = ++p, k = 0;                                             \
+                    /* the end of the text, a control character, an escape, a non-ASCII \
+                     * one: none is in a plain cell */                                     \
+                    for (Py_UCS4 c = AT(); c != '"'; k++, p++, c = AT()) {                 \
+                        if (c < 0x21 || c > 0x7e || c == '\\' || k == MAX_CELL)            \
+                            return 0;                                                      \
+                        if (!DIRECT)                                                       \
+                            cell[k] = (char)c;                                             \
+                    }                                                                      \
+                    p++;                                                                   \
+                    if (!scan_cell(sc, DIRECT ? (const char *)(text + a) : cell, k))       \
+                        return 0;                                                          \
+                    SKIP_SPACE();                                                          \
+                    if (AT() == ']') {                                                     \
+                        p++;                                                               \
+                        break;                                                             \
+                    }                                                                      \
+                    if (AT() != ',')                                                       \
+                        return 0;                                                          \
+                    p++;                                                                   \
+                    SKIP_SPACE();                                                          \
+                }                                                                          \
+            }                                                                              \
+            PyObject *l = PyLong_FromSsize_t(sc->n - first);                               \
+            if (l == NULL || PyList_Append(sc->lengths, l) < 0) {                          \
+                Py_XDECREF(l);                                                             \
+                return -1;                                                                 \
+            }                                                                              \
+            Py_DECREF(l);                                                                  \
+            SKIP_SPACE();                                                                  \
+            if (AT() == ']') {                                                             \
+                *pos = p + 1;                                                              \
+                return 1;                                                                  \
+            }                                                                              \
+            if (AT() != ',')                                                               \
+                return 0;                                                                  \
+            p++;                                                                           \
+        }                                                                                  \
+    }
+#define AT() (p < len ? (Py_UCS4)text[p] : 0)
+#define SKIP_SPACE()                                                    \
+    while (AT() == ' ' || AT() == '\t' || AT() == '\n' || AT() == '\r') \
+    p++
+DEFINE_SCAN_PASS(scan_pass_1, Py_UCS1, 1)
+DEFINE_SCAN_PASS(scan_pass_2, Py_UCS2, 0)
+DEFINE_SCAN_PASS(scan_pass_4, Py_UCS4, 0)
+#undef AT
+#undef SKIP_SPACE
+
+static PyObject *
+k_scan_order(PyObject *self, PyObject *args)
+{
+    PyObject *text, *kinds, *quote = NULL, *codes = NULL, *stages = NULL, *mbs = NULL, *result = NULL;
+    Py_ssize_t pos;
+    kinds_t kt;
+    if (!PyArg_ParseTuple(args, "UnO!", &text, &pos, &PyTuple_Type, &kinds) ||
+        !read_kinds(kinds, &kt, "scan_order"))
+        return NULL;
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    if (pos < 0 || pos > len) {
+        PyErr_SetString(PyExc_ValueError, "scan_order: pos is outside the text");
+        return NULL;
+    }
+    scan_t sc = {&kt, 0, 0, NULL, NULL, NULL, -1, -1, PyList_New(0)};
+    if (sc.lengths == NULL || (quote = PyUnicode_FromString("\"")) == NULL)
+        goto done;
+    sc.cap = PyUnicode_Count(text, quote, pos, len) / 2;
+    if (sc.cap < 0)
+        goto done;
+    if (sc.cap > PY_SSIZE_T_MAX / 8)
+        goto not_plain;
+    codes = PyBytes_FromStringAndSize(NULL, sc.cap);
+    stages = PyBytes_FromStringAndSize(NULL, sc.cap * 8);
+    mbs = PyBytes_FromStringAndSize(NULL, sc.cap * 8);
+    if (!codes || !stages || !mbs)
+        goto done;
+    sc.codes = PyBytes_AS_STRING(codes);
+    sc.stages = (long long *)PyBytes_AS_STRING(stages);
+    sc.mbs = (long long *)PyBytes_AS_STRING(mbs);
+    int ok;
+    switch (PyUnicode_KIND(text)) {
+    case PyUnicode_1BYTE_KIND:
+        ok = scan_pass_1(PyUnicode_1BYTE_DATA(text), len, &pos, &sc);
+        break;
+    case PyUnicode_2BYTE_KIND:
+        ok = scan_pass_2(PyUnicode_2BYTE_DATA(text), len, &pos, &sc);
+        break;
+    default:
+        ok = scan_pass_4(PyUnicode_4BYTE_DATA(text), len, &pos, &sc);
+    }
+    if (ok < 0)
+        goto done;
+    if (ok == 0)
+        goto not_plain;
+    if (_PyBytes_Resize(&codes, sc.n) < 0 || _PyBytes_Resize(&stages, sc.n * 8) < 0 ||
+        _PyBytes_Resize(&mbs, sc.n * 8) < 0)
+        goto done; /* _PyBytes_Resize freed the one it could not resize and set it to NULL */
+    PyObject *lengths = PyList_AsTuple(sc.lengths);
+    if (lengths != NULL) {
+        result = Py_BuildValue("(OOOOLLn)", codes, stages, mbs, lengths, sc.top_stage, sc.top_mb, pos);
+        Py_DECREF(lengths);
+    }
+    goto done;
+not_plain:
+    result = declined();
+done:
+    Py_XDECREF(quote);
+    Py_XDECREF(codes);
+    Py_XDECREF(stages);
+    Py_XDECREF(mbs);
+    Py_XDECREF(sc.lengths);
+    return result;
+}
+
 /* The columns of grammar.PlainRows, checked: n actions, codes below ncodes, one int64 stage
  * and microbatch each (in native byte order, as parse_rows writes them), non-negative
  * lengths summing to n.  0 with ValueError/TypeError set otherwise. */
@@ -1575,6 +1767,8 @@ static PyMethodDef methods[] = {
      "parse_row(cells, action_type, kinds) -> list | None: plain action strings to Actions."},
     {"parse_rows", k_parse_rows, METH_VARARGS,
      "parse_rows(rows, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None."},
+    {"scan_order", k_scan_order, METH_VARARGS,
+     "scan_order(text, pos, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb, end) | None."},
     {"rows_of", k_rows_of, METH_VARARGS,
      "rows_of(codes, stages, mbs, lengths, action_type, kinds) -> tuple: the columns' rows of Actions."},
     {"compile_columns", k_compile_columns, METH_VARARGS,

@@ -15,6 +15,7 @@ Without a C compiler the kernel is not built and these tests skip, unless
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from contextlib import contextmanager
 
@@ -437,6 +438,110 @@ def test_parse_rows_is_parse_row_on_every_row_as_columns(table):
         assert cols.make() == made and cols.names(list(range(cols.n))[::-1]) == list(map(str, acts))[::-1]
 
 
+# JSON text of an order: json.dumps of random rows, with random JSON whitespace between tokens
+# (the separators) and, now and then, a cell written with an escape or a character json reads
+spaces = st.text(" \t\n\r", max_size=2)
+
+
+@st.composite
+def order_texts(draw):
+    table = draw(st.lists(rows, max_size=4))
+    comma, colon = draw(spaces) + "," + draw(spaces), draw(spaces)
+    text = json.dumps(table, separators=(comma, colon), ensure_ascii=draw(st.booleans()))
+    if draw(st.booleans()):  # an escape where a plain cell has a character
+        text = text.replace("F", "\\u0046", 1)
+    if draw(st.integers(0, 4)) == 0:  # a character cut out or put in: often not JSON any more
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(st.sampled_from(["", "]", ",", '"', "[", "1", "\\"])) + text[at + 1:]
+    return draw(spaces) + text
+
+
+@example('[["0F0"], ["0F1", "1B0"]]')
+@example('[["0F0"],]')  # a trailing comma is not JSON
+@example('[["0\\u0046\\u0030"]]')  # the escape json reads as "0F0": declined, then json reads it
+@example('  [ [ "0F0" ] , [ ] ]  ')
+@example('[["0F0"')
+@example("[]")
+@given(order_texts())
+def test_scan_order_reads_what_json_and_parse_rows_read(text):
+    """The order read straight from the text is parse_rows of the value json reads there
+    (raw_decode, what json.loads calls), and ends where json's value ends; it declines on
+    what json does not read or parse_rows does not take, and on nothing else but an escape in
+    a cell."""
+    from schedverify.io.actions import parse_rows, scan_order
+
+    start = len(text) - len(text.lstrip(" \t\n\r"))
+    for prefix, suffix in (("", ""), ("{ \"é\": 1, \"order\": ", "}"), ("[\"😀\", ", "]")):
+        whole = prefix + text + suffix  # one str of each width: 1, 2 and 4 bytes a character
+        try:
+            value, value_end = json.JSONDecoder().raw_decode(whole, len(prefix) + start)
+        except ValueError:
+            value, value_end = None, -1
+        want = parse_rows(value) if isinstance(value, list) else None
+        got = scan_order(whole, len(prefix))
+        if got is None:
+            assert want is None or "\\" in text
+            continue
+        columns, end = got
+        assert want is not None and dataclasses.astuple(columns) == dataclasses.astuple(want)
+        assert end == value_end
+
+
+documents = st.dictionaries(
+    st.sampled_from(["format", "name", "order", "devices", "metadata", "x", "é"]),
+    st.one_of(st.lists(rows, max_size=3), st.text(max_size=4), st.integers(), st.none(),
+              st.floats(allow_nan=False), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2)),
+    max_size=5)
+
+
+@example('{"order": [["0F0"]], "order": [["1B0"]]}')  # json keeps the last
+@example('{"order": [["0F0"]], "x": 1,}')  # a trailing comma
+@example('{}')
+@example('{"order": [["0F0"]]} x')
+@example('{"order": NaN}')
+@given(st.one_of(st.builds(lambda d, i: json.dumps(d, indent=i), documents, st.sampled_from([None, 0, 2])),
+                 order_texts()))
+def test_a_document_is_read_as_json_reads_it(text):
+    """The walk over a document that reads its order as columns gives json.loads's object
+    with the order as parse_rows makes it, or leaves the text to json.loads (then always when
+    json refuses it)."""
+    from schedverify.io.actions import parse_rows
+    from schedverify.io.jsonfmt import _scan_document
+
+    got = _scan_document(text)
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        assert got is None
+        return
+    if got is None:
+        return
+    from schedverify.grammar import PlainRows
+
+    assert isinstance(doc, dict) and list(got) == list(doc)
+    for key, value in doc.items():
+        if isinstance(got[key], PlainRows):
+            want = parse_rows(value)
+            assert key == "order" and want is not None
+            assert dataclasses.astuple(got[key]) == dataclasses.astuple(want)
+        else:
+            assert repr(got[key]) == repr(value)
+
+
+def test_a_large_file_is_read_from_its_text_without_a_str_per_action(tmp_path):
+    """A schedverify/1 file of plain actions reaches the Schedule as columns scanned from its
+    text (no json list of strs); the schedule is the one json would have given."""
+    s = generated("1f1b", 4, 16)
+    path = tmp_path / "s.json"
+    schedverify.dump(s, str(path))
+    with spying() as spy:
+        loaded = schedverify.load(str(path))
+    assert spy.answered.get("scan_order") == 1 and "parse_rows" not in spy.answered
+    with pure_python():
+        slow = schedverify.load(str(path))
+    assert loaded.columns is not None and slow.columns is None and loaded == slow == s
+
+
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_a_loaded_file_is_checked_from_its_columns_without_building_actions(family, tmp_path, monkeypatch):
     """A file of plain actions loads as columns: the check compiles them (compile_columns),
@@ -510,6 +615,10 @@ BAD_CALLS = [
     ("format_plain([Action(0, 'F', 0)], [3], Action)", "IndexError"),
     ("format_plain([Action(0, 'F', 0)], [-1], Action)", "IndexError"),
     ("parse_row(['0F0'], tuple, ('F', 1))", "TypeError"),
+    ("scan_order('[]', 3, KINDS8)", "ValueError"),  # past the end of the text
+    ("scan_order('[]', -1, KINDS8)", "ValueError"),
+    ("scan_order(b'[]', 0, KINDS8)", "TypeError"),  # bytes are not a str
+    ("scan_order('[]', 0, ('F', 1))", "TypeError"),
     ("rows_of(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (2,), Action, KINDS8)", "ValueError"),  # lengths
     ("rows_of(b'\\x09', b'\\x00' * 8, b'\\x00' * 8, (1,), Action, KINDS8)", "ValueError"),  # a code
     ("rows_of(b'\\x00', b'\\x00' * 7, b'\\x00' * 8, (1,), Action, KINDS8)", "ValueError"),  # int64s

@@ -64,6 +64,19 @@ def parse_rows(rows: list) -> PlainRows | None:
     return None if columns is None else PlainRows(*columns)
 
 
+def scan_order(text: str, pos: int) -> tuple[PlainRows, int] | None:
+    """The JSON array of rows of plain actions that starts at ``text[pos]``, read straight
+    from the text into columns (the kernel's ``scan_order``), and the index just past it:
+    what :func:`parse_rows` makes of ``json.loads`` of that array, without a str per action.
+    None when the kernel is not built or the value is anything else (an escape in a cell,
+    a cell that is not plain, not JSON): then json reads it."""
+    kernel = _accel.kernel
+    if kernel is None:
+        return None
+    got = kernel.scan_order(text, pos, _PLAIN_KINDS)
+    return None if got is None else (PlainRows(*got[:-1]), got[-1])
+
+
 def parse_row(cells: list) -> list[Action] | None:
     """Parse a row of plain actions (``3F1``, ``0SEND_B2``: no bookkeeping, no overlap, no
     idle slot) in bulk.  Returns None when any cell needs :func:`parse_action` (which then

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from ..errors import InputError
@@ -26,7 +27,7 @@ from ..model import (
     number_problem,
 )
 from ..grammar import PlainRows
-from .actions import CellErrors, parse_row, parse_rows
+from .actions import CellErrors, parse_row, parse_rows, scan_order
 from .files import as_text
 
 FORMAT = "schedverify/1"
@@ -123,7 +124,9 @@ def loads(text: str | bytes, source: str = "<string>") -> Schedule:
     if not text.strip():
         raise InputError("the file is empty", source=source)
     try:
-        doc = json.loads(text)
+        doc = _scan_document(text)
+        if doc is None:
+            doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"invalid JSON: {e.msg}", source=source,
                          where=f"line {e.lineno}, column {e.colno}") from None
@@ -132,6 +135,52 @@ def loads(text: str | bytes, source: str = "<string>") -> Schedule:
     except RecursionError:
         raise InputError("invalid JSON: nested too deeply", source=source) from None
     return from_document(doc, source)
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace, as json.decoder spells it
+_DECODER = json.JSONDecoder()
+
+
+def _skip_space(text: str, pos: int) -> int:
+    match = _SPACE.match(text, pos)
+    return pos if match is None else match.end()  # never None: the pattern matches ""
+
+
+def _scan_document(text: str) -> dict | None:
+    """``json.loads(text)`` of a top-level object, with its ``order`` read straight into
+    columns (:func:`~schedverify.io.actions.scan_order`) when every cell is plain: json would
+    make a str and a list per action, which costs as much as all the checking.  The object is
+    walked here, member by member, each key and every other value read by json itself
+    (``raw_decode``, the function ``json.loads`` calls), so the result is ``json.loads``'s
+    with the order as :func:`parse_rows` would have made it.  None on anything this walk does
+    not take (not an object, a syntax error): then ``json.loads`` reads the text
+    and names what is wrong."""
+    pos = _skip_space(text, 0)
+    if not text.startswith("{", pos):
+        return None
+    doc: dict[str, Any] = {}
+    pos = _skip_space(text, pos + 1)
+    try:
+        while text.startswith('"', pos):
+            key, pos = _DECODER.raw_decode(text, pos)
+            pos = _skip_space(text, pos)
+            if not text.startswith(":", pos):
+                return None
+            pos = _skip_space(text, pos + 1)
+            got = scan_order(text, pos) if key == "order" else None
+            if got is None:
+                doc[key], pos = _DECODER.raw_decode(text, pos)
+            else:
+                doc[key], pos = got
+            pos = _skip_space(text, pos)
+            if text.startswith("}", pos):
+                return doc if _skip_space(text, pos + 1) == len(text) else None
+            if not text.startswith(",", pos):
+                return None
+            pos = _skip_space(text, pos + 1)
+    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        return None
+    return None  # "{}", a trailing comma, a key that is not a string: json says what it is
 
 
 def from_document(doc: Any, source: str = "<document>") -> Schedule:
@@ -147,22 +196,27 @@ def from_document(doc: Any, source: str = "<document>") -> Schedule:
         raise r.fail("name", f"expected a string, got {_describe(name)}")
 
     order_doc = doc.get("order")
-    if not isinstance(order_doc, list):
+    if isinstance(order_doc, PlainRows):  # scanned from the text (_scan_document)
+        rows, actions = len(order_doc.lengths), order_doc.n
+    elif isinstance(order_doc, list):
+        rows, actions = len(order_doc), sum(len(row) for row in order_doc if isinstance(row, list))
+    else:
         raise r.fail("order", f"expected a list with one list of actions per device, got "
                      f"{_describe(order_doc) if 'order' in doc else 'nothing'}")
     devices = r.size(doc, "devices")
     if devices is None:
-        devices = len(order_doc)
+        devices = rows
         if devices == 0:
             raise r.fail("order", "has no devices")
         limits().refuse("devices", devices, "device lists", source=r.source, where="order")
-    elif len(order_doc) != devices:
-        raise r.fail("order", f"has {len(order_doc)} device lists but devices is {devices}")
-    actions = sum(len(row) for row in order_doc if isinstance(row, list))
+    elif rows != devices:
+        raise r.fail("order", f"has {rows} device lists but devices is {devices}")
     limits().refuse("actions", actions, "actions", source=r.source, where="order")
-    order: Any = parse_rows(order_doc)  # the columns, when every cell is plain
-    if order is None:
-        order = _read_order(r, order_doc)
+    order: Any = order_doc
+    if isinstance(order_doc, list):
+        order = parse_rows(order_doc)  # the columns, when every cell is plain
+        if order is None:
+            order = _read_order(r, order_doc)
 
     stages = r.size(doc, "stages")
     microbatches = r.size(doc, "microbatches")
