@@ -141,30 +141,29 @@ def test_seed_file_runs_with_recorded_verdicts():
     assert (savings["counterexample"]["lhs"], savings["counterexample"]["rhs"]) == ("1/2", "5/8")
 
 
-def test_catalogue_loads_on_python_310(monkeypatch, tmp_path):
-    """requires-python is >=3.10, where tomllib does not exist: the catalogue falls back on
-    tomli (the same parser) there; a copy of the module is loaded as Python 3.10 would."""
+def test_toml_is_read_on_python_310(monkeypatch, tmp_path):
+    """requires-python is >=3.10, where tomllib does not exist: the one TOML reader (model
+    files, claim catalogues) falls back on tomli (the same parser) there; a copy of its module
+    is loaded as Python 3.10 would."""
     import importlib.util
     import sys
     import tomllib
 
-    import schedverify.claims.catalogue as real
+    import schedverify.io.files as real
 
     monkeypatch.setattr(sys, "version_info", (3, 10, 14, "final", 0))
     monkeypatch.setitem(sys.modules, "tomllib", None)  # `import tomllib` fails, as on 3.10
     monkeypatch.setitem(sys.modules, "tomli", tomllib)  # tomli has tomllib's API
-    spec = importlib.util.spec_from_file_location("schedverify.claims._catalogue_py310",
-                                                  real.__file__)
+    spec = importlib.util.spec_from_file_location("schedverify.io._files_py310", real.__file__)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.tomllib is tomllib
-    f = tmp_path / "c.toml"
-    f.write_text('source = "s"\nfamily = "1f1b"\n[[claim]]\ntext = "makespan(ALL) >= 0"\n')
-    assert [c.text for c in mod.load_file(f)] == [c.text for c in real.load_file(f)]
-    bad = tmp_path / "bad.toml"
-    bad.write_text("source = \n")
-    with pytest.raises(Exception, match="not valid TOML"):
-        mod.load_file(bad)
+    text = 'source = "s"\nfamily = "1f1b"\n[[claim]]\ntext = "makespan(ALL) >= 0"\n'
+    assert mod.parse_toml(text, "c.toml") == real.parse_toml(text, "c.toml") == tomllib.loads(text)
+    from schedverify.errors import InputError
+
+    with pytest.raises(InputError, match="c.toml: not valid TOML"):
+        mod.parse_toml("source = \n", "c.toml")
 
 
 # --------------------------------------------------------------------------- laws about the optimum

@@ -10,15 +10,10 @@ the optimum alone (``optimal_makespan(...)`` and no family metric) needs no fami
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10 (supported, see requires-python): the same parser as the tomli package
-    import tomli as tomllib
-
 from ..errors import InputError
+from ..io.files import parse_toml
 from ..errors import UsageError
 from .statement import Claim, optimum_refs, parse_claim
 
@@ -44,11 +39,10 @@ def catalogue_files(paths) -> list[Path]:
 
 def load_file(path: Path) -> list[Claim]:
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"not valid TOML: {e}", source=str(path)) from None
-    except OSError as e:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
         raise InputError(str(e), source=str(path)) from None
+    doc = parse_toml(text, str(path))
     extra = set(doc) - _FILE_KEYS
     if extra:
         raise InputError(f"unknown key(s) {', '.join(sorted(extra))}; known: "

@@ -18,13 +18,27 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (supported, see requires-python): the same parser as the tomli package
+    import tomli as tomllib
 
 from ..errors import InputError, UsageError
 from ..limits import Limits, limits
 
 CHUNK = 1 << 20
 STDIN = "-"
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """The TOML document ``text`` (a model file, a claim catalogue), or an :class:`InputError`
+    naming ``source`` and what TOML's parser found wrong."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"not valid TOML: {e}", source=source) from None
 
 
 def source_name(path: str | os.PathLike) -> str:

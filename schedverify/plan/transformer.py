@@ -124,20 +124,15 @@ a makespan.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, UsageError
+from ..io.files import parse_toml
 from .hardware import DEVICES, Hardware, hardware_from_table
 from .stages import StageProfile
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser as the tomli package
-    import tomli as tomllib
 
 RECOMPUTE = ("none", "selective", "full")
 SHARDING = ("none", "zero1", "zero2", "fsdp")
@@ -768,10 +763,7 @@ def load_model(path_or_text: str | Path, source: str | None = None) -> tuple[Tra
             raise InputError(f"cannot read: {e}", source=src) from None
     else:
         text, src = path_or_text, source or "<string>"
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"not valid TOML: {e}", source=src) from None
+    doc = parse_toml(text, src)
     tables = (*_KEYS, "hardware")
     for name, table in doc.items():
         if name not in tables:
