@@ -6,11 +6,13 @@ does), reporting wall time and the process's peak resident memory.  When PyTorch
 installed, PyTorch's own dry-run simulator ``_simulate_comms_compute`` runs on the same
 schedule after PyTorch's own send/recv lowering (about 2.7x as many actions), and
 schedverify loads and checks that very lowered schedule from its JSON file too, best of as
-many runs each; the speed-up is on that same input.  schedverify's figure is given twice: in
-a fresh process (its first load and check), and warm (the best of five more in that
+many runs each; the speed-up is on that same input.  schedverify's figure is given twice:
+in a fresh process (its first load and check), and warm (the best of five more in that
 process), which is the condition PyTorch's figure is taken in: its simulator runs in the
-process that has just parsed and lowered the schedule.  PyTorch is skipped above --torch-max actions
-because its simulator is quadratic.
+process that has just parsed and lowered the schedule.  The column "in one process" sets
+load plus check against ``json.load`` alone on the same file, alternating in one process,
+the best of each (the target: at most 2x at 1M actions).  PyTorch is skipped above
+--torch-max actions because its simulator is quadratic.
 
 Whether the compiled kernel (schedverify/_kernel.c) is in use is printed in the title;
 ``SCHEDVERIFY_PURE_PYTHON=1`` measures the pure-Python paths.
@@ -70,6 +72,31 @@ for _ in range(6):
     del r
     gc.collect()
 print(json.dumps({"fresh": totals[0], "warm": min(totals[1:])}))
+"""
+
+# the issue's measure: load and check against json.load alone on the same file, in one
+# process, alternating, the best of each (neither counts freeing what it made)
+_RATIO_CHILD = r"""
+import gc, json, sys, time
+import schedverify
+path, runs = sys.argv[1], int(sys.argv[2])
+plain, ours = [], []
+for _ in range(runs):
+    gc.collect()
+    t0 = time.perf_counter()
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    t1 = time.perf_counter()
+    del doc
+    gc.collect()
+    t2 = time.perf_counter()
+    r = schedverify.check(schedverify.load(path))
+    t3 = time.perf_counter()
+    assert r.is_valid
+    del r
+    plain.append(t1 - t0)
+    ours.append(t3 - t2)
+print(json.dumps({"json": min(plain), "ours": min(ours)}))
 """
 
 _SEMANTICS_CHILD = r"""
@@ -195,11 +222,12 @@ def main() -> None:
 
     print(f"schedverify check ({_accel.describe()}): 1F1B, {args.devices} devices, full check + timeline, "
           f"best of {args.repeat}")
-    print("| actions | file MB | load s | check s | total s | actions/s | peak RSS MB |"
+    print("| actions | file MB | load s | check s | total s | actions/s | peak RSS MB | "
+          "in one process: json.load s / load + check s (ratio) |"
           + (" lowered actions | PyTorch sim s | schedverify s, lowered (fresh / warm) | "
              "speed-up, same input (fresh / warm) |"
              if have_torch else ""))
-    print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if have_torch else ""))
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---:|" if have_torch else ""))
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
             path = os.path.join(tmp, f"s{size}.json")
@@ -208,8 +236,10 @@ def main() -> None:
             runs = [run_child(_CHILD, path, 600) for _ in range(args.repeat)]
             best = min(runs, key=lambda r: r["total"])
             rate = best["actions"] / best["total"]
+            ratio = run_child(_RATIO_CHILD, path, 600, str(max(3, args.repeat)))
             row = (f"| {best['actions']:,} | {mb:.1f} | {best['load']:.3f} | {best['check']:.3f} | "
-                   f"{best['total']:.3f} | {rate:,.0f} | {max(r['rss_mb'] for r in runs):.0f} |")
+                   f"{best['total']:.3f} | {rate:,.0f} | {max(r['rss_mb'] for r in runs):.0f} | "
+                   f"{ratio['json']:.3f} / {ratio['ours']:.3f} ({ratio['ours'] / ratio['json']:.2f}x) |")
             if have_torch:
                 if best["actions"] <= args.torch_max:
                     # PyTorch's simulator and schedverify on the very same input: the schedule

@@ -111,6 +111,21 @@ index_object(long long v)
     return int_cache[v];
 }
 
+/* The Action (stage, kind, mb), its indices shared (index_object); NULL with an exception
+ * set. */
+static PyObject *
+plain_action(PyTypeObject *type, long long stage, PyObject *kind, long long mb)
+{
+    PyObject *s = index_object(stage);
+    PyObject *m = s ? index_object(mb) : NULL;
+    PyObject *a = m ? new_action(type, s, kind, m) : NULL;
+    if (a == NULL) { /* new_action took s and m only when it made the action */
+        Py_XDECREF(s);
+        Py_XDECREF(m);
+    }
+    return a;
+}
+
 /* The kinds a cell may name (a tuple of at most MAX_KINDS str), as C strings; 0 with
  * TypeError/ValueError set otherwise. */
 #define MAX_KINDS 16
@@ -180,12 +195,8 @@ k_parse_row(PyObject *self, PyObject *args)
                        kt.text, kt.len, kt.count, &stage, &mb);
         if (c < 0)
             goto not_plain;
-        PyObject *s = index_object(stage);
-        PyObject *m = s ? index_object(mb) : NULL;
-        PyObject *a = m ? new_action(type, s, PyTuple_GET_ITEM(kinds, c), m) : NULL;
+        PyObject *a = plain_action(type, stage, PyTuple_GET_ITEM(kinds, c), mb);
         if (a == NULL) {
-            Py_XDECREF(s);
-            Py_XDECREF(m);
             Py_DECREF(out);
             return NULL;
         }
@@ -304,44 +315,84 @@ index_array(scratch_t *sc, PyObject *seq, Py_ssize_t *len, const char *what)
     return out;
 }
 
+/* A column of ints read where it lies, for a function that reads few of its entries: a
+ * buffer of signed ints (as buffer_index_array takes) is viewed, not copied; any other
+ * sequence is copied by index_array.  int_at(c, i) for 0 <= i < the length read. */
+typedef struct {
+    Py_buffer view; /* view.obj is NULL when the column was copied */
+    const long long *copy;
+    char kind;
+} ints_t;
+
+static int
+read_ints(scratch_t *sc, PyObject *seq, ints_t *out, Py_ssize_t *len, const char *what)
+{
+    out->view.obj = NULL;
+    out->copy = NULL;
+    if (!PyObject_CheckBuffer(seq)) {
+        out->copy = index_array(sc, seq, len, what);
+        return out->copy != NULL;
+    }
+    if (PyObject_GetBuffer(seq, &out->view, PyBUF_FORMAT | PyBUF_ND) < 0)
+        return 0;
+    const char *f = out->view.format ? out->view.format : "B";
+    if (*f == '@')
+        f++;
+    char kind = f[0];
+    size_t size = (size_t)out->view.itemsize;
+    if (!(f[0] != '\0' && f[1] == '\0' && out->view.ndim == 1 &&
+          ((kind == 'b' && size == 1) || (kind == 'h' && size == sizeof(short)) ||
+           (kind == 'i' && size == sizeof(int)) || (kind == 'l' && size == sizeof(long)) ||
+           (kind == 'q' && size == sizeof(long long))))) {
+        PyBuffer_Release(&out->view);
+        out->view.obj = NULL;
+        PyErr_Format(PyExc_TypeError, "%s: expected a sequence of ints or an array of signed ints", what);
+        return 0;
+    }
+    out->kind = kind;
+    *len = out->view.len / out->view.itemsize;
+    return 1;
+}
+
+static long long
+int_at(const ints_t *c, Py_ssize_t i)
+{
+    if (c->copy != NULL)
+        return c->copy[i];
+    const char *b = (const char *)c->view.buf;
+    switch (c->kind) { /* memcpy: the buffer need not be aligned for the type */
+    case 'b': { signed char v; memcpy(&v, b + i, 1); return v; }
+    case 'h': { short v; memcpy(&v, b + i * sizeof v, sizeof v); return v; }
+    case 'i': { int v; memcpy(&v, b + i * sizeof v, sizeof v); return v; }
+    case 'l': { long v; memcpy(&v, b + i * sizeof v, sizeof v); return v; }
+    default: { long long v; memcpy(&v, b + i * sizeof v, sizeof v); return v; }
+    }
+}
+
+static void
+release_ints(ints_t *c)
+{
+    if (c->view.obj != NULL)
+        PyBuffer_Release(&c->view);
+}
+
 /* The integers of a one-dimensional buffer of signed integers (an array.array of typecode
  * b, h, i, l or q) as a new scratch array; TypeError for any other buffer (bytes, floats,
  * unsigned or multi-dimensional ones). */
 static long long *
 buffer_index_array(scratch_t *sc, PyObject *seq, Py_ssize_t *len, const char *what)
 {
-    Py_buffer view;
-    if (PyObject_GetBuffer(seq, &view, PyBUF_FORMAT | PyBUF_ND) < 0)
+    ints_t c;
+    Py_ssize_t n = 0;
+    if (!read_ints(sc, seq, &c, &n, what))
         return NULL;
-    const char *f = view.format ? view.format : "B";
-    if (*f == '@')
-        f++;
-    char kind = f[0];
-    int ok = f[0] != '\0' && f[1] == '\0' && view.ndim == 1 &&
-             ((kind == 'b' && view.itemsize == 1) || (kind == 'h' && view.itemsize == sizeof(short)) ||
-              (kind == 'i' && view.itemsize == sizeof(int)) || (kind == 'l' && view.itemsize == sizeof(long)) ||
-              (kind == 'q' && view.itemsize == sizeof(long long)));
-    if (!ok) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a sequence of ints or an array of signed ints", what);
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    Py_ssize_t n = view.len / view.itemsize;
     long long *out = scratch_array(sc, n, sizeof(long long), 0);
     if (out != NULL) {
-        const char *b = (const char *)view.buf;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            switch (kind) { /* memcpy: the buffer need not be aligned for the type */
-            case 'b': { signed char v; memcpy(&v, b + i, 1); out[i] = v; break; }
-            case 'h': { short v; memcpy(&v, b + i * sizeof v, sizeof v); out[i] = v; break; }
-            case 'i': { int v; memcpy(&v, b + i * sizeof v, sizeof v); out[i] = v; break; }
-            case 'l': { long v; memcpy(&v, b + i * sizeof v, sizeof v); out[i] = v; break; }
-            default: { long long v; memcpy(&v, b + i * sizeof v, sizeof v); out[i] = v; break; }
-            }
-        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            out[i] = int_at(&c, i);
         *len = n;
     }
-    PyBuffer_Release(&view);
+    release_ints(&c);
     return out;
 }
 
@@ -833,14 +884,9 @@ k_rows_of(PyObject *self, PyObject *args)
             goto fail;
         PyTuple_SET_ITEM(out, d, row);
         for (Py_ssize_t p = 0; p < len; p++, i++) {
-            PyObject *s = index_object(c.stage[i]);
-            PyObject *m = s ? index_object(c.mb[i]) : NULL;
-            PyObject *a = m ? new_action(type, s, PyTuple_GET_ITEM(kinds, c.code[i]), m) : NULL;
-            if (a == NULL) {
-                Py_XDECREF(s);
-                Py_XDECREF(m);
+            PyObject *a = plain_action(type, c.stage[i], PyTuple_GET_ITEM(kinds, c.code[i]), c.mb[i]);
+            if (a == NULL)
                 goto fail;
-            }
             PyTuple_SET_ITEM(row, p, a);
         }
     }
@@ -1236,13 +1282,166 @@ k_compile_columns(PyObject *self, PyObject *args)
     return compile_core(NULL, &cols, S, M, routes, mroute, needs_o, match_o, kinds, allow_comm);
 }
 
+/* ------------------------------------------------------------------ times */
+
+/* Times.  The sweep's start and end times go back to Python as two columns each, not as a
+ * list of a million numbers: ``values``, an array.array of doubles, and ``floats``, bytes
+ * with 1 where the time is a float and 0 where it is an int.  An int time is an exact
+ * integer of magnitude at most 2^53 (the sweep's bound), so its double is it exactly.
+ * graph.Times makes the list Python's sweep would have made (times_list) only when a caller
+ * reads it. */
+
+/* A number of the kernel's (a double and whether it is a float) as the Python object. */
+static PyObject *
+number_object(double v, unsigned char is_float)
+{
+    return is_float ? PyFloat_FromDouble(v) : PyLong_FromLongLong((long long)v);
+}
+
+/* (start values, start floats, end values, end floats, makespan) from the sweep's arrays;
+ * makespan is max(end, default=0): the first greatest, an int 0 when there is no action. */
+static PyObject *
+times_result(const double *st, const unsigned char *st_f, const double *en, const unsigned char *en_f,
+             Py_ssize_t n)
+{
+    Py_ssize_t last = -1;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (last < 0 || en[i] > en[last])
+            last = i;
+    PyObject *parts[5] = {
+        array_of(st, n, "d", sizeof(double)), PyBytes_FromStringAndSize((const char *)st_f, n),
+        array_of(en, n, "d", sizeof(double)), PyBytes_FromStringAndSize((const char *)en_f, n),
+        last < 0 ? PyLong_FromLong(0) : number_object(en[last], en_f[last]),
+    };
+    PyObject *result = NULL;
+    if (parts[0] && parts[1] && parts[2] && parts[3] && parts[4])
+        result = PyTuple_Pack(5, parts[0], parts[1], parts[2], parts[3], parts[4]);
+    for (int k = 0; k < 5; k++)
+        Py_XDECREF(parts[k]);
+    return result;
+}
+
+/* One column of times, read: its values (a 1-D buffer of doubles, held in view) and floats
+ * (bytes of the same length); 0 with TypeError/ValueError set otherwise.  Release the view
+ * with PyBuffer_Release when it was read.  A value is checked where it is read (time_at):
+ * the critical path reads a few of a million. */
+typedef struct {
+    Py_buffer view;
+    const double *v;
+    const unsigned char *f;
+    Py_ssize_t n;
+} times_t;
+
+static int
+read_times(PyObject *values, PyObject *floats, times_t *t, const char *what)
+{
+    if (!PyBytes_CheckExact(floats)) {
+        PyErr_Format(PyExc_TypeError, "%s: the floats of a times column are bytes", what);
+        return 0;
+    }
+    if (PyObject_GetBuffer(values, &t->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return 0;
+    const char *f = t->view.format ? t->view.format : "B";
+    if (*f == '@')
+        f++;
+    if (strcmp(f, "d") != 0 || t->view.ndim != 1 || t->view.itemsize != sizeof(double) ||
+        ((uintptr_t)t->view.buf) % sizeof(double)) {
+        PyBuffer_Release(&t->view);
+        PyErr_Format(PyExc_TypeError, "%s: the values of a times column are an array of doubles", what);
+        return 0;
+    }
+    t->v = (const double *)t->view.buf;
+    t->f = (const unsigned char *)PyBytes_AS_STRING(floats);
+    t->n = t->view.len / (Py_ssize_t)sizeof(double);
+    if (PyBytes_GET_SIZE(floats) != t->n) {
+        PyBuffer_Release(&t->view);
+        PyErr_Format(PyExc_ValueError, "%s: a times column has one flag per value", what);
+        return 0;
+    }
+    return 1;
+}
+
+/* The time at i < t->n as a number: 1, or 0 with ValueError set when its flag is neither 1
+ * (a float) nor 0 (an int: an integral double of magnitude at most 2^53, so that the cast
+ * is exact). */
+static int
+time_at(const times_t *t, Py_ssize_t i, num_t *x)
+{
+    double v = t->v[i];
+    x->f = v;
+    x->i = 0;
+    x->is_float = t->f[i];
+    if (x->is_float == 1)
+        return 1;
+    if (x->is_float == 0 && v == floor(v) && fabs(v) <= EXACT_INT_MAX) {
+        x->i = (long long)v;
+        return 1;
+    }
+    PyErr_SetString(PyExc_ValueError, "a times column's flag is 1 (a float) or 0 (an int of magnitude "
+                                      "at most 2^53)");
+    return 0;
+}
+
+/* times_list(values, floats) -> list: the times as Python's sweep makes them. */
+static PyObject *
+k_times_list(PyObject *self, PyObject *args)
+{
+    PyObject *values, *floats;
+    times_t t;
+    if (!PyArg_ParseTuple(args, "OO", &values, &floats) || !read_times(values, floats, &t, "times_list"))
+        return NULL;
+    PyObject *out = PyList_New(t.n);
+    for (Py_ssize_t i = 0; out != NULL && i < t.n; i++) {
+        num_t x;
+        PyObject *o = time_at(&t, i, &x) ? number_object(x.f, x.is_float) : NULL;
+        if (o == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, o);
+    }
+    PyBuffer_Release(&t.view);
+    return out;
+}
+
+/* durations_plain(code, table) -> list: table[code[i]] for each action, code -1 reading the
+ * table's last entry (graph.durations_for with one cost per kind: the same objects). */
+static PyObject *
+k_durations_plain(PyObject *self, PyObject *args)
+{
+    PyObject *code_o, *table;
+    if (!PyArg_ParseTuple(args, "OO!", &code_o, &PyList_Type, &table))
+        return NULL;
+    if (PyList_GET_SIZE(table) != NCODES + 1) {
+        PyErr_SetString(PyExc_ValueError, "durations_plain: one duration per kind code, and one for -1");
+        return NULL;
+    }
+    scratch_t sc = {{NULL}, 0};
+    Py_ssize_t n = 0;
+    long long *code = index_array(&sc, code_o, &n, "durations_plain: code");
+    PyObject *out = code ? PyList_New(n) : NULL;
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        if (code[i] < -1 || code[i] >= NCODES) {
+            PyErr_SetString(PyExc_ValueError, "durations_plain: a code is not a kind code or -1");
+            Py_CLEAR(out);
+            break;
+        }
+        PyObject *x = PyList_GET_ITEM(table, code[i] < 0 ? NCODES : code[i]);
+        Py_INCREF(x);
+        PyList_SET_ITEM(out, i, x);
+    }
+    scratch_free(&sc);
+    return out;
+}
+
 /* ------------------------------------------------------------------ sweep_plain */
 
-/* sweep_plain(starts, wait, durations, comm) -> (start, end) | None
+/* sweep_plain(starts, wait, durations, comm)
+ *   -> (start_values, start_floats, end_values, end_floats, makespan) | None
  *
  * The twin of graph.sweep for a graph without extra waits (more_waits empty): every device
  * runs its list in order, each action at max(its device's clock, end of wait[i] + comm).
- * None when some device never finishes (graph.sweep then finds the cycles), when a duration
+ * The times come back as columns (see "Times" above) and the makespan as Python's
+ * max(end, default=0) would give it.  None when some device never finishes (graph.sweep then finds the cycles), when a duration
  * or comm is not a number read_number takes, or when the ints could outgrow doubles (below).
  *
  * It does Python's operations in Python's order and keeps each value's type as Python's
@@ -1365,28 +1564,7 @@ k_sweep_plain(PyObject *self, PyObject *args)
         finished &= ptr[d] == starts[d + 1];
     if (!finished)
         goto not_plain;
-    {
-        PyObject *sl = PyList_New(n), *el = PyList_New(n);
-        if (sl && el) {
-            for (Py_ssize_t i = 0; i < n; i++) {
-                /* an int value is an exact integer of magnitude <= 2^53: the cast is exact */
-                PyObject *a = st_f[i] ? PyFloat_FromDouble(st[i]) : PyLong_FromLongLong((long long)st[i]);
-                PyObject *b = en_f[i] ? PyFloat_FromDouble(en[i]) : PyLong_FromLongLong((long long)en[i]);
-                if (!a || !b) {
-                    Py_XDECREF(a);
-                    Py_XDECREF(b);
-                    Py_CLEAR(sl);
-                    break;
-                }
-                PyList_SET_ITEM(sl, i, a);
-                PyList_SET_ITEM(el, i, b);
-            }
-        }
-        if (sl && el)
-            result = PyTuple_Pack(2, sl, el);
-        Py_XDECREF(sl);
-        Py_XDECREF(el);
-    }
+    result = times_result(st, st_f, en, en_f, n);
     goto done;
 not_plain:
     result = declined();
@@ -1534,53 +1712,69 @@ done:
 
 /* ------------------------------------------------------------------ critical_path_plain */
 
-/* critical_path_plain(starts, dev, wait, start, end, comm, tol) -> list[int] | None
+/* critical_path_plain(starts, wait, start_values, start_floats, end_values, end_floats, comm,
+ *                     tol) -> list[int] | None
  *
  * The twin of Timeline.critical_path for a graph without extra waits: from the first action
  * that ends last, step back to the action whose end (plus comm, across devices) is this
- * one's start within tol, preferring the cross-device wait.  None when a time or comm is not
- * a number read_number takes.
+ * one's start within tol, preferring the cross-device wait.  The times are the sweep's
+ * columns ("Times" above).  None when comm is not a number read_number takes.  An action's
+ * device is the range of ``starts`` holding it (what Graph.dev says), found by bisection:
+ * the path reads a few of a million actions, so neither dev nor wait is copied whole.
  *
  * Exactness.  The tests are Python's abs(end[k] + comm - start[i]) <= tol and
  * abs(end[i-1] - start[i]) <= tol, evaluated left to right with each operand's type as it
  * is (num_add, num_within): ints exactly in long long (three terms of magnitude <= 2^53), a
  * float as soon as one operand is one, and an int compared with tol exactly.  The last
  * action is Python's max(range(n), key=end.__getitem__): the first of the greatest, the
- * comparisons exact since every number read is exactly a double. */
+ * comparisons exact since every time is exactly a double. */
+static Py_ssize_t
+device_of(const long long *starts, Py_ssize_t D, long long i)
+{
+    Py_ssize_t lo = 0, hi = D; /* starts[lo] <= i < starts[hi] */
+    while (hi - lo > 1) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (starts[mid] <= i)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static PyObject *
 k_critical_path_plain(PyObject *self, PyObject *args)
 {
-    /* reads the times only where the walk visits: the path is a small part of the schedule */
-    PyObject *starts_o, *dev_o, *wait_o, *start, *end, *comm_o;
+    PyObject *starts_o, *wait_o, *sv, *sf, *ev, *ef, *comm_o;
     double tol;
-    if (!PyArg_ParseTuple(args, "OOOO!O!Od", &starts_o, &dev_o, &wait_o, &PyList_Type, &start,
-                          &PyList_Type, &end, &comm_o, &tol))
+    if (!PyArg_ParseTuple(args, "OOOOOOOd", &starts_o, &wait_o, &sv, &sf, &ev, &ef, &comm_o, &tol))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(end), D1 = 0, nd = 0, nw = 0;
+    times_t start, end;
+    if (!read_times(sv, sf, &start, "critical_path_plain: start"))
+        return NULL;
+    if (!read_times(ev, ef, &end, "critical_path_plain: end")) {
+        PyBuffer_Release(&start.view);
+        return NULL;
+    }
+    Py_ssize_t n = end.n, D1 = 0, nw = 0;
     scratch_t sc = {{NULL}, 0};
     long long *starts = index_array(&sc, starts_o, &D1, "critical_path_plain: starts");
-    long long *dev = starts ? index_array(&sc, dev_o, &nd, "critical_path_plain: dev") : NULL;
-    long long *wait = dev ? index_array(&sc, wait_o, &nw, "critical_path_plain: wait") : NULL;
+    ints_t wait = {{NULL}};
     PyObject *path = NULL, *result = NULL;
     num_t comm;
-    if (wait == NULL || !valid_starts(starts, D1, n, "critical_path_plain"))
+    if (starts == NULL || !valid_starts(starts, D1, n, "critical_path_plain") ||
+        !read_ints(&sc, wait_o, &wait, &nw, "critical_path_plain: wait"))
         goto done;
-    if (PyList_GET_SIZE(start) != n || nd != n || nw != n) {
+    if (start.n != n || nw != n) {
         PyErr_SetString(PyExc_ValueError, "critical_path_plain: the columns' lengths disagree");
         goto done;
     }
     if (n == 0 || !read_num(comm_o, &comm))
         goto not_plain;
     Py_ssize_t last = 0, D = D1 - 1;
-    num_t best = {0, 0, 0}, e;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!read_num(PyList_GET_ITEM(end, i), &e))
-            goto not_plain;
-        if (i == 0 || num_double(e) > num_double(best)) {
-            best = e;
+    for (Py_ssize_t i = 1; i < n; i++)
+        if (end.v[i] > end.v[last])
             last = i;
-        }
-    }
     path = PyList_New(0);
     if (path == NULL)
         goto done;
@@ -1596,24 +1790,25 @@ k_critical_path_plain(PyObject *self, PyObject *args)
             goto done;
         }
         Py_DECREF(x);
-        num_t s, ej;
-        long long k = wait[i], next = -1, d = dev[i];
-        if (k < 0 || k > n || d < 0 || d >= D || i < starts[d] || i >= starts[d + 1]) {
-            PyErr_SetString(PyExc_ValueError, "critical_path_plain: a wait or device is out of range");
+        long long k = int_at(&wait, i), next = -1;
+        Py_ssize_t d = device_of(starts, D, i);
+        num_t s, e;
+        if (k < 0 || k > n) {
+            PyErr_SetString(PyExc_ValueError, "critical_path_plain: a wait is out of range");
             goto done;
         }
-        if (!read_num(PyList_GET_ITEM(start, i), &s))
-            goto not_plain;
+        if (!time_at(&start, i, &s))
+            goto done;
         if (k < n) {
-            if (!read_num(PyList_GET_ITEM(end, k), &ej))
-                goto not_plain;
-            if (num_within(num_add(num_add(ej, comm, 1), s, -1), tol))
+            if (!time_at(&end, k, &e))
+                goto done;
+            if (num_within(num_add(num_add(e, comm, 1), s, -1), tol))
                 next = k;
         }
         if (next < 0 && i > starts[d]) {
-            if (!read_num(PyList_GET_ITEM(end, i - 1), &ej))
-                goto not_plain;
-            if (num_within(num_add(ej, s, -1), tol))
+            if (!time_at(&end, i - 1, &e))
+                goto done;
+            if (num_within(num_add(e, s, -1), tol))
                 next = i - 1;
         }
         if (next < 0)
@@ -1629,7 +1824,10 @@ not_plain:
     result = declined();
 done:
     Py_XDECREF(path);
+    release_ints(&wait);
     scratch_free(&sc);
+    PyBuffer_Release(&start.view);
+    PyBuffer_Release(&end.view);
     return result;
 }
 
@@ -1779,11 +1977,17 @@ static PyMethodDef methods[] = {
     {"compile_plain", k_compile_plain, METH_VARARGS,
      "compile_plain(order, S, M, routes, mroute, needs, match, kinds, allow_comm) -> tuple | None."},
     {"sweep_plain", k_sweep_plain, METH_VARARGS,
-     "sweep_plain(starts, wait, durations, comm) -> (start, end) | None."},
+     "sweep_plain(starts, wait, durations, comm) -> (start_values, start_floats, end_values, "
+     "end_floats, makespan) | None."},
+    {"times_list", k_times_list, METH_VARARGS,
+     "times_list(values, floats) -> list: a times column as Python's numbers."},
+    {"durations_plain", k_durations_plain, METH_VARARGS,
+     "durations_plain(code, table) -> list: table[code[i]] per action (-1: the last entry)."},
     {"memory_plain", k_memory_plain, METH_VARARGS,
      "memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit) -> tuple | None."},
     {"critical_path_plain", k_critical_path_plain, METH_VARARGS,
-     "critical_path_plain(starts, dev, wait, start, end, comm, tol) -> list | None."},
+     "critical_path_plain(starts, wait, start_values, start_floats, end_values, end_floats, comm, "
+     "tol) -> list | None."},
     {"format_plain", k_format_plain, METH_VARARGS,
      "format_plain(acts, indices, action_type) -> list[str] | None: str() of plain actions."},
     {NULL, NULL, 0, NULL},

@@ -32,7 +32,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from . import _accel
 from . import deps as rules
@@ -423,15 +423,48 @@ def _unmatched_comm(schedule: Schedule, acts: list[Action], producer: dict[int, 
 # --------------------------------------------------------------------------- the sweep
 
 
+@dataclass(frozen=True, eq=False)
+class Times(Later[list]):
+    """Times as the compiled sweep returns them: ``values``, an array of doubles, and
+    ``floats``, 1 where the time is a float and 0 where it is an int (exactly its double: at
+    most 2^53).  The list Python's sweep makes is made from them on its first read
+    (:mod:`schedverify.lazy`); the critical path and the makespan read the columns."""
+
+    values: array
+    floats: bytes
+
+    def make(self) -> list:
+        kernel = _accel.kernel
+        if kernel is not None:
+            made: list = kernel.times_list(self.values, self.floats)
+            return made
+        return [v if f else int(v) for v, f in zip(self.values, self.floats)]
+
+
 @dataclass
 class SweepResult:
-    start: list[float]
-    end: list[float]
+    """Each action's start and end (lists: given as :class:`Times` by the compiled sweep, made
+    on their first read) and the wait cycles that stalled it."""
+
+    if TYPE_CHECKING:  # to mypy plain fields; at run time the lazy descriptors (no default)
+        start: list[float]
+        end: list[float]
+    else:
+        start: LazyField[list] = LazyField()
+        end: LazyField[list] = LazyField()
     cycles: list[list[tuple[int, int]]]  # each cycle: [(head i, awaited j)], in wait order
+    #: max(end, default=0), when the sweep that made the times knew it (the compiled one)
+    makespan: float | None = field(default=None, compare=False)
 
     @property
     def completed(self) -> bool:
         return not self.cycles
+
+    @property
+    def times(self) -> tuple[Times, Times] | None:
+        """The start and end columns, when the compiled sweep gave them."""
+        start, end = given(self, "start"), given(self, "end")
+        return (start, end) if isinstance(start, Times) and isinstance(end, Times) else None
 
 
 def sweep(g: Graph, durations: list[float], comm: float = 0, *, max_cycles: int = 10) -> SweepResult:
@@ -446,7 +479,10 @@ def sweep(g: Graph, durations: list[float], comm: float = 0, *, max_cycles: int 
     if kernel is not None and not g.more_waits and type(durations) is list:
         timed = kernel.sweep_plain(g.starts, g.wait, durations, comm)
         if timed is not None:  # it ran to the end: no cycle to find
-            return SweepResult(timed[0], timed[1], [])
+            sv, sf, ev, ef, makespan = timed
+            start: Any = Times(sv, sf)  # a recipe for the list field (lazy.py)
+            end: Any = Times(ev, ef)
+            return SweepResult(start, end, [], makespan)
     n = g.n
     starts, dev = g.starts, g.dev
     wait, more = g.wait, g.more_waits
@@ -575,7 +611,8 @@ def durations_for(g: Graph, costs) -> list[float]:
     values = [getattr(costs, k) for k in kinds]
     if not any(isinstance(v, tuple) for v in values):
         table = values + [0]  # index -1: patched below
-        out = list(map(table.__getitem__, g.code))
+        kernel = _accel.kernel
+        out = kernel.durations_plain(g.code, table) if kernel is not None else list(map(table.__getitem__, g.code))
     else:
         S = g.schedule.stages
         table = [[per_stage(v, s) for s in range(S)] for v in values]

@@ -29,8 +29,14 @@ class Later(Generic[T]):
 class LazyField(Generic[T]):
     """The descriptor of a dataclass field given either its value or a :class:`Later`.
 
-    The class attribute has no default (reading it on the class raises AttributeError,
-    which is how dataclasses tells a descriptor field without a default)."""
+    ``LazyField()`` is a field without a default (reading it on the class raises
+    AttributeError, which is how dataclasses tells a descriptor field without one);
+    ``LazyField(default)`` has that default (an immutable value: it is shared)."""
+
+    def __init__(self, *default: T) -> None:
+        if len(default) > 1:
+            raise TypeError("LazyField takes at most one default")
+        self.default = default
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -38,7 +44,9 @@ class LazyField(Generic[T]):
 
     def __get__(self, obj: Any, owner: type | None = None) -> T:
         if obj is None:
-            raise AttributeError(self.name)
+            if not self.default:
+                raise AttributeError(self.name)
+            return self.default[0]
         given_value = obj.__dict__[self.key]
         if not isinstance(given_value, Later):
             return given_value

@@ -138,6 +138,7 @@ def assert_same_everything(schedule, costs=None, memory=None) -> dict:
         timed = sweep(g, d, c.comm)
         peaks = memory_sweep(g, mem)
         path = Timeline(g, c, mem, d, timed).critical_path() if timed.completed and not g.inversions else None
+        metrics = repr(report.metrics.to_json())  # the path's names are made on this read
     with pure_python():
         g2 = compile_graph(schedule)
         report2 = schedverify.check(schedule, costs=costs, memory=memory)
@@ -145,6 +146,7 @@ def assert_same_everything(schedule, costs=None, memory=None) -> dict:
         timed2 = sweep(g2, d2, c.comm)
         peaks2 = memory_sweep(g2, mem)
         path2 = Timeline(g2, c, mem, d2, timed2).critical_path() if path is not None else None
+        metrics2 = repr(report2.metrics.to_json())
     for name in GRAPH_FIELDS:
         assert getattr(g, name) == getattr(g2, name), name
     # typed: the same numbers of the same types (an int is not 1.0, -0.0 is not 0.0)
@@ -154,7 +156,7 @@ def assert_same_everything(schedule, costs=None, memory=None) -> dict:
     assert path == path2
     assert report.verdict == report2.verdict
     assert report.violations == report2.violations
-    assert repr(report.metrics.to_json()) == repr(report2.metrics.to_json())
+    assert metrics == metrics2
     return spy.answered
 
 
@@ -234,12 +236,12 @@ def test_int_costs_give_int_times_and_fractions_are_left_to_python():
     g = compile_graph(one_f_one_b(3, 5))
     with spying() as spy:
         timed = sweep(g, durations_for(g, Costs(F=1, B=2)))
-    assert spy.answered == {"sweep_plain": 1}
+    assert spy.answered == {"durations_plain": 1, "sweep_plain": 1}
     assert all(type(x) is int for x in timed.start + timed.end)
     assert max(timed.end) == (5 + 3 - 1) * 3
     with spying() as spy:
         exact = sweep(g, durations_for(g, Costs(F=Fraction(1, 3), B=Fraction(2, 3))))
-    assert spy.answered == {}
+    assert spy.answered == {"durations_plain": 1}  # the same Fraction objects, then Python's sweep
     assert max(exact.end) == 5 + 3 - 1 and type(max(exact.end)) is Fraction
 
 
@@ -331,25 +333,37 @@ def test_gpipe_with_costs_beyond_2_53_gives_pythons_exact_makespan(tmp_path):
     assert json.loads(outputs[0][1])["metrics"]["makespan"] == expected
 
 
+def kernel_sweep(starts, wait, durations, comm):
+    """The kernel's sweep_plain, its times columns made into the lists (None: declined); its
+    makespan must be Python's max(end, default=0), of the same type."""
+    out = KERNEL.sweep_plain(starts, wait, durations, comm)
+    if out is None:
+        return None
+    sv, sf, ev, ef, makespan = out
+    start, end = KERNEL.times_list(sv, sf), KERNEL.times_list(ev, ef)
+    assert typed([makespan]) == typed([max(end, default=0)])
+    return start, end
+
+
 def test_int_times_up_to_2_53_run_in_the_kernel_and_beyond_are_declined():
     """The bound: the sum of the int durations (plus n |comm|) at most 2^53 runs in the
     kernel, exactly; one more declines.  Below 2^53 the old kernel answered too, but rounded
     (2^53 + 1 is not a double)."""
     # two devices, one action each, the second waits for the first
     starts, wait = [0, 1, 2], [2, 0]
-    assert KERNEL.sweep_plain(starts, wait, [TWO53 // 2, TWO53 // 2], 0) == (
+    assert kernel_sweep(starts, wait, [TWO53 // 2, TWO53 // 2], 0) == (
         [0, TWO53 // 2], [TWO53 // 2, TWO53])
-    assert KERNEL.sweep_plain(starts, wait, [TWO53 // 2, TWO53 // 2 + 1], 0) is None
-    assert KERNEL.sweep_plain(starts, wait, [TWO53 // 2 - 1, TWO53 // 2 - 1], 1) == (
+    assert kernel_sweep(starts, wait, [TWO53 // 2, TWO53 // 2 + 1], 0) is None
+    assert kernel_sweep(starts, wait, [TWO53 // 2 - 1, TWO53 // 2 - 1], 1) == (
         [0, TWO53 // 2], [TWO53 // 2 - 1, TWO53 - 1])
-    assert KERNEL.sweep_plain(starts, wait, [TWO53 // 2 - 1, TWO53 // 2 - 1], 2) is None  # n |comm|
-    assert KERNEL.sweep_plain(starts, wait, [TWO53 + 1, 1], 0) is None
+    assert kernel_sweep(starts, wait, [TWO53 // 2 - 1, TWO53 // 2 - 1], 2) is None  # n |comm|
+    assert kernel_sweep(starts, wait, [TWO53 + 1, 1], 0) is None
     # negative ints count by their magnitude (the clock, 0, is later than the wait's end)
-    assert KERNEL.sweep_plain(starts, wait, [-TWO53 // 2, -TWO53 // 2], 0) == (
+    assert kernel_sweep(starts, wait, [-TWO53 // 2, -TWO53 // 2], 0) == (
         [0, 0], [-TWO53 // 2, -TWO53 // 2])
-    assert KERNEL.sweep_plain(starts, wait, [-TWO53 // 2, -TWO53 // 2 - 1], 0) is None
+    assert kernel_sweep(starts, wait, [-TWO53 // 2, -TWO53 // 2 - 1], 0) is None
     # floats are floats in Python too: no bound, the same operations in the same order
-    assert KERNEL.sweep_plain(starts, wait, [1e300, 1e300], 0.5) == ([0, 1e300 + 0.5], [1e300, 1e300 + 0.5 + 1e300])
+    assert kernel_sweep(starts, wait, [1e300, 1e300], 0.5) == ([0, 1e300 + 0.5], [1e300, 1e300 + 0.5 + 1e300])
 
 
 def test_the_kernel_keeps_pythons_types():
@@ -360,7 +374,7 @@ def test_the_kernel_keeps_pythons_types():
     starts, wait = [0, 2, 3], [3, 3, 0]
     for durations, comm in (([1.5, 2, 3], 0), ([1, 2, 3], 0.25), ([1, 2, 3], 0), ([-0.0, 0, 0], -0.0),
                             ([float("nan"), 1, 1], 0), ([1, 1, 1], float("inf"))):
-        fast = KERNEL.sweep_plain(starts, wait, durations, comm)
+        fast = kernel_sweep(starts, wait, durations, comm)
         g = _bare_graph(starts, wait)
         with pure_python():
             slow = sweep(g, durations, comm)
@@ -566,6 +580,8 @@ def test_a_loaded_file_is_checked_from_its_columns_without_building_actions(fami
     monkeypatch.setattr(PlainRows, "make", lambda self: made.append(1) or real(self))
     with spying() as spy:
         report = schedverify.check(loaded)
+        assert "format_columns" not in spy.answered  # the path's names: made when first read
+        assert report.metrics.critical_path
     assert not made and "compile_columns" in spy.answered and "format_columns" in spy.answered
     assert report.to_json() == schedverify.check(rows).to_json()
     assert loaded.order == s.order and not made[1:] and loaded == rows == s and hash(loaded) == hash(s)
@@ -588,7 +604,7 @@ M8 = ([1] * 8, [0] * 8, [1] + [0] * 7, [0] * 8)  # alloc, free, n_in, n_out: one
 BAD_CALLS = [
     ("sweep_plain([-3, 1], [1], [1], 0)", "ValueError"),  # the issue's reproducers
     ("memory_plain([-5, 2], [0, 0], [0, 0], *M8, [0.0], None)", "ValueError"),
-    ("critical_path_plain([-2, 1], [0], [1], [0], [1], 0, 1e-9)", "ValueError"),
+    ("critical_path_plain([-2, 1], [1], *T0, *T1, 0, 1e-9)", "ValueError"),
     ("parse_row(['0F0'], int, ('F',))", "TypeError"),
     ("sweep_plain([0, 2, 1], [2, 2], [1, 1], 0)", "ValueError"),  # starts decrease
     ("sweep_plain([0, 1], [7], [1], 0)", "ValueError"),  # a wait beyond n
@@ -608,10 +624,24 @@ BAD_CALLS = [
     ("memory_plain([0, 1], [0], [0], [1] * 8, [0] * 8, [1], [0] * 8, [0.0], None)", "ValueError"),
     ("memory_plain([0, 1], [0], [0, 0], *M8, [0.0], None)", "ValueError"),
     ("memory_plain([0, 1], [0], [0], *M8, [], None)", "ValueError"),  # static per device
-    ("critical_path_plain([0, 1], [3], [1], [0], [1], 0, 1e-9)", "ValueError"),  # a device beyond D
-    ("critical_path_plain([0, 1], [0], [5], [0], [1], 0, 1e-9)", "ValueError"),  # a wait beyond n
-    ("critical_path_plain([0, 1, 1], [1], [1], [0], [1], 0, 1e-9)", "ValueError"),  # i not on dev[i]
-    ("critical_path_plain([0, 2], [0], [2], [0, 0], [1, 1], 0, 1e-9)", "ValueError"),
+    ("critical_path_plain([0, 1], [5], *T0, *T1, 0, 1e-9)", "ValueError"),  # a wait beyond n
+    ("critical_path_plain([0, 1], [-1], *T0, *T1, 0, 1e-9)", "ValueError"),
+    ("critical_path_plain([0, 2], [2, 2], *T0, *T1, 0, 1e-9)", "ValueError"),  # starts beyond the times
+    ("critical_path_plain([0, 1], [1], *T0, array('d', [1.0]), b'', 0, 1e-9)", "ValueError"),  # one flag each
+    ("critical_path_plain([0, 1], [1], array('d', [0.5]), b'\\x00', *T1, 0, 1e-9)", "ValueError"),  # 0.5 is no int: read where read
+    ("critical_path_plain([0, 1], [1], array('d', [2.0 ** 60]), b'\\x00', *T1, 0, 1e-9)", "ValueError"),
+    ("critical_path_plain([0, 1], [1], array('d', [1.0]), b'\\x07', *T1, 0, 1e-9)", "ValueError"),  # a flag of 7
+    ("critical_path_plain([0, 1], [1], *T0, array('f', [1.0]), b'\\x01', 0, 1e-9)", "TypeError"),  # not doubles
+    ("critical_path_plain([0, 1], [1], *T0, [1.0], b'\\x01', 0, 1e-9)", "TypeError"),  # a list
+    ("critical_path_plain([0, 1], [1], *T0, array('d', [1.0]), [1], 0, 1e-9)", "TypeError"),
+    ("critical_path_plain([0, 1], array('d', [1.0]), *T0, *T1, 0, 1e-9)", "TypeError"),  # a float wait
+    ("times_list(array('d', [0.5]), b'\\x00')", "ValueError"),
+    ("times_list(array('d', [0.5, 1.0]), b'\\x01')", "ValueError"),
+    ("times_list(memoryview(bytes(16)).cast('d', (1, 2)), b'\\x01\\x01')", "TypeError"),  # 2-D
+    ("durations_plain([0, 8], [0] * 9)", "ValueError"),  # a code beyond 7
+    ("durations_plain([-2], [0] * 9)", "ValueError"),
+    ("durations_plain([0], [0] * 8)", "ValueError"),  # the table of the 8 codes and -1
+    ("durations_plain(array('d', [0.0]), [0] * 9)", "TypeError"),
     ("format_plain([Action(0, 'F', 0)], [3], Action)", "IndexError"),
     ("format_plain([Action(0, 'F', 0)], [-1], Action)", "IndexError"),
     ("parse_row(['0F0'], tuple, ('F', 1))", "TypeError"),
@@ -648,6 +678,8 @@ def test_inconsistent_arguments_raise_instead_of_crashing(call, error):
         "from schedverify.model import Action\n"
         f"M8 = {M8!r}\n"
         "KINDS8 = ('F', 'B', 'I', 'W', 'SEND_F', 'RECV_F', 'SEND_B', 'RECV_B')\n"
+        "from array import array\n"
+        "T0, T1 = (array('d', [0.0]), b'\\x00'), (array('d', [1.0]), b'\\x01')  # times columns\n"
         "try:\n"
         f"    out = {call}\n"
         "except Exception as e:\n"

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import _accel
 from ..errors import DeadlockError
 from ..graph import Graph, SweepResult, compile_graph, durations_for, sweep
+from ..lazy import LazyField, Later
 from ..model import Costs, MemoryModel, Schedule, as_schedule, resolve_costs, resolve_memory
 from .memory import MemoryResult, memory_sweep
 
@@ -45,7 +46,10 @@ class Metrics:
     bubble_fraction: float | None
     bubble_ratio: float | None
     devices: tuple[DeviceMetrics, ...]
-    critical_path: tuple[str, ...] = ()
+    if TYPE_CHECKING:  # to mypy a plain field; at run time the lazy descriptor
+        critical_path: tuple[str, ...] = ()
+    else:  # the names are made on the first read (PathNames)
+        critical_path: LazyField[tuple[str, ...]] = LazyField(())
     costs: Costs | None = field(default=None, compare=False)
 
     @property
@@ -66,6 +70,18 @@ class Metrics:
             "critical_path": list(self.critical_path),
             "devices": [d.to_json() for d in self.devices],
         }
+
+
+@dataclass(frozen=True, eq=False)
+class PathNames(Later[tuple[str, ...]]):
+    """The names of a critical path's actions, made when they are first read: naming the
+    125,000 actions on the path of a million-action schedule costs as much as finding it."""
+
+    graph: Graph
+    path: list[int]
+
+    def make(self) -> tuple[str, ...]:
+        return tuple(self.graph.names(self.path))
 
 
 class TimedRun(Protocol):
@@ -95,8 +111,10 @@ class Timeline:
         self.costs = costs
         self.memory_model = memory
         self.durations = durations
-        self.start = result.start
-        self.end = result.end
+        self._run = result
+        # the compiled sweep's own columns and makespan: read without making the lists
+        self._times = result.times if isinstance(result, SweepResult) else None
+        self._makespan = result.makespan if isinstance(result, SweepResult) else None
         # A device that waits for a later action of its own never gets past it: the sweep
         # leaves such waits out (the checker reports them), so its times would mean nothing.
         self.completed = result.completed and not graph.inversions
@@ -106,9 +124,19 @@ class Timeline:
     def schedule(self) -> Schedule:
         return self.graph.schedule
 
+    @property
+    def start(self) -> list[float]:
+        """Each action's start time, in action order."""
+        return self._run.start
+
+    @property
+    def end(self) -> list[float]:
+        """Each action's end time, in action order."""
+        return self._run.end
+
     @cached_property
     def makespan(self) -> float:
-        return max(self.end, default=0)
+        return self._makespan if self._makespan is not None else max(self.end, default=0)
 
     def busy(self) -> list[float]:
         st, dur = self.graph.starts, self.durations
@@ -138,13 +166,16 @@ class Timeline:
             return []
         if self._critical_path is not None:
             return self._critical_path()
-        start, end, comm = self.start, self.end, self.costs.comm
+        comm = self.costs.comm
         tol = 1e-9 * max(1.0, self.makespan)
         kernel = _accel.kernel
-        if kernel is not None and not g.more_waits:
-            path = kernel.critical_path_plain(g.starts, g.dev, g.wait, start, end, comm, tol)
+        if kernel is not None and self._times is not None and not g.more_waits:
+            start_times, end_times = self._times
+            path = kernel.critical_path_plain(g.starts, g.wait, start_times.values, start_times.floats,
+                                              end_times.values, end_times.floats, comm, tol)
             if path is not None:
                 return path
+        start, end = self.start, self.end
         i = max(range(len(end)), key=end.__getitem__)
         path = [i]
         while True:
@@ -177,7 +208,7 @@ class Timeline:
             DeviceMetrics(d, busy[d], T - busy[d], mem.peak_inflight[d], mem.peak_memory[d], mem.static[d])
             for d in range(D)
         )
-        path = tuple(self.action_names(self.critical_path()))
+        path: Any = PathNames(self.graph, self.critical_path())  # a recipe for the field (lazy.py)
         return Metrics(T, frac, ratio, devices, path, self.costs)
 
 
