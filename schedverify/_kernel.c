@@ -396,20 +396,57 @@ buffer_index_array(scratch_t *sc, PyObject *seq, Py_ssize_t *len, const char *wh
     return out;
 }
 
-/* A new array.array of typecode ``code`` holding the n items of size ``size`` at ``v``. */
+/* array.array (a new reference), or NULL with an exception set. */
 static PyObject *
-array_of(const void *v, Py_ssize_t n, const char *code, size_t size)
+array_type(void)
 {
     PyObject *mod = PyImport_ImportModule("array");
     if (mod == NULL)
         return NULL;
     PyObject *type = PyObject_GetAttrString(mod, "array");
     Py_DECREF(mod);
-    if (type == NULL)
-        return NULL;
-    PyObject *out = PyObject_CallFunction(type, "sy#", code, (const char *)v, n * (Py_ssize_t)size);
-    Py_DECREF(type);
+    return type;
+}
+
+/* A column the kernel fills where it lies: a new array.array of typecode ``code`` with n
+ * zero items, held with its writable buffer, instead of scratch memory filled and then
+ * copied into an array (a million-action column is megabytes the machine must map and
+ * clear either way).  column_new returns the items (NULL with an exception set);
+ * column_take releases the buffer and hands over the array; column_free drops what is
+ * still held.  No Python code runs while the kernel writes, so nothing resizes the array
+ * under it. */
+typedef struct {
+    PyObject *array;
+    Py_buffer view;
+} column_t;
+
+static void *
+column_new(column_t *c, const char *code, Py_ssize_t n)
+{
+    PyObject *type = array_type();
+    PyObject *one = type ? PyObject_CallFunction(type, "s(i)", code, 0) : NULL;
+    c->array = one ? PySequence_Repeat(one, n) : NULL;
+    Py_XDECREF(type);
+    Py_XDECREF(one);
+    if (c->array != NULL && PyObject_GetBuffer(c->array, &c->view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        Py_CLEAR(c->array);
+    return c->array ? c->view.buf : NULL;
+}
+
+static PyObject *
+column_take(column_t *c)
+{
+    PyObject *out = c->array;
+    if (out != NULL)
+        PyBuffer_Release(&c->view);
+    c->array = NULL;
     return out;
+}
+
+static void
+column_free(column_t *c)
+{
+    Py_XDECREF(column_take(c));
 }
 
 /* ``starts`` (D + 1 entries) cuts the n actions into the devices' ranges: starts[0] = 0,
@@ -532,7 +569,7 @@ num_within(num_t v, double tol)
     }
 DEFINE_LIST_OF(list_of_ints, long long)
 
-/* array_of hands int32_t columns to Python as typecode 'i' */
+/* the kernel hands int32_t columns to Python as typecode 'i' */
 typedef char int_is_int32[sizeof(int) == sizeof(int32_t) ? 1 : -1];
 
 /* ------------------------------------------------------------------ parse_rows, rows_of */
@@ -950,7 +987,8 @@ place_action(Py_ssize_t i, Py_ssize_t p, Py_ssize_t d, int c, long long s, long 
         return 0;
     code[i] = (int8_t)c;
     stage[i] = s;
-    mbs[i] = m;
+    if (mbs != NULL) /* NULL: the columns' own microbatches are read */
+        mbs[i] = m;
     pos[i] = p;
     devs[i] = (int32_t)d;
     counts[c]++;
@@ -1030,9 +1068,12 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
 
     Py_ssize_t R = PyTuple_GET_SIZE(routes);
     scratch_t sc = {{NULL}, 0};
-    int32_t *route_dev, *mr = NULL, *table, *devs, *waitv;
+    int32_t *route_dev, *mr = NULL, *table, *devs;
     int8_t *code;
-    long long *stage, *mbs, *pos, *starts, *inv = NULL;
+    long long *stage, *mbs = NULL, *pos, *starts, *waitc, *inv = NULL;
+    /* the Graph's columns as graph.py's typecodes (COLUMN_TYPES), filled where they lie */
+    column_t c_dev = {NULL}, c_pos = {NULL}, c_starts = {NULL}, c_wait = {NULL}, c_code = {NULL},
+             c_stage = {NULL};
     PyObject *acts = NULL, *result = NULL;
     Py_ssize_t ninv = 0, inv_cap = 0;
     int explicit = 0;
@@ -1070,12 +1111,10 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     if (!ok || R < 1)
         goto not_plain;
 
-    if (!(code = scratch_array(&sc, n, sizeof(int8_t), 0)) ||
-        !(stage = scratch_array(&sc, n, sizeof(long long), 0)) ||
-        !(mbs = scratch_array(&sc, n, sizeof(long long), 0)) ||
-        !(pos = scratch_array(&sc, n, sizeof(long long), 0)) ||
-        !(devs = scratch_array(&sc, n, sizeof(int32_t), 0)) ||
-        !(starts = scratch_array(&sc, D, sizeof(long long), 0)) || (order && !(acts = PyList_New(n))))
+    if (!(code = column_new(&c_code, "b", n)) || !(stage = column_new(&c_stage, "q", n)) ||
+        (!cols && !(mbs = scratch_array(&sc, n, sizeof(long long), 0))) ||
+        !(pos = column_new(&c_pos, "q", n)) || !(devs = column_new(&c_dev, "i", n)) ||
+        !(starts = column_new(&c_starts, "q", D + 1)) || (order && !(acts = PyList_New(n))))
         goto fail;
 
     long long counts[NCODES] = {0};
@@ -1139,22 +1178,22 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     if (counts[1] && (counts[2] || counts[3]))
         goto not_plain; /* a pair might mix B with I/W: the general path says which */
 
-    if (!(table = scratch_array(&sc, table_size, sizeof(int32_t), 0)) ||
-        !(waitv = scratch_array(&sc, n, sizeof(int32_t), 0)))
+    const long long *mb = cols ? cols->mb : mbs; /* each action's microbatch */
+    if (!(table = scratch_array(&sc, table_size, sizeof(int32_t), 0)) || !(waitc = column_new(&c_wait, "q", n)))
         goto fail;
     memset(table, 0xff, sizeof(int32_t) * (size_t)table_size); /* -1: no action */
     for (i = 0; i < n; i++) {
-        Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mbs[i]) * NCODES + code[i]);
+        Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mb[i]) * NCODES + code[i]);
         if (table[key] != -1)
             goto not_plain; /* a duplicate */
         table[key] = (int32_t)i;
-        waitv[i] = (int32_t)n;
+        waitc[i] = n;
     }
 #define LOOKUP(st, mb, c) table[((st) * M + (mb)) * NCODES + (c)]
 
     for (i = 0; i < n; i++) {
         int c = code[i], found = 0;
-        long long s = stage[i], m = mbs[i];
+        long long s = stage[i], m = mb[i];
         if (explicit && match_code[c] >= 0) { /* a SEND or RECV without its peer */
             long long ps = s + match_off[c];
             if (ps < 0 || ps >= S || LOOKUP(ps, m, match_code[c]) < 0)
@@ -1192,27 +1231,20 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
             }
             if (found++)
                 goto not_plain; /* a second wait on another device: graph.more_waits */
-            waitv[i] = j;
+            waitc[i] = j;
         }
     }
 #undef LOOKUP
 
     {
-        /* the columns as graph.py's typecodes (COLUMN_TYPES): dev i, pos q, starts q, wait q,
-         * code b, stage q; wait widened from int32 */
-        long long *wait64 = scratch_array(&sc, n, sizeof(long long), 0);
-        if (wait64 == NULL)
-            goto fail;
-        for (i = 0; i < n; i++)
-            wait64[i] = waitv[i];
-        PyObject *dev_l = array_of(devs, n, "i", sizeof(int32_t));
-        PyObject *pos_l = array_of(pos, n, "q", sizeof(long long));
-        PyObject *starts_l = array_of(starts, D + 1, "q", sizeof(long long));
-        PyObject *wait_l = array_of(wait64, n, "q", sizeof(long long));
+        PyObject *dev_l = column_take(&c_dev);
+        PyObject *pos_l = column_take(&c_pos);
+        PyObject *starts_l = column_take(&c_starts);
+        PyObject *wait_l = column_take(&c_wait);
         PyObject *counts_l = list_of_ints(counts, NCODES);
         PyObject *inv_l = PyList_New(ninv);
-        PyObject *code_l = array_of(code, n, "b", sizeof(int8_t));
-        PyObject *stage_l = array_of(stage, n, "q", sizeof(long long));
+        PyObject *code_l = column_take(&c_code);
+        PyObject *stage_l = column_take(&c_stage);
         for (Py_ssize_t k = 0; inv_l && k < ninv; k++) {
             PyObject *pair = Py_BuildValue("(LL)", inv[2 * k], inv[2 * k + 1]);
             if (pair == NULL) {
@@ -1244,6 +1276,12 @@ nomem:
 fail:
 done:
     Py_XDECREF(acts);
+    column_free(&c_dev);
+    column_free(&c_pos);
+    column_free(&c_starts);
+    column_free(&c_wait);
+    column_free(&c_code);
+    column_free(&c_stage);
     scratch_free(&sc);
     PyMem_Free(inv); /* grown with PyMem_Realloc, so not a scratch array */
     return result;
@@ -1296,29 +1334,6 @@ static PyObject *
 number_object(double v, unsigned char is_float)
 {
     return is_float ? PyFloat_FromDouble(v) : PyLong_FromLongLong((long long)v);
-}
-
-/* (start values, start floats, end values, end floats, makespan) from the sweep's arrays;
- * makespan is max(end, default=0): the first greatest, an int 0 when there is no action. */
-static PyObject *
-times_result(const double *st, const unsigned char *st_f, const double *en, const unsigned char *en_f,
-             Py_ssize_t n)
-{
-    Py_ssize_t last = -1;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (last < 0 || en[i] > en[last])
-            last = i;
-    PyObject *parts[5] = {
-        array_of(st, n, "d", sizeof(double)), PyBytes_FromStringAndSize((const char *)st_f, n),
-        array_of(en, n, "d", sizeof(double)), PyBytes_FromStringAndSize((const char *)en_f, n),
-        last < 0 ? PyLong_FromLong(0) : number_object(en[last], en_f[last]),
-    };
-    PyObject *result = NULL;
-    if (parts[0] && parts[1] && parts[2] && parts[3] && parts[4])
-        result = PyTuple_Pack(5, parts[0], parts[1], parts[2], parts[3], parts[4]);
-    for (int k = 0; k < 5; k++)
-        Py_XDECREF(parts[k]);
-    return result;
 }
 
 /* One column of times, read: its values (a 1-D buffer of doubles, held in view) and floats
@@ -1466,56 +1481,62 @@ k_sweep_plain(PyObject *self, PyObject *args)
         return NULL;
     Py_ssize_t D1 = 0, n = 0;
     scratch_t sc = {{NULL}, 0};
+    ints_t wait = {{NULL}};
+    column_t scol = {NULL}, ecol = {NULL};
     long long *starts = index_array(&sc, starts_o, &D1, "sweep_plain: starts");
-    long long *wait = starts ? index_array(&sc, wait_o, &n, "sweep_plain: wait") : NULL;
-    double *dur, *st, *en, *clock;
-    unsigned char *dur_f, *st_f, *en_f, *clock_f, *done_flag;
+    double *st, *en, *clock;
+    unsigned char *st_f, *en_f, *clock_f, *done_flag;
     int32_t *head, *nextw, *stack;
     long long *ptr;
-    PyObject *result = NULL;
+    PyObject *result = NULL, *sv = NULL, *ev = NULL, *sf = NULL, *ef = NULL, *makespan = NULL;
     double comm = 0;
     unsigned char comm_f = 0;
-    if (wait == NULL || !valid_starts(starts, D1, n, "sweep_plain"))
+    if (starts == NULL || !read_ints(&sc, wait_o, &wait, &n, "sweep_plain: wait") ||
+        !valid_starts(starts, D1, n, "sweep_plain"))
         goto done;
     if (PyList_GET_SIZE(dur_o) != n) {
         PyErr_SetString(PyExc_ValueError, "sweep_plain: one duration per action");
         goto done;
     }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (wait[i] < 0 || wait[i] > n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long j = int_at(&wait, i);
+        if (j < 0 || j > n) {
             PyErr_SetString(PyExc_ValueError, "sweep_plain: a wait is not an action index or n");
             goto done;
         }
+    }
     if (!read_number(comm_o, &comm, &comm_f))
         goto not_plain;
-    Py_ssize_t D = D1 - 1;
-    /* per action, then per device: n + 1 and D + 1 entries (scratch_array adds the one) */
-    if (!(dur = scratch_array(&sc, n, sizeof(double), 0)) || !(st = scratch_array(&sc, n, sizeof(double), 0)) ||
-        !(en = scratch_array(&sc, n, sizeof(double), 0)) || !(dur_f = scratch_array(&sc, n, 1, 0)) ||
-        !(st_f = scratch_array(&sc, n, 1, 0)) || !(en_f = scratch_array(&sc, n, 1, 0)) ||
-        !(done_flag = scratch_array(&sc, n, 1, 1)) || !(head = scratch_array(&sc, n, sizeof(int32_t), 0)) ||
-        !(nextw = scratch_array(&sc, D, sizeof(int32_t), 0)) ||
-        !(stack = scratch_array(&sc, D, sizeof(int32_t), 0)) ||
-        !(ptr = scratch_array(&sc, D, sizeof(long long), 0)) ||
-        !(clock = scratch_array(&sc, D, sizeof(double), 0)) || !(clock_f = scratch_array(&sc, D, 1, 0)))
-        goto done;
     long long bound = 0; /* sum of |int duration| so far: at most 2^53 + 2^53, no overflow */
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!read_number(PyList_GET_ITEM(dur_o, i), &dur[i], &dur_f[i]))
+        double d;
+        unsigned char d_f;
+        if (!read_number(PyList_GET_ITEM(dur_o, i), &d, &d_f))
             goto not_plain;
-        if (!dur_f[i] && (bound += (long long)fabs(dur[i])) > EXACT_INT_MAX)
+        if (!d_f && (bound += (long long)fabs(d)) > EXACT_INT_MAX)
             goto not_plain;
-        head[i] = -1;
     }
     if (!comm_f && comm != 0) {
         long long c = (long long)fabs(comm);
         if ((long long)n > (EXACT_INT_MAX - bound) / c)
             goto not_plain;
     }
-    head[n] = -1;
+    Py_ssize_t D = D1 - 1;
+    /* the times go straight into the columns handed back; per action (head: n + 1, with the
+     * "no producer" entry), then per device (scratch_array adds the one) */
+    if (!(st = column_new(&scol, "d", n)) || !(en = column_new(&ecol, "d", n)) ||
+        !(sf = PyBytes_FromStringAndSize(NULL, n)) || !(ef = PyBytes_FromStringAndSize(NULL, n)) ||
+        !(done_flag = scratch_array(&sc, n, 1, 1)) || !(head = scratch_array(&sc, n, sizeof(int32_t), 0)) ||
+        !(nextw = scratch_array(&sc, D, sizeof(int32_t), 0)) ||
+        !(stack = scratch_array(&sc, D, sizeof(int32_t), 0)) ||
+        !(ptr = scratch_array(&sc, D, sizeof(long long), 0)) ||
+        !(clock = scratch_array(&sc, D, sizeof(double), 0)) || !(clock_f = scratch_array(&sc, D, 1, 0)))
+        goto done;
+    st_f = (unsigned char *)PyBytes_AS_STRING(sf);
+    en_f = (unsigned char *)PyBytes_AS_STRING(ef);
+    for (Py_ssize_t i = 0; i <= n; i++)
+        head[i] = -1;
     done_flag[n] = 1; /* "no producer": always done, ends at the float -infinity */
-    en[n] = -Py_HUGE_VAL;
-    en_f[n] = 1;
     Py_ssize_t top = 0;
     for (Py_ssize_t d = D - 1; d >= 0; d--) {
         ptr[d] = starts[d];
@@ -1531,22 +1552,25 @@ k_sweep_plain(PyObject *self, PyObject *args)
         double now = clock[d];
         unsigned char now_f = clock_f[d];
         while (i < stop) {
-            long long j = wait[i];
+            long long j = int_at(&wait, i);
             if (!done_flag[j]) {
                 nextw[d] = head[j];
                 head[j] = (int32_t)d;
                 break;
             }
-            double s = en[j] + comm;
-            unsigned char s_f = en_f[j] | comm_f;
+            double s = (j < n ? en[j] : -Py_HUGE_VAL) + comm;
+            unsigned char s_f = (j < n ? en_f[j] : 1) | comm_f;
             if (s < now) {
                 s = now;
                 s_f = now_f;
             }
+            double dur;
+            unsigned char dur_f;
+            read_number(PyList_GET_ITEM(dur_o, i), &dur, &dur_f); /* read above: it is a number */
             st[i] = s;
             st_f[i] = s_f;
-            now = s + dur[i];
-            now_f = s_f | dur_f[i];
+            now = s + dur;
+            now_f = s_f | dur_f;
             en[i] = now;
             en_f[i] = now_f;
             done_flag[i] = 1;
@@ -1564,11 +1588,27 @@ k_sweep_plain(PyObject *self, PyObject *args)
         finished &= ptr[d] == starts[d + 1];
     if (!finished)
         goto not_plain;
-    result = times_result(st, st_f, en, en_f, n);
+    Py_ssize_t last = -1; /* Python's max(end, default=0): the first greatest */
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (last < 0 || en[i] > en[last])
+            last = i;
+    makespan = last < 0 ? PyLong_FromLong(0) : number_object(en[last], en_f[last]);
+    sv = column_take(&scol);
+    ev = column_take(&ecol);
+    if (makespan != NULL)
+        result = PyTuple_Pack(5, sv, sf, ev, ef, makespan);
     goto done;
 not_plain:
     result = declined();
 done:
+    column_free(&scol);
+    column_free(&ecol);
+    Py_XDECREF(sv);
+    Py_XDECREF(ev);
+    Py_XDECREF(sf);
+    Py_XDECREF(ef);
+    Py_XDECREF(makespan);
+    release_ints(&wait);
     scratch_free(&sc);
     return result;
 }
@@ -1606,9 +1646,12 @@ k_memory_plain(PyObject *self, PyObject *args)
     Py_ssize_t D1 = 0, n = 0, n2 = 0, ni = 0, no = 0;
     scratch_t sc = {{NULL}, 0};
     long long *starts = index_array(&sc, starts_o, &D1, "memory_plain: starts");
-    long long *code = starts ? index_array(&sc, code_o, &n, "memory_plain: code") : NULL;
-    long long *stage = code ? index_array(&sc, stage_o, &n2, "memory_plain: stage") : NULL;
-    long long *nin = stage ? index_array(&sc, nin_o, &ni, "memory_plain: n_in") : NULL;
+    /* the code and stage columns are read where they lie (each entry once or twice) */
+    ints_t code = {{NULL}}, stage = {{NULL}};
+    long long *nin = starts && read_ints(&sc, code_o, &code, &n, "memory_plain: code") &&
+                             read_ints(&sc, stage_o, &stage, &n2, "memory_plain: stage")
+                         ? index_array(&sc, nin_o, &ni, "memory_plain: n_in")
+                         : NULL;
     long long *nout = nin ? index_array(&sc, nout_o, &no, "memory_plain: n_out") : NULL;
     double *alloc, *freed;
     PyObject *result = NULL, *pn = NULL, *pm = NULL, *pa = NULL, *ov = NULL;
@@ -1625,12 +1668,12 @@ k_memory_plain(PyObject *self, PyObject *args)
     }
     Py_ssize_t S = T / NCODES;
     for (Py_ssize_t i = 0; i < n; i++)
-        if (code[i] < -1 || code[i] >= NCODES) {
+        if (int_at(&code, i) < -1 || int_at(&code, i) >= NCODES) {
             PyErr_SetString(PyExc_ValueError, "memory_plain: a code is not a kind code or -1");
             goto done;
         }
     for (Py_ssize_t i = 0; i < n; i++)
-        if (code[i] < 0 || (S > 1 && (stage[i] < 0 || stage[i] >= S)))
+        if (int_at(&code, i) < 0 || (S > 1 && (int_at(&stage, i) < 0 || int_at(&stage, i) >= S)))
             goto not_plain;
     for (int c = 0; c < NCODES; c++)
         if (nin[c] > (1 << 20) || nin[c] < -(1 << 20) || nout[c] > (1 << 20) || nout[c] < -(1 << 20))
@@ -1660,10 +1703,11 @@ k_memory_plain(PyObject *self, PyObject *args)
         double over_value = 0;
         int any = 0;
         for (long long i = starts[d]; i < starts[d + 1]; i++) {
-            Py_ssize_t k = (Py_ssize_t)(code[i] * S + (S > 1 ? stage[i] : 0));
+            long long c = int_at(&code, i);
+            Py_ssize_t k = (Py_ssize_t)(c * S + (S > 1 ? int_at(&stage, i) : 0));
             double a = alloc[k], f = freed[k];
             double during = before + a;
-            long long n_during = inflight + nin[code[i]];
+            long long n_during = inflight + nin[c];
             if (!any || during > peak) {
                 peak = during;
                 peak_i = i;
@@ -1676,7 +1720,7 @@ k_memory_plain(PyObject *self, PyObject *args)
                 over_value = during;
             }
             before = before + (a - f);
-            inflight = inflight + (nin[code[i]] - nout[code[i]]);
+            inflight = inflight + (nin[c] - nout[c]);
         }
         /* Python: peak = max(during, default=static); peak_m = max(peak, static) */
         double peak_m = (any && st > peak) ? st : (any ? peak : st);
@@ -1706,6 +1750,8 @@ done:
     Py_XDECREF(pm);
     Py_XDECREF(pa);
     Py_XDECREF(ov);
+    release_ints(&code);
+    release_ints(&stage);
     scratch_free(&sc);
     return result;
 }
