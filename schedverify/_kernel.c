@@ -320,7 +320,7 @@ index_array(scratch_t *sc, PyObject *seq, Py_ssize_t *len, const char *what)
  * sequence is copied by index_array.  int_at(c, i) for 0 <= i < the length read. */
 typedef struct {
     Py_buffer view; /* view.obj is NULL when the column was copied */
-    const long long *copy;
+    const long long *q; /* the items, when they are aligned long longs (a 'q' array, a copy) */
     char kind;
 } ints_t;
 
@@ -328,10 +328,10 @@ static int
 read_ints(scratch_t *sc, PyObject *seq, ints_t *out, Py_ssize_t *len, const char *what)
 {
     out->view.obj = NULL;
-    out->copy = NULL;
+    out->q = NULL;
     if (!PyObject_CheckBuffer(seq)) {
-        out->copy = index_array(sc, seq, len, what);
-        return out->copy != NULL;
+        out->q = index_array(sc, seq, len, what);
+        return out->q != NULL;
     }
     if (PyObject_GetBuffer(seq, &out->view, PyBUF_FORMAT | PyBUF_ND) < 0)
         return 0;
@@ -350,15 +350,17 @@ read_ints(scratch_t *sc, PyObject *seq, ints_t *out, Py_ssize_t *len, const char
         return 0;
     }
     out->kind = kind;
+    if (kind == 'q' && (uintptr_t)out->view.buf % sizeof(long long) == 0)
+        out->q = (const long long *)out->view.buf;
     *len = out->view.len / out->view.itemsize;
     return 1;
 }
 
-static long long
+static inline long long
 int_at(const ints_t *c, Py_ssize_t i)
 {
-    if (c->copy != NULL)
-        return c->copy[i];
+    if (c->q != NULL)
+        return c->q[i];
     const char *b = (const char *)c->view.buf;
     switch (c->kind) { /* memcpy: the buffer need not be aligned for the type */
     case 'b': { signed char v; memcpy(&v, b + i, 1); return v; }
@@ -1379,7 +1381,7 @@ read_times(PyObject *values, PyObject *floats, times_t *t, const char *what)
 /* The time at i < t->n as a number: 1, or 0 with ValueError set when its flag is neither 1
  * (a float) nor 0 (an int: an integral double of magnitude at most 2^53, so that the cast
  * is exact). */
-static int
+static inline int
 time_at(const times_t *t, Py_ssize_t i, num_t *x)
 {
     double v = t->v[i];
@@ -1388,7 +1390,8 @@ time_at(const times_t *t, Py_ssize_t i, num_t *x)
     x->is_float = t->f[i];
     if (x->is_float == 1)
         return 1;
-    if (x->is_float == 0 && v == floor(v) && fabs(v) <= EXACT_INT_MAX) {
+    /* in range first, so that the cast is defined; then integral exactly when it round-trips */
+    if (x->is_float == 0 && fabs(v) <= EXACT_INT_MAX && (double)(long long)v == v) {
         x->i = (long long)v;
         return 1;
     }
