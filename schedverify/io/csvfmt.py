@@ -44,7 +44,7 @@ def loads(
                              where=key)
         cap.refuse("devices" if key == "devices" else "size", value, key, source=source, where=key)
     text = as_text(text, source)
-    if not text.strip():
+    if not text or text.isspace():  # (text.strip() would copy a large file to say so)
         raise InputError("the file is empty", source=source)
     rows = [list(map(str.strip, row)) for row in _read_rows(text, source, cap)]
     if grammar == "torch-legacy":
