@@ -1063,10 +1063,10 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         for (Py_ssize_t p = 0; p < PyTuple_GET_SIZE(row); p++)
             n += PyTuple_GET_ITEM(row, p) != Py_None;
     }
-    /* a dense producer table of S*M*8 entries, only when that is not absurd for n actions */
+    /* a dense producer table of S*M*(the kinds present, at most 8) entries, only when that is
+     * not absurd for n actions */
     if (S > (4LL * n + 1024) / M + 1 || S * M > 4LL * n + 1024 || n >= INT32_MAX || D >= INT32_MAX)
         Py_RETURN_NONE;
-    Py_ssize_t table_size = (Py_ssize_t)(S * M * NCODES);
 
     Py_ssize_t R = PyTuple_GET_SIZE(routes);
     scratch_t sc = {{NULL}, 0};
@@ -1180,18 +1180,24 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     if (counts[1] && (counts[2] || counts[3]))
         goto not_plain; /* a pair might mix B with I/W: the general path says which */
 
+    /* the table has a slot per (stage, microbatch) for each kind the schedule has (a
+     * compute-only 1F1B: F and B, a quarter of the eight); a kind it lacks has no producer */
     const long long *mb = cols ? cols->mb : mbs; /* each action's microbatch */
+    int slot[NCODES], K = 0;
+    for (int c = 0; c < NCODES; c++)
+        slot[c] = counts[c] ? K++ : -1;
+    Py_ssize_t table_size = (Py_ssize_t)(S * M * (K ? K : 1));
     if (!(table = scratch_array(&sc, table_size, sizeof(int32_t), 0)) || !(waitc = column_new(&c_wait, "q", n)))
         goto fail;
     memset(table, 0xff, sizeof(int32_t) * (size_t)table_size); /* -1: no action */
     for (i = 0; i < n; i++) {
-        Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mb[i]) * NCODES + code[i]);
+        Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mb[i]) * K + slot[code[i]]);
         if (table[key] != -1)
             goto not_plain; /* a duplicate */
         table[key] = (int32_t)i;
         waitc[i] = n;
     }
-#define LOOKUP(st, mb, c) table[((st) * M + (mb)) * NCODES + (c)]
+#define LOOKUP(st, mb, c) (slot[c] < 0 ? -1 : table[((st) * M + (mb)) * K + slot[c]])
 
     for (i = 0; i < n; i++) {
         int c = code[i], found = 0;
