@@ -499,6 +499,37 @@ read_number(PyObject *o, double *out, unsigned char *is_float)
     return 0;
 }
 
+/* read_number for a column of numbers that are mostly the same few objects (a duration per
+ * action is one of the costs' few numbers): the last NUMBER_CACHE objects read and their
+ * values, so that each object is read once rather than once per action.  A number object is
+ * immutable, and the caller holds the list that holds it, so a pointer seen stays the same
+ * number for the whole call. */
+#define NUMBER_CACHE 8
+typedef struct {
+    PyObject *obj[NUMBER_CACHE];
+    double value[NUMBER_CACHE];
+    unsigned char is_float[NUMBER_CACHE];
+    int next;
+} number_cache_t;
+
+static inline int
+read_number_cached(number_cache_t *c, PyObject *o, double *out, unsigned char *is_float)
+{
+    for (int k = 0; k < NUMBER_CACHE; k++)
+        if (c->obj[k] == o) {
+            *out = c->value[k];
+            *is_float = c->is_float[k];
+            return 1;
+        }
+    if (!read_number(o, out, is_float))
+        return 0;
+    c->obj[c->next] = o;
+    c->value[c->next] = *out;
+    c->is_float[c->next] = *is_float;
+    c->next = (c->next + 1) % NUMBER_CACHE;
+    return 1;
+}
+
 /* A number as Python's code would hold it: an int (exact, in i) or a float (in f). */
 typedef struct {
     double f;
@@ -1517,10 +1548,11 @@ k_sweep_plain(PyObject *self, PyObject *args)
     if (!read_number(comm_o, &comm, &comm_f))
         goto not_plain;
     long long bound = 0; /* sum of |int duration| so far: at most 2^53 + 2^53, no overflow */
+    number_cache_t cache = {{NULL}, {0}, {0}, 0};
     for (Py_ssize_t i = 0; i < n; i++) {
         double d;
         unsigned char d_f;
-        if (!read_number(PyList_GET_ITEM(dur_o, i), &d, &d_f))
+        if (!read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &d, &d_f))
             goto not_plain;
         if (!d_f && (bound += (long long)fabs(d)) > EXACT_INT_MAX)
             goto not_plain;
@@ -1573,9 +1605,9 @@ k_sweep_plain(PyObject *self, PyObject *args)
                 s = now;
                 s_f = now_f;
             }
-            double dur;
-            unsigned char dur_f;
-            read_number(PyList_GET_ITEM(dur_o, i), &dur, &dur_f); /* read above: it is a number */
+            double dur = 0;
+            unsigned char dur_f = 0;
+            read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &dur, &dur_f); /* read above: a number */
             st[i] = s;
             st_f[i] = s_f;
             now = s + dur;
