@@ -38,11 +38,21 @@
 
 /* ------------------------------------------------------------------ parse_row */
 
+/* The index of the kind whose text is the k characters at s, or -1. */
+static inline int
+kind_index(const char **kind_text, const Py_ssize_t *kind_len, int nkinds, const char *s, Py_ssize_t k)
+{
+    for (int c = 0; c < nkinds; c++)
+        if (kind_len[c] == k && memcmp(kind_text[c], s, (size_t)k) == 0)
+            return c;
+    return -1;
+}
+
 /* Read "digits KIND digits" from an ASCII cell; KIND is one of nkinds strings.  Returns the
  * kind's index, or -1 when the cell is not exactly that shape or an index has more than
  * MAX_DIGITS digits (Python's int() reads those, or refuses them: the caller decides).  At
  * most MAX_DIGITS digits are accumulated, so v < 10^18 < 2^63: no signed overflow. */
-static int
+static inline int
 parse_cell(const char *s, Py_ssize_t len, const char **kind_text, const Py_ssize_t *kind_len,
            int nkinds, long long *stage, long long *mb)
 {
@@ -69,10 +79,7 @@ parse_cell(const char *s, Py_ssize_t len, const char **kind_text, const Py_ssize
         v = v * 10 + (s[e] - '0');
     }
     *mb = v;
-    for (int c = 0; c < nkinds; c++)
-        if (kind_len[c] == k - p && memcmp(kind_text[c], s + p, (size_t)(k - p)) == 0)
-            return c;
-    return -1;
+    return kind_index(kind_text, kind_len, nkinds, s + p, k - p);
 }
 
 /* Build one Action: a tuple subclass, filled the way CPython's tuple_subtype_new fills it. */
@@ -129,16 +136,19 @@ plain_action(PyTypeObject *type, long long stage, PyObject *kind, long long mb)
 /* The kinds a cell may name (a tuple of at most MAX_KINDS str), as C strings; 0 with
  * TypeError/ValueError set otherwise. */
 #define MAX_KINDS 16
+#define MAX_KIND_LEN 32 /* the longest kind text scan_order matches (REDUCE_GRAD: 11) */
 typedef struct {
     int count;
     const char *text[MAX_KINDS];
     Py_ssize_t len[MAX_KINDS];
+    int longest; /* the longest text's length, at most MAX_KIND_LEN (scan_order) */
 } kinds_t;
 
 static int
 read_kinds(PyObject *kinds, kinds_t *out, const char *what)
 {
     out->count = (int)PyTuple_GET_SIZE(kinds);
+    out->longest = 0;
     if (out->count > MAX_KINDS) {
         PyErr_Format(PyExc_ValueError, "%s: at most 16 kinds", what);
         return 0;
@@ -152,6 +162,12 @@ read_kinds(PyObject *kinds, kinds_t *out, const char *what)
         out->text[c] = PyUnicode_AsUTF8AndSize(k, &out->len[c]);
         if (out->text[c] == NULL)
             return 0;
+        if (out->len[c] > MAX_KIND_LEN) {
+            PyErr_Format(PyExc_ValueError, "%s: a kind of at most %d characters", what, MAX_KIND_LEN);
+            return 0;
+        }
+        if (out->len[c] > out->longest)
+            out->longest = (int)out->len[c];
     }
     return 1;
 }
@@ -700,8 +716,6 @@ done:
  * Memory.  Every cell is a string, two quote characters, so the text from pos on has at most
  * (its quotes) / 2 cells: the columns are allocated for that many (one fast count), every write
  * is checked against it, and they are cut to the cells read at the end. */
-#define MAX_CELL 64 /* a plain cell: two indices of at most MAX_DIGITS digits and a kind */
-
 typedef struct {
     kinds_t *kt;
     Py_ssize_t n, cap;
@@ -710,13 +724,12 @@ typedef struct {
     PyObject *lengths; /* a list: each row's number of cells */
 } scan_t;
 
-/* One cell's text (k ASCII characters at cs) into the columns: 1, or 0 to decline. */
-static int
-scan_cell(scan_t *sc, const char *cs, Py_ssize_t k)
+/* One cell's columns: 1, or 0 to decline (more cells than the columns hold: not a text
+ * whose quotes were counted). */
+static inline int
+scan_cell(scan_t *sc, int code, long long st, long long mb)
 {
-    long long st, mb;
-    int code = parse_cell(cs, k, sc->kt->text, sc->kt->len, sc->kt->count, &st, &mb);
-    if (code < 0 || sc->n >= sc->cap)
+    if (sc->n >= sc->cap)
         return 0;
     sc->codes[sc->n] = (char)code;
     sc->stages[sc->n] = st;
@@ -732,13 +745,16 @@ scan_cell(scan_t *sc, const char *cs, Py_ssize_t k)
 /* The pass over text[*pos..len), a str's characters of type CHAR: 1 when the value has the
  * accepted shape (then *pos is just past it), 0 to decline, -1 with an exception set.  Every
  * read is of text[p] with p < len: AT() is 0 at the end, which no branch takes for a
- * character it accepts.  DIRECT: the characters are bytes, so a cell is parsed where it is;
- * otherwise it is copied (at most MAX_CELL characters) first. */
-#define DEFINE_SCAN_PASS(name, CHAR, DIRECT)                                              \
+ * character it accepts.  A cell is read as parse_cell reads its text, in the same pass that
+ * finds its closing quote: digits (1 to MAX_DIGITS), then the kind (the characters up to the
+ * next digit: printable ASCII, no backslash, no longer than the longest kind), then digits,
+ * then the quote.  Anything else in a cell (an escape, a control or non-ASCII character, the
+ * end of the text) declines. */
+#define DEFINE_SCAN_PASS(name, CHAR)                                                       \
     static int name(const CHAR *text, Py_ssize_t len, Py_ssize_t *pos, scan_t *sc)         \
     {                                                                                      \
         Py_ssize_t p = *pos;                                                               \
-        char cell[MAX_CELL];                                                               \
+        char kind[MAX_KIND_LEN];                                                           \
         SKIP_SPACE();                                                                      \
         if (AT() != '[')                                                                   \
             return 0;                                                                      \
@@ -761,17 +777,32 @@ scan_cell(scan_t *sc, const char *cs, Py_ssize_t k)
                 for (;;) { /* a cell */                                                    \
                     if (AT() != '"')                                                       \
                         return 0;                                                          \
-                    Py_ssize_t a = ++p, k = 0;                                             \
-                    /* the end of the text, a control character, an escape, a non-ASCII \
-                     * one: none is in a plain cell */                                     \
-                    for (Py_UCS4 c = AT(); c != '"'; k++, p++, c = AT()) {                 \
-                        if (c < 0x21 || c > 0x7e || c == '\\' || k == MAX_CELL)            \
-                            return 0;                                                      \
-                        if (!DIRECT)                                                       \
-                            cell[k] = (char)c;                                             \
-                    }                                                                      \
                     p++;                                                                   \
-                    if (!scan_cell(sc, DIRECT ? (const char *)(text + a) : cell, k))       \
+                    long long st = 0, mb = 0;                                              \
+                    int digits = 0, k = 0;                                                 \
+                    Py_UCS4 c;                                                             \
+                    for (; (c = AT()) >= '0' && c <= '9'; p++, digits++) {                 \
+                        if (digits == MAX_DIGITS)                                          \
+                            return 0;                                                      \
+                        st = st * 10 + (long long)(c - '0');                               \
+                    }                                                                      \
+                    if (digits == 0)                                                       \
+                        return 0;                                                          \
+                    for (; (c = AT()) != '"' && !(c >= '0' && c <= '9'); p++) {            \
+                        if (c < 0x21 || c > 0x7e || c == '\\' || k == sc->kt->longest)     \
+                            return 0;                                                      \
+                        kind[k++] = (char)c;                                               \
+                    }                                                                      \
+                    for (digits = 0; (c = AT()) >= '0' && c <= '9'; p++, digits++) {       \
+                        if (digits == MAX_DIGITS)                                          \
+                            return 0;                                                      \
+                        mb = mb * 10 + (long long)(c - '0');                               \
+                    }                                                                      \
+                    if (digits == 0 || c != '"')                                           \
+                        return 0;                                                          \
+                    p++;                                                                   \
+                    int code = kind_index(sc->kt->text, sc->kt->len, sc->kt->count, kind, k); \
+                    if (code < 0 || !scan_cell(sc, code, st, mb))                          \
                         return 0;                                                          \
                     SKIP_SPACE();                                                          \
                     if (AT() == ']') {                                                     \
@@ -804,9 +835,9 @@ scan_cell(scan_t *sc, const char *cs, Py_ssize_t k)
 #define SKIP_SPACE()                                                    \
     while (AT() == ' ' || AT() == '\t' || AT() == '\n' || AT() == '\r') \
     p++
-DEFINE_SCAN_PASS(scan_pass_1, Py_UCS1, 1)
-DEFINE_SCAN_PASS(scan_pass_2, Py_UCS2, 0)
-DEFINE_SCAN_PASS(scan_pass_4, Py_UCS4, 0)
+DEFINE_SCAN_PASS(scan_pass_1, Py_UCS1)
+DEFINE_SCAN_PASS(scan_pass_2, Py_UCS2)
+DEFINE_SCAN_PASS(scan_pass_4, Py_UCS4)
 #undef AT
 #undef SKIP_SPACE
 
