@@ -1429,8 +1429,9 @@ read_times(PyObject *values, PyObject *floats, times_t *t, const char *what)
     const char *f = t->view.format ? t->view.format : "B";
     if (*f == '@')
         f++;
+    /* (an empty array's buffer is a placeholder that need not be aligned: nothing is read) */
     if (strcmp(f, "d") != 0 || t->view.ndim != 1 || t->view.itemsize != sizeof(double) ||
-        ((uintptr_t)t->view.buf) % sizeof(double)) {
+        (t->view.len > 0 && ((uintptr_t)t->view.buf) % sizeof(double))) {
         PyBuffer_Release(&t->view);
         PyErr_Format(PyExc_TypeError, "%s: the values of a times column are an array of doubles", what);
         return 0;

@@ -382,6 +382,17 @@ def test_the_kernel_keeps_pythons_types():
         assert (typed(fast[0]), typed(fast[1])) == (typed(slow.start), typed(slow.end)), (durations, comm)
 
 
+def test_an_empty_schedule_has_empty_times_columns():
+    """No action: the sweep's columns are empty (an empty array's buffer is not aligned for
+    doubles, and reading it must not be refused), and they make empty lists."""
+    from array import array
+
+    assert kernel_sweep([0, 0], [], [], 0) == ([], [])
+    assert KERNEL.times_list(array("d"), b"") == []
+    tl = schedverify.timeline(schedverify.Schedule.build([[]], stages=1, microbatches=1))
+    assert (tl.start, tl.end, tl.makespan, tl.critical_path()) == ([], [], 0, [])
+
+
 def _bare_graph(starts, wait):
     """A Graph with just the columns sweep reads."""
     n = starts[-1]
