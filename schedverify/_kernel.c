@@ -331,9 +331,10 @@ index_array(scratch_t *sc, PyObject *seq, Py_ssize_t *len, const char *what)
     return out;
 }
 
-/* A column of ints read where it lies, for a function that reads few of its entries: a
- * buffer of signed ints (as buffer_index_array takes) is viewed, not copied; any other
- * sequence is copied by index_array.  int_at(c, i) for 0 <= i < the length read. */
+/* A column of ints read where it lies: a buffer of signed ints (a Graph's array.array
+ * column) is viewed, not copied, since a million-action column copied is megabytes the
+ * machine must map and clear; any other sequence (a list) is copied by index_array.
+ * int_at(c, i) for 0 <= i < the length read; release_ints when done. */
 typedef struct {
     Py_buffer view; /* view.obj is NULL when the column was copied */
     const long long *q; /* the items, when they are aligned long longs (a 'q' array, a copy) */

@@ -1,10 +1,13 @@
-"""A frozen dataclass field that may be given as a recipe and made on its first read.
+"""A dataclass field that may be given as a recipe and made on its first read.
 
 A million-action file need not become a million :class:`~schedverify.grammar.Action` tuples
 to be checked: the reader hands :class:`~schedverify.model.Schedule` the columns the
 compiled kernel parsed (:class:`~schedverify.grammar.PlainRows`, a :class:`Later`), the
 engines read those columns, and ``schedule.order`` builds the rows the first time anything
-asks for them.  Whoever reads the field sees the same value either way.
+asks for them.  So too the compiled sweep's start and end times
+(:class:`~schedverify.graph.Times`: a million Python numbers each) and the names of the
+critical path (:class:`~schedverify.cost.timeline.PathNames`).  Whoever reads the field sees
+the same value either way.
 
 The field's descriptor (:class:`LazyField`) keeps what it was given under ``_name`` and what
 it made under ``_name_made``, so the recipe stays at hand after the value is made

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, UsageError
 from ..io.files import parse_toml
-from ..errors import UsageError
 from .statement import Claim, optimum_refs, parse_claim
 
 _CLAIM_KEYS = {"id", "text", "family", "assume", "domain", "quote", "note", "verdict", "source",

@@ -153,8 +153,8 @@ def _scan_document(text: str) -> dict | None:
     walked here, member by member, each key and every other value read by json itself
     (``raw_decode``, the function ``json.loads`` calls), so the result is ``json.loads``'s
     with the order as :func:`parse_rows` would have made it.  None on anything this walk does
-    not take (not an object, a syntax error): then ``json.loads`` reads the text
-    and names what is wrong."""
+    not take (not an object, a syntax error): then ``json.loads`` reads the text and names
+    what is wrong."""
     pos = _skip_space(text, 0)
     if not text.startswith("{", pos):
         return None
