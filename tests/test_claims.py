@@ -108,6 +108,8 @@ def test_cli_exit_codes_and_json():
     (["prove", "--family", "1f1b", "makespan == 1", "--domain", "p=3..2"], "empty range"),
     (["prove", "--family", "nope", "makespan == 1"], "unknown family"),
     (["prove", "no/such/dir"], "no such file"),
+    (["prove", "optimal_makespan(memory=2) <= makespan"], "give the family with --family"),
+    (["prove", "optimal_makespan(memory=2 <= 3"], "no relation"),
 ])
 def test_bad_input_is_exit_2(argv, needle):
     code, _, err = _cli(argv)
@@ -251,6 +253,25 @@ def test_an_unproven_optimum_decides_only_what_its_interval_decides(monkeypatch,
         by_schedule = upper is not None and upper < 20
         assert res.counterexample["lhs"] == str(upper if by_schedule else lower)
         assert ("schedule" if by_schedule else "lower bound") in res.counterexample["refuted_by"]
+
+
+def test_a_claim_about_the_optimum_alone_is_proved_from_the_command_line():
+    """No --family: a single claim that reads only optimal_makespan is judged (it used to be
+    taken for a file name), and its counterexample's command, run again, reproduces it."""
+    import shlex
+
+    argv = ["prove", "optimal_makespan(memory=2) <= 3*(m + p - 1)", "--domain", "p=2..3,m=1..4",
+            "--assume", "t_F == 1, t_B == 2, c == 0"]
+    code, out, err = _cli(argv)
+    assert code == 1 and "[the optimum]" in out, out + err
+    assert "counterexample: p=3, m=3" in out and "left side = 18, right side = 15" in out
+    again = shlex.split(next(x for x in out.splitlines() if "reproduce:" in x).split("reproduce:")[1])
+    assert again[:2] == ["schedverify", "prove"] and "--family" not in again
+    code2, out2, _ = _cli(again[1:])
+    assert code2 == 1 and "left side = 18, right side = 15" in out2
+    code3, out3, _ = _cli(["prove", "optimal_makespan(memory=2) <= 3*(m + p - 1)", "--domain",
+                           "p=2..3,m=1..2", "--assume", "t_F == 1, t_B == 2, c == 0", "--format", "json"])
+    assert code3 == 0 and json.loads(out3)["verdict"] == "PROVED"
 
 
 def test_an_unproven_size_makes_the_claim_unknown_not_proved():

@@ -79,14 +79,19 @@ def load_file(path: Path) -> list[Claim]:
     return claims
 
 
-def _optimum_only(text: str, path: Path, where: str) -> bool:
-    """Whether the claim reads the optimum and no family's metric (then it needs no family)."""
-    try:
-        parsed = parse_claim(text, where)
-    except UsageError as e:
-        raise InputError(str(e), source=str(path), where=where) from None
+def reads_only_the_optimum(text: str, where: str = "claim") -> bool:
+    """Whether the claim reads the optimum and no family's metric (then it needs no family).
+    A claim that does not parse is a :class:`UsageError` naming ``where``."""
+    parsed = parse_claim(text, where)
     optima = optimum_refs(parsed)
     return bool(optima) and len(optima) == len(parsed.refs)
+
+
+def _optimum_only(text: str, path: Path, where: str) -> bool:
+    try:
+        return reads_only_the_optimum(text, where)
+    except UsageError as e:
+        raise InputError(str(e), source=str(path), where=where) from None
 
 
 def load(paths) -> list[Claim]:

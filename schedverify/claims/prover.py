@@ -607,12 +607,7 @@ def _optimum_counterexample(claim: Claim, prep: _Prepared, sizes: dict, info: di
     lhs, rhs = info["lhs"].xreplace(val), info["rhs"].xreplace(val)
     costs = {k.name: _num(x) for k, x in info["eqs"].items() if sympy.sympify(x).is_Rational}
     dom = ",".join(f"{k}={x}..{x}" for k, x in sizes.items() if k != "v" or prep.uses_v)
-    cmd = ["schedverify", "prove", "--family", claim.family, claim.text, "--domain", dom]
-    if claim.assume:
-        cmd += ["--assume", claim.assume]
-    # without a family the CLI runs the claim from a catalogue file only: the search command
-    # (check_command) reproduces the optimum itself
-    command = " ".join(shlex.quote(x) for x in cmd) if claim.family else ""
+    command = _prove_command(claim, dom, claim.assume)
     optima = {}
     for name, o in found.items():
         ref = prep.optima[name]
@@ -626,6 +621,14 @@ def _optimum_counterexample(claim: Claim, prep: _Prepared, sizes: dict, info: di
         "command": command,
         "check_command": first["command"],
     }
+
+
+def _prove_command(claim: Claim, domain: str, assume: str) -> str:
+    """The ``schedverify prove`` command that judges ``claim`` on ``domain`` (a claim about the
+    optimum alone takes no --family)."""
+    cmd = ["schedverify", "prove"] + (["--family", claim.family] if claim.family else [])
+    cmd += [claim.text, "--domain", domain] + (["--assume", assume] if assume else [])
+    return " ".join(shlex.quote(x) for x in cmd)
 
 
 def _num(q) -> str:
@@ -673,13 +676,10 @@ def _counterexample(claim: Claim, prep: _Prepared, sizes: dict, info: dict) -> d
     pinned = {k.name for k in info["eqs"]}
     assume = ", ".join(filter(None, [claim.assume] + [f"{k} == {_num(q)}" for k, q in costs.items()
                                                       if k not in pinned]))
-    cmd = ["schedverify", "prove", "--family", claim.family, claim.text, "--domain", dom]
-    if assume:
-        cmd += ["--assume", assume]
     out = {
         "sizes": dict(sizes), "costs": {k: _num(q) for k, q in costs.items()},
         "lhs": _show(lhs), "rhs": _show(rhs),
-        "command": " ".join(shlex.quote(x) for x in cmd),
+        "command": _prove_command(claim, dom, assume),
     }
     out["check_command"] = _check_command(claim.family, sizes, costs, prep.uses_v)
     return out

@@ -1,7 +1,11 @@
 """``schedverify prove``: judge a claim about a schedule family, or a whole catalogue.
 
     schedverify prove --family 1f1b "peak_inflight(0) == Min(p, m)" --domain "p=2..8,m=1..32"
+    schedverify prove "optimal_makespan(memory=2) <= 3*(m + p - 1)" --domain "p=2..3,m=1..4"
     schedverify prove proofs/
+
+A claim about the optimum alone (``optimal_makespan(...)`` and no family's metric) needs no
+family, in a catalogue or on the command line.
 
 Exit code for one claim: 0 PROVED, 1 REFUTED, 3 UNKNOWN, 2 usage error.  For a catalogue:
 0 when every claim gets the verdict its file records, 1 when one differs (3 when the only
@@ -21,11 +25,13 @@ def register(sub) -> None:
         description="Judge a claim exactly over a finite range of sizes and every cost the "
                     "assumptions allow (docs/spec.md section 7): PROVED (exit 0), REFUTED with the "
                     "smallest counterexample (exit 1) or UNKNOWN with the reason (exit 3). Without "
-                    "--family, the arguments are claim files or directories (proofs/).",
+                    "--family, the arguments are claim files or directories (proofs/), or one "
+                    "claim about the optimum alone (optimal_makespan(...), no family's metric).",
     )
     p.add_argument("args", nargs="+", metavar="CLAIM|PATH",
                    help="with --family: the claim, e.g. 'bubble_ratio == (p-1)/m'; "
-                        "without: catalogue files or directories")
+                        "without: catalogue files or directories, or one claim that reads only "
+                        "optimal_makespan(...)")
     p.add_argument("--family", metavar="FAMILY", help="the schedule family the claim is about")
     p.add_argument("--assume", default="", metavar="RELATIONS",
                    help="comma-separated assumptions on costs or sizes, e.g. 't_W <= t_F, c == 0' "
@@ -51,11 +57,11 @@ def run(args, out, err) -> int:
     from ..claims import Claim, prove
     from ..errors import UsageError
 
-    if args.family:
+    if args.family or _an_optimum_claim(args.args):
         if len(args.args) != 1:
             raise UsageError(f"with --family give exactly one claim (quote it), got {len(args.args)} "
                              f"arguments: {args.args!r}")
-        claim = Claim(args.args[0], args.family, args.assume, args.domain, source="command line")
+        claim = Claim(args.args[0], args.family or "", args.assume, args.domain, source="command line")
         res = prove(claim, timeout_s=args.timeout, all_sizes=getattr(args, "all_sizes", False))
         if args.format == "json":
             print(json.dumps(res.to_json(), ensure_ascii=False), file=out)
@@ -83,11 +89,28 @@ def run(args, out, err) -> int:
     return EXIT_UNKNOWN if all(r.verdict == "UNKNOWN" for r in changed) else EXIT_INVALID
 
 
+def _an_optimum_claim(args: list[str]) -> bool:
+    """Whether the arguments are one claim about the optimum alone rather than paths: it names
+    optimal_makespan, is no existing path, and reads no family's metric (a family's metric
+    without --family is a UsageError that says to give one)."""
+    from pathlib import Path
+
+    from ..claims.catalogue import reads_only_the_optimum
+    from ..errors import UsageError
+
+    if len(args) != 1 or "optimal_makespan" not in args[0] or Path(args[0]).exists():
+        return False
+    if not reads_only_the_optimum(args[0], "the claim"):
+        raise UsageError("the claim reads a family's metric: give the family with --family "
+                         "(only a claim about optimal_makespan alone needs none)")
+    return True
+
+
 def _result_text(res) -> str:
     c = res.claim
     dom = ", ".join(v if k == "all sizes" else f"{k}={v[0]}..{v[1]}" if isinstance(v, list)
                     else f"{k}={v}" for k, v in res.domain.items())
-    lines = [f"{res.verdict}: {c.text}  [{c.family}]",
+    lines = [f"{res.verdict}: {c.text}  [{c.family or 'the optimum'}]",
              f"  domain: {dom}" + (f"; assuming {c.assume}" if c.assume else "")
              + "; costs t_* > 0, c >= 0 unless assumed otherwise"]
     if res.kind:
