@@ -136,7 +136,7 @@ plain_action(PyTypeObject *type, long long stage, PyObject *kind, long long mb)
 /* The kinds a cell may name (a tuple of at most MAX_KINDS str), as C strings; 0 with
  * TypeError/ValueError set otherwise. */
 #define MAX_KINDS 16
-#define MAX_KIND_LEN 32 /* the longest kind text scan_order matches (REDUCE_GRAD: 11) */
+#define MAX_KIND_LEN 32 /* the longest kind text read or written (REDUCE_GRAD: 11) */
 typedef struct {
     int count;
     const char *text[MAX_KINDS];
@@ -1974,12 +1974,20 @@ put_int(char *buf, long long v)
     return n;
 }
 
-/* The text of the plain action (stage, kind, mb): ``2F5``.  stage, mb >= 0; kind an ASCII str
- * of at most 32 characters (the callers check both). */
+/* Whether action_text can write this kind: an exact str of at most MAX_KIND_LEN ASCII
+ * characters. */
+static int
+writable_kind(PyObject *kind)
+{
+    return PyUnicode_CheckExact(kind) && PyUnicode_IS_ASCII(kind) && PyUnicode_GET_LENGTH(kind) <= MAX_KIND_LEN;
+}
+
+/* The text of the plain action (stage, kind, mb): ``2F5``.  stage, mb >= 0; kind
+ * writable_kind (the callers check both). */
 static PyObject *
 action_text(long long stage, PyObject *kind, long long mb)
 {
-    char buf[96]; /* 19 digits + 32 + 19 */
+    char buf[2 * 20 + MAX_KIND_LEN]; /* two indices of at most 19 digits and a kind */
     Py_ssize_t len = put_int(buf, stage);
     memcpy(buf + len, PyUnicode_1BYTE_DATA(kind), (size_t)PyUnicode_GET_LENGTH(kind));
     len += PyUnicode_GET_LENGTH(kind);
@@ -2013,8 +2021,7 @@ k_format_plain(PyObject *self, PyObject *args)
         long long stage = exact_int(PyTuple_GET_ITEM(a, 0), &ok);
         long long mb = exact_int(PyTuple_GET_ITEM(a, 2), &ok);
         PyObject *kind = PyTuple_GET_ITEM(a, 1);
-        if (!ok || stage < 0 || mb < 0 || !PyUnicode_CheckExact(kind) || !PyUnicode_IS_ASCII(kind) ||
-            PyUnicode_GET_LENGTH(kind) > 32)
+        if (!ok || stage < 0 || mb < 0 || !writable_kind(kind))
             goto not_plain;
         PyObject *text = action_text(stage, kind, mb);
         if (text == NULL)
@@ -2042,7 +2049,7 @@ k_format_columns(PyObject *self, PyObject *args)
     Py_ssize_t nkinds = PyTuple_GET_SIZE(kinds);
     for (Py_ssize_t c = 0; c < nkinds; c++) {
         PyObject *k = PyTuple_GET_ITEM(kinds, c);
-        if (!PyUnicode_CheckExact(k) || !PyUnicode_IS_ASCII(k) || PyUnicode_GET_LENGTH(k) > 32) {
+        if (!writable_kind(k)) {
             PyErr_SetString(PyExc_TypeError, "format_columns: the kinds must be ASCII str");
             return NULL;
         }
