@@ -112,9 +112,6 @@ class Timeline:
         self.memory_model = memory
         self.durations = durations
         self._run = result
-        # the compiled sweep's own columns and makespan: read without making the lists
-        self._times = result.times if isinstance(result, SweepResult) else None
-        self._makespan = result.makespan if isinstance(result, SweepResult) else None
         # A device that waits for a later action of its own never gets past it: the sweep
         # leaves such waits out (the checker reports them), so its times would mean nothing.
         self.completed = result.completed and not graph.inversions
@@ -136,7 +133,9 @@ class Timeline:
 
     @cached_property
     def makespan(self) -> float:
-        return self._makespan if self._makespan is not None else max(self.end, default=0)
+        run = self._run  # the compiled sweep knows it: no list of end times made to find it
+        known = run.makespan if isinstance(run, SweepResult) else None
+        return known if known is not None else max(self.end, default=0)
 
     def busy(self) -> list[float]:
         st, dur = self.graph.starts, self.durations
@@ -169,8 +168,9 @@ class Timeline:
         comm = self.costs.comm
         tol = 1e-9 * max(1.0, self.makespan)
         kernel = _accel.kernel
-        if kernel is not None and self._times is not None and not g.more_waits:
-            start_times, end_times = self._times
+        times = self._run.times if isinstance(self._run, SweepResult) else None  # the sweep's columns
+        if kernel is not None and times is not None and not g.more_waits:
+            start_times, end_times = times
             path = kernel.critical_path_plain(g.starts, g.wait, start_times.values, start_times.floats,
                                               end_times.values, end_times.floats, comm, tol)
             if path is not None:
