@@ -6,8 +6,10 @@ no model: the schedule is built on mock stages, as PyTorch's own
 with PyTorch's ``_dump_csv``:
 
 - ``pytorch_interleaved_1f1b.csv``: the compute-only order (``pipeline_order``);
-- ``pytorch_interleaved_1f1b_comms.csv``: after PyTorch's lowering, with the SEND/RECV actions
-  its runtime executes (``pipeline_order_with_comms``).
+- ``pytorch_interleaved_1f1b_comms.csv``: after PyTorch 2.13's lowering, with the SEND/RECV
+  actions its runtime executes (``pipeline_order_with_comms``); with another release
+  installed, ``pytorch_interleaved_1f1b_comms_<release>.csv`` (``..._comms_2.15.csv``: with
+  2.15's WAIT_SEND and WAIT_REDUCE_GRAD actions).
 
 Run it from anywhere: ``python examples/export_pytorch.py`` rewrites both files next to it;
 ``python examples/export_pytorch.py OUTDIR`` writes them to OUTDIR instead.
@@ -48,8 +50,12 @@ def export(directory: Path, pp: int = PP, per_rank: int = STAGES_PER_RANK,
         schedule = schedules.ScheduleInterleaved1F1B(_stages(pp, per_rank), microbatches)
         runtime = schedules._PipelineScheduleRuntime(_stages(pp, per_rank), microbatches)
         runtime._prepare_schedule_with_comms(schedule.pipeline_order)
+    import torch
+
+    release = ".".join(torch.__version__.split(".")[:2])
     compute = directory / "pytorch_interleaved_1f1b.csv"
-    comms = directory / "pytorch_interleaved_1f1b_comms.csv"
+    comms = directory / ("pytorch_interleaved_1f1b_comms.csv" if release == "2.13"
+                         else f"pytorch_interleaved_1f1b_comms_{release}.csv")
     schedule._dump_csv(str(compute), format="compute_only")
     runtime._dump_csv(str(comms), format="compute_comms")
     return [compute, comms]

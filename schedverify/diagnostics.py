@@ -49,6 +49,12 @@ INDEX_OUT_OF_RANGE = _register(
     "SV102", "index-out-of-range", "3.1 well-formed",
     "A stage index is not below the number of stages, or a microbatch index not below the "
     "number of microbatches.")
+NOT_IN_RELEASE = _register(
+    "SV103", "kind-not-in-release", "9.1 grammar",
+    "Under torch and torch-nccl: an action kind the chosen PyTorch release's runtime does not "
+    "have (WAIT_SEND_F, WAIT_SEND_B and WAIT_REDUCE_GRAD before 2.15). That release's "
+    "_Action.from_str reads it as a prefix it knows (2.13 and 2.14 read 0WAIT_SEND_F1 as 0W) "
+    "and its runtime fails on it.")
 MISSING_ACTION = _register(
     "SV201", "missing-action", "3.2 complete",
     "A (stage, microbatch) pair lacks its forward, its backward, or one half of a split "
@@ -88,6 +94,12 @@ LOSS_OUT_OF_ORDER = _register(
     "Under torch and torch-nccl: the last stage runs its forwards out of microbatch order; "
     "PyTorch's runtime reads microbatch i's loss from the i-th forward's, so it raises or "
     "back-propagates another microbatch's loss.")
+REDUCE_GRAD_UNPAIRED = _register(
+    "SV407", "reduce-grad-unpaired", "9.3 gradient reduction",
+    "Under torch and torch-nccl from PyTorch 2.15: REDUCE_GRAD and WAIT_REDUCE_GRAD do not pair "
+    "on a rank (a REDUCE_GRAD while another stage's reduction is pending, a WAIT_REDUCE_GRAD "
+    "with none pending or for another stage, a REDUCE_GRAD never waited for): the runtime "
+    "refuses the schedule when it loads it.")
 UNMATCHED_SEND = _register(
     "SV501", "unmatched-send", "3.5 communication",
     "A SEND has no matching RECV: under eager and rendezvous one of the same stage pair, "
@@ -106,6 +118,23 @@ CROSSED_MESSAGES = _register(
     "Under torch and torch-nccl: on a pair of devices the k-th send posted is received by the "
     "k-th receive posted, and their labels differ: one microbatch's data lands in another's "
     "buffer (wrong numbers when the shapes agree, an abort when they do not).")
+SEND_WITHOUT_WAIT = _register(
+    "SV505", "send-without-wait", "9.2 send retirement",
+    "Under torch and torch-nccl from PyTorch 2.15: a SEND_F or SEND_B with no later "
+    "WAIT_SEND_F or WAIT_SEND_B of its stage and microbatch on its rank: the runtime refuses "
+    "the schedule when it loads it ('Pipeline sends at rank r have no matching wait').")
+WAIT_WITHOUT_SEND = _register(
+    "SV506", "wait-without-send", "9.2 send retirement",
+    "Under torch and torch-nccl from PyTorch 2.15: a WAIT_SEND_F or WAIT_SEND_B with no pending "
+    "send of its stage and microbatch before it on its rank (none posted, or that one already "
+    "waited for): the runtime refuses the schedule when it loads it ('Pipeline wait ... has no "
+    "pending send').")
+SEND_BUDGET = _register(
+    "SV507", "send-budget", "9.2 send retirement",
+    "Under torch and torch-nccl with max_outstanding_sends (PyTorch 2.15): no wait can be moved "
+    "early enough to keep the sends pending on a rank within the budget without a cycle, or a "
+    "send has no receive: the runtime refuses the schedule when it loads it "
+    "(_add_wait_send_budget).")
 MEMORY_LIMIT = _register(
     "SV601", "memory-limit-exceeded", "3.6 memory",
     "Peak memory on a device exceeds the limit.")
@@ -197,6 +226,9 @@ class Report:
     #: the runtime model's run (:class:`schedverify.runtime.RuntimeResult`) when the schedule
     #: lists its communication and the semantics is torch or torch-nccl (docs/spec.md 8)
     runtime: Any = None
+    #: under torch and torch-nccl, what the check assumed PyTorch runs (the release, the
+    #: backend, the communicator layout, the options): a :class:`schedverify.releases.Runtime`
+    profile: Any = None
 
     @property
     def is_valid(self) -> bool:
@@ -220,6 +252,7 @@ class Report:
             "engine": self.engine,
             "reason": self.reason,
             "comm_semantics": self.comm_semantics,
+            "runtime": self.profile.to_json() if self.profile is not None else None,
             "warnings": list(self.warnings),
             "violations": [v.to_json() for v in self.violations],
             "violations_not_shown": self.truncated,

@@ -36,14 +36,23 @@ RECV_B = "RECV_B"
 UNSHARD = "UNSHARD"
 RESHARD = "RESHARD"
 REDUCE_GRAD = "REDUCE_GRAD"
+# PyTorch 2.15's: each send retired by its own wait, each gradient reduction by its wait
+WAIT_SEND_F = "WAIT_SEND_F"
+WAIT_SEND_B = "WAIT_SEND_B"
+WAIT_REDUCE_GRAD = "WAIT_REDUCE_GRAD"
 
 #: Kinds that compute on a (stage, microbatch) pair.
 COMPUTE_KINDS = frozenset({F, B, I, W})
 #: Point-to-point communication kinds.
 COMM_KINDS = frozenset({SEND_F, RECV_F, SEND_B, RECV_B})
 #: PyTorch's bookkeeping kinds: they carry a stage and no microbatch.
-BOOKKEEPING_KINDS = frozenset({UNSHARD, RESHARD, REDUCE_GRAD})
-ALL_KINDS = COMPUTE_KINDS | COMM_KINDS | BOOKKEEPING_KINDS | {OVERLAP_F_B}
+BOOKKEEPING_KINDS = frozenset({UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD})
+#: The waits that retire a send (PyTorch 2.15): a stage and a microbatch, like the send.
+SEND_WAIT_KINDS = frozenset({WAIT_SEND_F, WAIT_SEND_B})
+#: Each send kind's wait, and back.
+WAIT_OF = {SEND_F: WAIT_SEND_F, SEND_B: WAIT_SEND_B}
+SEND_OF = {w: s for s, w in WAIT_OF.items()}
+ALL_KINDS = COMPUTE_KINDS | COMM_KINDS | BOOKKEEPING_KINDS | SEND_WAIT_KINDS | {OVERLAP_F_B}
 #: Kinds whose cost can be set in :class:`Costs`.
 COSTED_KINDS = (F, B, I, W, OVERLAP_F_B, SEND_F, RECV_F, SEND_B, RECV_B)
 #: The kinds that produce something another action can need, in the order of their integer
@@ -165,7 +174,8 @@ LEGACY_HINT = ("this looks like PyTorch's grammar before 2.6 (B = input gradient
 
 _KINDS = {k: k for k in ALL_KINDS}  # interns the kind strings the regex hands back
 _SIMPLE = re.compile(
-    r"(\d+)(F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)(\d*)"
+    r"(\d+)(F|B|I|W|SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|WAIT_SEND_F|WAIT_SEND_B"
+    r"|WAIT_REDUCE_GRAD)(\d*)"
 )
 _ANY = re.compile(r"(-?\d*)([A-Za-z_]*)(\d*)(.*)", re.DOTALL)  # a cell may hold a newline
 

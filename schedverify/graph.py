@@ -48,6 +48,8 @@ from .model import (
     REDUCE_GRAD,
     SEND_B,
     SEND_F,
+    SEND_WAIT_KINDS,
+    WAIT_REDUCE_GRAD,
     Action,
     Schedule,
     malformation,
@@ -113,6 +115,9 @@ class Graph:
     missing_recv: list[tuple[int, int, Action]] = field(default_factory=list)  # (i, producer j, recv)
     unmatched_comm: list[int] = field(default_factory=list)  # SEND/RECV in range without its peer
     reduce_grads: list[int] = field(default_factory=list)
+    #: i of each well-formed, in-range, placed WAIT_REDUCE_GRAD and WAIT_SEND_F/WAIT_SEND_B
+    reduce_waits: list[int] = field(default_factory=list)
+    send_waits: list[int] = field(default_factory=list)
     mixed: list[int] = field(default_factory=list)  # i of a B, I or W meeting its pair's other backward
     uncoded: list[int] = field(default_factory=list)  # every i whose code is -1, in order
 
@@ -239,6 +244,8 @@ class _Facts:
     missing_recv: list[tuple[int, int, Action]] = field(default_factory=list)
     unmatched_comm: list[int] = field(default_factory=list)
     reduce_grads: list[int] = field(default_factory=list)
+    reduce_waits: list[int] = field(default_factory=list)
+    send_waits: list[int] = field(default_factory=list)
     mixed: list[int] = field(default_factory=list)
     uncoded: list[int] = field(default_factory=list)
 
@@ -294,6 +301,9 @@ def _index(schedule: Schedule, acts: list[Action], dev: list[int],
             if sub is None and kind in BOOKKEEPING_KINDS:
                 _bookkeeping(schedule, i, a, dev[i], facts)
                 continue
+            if sub is None and kind in SEND_WAIT_KINDS:
+                _send_wait(schedule, i, a, dev[i], facts)
+                continue
         leaves = (a,) if sub is None else _leaves(a)
         if leaves is None:
             malformed.append((i, malformation(a)))
@@ -336,6 +346,24 @@ def _bookkeeping(schedule: Schedule, i: int, a: Action, d: int, facts: _Facts) -
             facts.wrong_device.append((i, a, min(holders)))
         if a.kind == REDUCE_GRAD:
             facts.reduce_grads.append(i)
+        elif a.kind == WAIT_REDUCE_GRAD:
+            facts.reduce_waits.append(i)
+
+
+def _send_wait(schedule: Schedule, i: int, a: Action, d: int, facts: _Facts) -> None:
+    """WAIT_SEND_F, WAIT_SEND_B: a stage and a microbatch, like the send they retire, on the
+    device of that send (its stage's, on the microbatch's route)."""
+    s, mb = a.stage, a.microbatch
+    if type(s) is not int or s < 0 or type(mb) is not int or mb < 0:
+        facts.malformed.append((i, malformation(a)))
+    elif s >= schedule.stages or mb >= schedule.microbatches:
+        facts.out_of_range.append((i, a))
+    else:
+        expected = schedule.placement.device(s, mb)
+        if expected != d:
+            facts.wrong_device.append((i, a, expected))
+        else:
+            facts.send_waits.append(i)
 
 
 def _link(schedule: Schedule, acts: list[Action], dev: list[int], starts: list[int], code: list[int],

@@ -1,28 +1,33 @@
-"""PyTorch 2.13's lowering of a compute-only schedule to one with SEND/RECV, re-implemented.
+"""PyTorch's lowering of a compute-only schedule to one with SEND/RECV, release by release,
+re-implemented; and a lowering of our own that cannot hang.
 
 ``_PipelineScheduleRuntime._load_csv(path)`` (format ``compute_only``) does not run the
-schedule it reads: it runs ``_prepare_schedule_with_comms``, which adds FSDP's UNSHARD and
-RESHARD (``_add_unshard_reshard``), one REDUCE_GRAD per stage (``_add_reduce_grad``), then
-the point-to-point actions (``_add_send_recv``: "we let a sender on another rank put our recv
-ops in place"), and, with ``defer_pp_recv=True``, moves each RECV as late as it can
-(``_defer_recv_ops``).  :func:`torch_lowering` is that pipeline, action for action, so that
-``check`` can verify what PyTorch will really run; the torch test tier holds it equal to
-PyTorch's own output on every family.
+schedule it reads: it runs ``_prepare_schedule_with_comms``, whose passes each release lists
+in :attr:`schedverify.releases.Release.lowering`.  In 2.13 and 2.14: FSDP's UNSHARD and
+RESHARD (``_add_unshard_reshard``), one REDUCE_GRAD per stage (``_add_reduce_grad``), the
+point-to-point actions (``_add_send_recv``: "we let a sender on another rank put our recv ops
+in place") and, with ``defer_pp_recv=True``, each RECV moved as late as it can
+(``_defer_recv_ops``).  2.15 adds an unshard lookahead, a WAIT_REDUCE_GRAD per REDUCE_GRAD, a
+WAIT_SEND per send (``_add_wait_send``), checks every send's wait (``_validate_send_waits``)
+and, with ``max_outstanding_sends``, moves waits to keep the budget
+(``_add_wait_send_budget``).  :func:`torch_lowering` runs the chosen release's passes, action
+for action, so that ``check`` can verify what PyTorch will really run; the torch test tier
+holds it equal to PyTorch's own output on every family, for the installed release.
 
 Each function follows its PyTorch namesake in ``torch/distributed/pipelining/schedules.py``
-and is cited there; where PyTorch raises an AssertionError, these raise
-:class:`LoweringError` with its message.
+and is cited there; where PyTorch raises, these raise :class:`LoweringError` with its
+message.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, cast
 
-from .errors import LoweringError
+from .errors import LoweringError, UsageError
 from .model import (
     B,
     F,
@@ -34,12 +39,18 @@ from .model import (
     RESHARD,
     SEND_B,
     SEND_F,
+    SEND_OF,
+    SEND_WAIT_KINDS,
     UNSHARD,
+    WAIT_OF,
+    WAIT_REDUCE_GRAD,
+    WAIT_SEND_F,
     W,
     Action,
     Schedule,
     malformation,
 )
+from .releases import Release, Runtime, RuntimeOptions
 
 
 Rows = dict[int, list[Action]]
@@ -58,9 +69,14 @@ def _unstaged(a: Action) -> Action | None:
     return next((x for x in (*own, *(a.sub or ())) if not isinstance(x.stage, int)), None)
 
 
-def torch_lowering(schedule: Schedule, *, defer_recv: bool = False) -> Schedule:
-    """The schedule PyTorch 2.13's runtime executes for the compute-only ``schedule``
-    (``_prepare_schedule_with_comms``; ``defer_recv`` is ``defer_pp_recv=True``)."""
+def torch_lowering(schedule: Schedule, *, defer_recv: bool | None = None, torch: str | Release | Runtime | None = None,
+                   options: RuntimeOptions | dict | None = None) -> Schedule:
+    """The schedule PyTorch's runtime executes for the compute-only ``schedule``
+    (``_prepare_schedule_with_comms``) in release ``torch`` (a version such as ``"2.15"``,
+    a :class:`~schedverify.releases.Release` or a :class:`~schedverify.releases.Runtime`;
+    default: the installed torch's, as :func:`schedverify.check`), with the runtime's
+    ``options`` (``defer_recv`` is ``defer_pp_recv=True``)."""
+    release, opts = _release_and_options(torch, options, defer_recv)
     if schedule.has_explicit_comm:
         raise LoweringError("the schedule already lists SEND/RECV: PyTorch lowers only compute-only "
                             "schedules (format='compute_only')")
@@ -80,24 +96,122 @@ def torch_lowering(schedule: Schedule, *, defer_recv: bool = False) -> Schedule:
     if schedule.placement.is_bidirectional:
         raise LoweringError("PyTorch's runtime places each stage on one rank: a bidirectional "
                             "schedule (two routes) cannot be lowered")
-    route = schedule.placement.routes[0]
-
-    def rank_of(stage: int) -> int:
-        return route[stage]
-
-    rows: Rows = {d: add_reduce_grad(add_unshard_reshard(list(row)), schedule.microbatches)
-                  for d, row in enumerate(schedule.order)}
-    rows = add_send_recv(rows, rank_of, schedule.stages)
-    if defer_recv:
-        rows = defer_recv_ops(rows, rank_of)
+    ctx = _Context(schedule, opts)
+    rows: Rows = {d: [a for a in row if a is not None] for d, row in enumerate(schedule.order)}
+    for name in release.lowering:
+        rows = _PASSES[name](rows, ctx)
     order = tuple(tuple(rows[d]) for d in range(schedule.devices))
-    return schedule.with_(order=order, name=f"{schedule.name or 'schedule'} lowered by torch"
-                          + (" (defer_pp_recv)" if defer_recv else ""))
+    return schedule.with_(order=order, name=f"{schedule.name or 'schedule'} lowered by torch {release.version}"
+                          + (" (defer_pp_recv)" if opts.defer_pp_recv else ""))
 
 
-def add_unshard_reshard(actions: list[Action | None], max_active_stages: int = 3) -> list[Action]:
-    """``_add_unshard_reshard``: prefetch (UNSHARD) the next ``max_active_stages`` stages the
-    device computes, evicting (RESHARD) the others; idle slots are dropped."""
+def _release_and_options(torch, options, defer_recv: bool | None) -> tuple[Release, RuntimeOptions]:
+    """The release a lowering is for, and its options (checked against it)."""
+    from .releases import _options, installed_torch, release as find_release
+
+    if isinstance(torch, Runtime):
+        rel, opts = torch.release, torch.options if options is None else _options(options)
+    else:
+        rel = torch if isinstance(torch, Release) else find_release(
+            torch, installed=installed_torch() if torch is None else None)[0]
+        opts = _options(options)
+    if defer_recv is not None:
+        if not isinstance(defer_recv, bool):
+            raise UsageError(f"defer_recv: expected True or False, got {defer_recv!r}")
+        opts = RuntimeOptions(**{**vars(opts), "defer_pp_recv": defer_recv})
+    for name in opts.changed():
+        if name not in rel.options:
+            raise UsageError(f"runtime option {name}: {rel.name}'s runtime has no such option")
+    return rel, opts
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What a lowering pass reads besides the rows: the schedule's sizes and placement, and
+    the runtime's options."""
+
+    schedule: Schedule
+    options: RuntimeOptions
+
+    def rank_of(self, stage: int) -> int:
+        return self.schedule.placement.routes[0][stage]
+
+
+def _unshard_reshard(rows: Rows, ctx: _Context) -> Rows:
+    """2.13's ``_add_unshard_reshard``: three stages resident, evicted in set order."""
+    return {d: add_unshard_reshard(row) for d, row in rows.items()}
+
+
+def _unshard_reshard_lookahead(rows: Rows, ctx: _Context) -> Rows:
+    """2.15's ``_add_unshard_reshard``, with ``max_active_stages`` and each rank's
+    ``unshard_lookahead``; evicted in insertion order."""
+    o = ctx.options
+    try:
+        look = o.lookahead(len(rows))
+    except UsageError as e:
+        raise LoweringError(str(e)) from None
+    return {d: add_unshard_reshard(row, o.max_active_stages, lookahead=look[d], insertion_order=True)
+            for d, row in rows.items()}
+
+
+def _reduce_grad(rows: Rows, ctx: _Context) -> Rows:
+    return {d: add_reduce_grad(row, ctx.schedule.microbatches) for d, row in rows.items()}
+
+
+def _reduce_grad_wait(rows: Rows, ctx: _Context) -> Rows:
+    return {d: add_reduce_grad(row, ctx.schedule.microbatches, waits=True,
+                               defer_wait=ctx.options.defer_reduce_grad_wait) for d, row in rows.items()}
+
+
+def _send_recv(rows: Rows, ctx: _Context) -> Rows:
+    return add_send_recv(rows, ctx.rank_of, ctx.schedule.stages)
+
+
+def _wait_send(rows: Rows, ctx: _Context) -> Rows:
+    return add_wait_send(rows)
+
+
+def _defer_recv(rows: Rows, ctx: _Context) -> Rows:
+    return defer_recv_ops(rows, ctx.rank_of) if ctx.options.defer_pp_recv else rows
+
+
+def _validate(rows: Rows, ctx: _Context) -> Rows:
+    validate_send_waits(rows)
+    return rows
+
+
+def _send_budget(rows: Rows, ctx: _Context) -> Rows:
+    k = ctx.options.max_outstanding_sends
+    if k is None:
+        return rows
+    rows = add_wait_send_budget(rows, ctx.rank_of, k)
+    validate_send_waits(rows)
+    return rows
+
+
+#: Every lowering pass a release can list (:attr:`schedverify.releases.Release.lowering`).
+_PASSES: dict[str, Callable[[Rows, _Context], Rows]] = {
+    "unshard_reshard": _unshard_reshard,
+    "unshard_reshard_lookahead": _unshard_reshard_lookahead,
+    "reduce_grad": _reduce_grad,
+    "reduce_grad_wait": _reduce_grad_wait,
+    "send_recv": _send_recv,
+    "wait_send": _wait_send,
+    "defer_recv": _defer_recv,
+    "validate_send_waits": _validate,
+    "send_budget": _send_budget,
+}
+
+
+def add_unshard_reshard(actions: Sequence[Action | None], max_active_stages: int = 3, *,
+                        lookahead: int | None = None, insertion_order: bool = False) -> list[Action]:
+    """``_add_unshard_reshard``: prefetch (UNSHARD) the next ``lookahead`` stages the device
+    computes (default ``max_active_stages``), evicting (RESHARD) those not among the next
+    ``max_active_stages``; idle slots are dropped.  2.13 keeps the resident stages in a set
+    (evicting in its iteration order); 2.15 (``insertion_order``) in a dict, and refuses an
+    overlapped action that needs more than ``max_active_stages`` stages."""
+    if lookahead is None:
+        lookahead = max_active_stages
 
     def stages_of(a: Action) -> tuple[int, ...]:
         leaves = a.sub if a.kind == OVERLAP_F_B and a.sub is not None else (a,)
@@ -137,33 +251,51 @@ def add_unshard_reshard(actions: list[Action | None], max_active_stages: int = 3
                     break
         return out
 
-    # a set, added to and removed from in PyTorch's sequence, so that it iterates in the
-    # same order as PyTorch's (CPython's set order depends only on that sequence)
-    active: set[int] = set()
+    # 2.13: a set, added to and removed from in PyTorch's sequence, so that it iterates in
+    # the same order as PyTorch's (CPython's set order depends only on that sequence); 2.15:
+    # a dict, in insertion order
+    active: set[int] | dict[int, None] = {} if insertion_order else set()
     out: list[Action] = []
     for i, a in enumerate(actions):
         if a is None:
             continue
-        upcoming = next_stages(max_active_stages, i)
+        if insertion_order and len(set(stages_of(a))) > max_active_stages:
+            raise LoweringError(f"Atomic action {a} requires {len(set(stages_of(a)))} stages, exceeding "
+                                f"max_active_stages={max_active_stages}")
+        resident = next_stages(max_active_stages, i)
+        upcoming = resident if lookahead == max_active_stages else next_stages(lookahead, i)
         fetch = [s for s in upcoming if s not in active]
-        evict = [s for s in active if s not in upcoming]
+        evict = [s for s in active if s not in resident]
         for s in evict:
-            active.remove(s)
+            if isinstance(active, dict):
+                del active[s]
+            else:
+                active.remove(s)
             out.append(Action(s, RESHARD, None))
         for s in fetch:
-            active.add(s)
+            if isinstance(active, dict):
+                active[s] = None
+            else:
+                active.add(s)
             out.append(Action(s, UNSHARD, None))
         out.append(a)
     for s in list(active):
-        active.remove(s)
+        if isinstance(active, dict):
+            del active[s]
+        else:
+            active.remove(s)
         out.append(Action(s, RESHARD, None))
     return out
 
 
-def add_reduce_grad(actions: list[Action], microbatches: int) -> list[Action]:
-    """``_add_reduce_grad``: a REDUCE_GRAD right after a stage's last B or W."""
+def add_reduce_grad(actions: list[Action], microbatches: int, *, waits: bool = False,
+                    defer_wait: bool = False) -> list[Action]:
+    """``_add_reduce_grad``: a REDUCE_GRAD right after a stage's last B or W.  2.15
+    (``waits``) pairs each with a WAIT_REDUCE_GRAD: right after it, or (``defer_wait``,
+    ``defer_reduce_grad_wait=True``) just before the next REDUCE_GRAD, the last at the end."""
     count: dict[int, int] = {}
     out: list[Action] = []
+    pending: int | None = None
     for a in actions:
         out.append(a)
         for x in (a.sub if a.kind == OVERLAP_F_B and a.sub is not None else (a,)):
@@ -171,7 +303,15 @@ def add_reduce_grad(actions: list[Action], microbatches: int) -> list[Action]:
                 s = _stage(x)
                 count[s] = count.get(s, 0) + 1
                 if count[s] == microbatches:
+                    if waits and defer_wait and pending is not None:
+                        out.append(Action(pending, WAIT_REDUCE_GRAD, None))
                     out.append(Action(s, REDUCE_GRAD, None))
+                    if waits and defer_wait:
+                        pending = s
+                    elif waits:
+                        out.append(Action(s, WAIT_REDUCE_GRAD, None))
+    if pending is not None:
+        out.append(Action(pending, WAIT_REDUCE_GRAD, None))
     return out
 
 
@@ -285,8 +425,220 @@ def defer_recv_ops(actions: Rows, rank_of: Callable[[int], int]) -> Rows:
     return result
 
 
+def add_wait_send(actions: Rows) -> Rows:
+    """``_add_wait_send`` (2.15): one wait per send.  A forward send's wait goes right after
+    the sending stage's backward (B or I) of the same microbatch on its rank, which "proves
+    that the peer consumed the forward activation"; a backward send's, and a forward send's
+    with no such backward, at the end of the rank's list."""
+    out: Rows = {}
+    for rank, row in actions.items():
+        pending: dict[tuple[str, int | None, int | None], Action] = {}
+        new: list[Action] = []
+        for a in row:
+            new.append(a)
+            if a.kind in (SEND_F, SEND_B):
+                key = (a.kind, a.stage, a.microbatch)
+                if key in pending:
+                    raise LoweringError(f"Duplicate pipeline send {a}")
+                pending[key] = a
+            for x in a.sub or (a,):
+                if x.kind in (B, I) and (SEND_F, x.stage, x.microbatch) in pending:
+                    new.append(Action(x.stage, WAIT_SEND_F, x.microbatch))
+                    del pending[(SEND_F, x.stage, x.microbatch)]
+        new.extend(Action(s, WAIT_OF[kind], mb) for kind, s, mb in pending)
+        out[rank] = new
+    return out
+
+
+def validate_send_waits(actions: Rows) -> None:
+    """``_validate_send_waits`` (2.15): every send has one later wait on its rank, and every
+    wait a pending send; raises :class:`LoweringError` with PyTorch's message."""
+    for rank, row in actions.items():
+        pending: set[tuple[str, int | None, int | None]] = set()
+        registered: set[tuple[str, int | None, int | None]] = set()
+        for a in row:
+            for x in a.sub or (a,):
+                if x.kind in (SEND_F, SEND_B):
+                    key = (x.kind, x.stage, x.microbatch)
+                    if key in registered:
+                        raise LoweringError(f"Duplicate pipeline send {x} at rank {rank}")
+                    registered.add(key)
+                    pending.add(key)
+                elif x.kind in SEND_WAIT_KINDS:
+                    key = (SEND_OF[x.kind], x.stage, x.microbatch)
+                    if key not in pending:
+                        raise LoweringError(f"Pipeline wait {x} at rank {rank} has no pending send")
+                    pending.remove(key)
+        if pending:
+            sends = ", ".join(str(Action(s, kind, mb)) for kind, s, mb in sorted(
+                pending, key=lambda k: (k[1], k[2], k[0])))
+            raise LoweringError(f"Pipeline sends at rank {rank} have no matching wait: {sends}")
+
+
+def add_wait_send_budget(actions: Rows, rank_of: Callable[[int], int], max_outstanding_sends: int) -> Rows:
+    """``_add_wait_send_budget`` (2.15, ``max_outstanding_sends``): before a send would exceed
+    the budget on its rank, move one of the pending sends' waits to that point, if that
+    cannot make a cycle of rank order, sends to their receives and receives to the action
+    before which their send is waited; prefer a wait whose receive must already be posted
+    there.  Raises :class:`LoweringError` (PyTorch's ValueError) when none can move."""
+    from collections import Counter, deque
+
+    validate_send_waits(actions)
+    ranks = sorted(actions)
+    offset = {SEND_F: (1, RECV_F), SEND_B: (-1, RECV_B)}
+    Node = tuple[int, int]
+    node_action: dict[Node, Action] = {}
+    action_node: dict[tuple[int, int], Node] = {}
+    rank_nodes: dict[int, list[Node]] = {}
+    for rank in ranks:  # waits are movable constraints, not nodes
+        rank_nodes[rank] = []
+        for k, a in enumerate(actions[rank]):
+            if a.kind in SEND_WAIT_KINDS:
+                continue
+            node = (rank, len(rank_nodes[rank]))
+            rank_nodes[rank].append(node)
+            node_action[node] = a
+            action_node[(rank, k)] = node
+    send_nodes: dict[tuple, Node] = {}
+    recv_nodes: dict[tuple, Node] = {}
+    for node, a in node_action.items():
+        if a.microbatch is None:
+            continue
+        if a.kind in offset:
+            send_nodes[(a.kind, a.stage, a.microbatch)] = node
+        elif a.kind in (RECV_F, RECV_B):
+            recv_nodes[(node[0], a.kind, a.stage, a.microbatch)] = node
+    matching: dict[tuple, Node] = {}
+    for key in send_nodes:
+        kind, stage, mb = key
+        off, recv = offset[kind]
+        peer = _stage_of(stage) + off
+        rkey = (rank_of(peer), recv, peer, mb)
+        if rkey not in recv_nodes:
+            raise LoweringError(f"Pipeline send {Action(stage, kind, mb)} has no matching receive")
+        matching[key] = recv_nodes[rkey]
+    wait_before: dict[tuple, Node | None] = {}
+    for rank in ranks:
+        nxt: Node | None = None
+        for k in reversed(range(len(actions[rank]))):
+            a = actions[rank][k]
+            if a.kind not in SEND_WAIT_KINDS:
+                nxt = action_node[(rank, k)]
+                continue
+            wait_before[(SEND_OF[a.kind], a.stage, a.microbatch)] = nxt
+    edges: dict[Node, Counter] = {node: Counter() for node in node_action}
+
+    def add_edge(u: Node, v: Node) -> None:
+        edges[u][v] += 1
+
+    def remove_edge(u: Node, v: Node) -> None:
+        edges[u][v] -= 1
+        if not edges[u][v]:
+            del edges[u][v]
+
+    def reachable(u: Node, v: Node) -> bool:
+        if u == v:
+            return True
+        todo, seen = list(edges[u]), {u}
+        while todo:
+            x = todo.pop()
+            if x == v:
+                return True
+            if x not in seen:
+                seen.add(x)
+                todo.extend(edges[x])
+        return False
+
+    for rank in ranks:
+        for u, v in zip(rank_nodes[rank], rank_nodes[rank][1:]):
+            add_edge(u, v)
+    for key, node in send_nodes.items():
+        add_edge(node, matching[key])
+    for key, before in wait_before.items():
+        if before is not None:
+            add_edge(matching[key], before)
+    indegree = dict.fromkeys(node_action, 0)
+    for succ in edges.values():
+        for v in succ:
+            indegree[v] += 1
+    queue = deque(x for x in node_action if indegree[x] == 0)
+    walked = 0
+    while queue:
+        x = queue.popleft()
+        walked += 1
+        for v in edges[x]:
+            indegree[v] -= 1
+            if indegree[v] == 0:
+                queue.append(v)
+    if walked != len(node_action):
+        raise LoweringError("Pipeline sends, receives, and waits form a cycle")
+
+    moved: set[tuple] = set()
+
+    def classify(key: tuple, before: Node) -> tuple[bool, bool]:
+        recv, old = matching[key], wait_before[key]
+        if old is not None:
+            remove_edge(recv, old)
+        unsafe = reachable(before, recv)
+        non_stalling = not unsafe and reachable(recv, before)
+        if old is not None:
+            add_edge(recv, old)
+        return not unsafe, non_stalling
+
+    def move(key: tuple, before: Node) -> None:
+        recv, old = matching[key], wait_before[key]
+        if old is not None:
+            remove_edge(recv, old)
+        add_edge(recv, before)
+        wait_before[key] = before
+        moved.add(key)
+
+    out: Rows = {rank: [] for rank in ranks}
+    for rank in ranks:
+        pending: dict[tuple, Action] = {}
+        for k, a in enumerate(actions[rank]):
+            if a.kind in offset:
+                before = action_node[(rank, k)]
+                while len(pending) >= max_outstanding_sends:
+                    non_stalling: list[tuple] = []
+                    may_stall: list[tuple] = []
+                    for key in pending:
+                        safe, completes = classify(key, before)
+                        if safe:
+                            (non_stalling if completes else may_stall).append(key)
+                    candidates = non_stalling or may_stall
+                    if not candidates:
+                        outstanding = ", ".join(str(x) for x in pending.values())
+                        raise LoweringError(
+                            f"Cannot satisfy max_outstanding_sends={max_outstanding_sends} on pipeline rank "
+                            f"{rank} before {a}. Outstanding: [{outstanding}]. Increase the limit or change "
+                            "the schedule.")
+                    key = candidates[0]
+                    send = pending.pop(key)
+                    move(key, before)
+                    out[rank].append(Action(send.stage, WAIT_OF[send.kind], send.microbatch))
+                out[rank].append(a)
+                pending[(a.kind, a.stage, a.microbatch)] = a
+            elif a.kind in SEND_WAIT_KINDS:
+                key = (SEND_OF[a.kind], a.stage, a.microbatch)
+                if key in moved:
+                    moved.remove(key)
+                else:
+                    out[rank].append(a)
+                    del pending[key]
+            else:
+                out[rank].append(a)
+    return out
+
+
+def _stage_of(stage: int | None) -> int:
+    assert stage is not None  # a send carries its stage
+    return stage
+
+
 __all__ = ["Lowered", "LoweringError", "add_reduce_grad", "add_send_recv", "add_unshard_reshard",
-           "defer_recv_ops", "lower", "lower_checked", "torch_lowering"]
+           "add_wait_send", "add_wait_send_budget", "defer_recv_ops", "lower", "lower_checked",
+           "torch_lowering", "validate_send_waits"]
 
 
 # --------------------------------------------------------------------------- our own lowering

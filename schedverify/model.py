@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Union
 from .errors import UsageError
 from .grammar import (  # noqa: F401 - the grammar's names, re-exported with the rest of the model
     ALL_KINDS, B, BOOKKEEPING_KINDS, COMM_KINDS, COMPUTE_KINDS, COSTED_KINDS, F, I, OVERLAP_F_B,
-    RECV_B, RECV_F, REDUCE_GRAD, RESHARD, SEND_B, SEND_F, UNSHARD, W, Action, KIND_CODE, PlainRows, Rows,
+    RECV_B, RECV_F, REDUCE_GRAD, RESHARD, SEND_B, SEND_F, SEND_OF, SEND_WAIT_KINDS, UNSHARD, W,
+    WAIT_OF, WAIT_REDUCE_GRAD, WAIT_SEND_B, WAIT_SEND_F, Action, KIND_CODE, PlainRows, Rows,
     malformation, overlap, parse_action,
 )
 from .lazy import LazyField, given

@@ -1,22 +1,30 @@
-"""PyTorch's pipeline runtime, modelled: positional matching and the host/stream sweep.
+"""PyTorch's pipeline runtime, modelled: positional matching, send retirement and the
+host/stream sweep.
 
-docs/spec.md section 8 is the contract; this module is its reference implementation for the
-``torch`` (PyTorch's ``_PipelineScheduleRuntime`` over gloo) and ``torch-nccl`` (over NCCL)
-communication semantics.  The Z3 engine (:mod:`schedverify.smt.check`) encodes the same
-section independently.
+docs/spec.md sections 8 and 9 are the contract; this module is their reference
+implementation for the ``torch`` (PyTorch's ``_PipelineScheduleRuntime`` over gloo) and
+``torch-nccl`` (over NCCL) communication semantics, for every modelled release: what differs
+between releases is data, a :class:`~schedverify.releases.Runtime` (release, backend,
+communicator layout), which every function here reads.  The Z3 engine
+(:mod:`schedverify.smt.check`) encodes the same sections independently.
 
 - :func:`match` pairs SENDs with RECVs as the runtime does: all messages carry tag 0, so on
-  each ordered pair of devices the k-th send posted is received by the k-th receive posted,
-  whatever the labels say.
+  each communicator and ordered pair of devices the k-th send posted is received by the k-th
+  receive posted, whatever the labels say.  Which communicator a message goes on is the
+  layout's (:meth:`~schedverify.releases.Layout.communicator`).
+- :func:`send_waits` pairs each WAIT_SEND_F/WAIT_SEND_B (PyTorch 2.15) with the pending
+  send of its label on its device, as ``_PendingSendTracker`` does.
 - :func:`simulate` runs the schedule.  Every device has *lanes* that each run a list of
   actions in order: under ``torch`` one lane, the host thread, which blocks in ``wait()`` at
-  the consumer of a RECV; under ``torch-nccl`` a compute stream and one communication stream
-  (or one per peer), none of which waits for the host.  A lane goes as far as it can; when it
-  needs an event that has not happened (a RECV's completion, a peer's receive reaching the
-  head of its stream, the compute a SEND was posted after), it registers a wait and stops;
-  the event wakes it.  When nothing can move and a lane has not finished, the lanes' waits
-  form a functional graph (each stuck lane waits for one other lane, or for a message that
-  never comes), and its cycles are the hangs, found in linear time.
+  the consumer of a RECV and at a WAIT_SEND; under ``torch-nccl`` a compute stream (where a
+  ``wait()`` makes the stream, not the host, wait) and one communication stream per
+  communicator (or, for a lazily initialised shared group, per peer), none of which waits
+  for the host.  A lane goes as far as it can; when it needs an event that has not happened
+  (a RECV's or a send's completion, a peer's receive reaching the head of its stream, the
+  compute a SEND was posted after), it registers a wait and stops; the event wakes it.  When
+  nothing can move and a lane has not finished, the lanes' waits form a functional graph
+  (each stuck lane waits for one other lane, or for a message that never comes), and its
+  cycles are the hangs, found in linear time.
 
 Every action is visited once and every wait is woken once: linear in the number of actions.
 """
@@ -29,7 +37,8 @@ from itertools import islice
 from .deps import MATCH, RECEIVED
 from .errors import UsageError
 from .graph import KIND_CODE, NCODES, Graph
-from .model import RECV_B, RECV_F, SEND_B, SEND_F, Action
+from .model import RECV_B, RECV_F, SEND_B, SEND_F, SEND_OF, SEND_WAIT_KINDS, Action
+from .releases import NcclOptions, Runtime  # noqa: F401 - NcclOptions re-exported (its public home)
 
 TORCH = "torch"
 TORCH_NCCL = "torch-nccl"
@@ -50,28 +59,6 @@ END, READY, DONE = 0, 1, 2
 MAX_CYCLES = 10
 
 
-@dataclass(frozen=True)
-class NcclOptions:
-    """How NCCL runs point-to-point under ``torch-nccl`` (docs/spec.md 8.4).
-
-    ``streams``: ``"device"`` (default): one communication stream per device, as when one
-    communicator carries all of a rank's point-to-point traffic (eager initialisation with a
-    bound device, as torchtitan does, or batched P2P); ``"pair"``: one stream per (device,
-    peer), as with PyTorch's lazily created 2-rank communicators.
-    ``buffered_sends``: a send completes without its receive (messages small enough for the
-    transport's buffers); default False, the rendezvous of large messages.
-    """
-
-    streams: str = "device"
-    buffered_sends: bool = False
-
-    def __post_init__(self):
-        if self.streams not in ("device", "pair"):
-            raise UsageError(f"nccl streams must be 'device' or 'pair', got {self.streams!r}")
-        if not isinstance(self.buffered_sends, bool):
-            raise UsageError(f"nccl buffered_sends must be True or False, got {self.buffered_sends!r}")
-
-
 # --------------------------------------------------------------------------- matching
 
 
@@ -81,9 +68,10 @@ class Matching:
 
     ``partner[i]``: the action matched with comm action ``i`` (-1: unmatched, or not a comm
     action).  ``crossed``: (send, recv, k) for matched pairs whose labels differ, k the
-    position on their device pair.  ``unmatched``: (action, why, k, other) for comm actions
-    without a partner: why ``"no-peer"`` (the peer stage does not exist) or ``"surplus"``
-    (the k-th on its device pair, with only ``other`` on the other side).
+    position on their communicator and device pair.  ``unmatched``: (action, why, k, other)
+    for comm actions without a partner: why ``"no-peer"`` (the peer stage does not exist) or
+    ``"surplus"`` (the k-th on its communicator and device pair, with only ``other`` on the
+    other side).
     """
 
     partner: list[int]
@@ -92,16 +80,39 @@ class Matching:
     unmatched: list[tuple[int, str, int, int]]
 
 
-def match(g: Graph) -> Matching:
-    """Pair the SENDs and RECVs of ``g`` positionally, per ordered device pair."""
+#: comm kind code -> whether it carries forward traffic (an activation) rather than a gradient
+_FORWARD = {KIND_CODE[SEND_F]: True, KIND_CODE[RECV_F]: True, KIND_CODE[SEND_B]: False, KIND_CODE[RECV_B]: False}
+
+
+def _stream_label(d: int, key: tuple, by_edge: bool, by_direction: bool, lazy: bool) -> tuple[str, int]:
+    """(how a report names device ``d``'s communication stream ``key``, the peer it serves
+    or -1)."""
+    if key == (-1,):
+        return "communication stream (no peer)", -1
+    if by_edge:
+        a, b = key
+        return f"communication stream of edge {a}->{b}", b if a == d else a
+    if by_direction:
+        return ("forward" if key[0] else "backward") + " communication stream", -1
+    if lazy:
+        a, b = key
+        peer = b if a == d else a
+        return f"communication stream with device {peer}", peer
+    return "communication stream", -1
+
+
+def match(g: Graph, runtime: Runtime) -> Matching:
+    """Pair the SENDs and RECVs of ``g`` positionally, per communicator of ``runtime``'s
+    layout and ordered device pair."""
     n, S, M = g.n, g.schedule.stages, g.schedule.microbatches
     placement = g.schedule.placement
+    layout = runtime.layout
     route = placement.routes[0] if placement.microbatch_route is None else None
     partner = [-1] * n
     peer_device = [-1] * n
     unmatched: list[tuple[int, str, int, int]] = []
-    sends: dict[tuple[int, int], list[int]] = {}
-    recvs: dict[tuple[int, int], list[int]] = {}
+    sends: dict[tuple, list[int]] = {}
+    recvs: dict[tuple, list[int]] = {}
     acts, dev, code, stage = g.acts, g.dev, g.code, g.stage
     for i in [i for i, c in enumerate(code) if c in _COMM_CODES]:
         c, mb = code[i], acts[i][2]
@@ -113,9 +124,9 @@ def match(g: Graph) -> Matching:
         e = route[ps] if route is not None else placement.device(ps, mb)
         peer_device[i] = e
         if c in _SENDS:
-            sends.setdefault((dev[i], e), []).append(i)
+            sends.setdefault((dev[i], e, layout.communicator(dev[i], e, _FORWARD[c])), []).append(i)
         else:
-            recvs.setdefault((e, dev[i]), []).append(i)
+            recvs.setdefault((e, dev[i], layout.communicator(e, dev[i], _FORWARD[c])), []).append(i)
     crossed = []
     for pair in sends.keys() | recvs.keys():
         ss, rs = sends.get(pair, ()), recvs.get(pair, ())
@@ -132,6 +143,56 @@ def match(g: Graph) -> Matching:
     crossed.sort()
     unmatched.sort()
     return Matching(partner, peer_device, crossed, unmatched)
+
+
+@dataclass
+class SendWaits:
+    """Each WAIT_SEND_F/WAIT_SEND_B paired with the send it retires (docs/spec.md 9.2), as
+    PyTorch 2.15's ``_PendingSendTracker`` pairs them: by label (stage, microbatch,
+    direction) on its own device, with the pending send of that label, the one posted
+    before it and not yet retired.
+
+    ``retires``: wait -> the send it retires.  ``retired_by``: send -> its wait.
+    ``unretired``: sends no wait retires, in order.  ``orphans``: (wait, the send of its
+    label it came after, or -1): waits with no pending send (none posted before it, or that
+    one already retired)."""
+
+    retires: dict[int, int]
+    retired_by: dict[int, int]
+    unretired: list[int]
+    orphans: list[tuple[int, int]]
+
+
+def send_waits(g: Graph) -> SendWaits:
+    """Pair every send wait of ``g`` with its send (linear)."""
+    retires: dict[int, int] = {}
+    retired_by: dict[int, int] = {}
+    orphans: list[tuple[int, int]] = []
+    M = g.schedule.microbatches
+    repeats = {again for _, again in g.duplicates}  # SV202: only a label's first send counts
+    sends = [i for i, c in enumerate(g.code) if c in _SENDS]
+    if sends:
+        acts = g.acts
+        sends = [i for i in sends if 0 <= acts[i][2] < M and i not in repeats]  # type: ignore[operator]  # a coded send has its microbatch; out of range: SV102
+    if not g.send_waits:
+        return SendWaits(retires, retired_by, sends, orphans)
+    acts, dev = g.acts, g.dev
+    pending: dict[tuple, int] = {}
+    last: dict[tuple, int] = {}
+    items = sorted(sends + g.send_waits)  # device order: a device's actions are contiguous
+    for i in items:
+        a = acts[i]
+        if a.kind in SEND_WAIT_KINDS:
+            key = (dev[i], SEND_OF[a.kind], a.stage, a.microbatch)
+            j = pending.pop(key, -1)
+            if j < 0:
+                orphans.append((i, last.get(key, -1)))
+            else:
+                retires[i], retired_by[j] = j, i
+        else:
+            key = (dev[i], a.kind, a.stage, a.microbatch)
+            pending[key] = last[key] = i
+    return SendWaits(retires, retired_by, [i for i in sends if i not in retired_by], orphans)
 
 
 def intended_receive(send: Action) -> Action:
@@ -175,6 +236,8 @@ class RuntimeResult:
     #: or "comm" (torch-nccl; with ``peer``: the device whose messages it carries, or -1)
     lane_of: list[int] = field(default_factory=list)
     lanes: list[tuple[int, str, int]] = field(default_factory=list)
+    #: each lane in words: "host", "compute stream", "communication stream of edge 0->1", ...
+    labels: list[str] = field(default_factory=list)
 
     @property
     def completed(self) -> bool:
@@ -196,23 +259,25 @@ class RuntimeResult:
         return path
 
 
-def simulate(g: Graph, durations: list[float], comm: float, semantics: str,
-             nccl: NcclOptions | None = None, matching: Matching | None = None) -> RuntimeResult:
-    """Run ``g`` under ``semantics`` (``torch`` or ``torch-nccl``), docs/spec.md 8.4."""
-    if semantics not in RUNTIME_SEMANTICS:
-        raise UsageError(f"runtime semantics must be one of {', '.join(RUNTIME_SEMANTICS)}, got {semantics!r}")
-    nccl = nccl or NcclOptions()
-    m = matching if matching is not None else match(g)
-    return _Sweep(g, durations, comm, semantics == TORCH_NCCL, nccl, m).run()
+def simulate(g: Graph, durations: list[float], comm: float, runtime: Runtime,
+             matching: Matching | None = None, waits: SendWaits | None = None) -> RuntimeResult:
+    """Run ``g`` on ``runtime`` (a :class:`~schedverify.releases.Runtime`: PyTorch's runtime
+    of one release over gloo or NCCL), docs/spec.md 8.4 and 9."""
+    if not isinstance(runtime, Runtime):
+        raise UsageError(f"runtime must be a schedverify.releases.Runtime, got {type(runtime).__name__}")
+    m = matching if matching is not None else match(g, runtime)
+    w = waits if waits is not None else send_waits(g)
+    return _Sweep(g, durations, comm, runtime, m, w).run()
 
 
 class _Sweep:
     """One run of the lanes.  Times are None until known."""
 
-    def __init__(self, g: Graph, durations, comm, nccl_mode: bool, nccl: NcclOptions, m: Matching):
+    def __init__(self, g: Graph, durations, comm, runtime: Runtime, m: Matching, w: SendWaits):
         self.g, self.dur, self.comm, self.m = g, durations, comm, m
-        self.nccl_mode = nccl_mode
-        self.buffered = nccl_mode and nccl.buffered_sends
+        self.runtime = runtime
+        self.nccl_mode = runtime.on_nccl
+        self.buffered = self.nccl_mode and runtime.nccl.buffered_sends
         n = g.n
         self.end: list = [None] * n  # compute: end time
         self.ready: list = [None] * n  # comm: ready time
@@ -223,36 +288,43 @@ class _Sweep:
         self.lanes: list[list[int]] = []
         self.lane_device: list[int] = []
         self.lane_kind: list[tuple[int, str, int]] = []  # (device, stream, peer)
+        self.lane_label: list[str] = []
         self.lane_of: list[int] = [0] * n  # lane of each action
         self.lastc = [-1] * n  # NCCL: the last compute action before each comm action
-        self.data = data_deps(g, self.is_comm)
-        self._build_lanes(nccl)
+        self.data = data_deps(g, self.is_comm, w)
+        self._build_lanes()
 
-    def _build_lanes(self, nccl: NcclOptions) -> None:
-        g, is_comm = self.g, self.is_comm
+    def _build_lanes(self) -> None:
+        g, is_comm, rt = self.g, self.is_comm, self.runtime
+        layout, lazy = rt.layout, rt.lazy
+        code, peer_device = g.code, self.m.peer_device
         for d in range(len(g.starts) - 1):
             lo, hi = g.starts[d], g.starts[d + 1]
             if not self.nccl_mode:
-                self._add_lane(d, list(range(lo, hi)), "host")
+                self._add_lane(d, list(range(lo, hi)), "host", -1, "host")
                 continue
-            self._add_lane(d, [i for i in range(lo, hi) if not is_comm[i]], "compute")
-            streams: dict[int, list[int]] = {}
+            # the compute stream: computes, bookkeeping and waits (a wait() makes it wait)
+            self._add_lane(d, [i for i in range(lo, hi) if not is_comm[i]], "compute", -1, "compute stream")
+            streams: dict[tuple, list[int]] = {}
             last = -1
             for i in range(lo, hi):
                 if not is_comm[i]:
                     last = i
                     continue
                 self.lastc[i] = last
-                key = self.m.peer_device[i] if nccl.streams == "pair" else 0
+                e = peer_device[i]
+                key = layout.stream(d, e, self.is_send[i], _FORWARD[code[i]], lazy) if e >= 0 else (-1,)
                 streams.setdefault(key, []).append(i)
             for key in sorted(streams):
-                self._add_lane(d, streams[key], "comm", key if nccl.streams == "pair" else -1)
+                label, peer = _stream_label(d, key, layout.by_edge, layout.by_direction, lazy)
+                self._add_lane(d, streams[key], "comm", peer, label)
 
-    def _add_lane(self, device: int, items: list[int], stream: str, peer: int = -1) -> None:
+    def _add_lane(self, device: int, items: list[int], stream: str, peer: int, label: str) -> None:
         k = len(self.lanes)
         self.lanes.append(items)
         self.lane_device.append(device)
         self.lane_kind.append((device, stream, peer))
+        self.lane_label.append(label)
         for i in items:
             self.lane_of[i] = k
 
@@ -392,7 +464,9 @@ class _Sweep:
             for w in release:
                 self._release(w, stack)
         lanes_stuck = list(seen.values())
-        if not nccl_mode:  # the step ends by waiting for every send (a stream never gets past one)
+        # before 2.15 the step ends by waiting for every send it posted (a stream never gets
+        # past one); from 2.15 each send's own WAIT_SEND retires it
+        if not nccl_mode and not self.runtime.waits_for_sends:
             sends = _SENDS
             code = g.code
             lanes_stuck += [Wait(self.lane_of[i], g.dev[i], i, i, DONE) for i in range(n)
@@ -404,7 +478,7 @@ class _Sweep:
         start = [(r if r is not None else 0) if c else (f - t if e is not None else 0)
                  for c, r, f, t, e in zip(is_comm, ready, finish, dur, end)]
         return RuntimeResult(start, finish, bind, cycles, lanes_stuck, self.m, ready, is_comm, self.lane_of,
-                             self.lane_kind)
+                             self.lane_kind, self.lane_label)
 
     def _release(self, w: Wait, woken: list) -> None:
         """Let ``w``'s lane go on as if what it waits for had happened (at time 0: the run is
@@ -446,11 +520,12 @@ class _Sweep:
         return None if j < 0 else self.lane_of[j]
 
 
-def data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
+def data_deps(g: Graph, is_comm: list[bool], waits: SendWaits | None = None) -> list[tuple[int, ...]]:
     """Per compute action, what its data waits for (docs/spec.md 8.4): the RECV of its own
     label for an input from another device, else (compute-only, or a missing RECV) the
-    cross-device producer the graph stores.  The graph keeps only cross-device waits, and a
-    consumer's RECV sits on its own device, so the RECVs are looked up here."""
+    cross-device producer the graph stores; per WAIT_SEND, the send it retires (9.2).  The
+    graph keeps only cross-device waits, and a consumer's RECV sits on its own device, so the
+    RECVs are looked up here."""
     n, S, M = g.n, g.schedule.stages, g.schedule.microbatches
     placement = g.schedule.placement
     wait, more, dev = g.wait, g.more_waits, g.dev
@@ -460,6 +535,8 @@ def data_deps(g: Graph, is_comm: list[bool]) -> list[tuple[int, ...]]:
     for i, extra in more.items():
         if not is_comm[i]:
             out[i] += tuple(j for j, _ in extra)
+    for w, sent in (waits.retires.items() if waits is not None else ()):
+        out[w] = (sent,)
     if not g.explicit_comm:
         return out
     route = placement.routes[0] if placement.microbatch_route is None else None
@@ -511,21 +588,38 @@ def explain(g: Graph, r: RuntimeResult, w: Wait, nccl_mode: bool) -> str:
     acts, pos = g.acts, g.pos
     head, j = acts[w.head], w.awaited
     here = f"device {w.device} is stuck at {head} (position {pos[w.head]})"
-    lane = "communication stream" if nccl_mode and head.kind in _KINDS_COMM else (
-        "compute stream" if nccl_mode else "host")
+
+    def stream_of(x: int) -> str:
+        """The lane of action ``x``, as its device names it."""
+        label = r.labels[r.lane_of[x]] if r.labels else "communication stream"
+        return f"device {g.dev[x]}'s {label}"
+
+    lane = (r.labels[r.lane_of[w.head]] if r.labels else "communication stream") \
+        if nccl_mode and head.kind in _KINDS_COMM else ("compute stream" if nccl_mode else "host")
     if w.event == END:
         if head.kind in _KINDS_COMM:
             return (f"{here} on its {lane}: NCCL makes the stream wait for the compute posted "
                     f"before it, {acts[j]} (position {pos[j]}), which has not run")
         return (f"{here}: it needs what {acts[j]} produces on device {g.dev[j]} "
                 f"(position {pos[j]}), which has not run")
+    if head.kind in SEND_WAIT_KINDS:  # PyTorch 2.15: a wait() on the send it retires
+        holds = "the compute stream (NCCL's wait() makes it wait)" if nccl_mode else "the host (gloo's wait() blocks)"
+        start = f"{here}: it holds {holds} until {acts[j]} (position {pos[j]}) completes"
+        if r.ready[j] is None:
+            return f"{start}, which has not reached the head of {stream_of(j)}"
+        p = r.matching.partner[j]
+        if p < 0:
+            return f"{start}, which is never received"
+        posted = f"at the head of {stream_of(p)}" if nccl_mode else "posted"
+        return (f"{start}: a send completes only with its receive, {acts[p]} (device {g.dev[p]}, "
+                f"position {pos[p]}), which is not {posted} yet")
     if r.ready[j] is None:
         return (f"{here}: it waits for {acts[j]} (position {pos[j]}), which has not reached "
-                f"the head of device {g.dev[j]}'s communication stream")
+                f"the head of {stream_of(j)}")
     p = r.matching.partner[j]
     if p < 0:
         return f"{here}: it waits for {acts[j]} (position {pos[j]}), whose message never comes"
-    posted = (f"at the head of device {g.dev[p]}'s communication stream" if nccl_mode else "posted")
+    posted = f"at the head of {stream_of(p)}" if nccl_mode else "posted"
     if j == w.head:
         what = "a send completes only with its receive" if head.kind.startswith("SEND") else \
             "a receive completes only with its send"
@@ -558,5 +652,5 @@ def pytorch_notation(g: Graph, waits: list[Wait], limit: int = 6) -> list[str]:
 
 
 __all__ = ["MAX_CYCLES", "RUNTIME_SEMANTICS", "TORCH", "TORCH_NCCL", "Matching", "NcclOptions",
-           "RuntimeResult", "Wait", "blocker", "data_deps", "explain", "intended_receive", "match",
-           "pytorch_notation", "simulate"]
+           "RuntimeResult", "SendWaits", "Wait", "blocker", "data_deps", "explain", "intended_receive", "match",
+           "pytorch_notation", "send_waits", "simulate"]

@@ -251,7 +251,7 @@ def test_bad_comms_csv_gets_a_violation_never_a_traceback(tmp_path, rows, extra,
     path.write_text("\n".join(rows) + "\n")
     code, out, err = cli(str(path), *extra)
     assert (code, err) == (exit_code, ""), err
-    assert "communication: torch-nccl" in out
+    assert "runtime: torch-nccl: PyTorch 2.13 over NCCL" in out
     assert needle in out, out
 
 
@@ -273,7 +273,7 @@ def test_a_compute_only_csv_pytorch_cannot_lower_is_checked_as_it_is(tmp_path):
     code, out, err = cli(str(path))
     assert code == 1 and err == ""
     assert "(2 devices, 2 stages, 2 microbatches, 8 actions)" in out  # not lowered
-    assert "warning: PyTorch's lowering refuses this schedule (Malformed compute schedule" in out
+    assert "warning: PyTorch 2.13's lowering refuses this schedule (Malformed compute schedule" in out
     assert "SV402 deadlock" in out
 
 

@@ -199,10 +199,10 @@ def test_our_lowering_refuses_what_pytorchs_refuses():
 
 
 def test_gpipe_with_comms_once_reduce_grad_is_left_out(tmp_path):
-    # Without the bookkeeping action PyTorch lowers GPipe fine, and so we check it.
+    # Without the bookkeeping actions (REDUCE_GRAD; from 2.15 also WAIT_REDUCE_GRAD) PyTorch
+    # lowers GPipe fine, and so we check it.
     sched = build("GPipe", 4, 8, 1)
-    order = {r: [a for a in row if a is None or a.computation_type != ts.REDUCE_GRAD]
-             for r, row in sched.pipeline_order.items()}
+    order = {r: [a for a in row if a is None or a.is_compute_op] for r, row in sched.pipeline_order.items()}
     runtime = ts._PipelineScheduleRuntime([_stages(ts.ScheduleGPipe, 4, 1)], 8)
     runtime._prepare_schedule_with_comms(order)
     path = tmp_path / "gpipe_comms.csv"

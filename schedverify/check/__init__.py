@@ -17,8 +17,9 @@ from ..cost.timeline import Timeline, order_only_metrics, run_timeline
 from ..diagnostics import Report, Verdict, Violation
 from ..errors import InvalidSchedule, UsageError
 from ..graph import compile_graph, durations_for
-from ..model import COMM_SEMANTICS, Schedule, as_schedule, resolve_costs, resolve_memory
-from ..runtime import RUNTIME_SEMANTICS, TORCH, TORCH_NCCL, NcclOptions, RuntimeResult, simulate
+from ..model import Schedule, as_schedule, resolve_costs, resolve_memory
+from ..releases import GLOO, Runtime, runtime_of
+from ..runtime import RuntimeResult, send_waits, simulate
 from . import rules
 
 DEFAULT_MAX_VIOLATIONS = 1000
@@ -33,24 +34,18 @@ class _Run:
     only when a rule or the metrics need them, so that ``is_valid`` on a schedule with a
     structural violation stops before timing it."""
 
-    def __init__(self, schedule: Schedule, costs, memory, memory_limit, comm_semantics, nccl=None):
+    def __init__(self, schedule: Schedule, costs, memory, memory_limit, comm_semantics, nccl=None,
+                 torch=None, p2p=None, runtime_options=None):
         as_schedule(schedule, "check")
-        sem = comm_semantics or schedule.comm_semantics or "eager"
-        if sem not in COMM_SEMANTICS:
-            raise UsageError(f"comm_semantics must be one of {', '.join(map(repr, COMM_SEMANTICS))}, "
-                             f"got {sem!r}")
-        if nccl is not None and not isinstance(nccl, NcclOptions):
-            raise UsageError(f"nccl must be a schedverify.runtime.NcclOptions, got {type(nccl).__name__}")
-        self.semantics = sem
-        self.nccl = nccl or NcclOptions()
+        self.semantics, self.rt = runtime_of(schedule, comm_semantics, nccl, torch, p2p, runtime_options)
         self.costs = resolve_costs(schedule, costs)
         self.memory_model = resolve_memory(schedule, memory, memory_limit)
         self.warnings: list[str] = []
-        # PyTorch's runtime (docs/spec.md 8): the structure as under eager, the execution by
-        # the runtime model when the schedule lists its communication
-        runtime = sem in RUNTIME_SEMANTICS
+        # PyTorch's runtime (docs/spec.md 8, 9): the structure as under eager, the execution
+        # by the runtime model when the schedule lists its communication
         self.schedule = schedule
-        self.graph = compile_graph(schedule, comm_semantics="eager" if runtime else sem)
+        self.graph = compile_graph(schedule, comm_semantics="eager" if self.rt is not None else self.semantics)
+        self.waits = send_waits(self.graph) if self.rt is not None else None
         self.runtime: RuntimeResult | None = None
         self._timed = False
 
@@ -64,8 +59,8 @@ class _Run:
             return
         self._timed = True
         schedule = self.schedule
-        if self.semantics in RUNTIME_SEMANTICS and self.graph.explicit_comm:
-            self._run_runtime()
+        if self.rt is not None and self.graph.explicit_comm:
+            self._run_runtime(self.rt)
             return
         self.timeline, self.sweep = run_timeline(self.graph, self.costs, self.memory_model)
         # SV403 means "hangs only because sends wait for their receives".  When a rendezvous
@@ -79,18 +74,18 @@ class _Run:
             if not eager_sweep.completed or eager.inversions:
                 self.deadlock_graph, self.cycles = eager, eager_sweep.cycles
 
-    def _run_runtime(self) -> None:
+    def _run_runtime(self, rt: Runtime) -> None:
         g = self.graph
         durations = durations_for(g, self.costs)
-        nccl_mode = self.semantics == TORCH_NCCL
-        result = simulate(g, durations, self.costs.comm, self.semantics, self.nccl)
+        result = simulate(g, durations, self.costs.comm, rt, waits=self.waits)
         compute = [0 if c else d for c, d in zip(result.is_comm, durations)]  # busy = compute only
         self.timeline = Timeline(g, self.costs, self.memory_model, compute, result, result.critical_path)
-        self.runtime, self.hangs, self.hang_mode = result, result, nccl_mode
+        self.runtime, self.hangs, self.hang_mode = result, result, rt.on_nccl
         # SV405 means "hangs only on NCCL".  When the NCCL run stalls, run the gloo model too:
         # a schedule that hangs on gloo as well has a plain deadlock (SV402) to fix first.
-        if nccl_mode and result.cycles:
-            gloo = simulate(g, durations, self.costs.comm, TORCH, matching=result.matching)
+        if rt.on_nccl and result.cycles:
+            gloo = simulate(g, durations, self.costs.comm, rt.with_(backend=GLOO), matching=result.matching,
+                            waits=self.waits)
             if gloo.cycles:
                 self.hangs, self.hang_mode = gloo, False
         if not g.reduce_grads:
@@ -105,11 +100,17 @@ class _Run:
         yield from rules.complete(g)
         yield from rules.placed(g)
         yield from rules.ordered(g)
-        if self.semantics in RUNTIME_SEMANTICS:
+        rt = self.rt
+        if rt is not None:
+            yield from rules.release_grammar(g, rt)
             yield from rules.loss_order(g)
+            yield from rules.reduce_pairing(g, rt)
+            assert self.waits is not None  # made with rt
+            yield from rules.send_retirement(g, rt, self.waits)
         self._time()
         if self.runtime is not None:
-            yield from rules.runtime_communication(g, self.runtime.matching)
+            assert rt is not None  # the runtime ran
+            yield from rules.runtime_communication(g, self.runtime.matching, rt)
             yield from rules.runtime_hangs(g, self.hangs, self.hang_mode)
         else:
             yield from rules.communication(g)
@@ -125,9 +126,11 @@ class _Run:
 
 
 def iter_violations(schedule: Schedule, *, costs=None, memory=None, memory_limit=None,
-                    comm_semantics=None, nccl=None) -> Iterator[Violation]:
+                    comm_semantics=None, nccl=None, torch=None, p2p=None,
+                    runtime_options=None) -> Iterator[Violation]:
     """Every violation of ``schedule``, rule by rule (docs/spec.md section 3 order)."""
-    return _Run(schedule, costs, memory, memory_limit, comm_semantics, nccl).violations()
+    return _Run(schedule, costs, memory, memory_limit, comm_semantics, nccl, torch, p2p,
+                runtime_options).violations()
 
 
 def is_valid(schedule: Schedule, **options) -> bool:
@@ -144,19 +147,26 @@ def assert_valid(schedule: Schedule, **options) -> Report:
 
 
 def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, comm_semantics=None,
-          nccl=None, max_violations: int = DEFAULT_MAX_VIOLATIONS) -> Report:
+          nccl=None, torch=None, p2p=None, runtime_options=None,
+          max_violations: int = DEFAULT_MAX_VIOLATIONS) -> Report:
     """Check ``schedule`` against every rule and compute what it costs.
 
     ``costs`` and ``memory`` override the file's (a :class:`Costs`/:class:`MemoryModel`, or a
     mapping of the fields to change); ``memory_limit`` sets the limit alone.  At most
     ``max_violations`` are kept; ``Report.truncated`` counts the rest.  ``comm_semantics`` is
     one of ``eager``, ``rendezvous`` (docs/spec.md 3.5), ``torch`` or ``torch-nccl`` (PyTorch's
-    runtime over gloo or NCCL, section 8; ``nccl``, a :class:`~schedverify.runtime.NcclOptions`,
-    says how NCCL runs point-to-point).
+    runtime over gloo or NCCL, sections 8 and 9).  For the last two: ``torch`` is the PyTorch
+    release (``"2.13"``, ``"2.14"``, ``"2.15"``; default: the installed torch's, else the
+    newest modelled), ``p2p`` its communicator layout (``shared``, ``direction``, ``edge``;
+    default: the release's, or the one its environment variable turns on), ``nccl`` (a
+    :class:`~schedverify.runtime.NcclOptions`) how NCCL runs point-to-point, and
+    ``runtime_options`` (a :class:`~schedverify.releases.RuntimeOptions` or a mapping) the
+    runtime's options; ``Report.profile`` says what was assumed.  Giving any of them with no
+    semantics means ``torch-nccl``.
     """
     if isinstance(max_violations, bool) or not isinstance(max_violations, int) or max_violations < 0:
         raise UsageError(f"max_violations: expected a whole number >= 0, got {max_violations!r}")
-    run = _Run(schedule, costs, memory, memory_limit, comm_semantics, nccl)
+    run = _Run(schedule, costs, memory, memory_limit, comm_semantics, nccl, torch, p2p, runtime_options)
     found = run.violations()
     kept = list(islice(found, max_violations))
     # Count the rest, but only so far: a file that declares millions of microbatches and
@@ -175,7 +185,7 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
                          f"1.8e308 with costs {run.costs}); give the costs in a larger unit")
     report = Report(verdict, kept, metrics, min(truncated, MAX_COUNTED),
                     truncated_exact=truncated <= MAX_COUNTED, comm_semantics=run.semantics,
-                    warnings=run.warnings)
+                    warnings=run.warnings, profile=run.rt)
     if kept:
         report.warnings += _grammar_hints(schedule)
     report.timeline = run.timeline if run.timeline.completed else None

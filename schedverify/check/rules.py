@@ -8,8 +8,9 @@ from .. import diagnostics as dx
 from ..deps import MATCH
 from ..diagnostics import Location, Violation
 from ..graph import KIND_CODE, NCODES, Graph, explain_wait
-from ..model import B, F, I, W, Action
-from ..runtime import MAX_CYCLES, explain, intended_receive, pytorch_notation
+from ..model import ALL_KINDS, B, BOOKKEEPING_KINDS, F, I, REDUCE_GRAD, SEND_OF, WAIT_OF, W, Action
+from ..releases import Runtime, releases
+from ..runtime import MAX_CYCLES, SendWaits, explain, intended_receive, pytorch_notation
 
 
 def loc(g: Graph, i: int) -> Location:
@@ -235,8 +236,11 @@ def memory(g: Graph, mem, limit: float) -> Iterator[Violation]:
 # --------------------------------------------------------------------------- docs/spec.md 8
 
 
-def runtime_communication(g: Graph, m) -> Iterator[Violation]:
+def runtime_communication(g: Graph, m, rt: Runtime) -> Iterator[Violation]:
     """Positional matching (8.2): unmatched SEND/RECV, crossed messages, missing RECVs."""
+    final = ("so its WAIT_SEND never returns" if rt.waits_for_sends
+             else "so the step's final wait for it hangs")
+    where = "" if rt.layout.name == "shared" else f" on the {rt.layout.name} layout's communicator"
     for i, why, k, other in m.unmatched:
         a = g.acts[i]
         sending = a.kind.startswith("SEND")
@@ -249,12 +253,11 @@ def runtime_communication(g: Graph, m) -> Iterator[Violation]:
         else:
             e, d = m.peer_device[i], g.dev[i]
             if sending:
-                msg = (f"{a} is send number {k} from device {d} to device {e}, but device {e} "
+                msg = (f"{a} is send number {k} from device {d} to device {e}{where}, but device {e} "
                        f"posts {_count(other, 'receive')} from device {d}: it is never received "
-                       "(PyTorch matches messages by their order, not their labels), so the "
-                       "step's final wait for it hangs")
+                       f"(PyTorch matches messages by their order, not their labels), {final}")
             else:
-                msg = (f"{a} is receive number {k} on device {d} from device {e}, but device {e} "
+                msg = (f"{a} is receive number {k} on device {d} from device {e}{where}, but device {e} "
                        f"posts {_count(other, 'send')} to device {d}: it never completes "
                        "(PyTorch matches messages by their order, not their labels), so what "
                        "waits for its data waits forever")
@@ -264,7 +267,7 @@ def runtime_communication(g: Graph, m) -> Iterator[Violation]:
         meant = intended_receive(g.acts[s])
         yield Violation(
             dx.CROSSED_MESSAGES,
-            f"{g.acts[s]} is send number {k} from device {g.dev[s]} to device {g.dev[r]}, so "
+            f"{g.acts[s]} is send number {k} from device {g.dev[s]} to device {g.dev[r]}{where}, so "
             f"PyTorch delivers it to receive number {k} there, {g.acts[r]}, not to {meant}: "
             f"stage {g.acts[r].stage} computes on {_data_of(meant)} as if it were "
             f"{_data_of(g.acts[r])} (wrong numbers when the shapes agree, an abort when they do "
@@ -334,3 +337,127 @@ def runtime_hangs(g: Graph, result, nccl_mode: bool) -> Iterator[Violation]:
             if here not in seen:
                 seen.append(here)
         yield Violation(code, f"deadlock: devices {devs}: {what}", tuple(seen), tuple(steps))
+
+
+# --------------------------------------------------------------------------- docs/spec.md 9
+
+
+def release_grammar(g: Graph, rt: Runtime) -> Iterator[Violation]:
+    """9.1: every action is of a kind the release's runtime has.  One violation per device and
+    kind, at its first action (the runtime stops there), counting the others."""
+    kinds = rt.release.kinds
+    if kinds >= ALL_KINDS or not g.uncoded:
+        return  # the coded kinds (F, B, I, W, SEND/RECV) are in every release
+    acts = g.acts
+    rel = rt.release
+    found: dict[tuple[int, str], list] = {}  # (device, kind) -> [first i, its leaf, count]
+    for i in g.uncoded:
+        a = acts[i]
+        for x in (a, *(a.sub or ())):
+            if x.kind in ALL_KINDS and x.kind not in kinds:
+                seen = found.setdefault((g.dev[i], x.kind), [i, x, 0])
+                seen[2] += 1
+                break
+    for (d, kind), (i, x, count) in sorted(found.items(), key=lambda kv: kv[1][0]):
+        newer = next((r for r in releases().values() if kind in r.kinds), None)
+        read = rel.reads(str(x))
+        if read is None:
+            misread = "its _Action.from_str raises on it"
+        else:
+            misread = f"its _Action.from_str reads {str(x)!r} as {read!r}"
+            if not any(read.endswith(k) for k in BOOKKEEPING_KINDS) and not read[-1].isdigit():
+                misread += " (no microbatch), and its runtime then raises 'missing mb_index'"
+        added = f" ({kind} is {newer.name}'s)" if newer is not None else ""
+        more = f"; {count - 1} more {kind} on device {d}" if count > 1 else ""
+        fix = (f"; check the file with --torch {newer.version} if that is the release it runs on, or "
+               f"lower the compute-only schedule for {rel.version} (schedverify lower --torch {rel.version})"
+               if newer is not None else "")
+        yield Violation(dx.NOT_IN_RELEASE, f"{x} is not in {rel.name}'s grammar{added}: {misread}{more}{fix}",
+                        (loc(g, i),))
+
+
+def send_retirement(g: Graph, rt: Runtime, waits: SendWaits) -> Iterator[Violation]:
+    """9.2: from 2.15, every send is retired by one later WAIT_SEND of its label on its
+    device, and every WAIT_SEND retires a pending send."""
+    if not rt.waits_for_sends:
+        return
+    rel = rt.release.name
+    acts = g.acts if waits.unretired or waits.orphans else ()
+    by_device: dict[int, list[int]] = {}
+    for i in waits.unretired:
+        by_device.setdefault(g.dev[i], []).append(i)
+    for d, sends in sorted(by_device.items()):  # PyTorch names them all in one error per rank
+        a = acts[sends[0]]
+        wait = Action(a.stage, WAIT_OF[a.kind], a.microbatch)
+        listed = ", ".join(str(acts[i]) for i in sends[:4]) + (", ..." if len(sends) > 4 else "")
+        others = f" (and {len(sends) - 1} more send{'s' * (len(sends) > 2)} on device {d})" if len(sends) > 1 else ""
+        yield Violation(
+            dx.SEND_WITHOUT_WAIT,
+            f"{a} has no {wait} after it on device {d}{others}: {rel} refuses the schedule when it "
+            f"loads it ('Pipeline sends at rank {d} have no matching wait: {listed}'); add each send's wait "
+            f"after the peer can post its receive (PyTorch's own lowering puts a forward send's right "
+            f"after that stage's backward of the microbatch, a backward send's at the end), or lower the "
+            f"compute-only schedule for {rt.release.version} (schedverify lower --torch {rt.release.version})",
+            tuple(loc(g, i) for i in sends[:4]))
+    for w, before in waits.orphans:
+        a = acts[w]
+        send = Action(a.stage, SEND_OF[a.kind], a.microbatch)
+        if before < 0:
+            why = f"no {send} comes before it on device {g.dev[w]}"
+            fix = f"place it after {send}"
+        else:
+            first = next(x for x, s in waits.retires.items() if s == before)
+            why = (f"{send} (position {g.pos[before]}) is already waited for by {acts[first]} "
+                   f"(position {g.pos[first]})")
+            fix = "wait for each send once"
+        yield Violation(
+            dx.WAIT_WITHOUT_SEND,
+            f"{a} has no pending send: {why}, and {rel} refuses the schedule when it loads it "
+            f"('Pipeline wait {a} at rank {g.dev[w]} has no pending send'); {fix}",
+            (loc(g, w),) + ((loc(g, before),) if before >= 0 else ()))
+
+
+def reduce_pairing(g: Graph, rt: Runtime) -> Iterator[Violation]:
+    """9.3: from 2.15, each REDUCE_GRAD is followed by the WAIT_REDUCE_GRAD of its stage
+    before the next REDUCE_GRAD on its device, as ``_prepare_schedule_with_comms`` checks;
+    its first problem on each device (PyTorch stops there)."""
+    if not rt.release.reduce_grad_wait or not (g.reduce_grads or g.reduce_waits):
+        return
+    acts, dev = g.acts, g.dev
+    rel = rt.release.name
+    by_device: dict[int, list[int]] = {}
+    for i in sorted(g.reduce_grads + g.reduce_waits):
+        by_device.setdefault(dev[i], []).append(i)
+    for d, items in sorted(by_device.items()):
+        pending = -1
+        found = None
+        for i in items:
+            a = acts[i]
+            if a.kind == REDUCE_GRAD:
+                if pending >= 0:
+                    found = (i, f"{a} starts while stage {acts[pending].stage}'s reduction {acts[pending]} "
+                                f"(position {g.pos[pending]}) is pending ('Rank {d} cannot start REDUCE_GRAD "
+                                f"for stage {a.stage} while stage {acts[pending].stage} has a pending "
+                                f"reduction'); put {acts[pending].stage}WAIT_REDUCE_GRAD before it", pending)
+                    break
+                pending = i
+            elif pending < 0:
+                found = (i, f"{a} has no pending reduction ('Rank {d} has WAIT_REDUCE_GRAD for stage "
+                            f"{a.stage} without a pending reduction'); put it after {a.stage}REDUCE_GRAD", -1)
+                break
+            elif acts[pending].stage != a.stage:
+                found = (i, f"{a} waits for stage {a.stage}, but the pending reduction is stage "
+                            f"{acts[pending].stage}'s {acts[pending]} (position {g.pos[pending]}) ('Rank {d} has "
+                            f"WAIT_REDUCE_GRAD for stage {a.stage}, but stage {acts[pending].stage} has the "
+                            f"pending reduction')", pending)
+                break
+            else:
+                pending = -1
+        if found is None and pending >= 0:
+            a = acts[pending]
+            found = (pending, f"{a} is never waited for ('Stage {a.stage} at rank {d} has REDUCE_GRAD "
+                              f"without WAIT_REDUCE_GRAD'); add {a.stage}WAIT_REDUCE_GRAD after it", -1)
+        if found is not None:
+            i, msg, other = found
+            yield Violation(dx.REDUCE_GRAD_UNPAIRED, f"{msg}: {rel} refuses the schedule when it loads it",
+                            (loc(g, i),) + ((loc(g, other),) if other >= 0 else ()))

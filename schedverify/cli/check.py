@@ -9,8 +9,8 @@ from ..errors import SchedverifyError, UsageError
 from ..engines import ENGINES, run_engine
 from ..io.files import source_name
 from . import EXIT_INVALID, EXIT_OK, EXIT_UNKNOWN, EXIT_USAGE
-from .common import (add_cost_options, add_input_options, in_schedule_units, load_input,
-                     nccl_options, non_negative_float, positive_int)
+from .common import (add_cost_options, add_input_options, in_schedule_units, load_input, non_negative_float,
+                     positive_int, runtime_args)
 
 #: Worst first: what a run over several files exits with.
 _SEVERITY = (EXIT_USAGE, EXIT_INVALID, EXIT_UNKNOWN, EXIT_OK)
@@ -28,8 +28,8 @@ def register(sub) -> None:
     add_cost_options(p)
     add_input_options(p)
     p.add_argument("--lowering", choices=("auto", "none", "torch", "torch-defer"), default="auto",
-                   help="check a compute-only schedule as PyTorch 2.13 runs it: lowered to "
-                        "SEND/RECV by its _prepare_schedule_with_comms (torch), with "
+                   help="check a compute-only schedule as PyTorch runs it: lowered to SEND/RECV by "
+                        "the --torch release's _prepare_schedule_with_comms (torch), with "
                         "defer_pp_recv=True (torch-defer), or as it is (none); positions then "
                         "refer to the lowered schedule, which --format json includes. Default "
                         "auto: torch for a compute-only PyTorch CSV under torch or torch-nccl "
@@ -70,24 +70,26 @@ def _lowered(schedule, args, source: str):
     """(the schedule to check, whether it was lowered, a warning or None) for --lowering."""
     from ..errors import LoweringError
     from ..lowering import torch_lowering
-    from ..runtime import RUNTIME_SEMANTICS
+    from ..releases import runtime_of
 
     how = args.lowering
-    if how == "auto":
-        sem = args.comm_semantics or schedule.comm_semantics or "eager"
-        pytorch_csv = schedule.metadata.get("source_format") == "pytorch-csv"
-        how = "torch" if sem in RUNTIME_SEMANTICS and pytorch_csv and not schedule.has_explicit_comm else "none"
-        if how == "none":
-            return schedule, False, None
-        try:
-            return torch_lowering(schedule), True, None
-        except LoweringError as e:
-            return schedule, False, (f"PyTorch's lowering refuses this schedule ({e}): it is checked "
-                                     "as it is, compute-only")
     if how == "none":
         return schedule, False, None
+    rt_args = runtime_args(args)
+    sem, rt = runtime_of(schedule, args.comm_semantics, rt_args.get("nccl"), rt_args.get("torch"),
+                         rt_args.get("p2p"), rt_args.get("runtime_options"))
+    if how == "auto":
+        pytorch_csv = schedule.metadata.get("source_format") == "pytorch-csv"
+        if rt is None or not pytorch_csv or schedule.has_explicit_comm:
+            return schedule, False, None
+        try:
+            return torch_lowering(schedule, torch=rt), True, None
+        except LoweringError as e:
+            return schedule, False, (f"PyTorch {rt.release.version}'s lowering refuses this schedule ({e}): "
+                                     "it is checked as it is, compute-only")
     try:
-        return torch_lowering(schedule, defer_recv=how == "torch-defer"), True, None
+        return torch_lowering(schedule, defer_recv=how == "torch-defer", torch=rt if rt is not None else
+                              rt_args.get("torch")), True, None
     except LoweringError as e:
         raise UsageError(f"{source}: --lowering {how}: {e}") from None
 
@@ -98,9 +100,8 @@ def check_one(path: str, args, out, err) -> int:
         schedule = load_input(path, args)
         costs, memory_limit = in_schedule_units(args, schedule, source)
         schedule, lowered, note = _lowered(schedule, args, source)
-        opts = dict(costs=costs, memory_limit=memory_limit,
-                    comm_semantics=args.comm_semantics, nccl=nccl_options(args),
-                    max_violations=args.max_violations)
+        opts = dict(costs=costs, memory_limit=memory_limit, comm_semantics=args.comm_semantics,
+                    max_violations=args.max_violations, **runtime_args(args))
         report = run_engine(args.engine, schedule, timeout_s=args.timeout, **opts)  # z3 loads when used
         if note:
             report.warnings.append(note)

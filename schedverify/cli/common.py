@@ -172,13 +172,53 @@ def add_cost_options(p: argparse.ArgumentParser, *, runtime_only: bool = False) 
                        help="how explicit SEND/RECV run (docs/spec.md 3.5, 8): eager or rendezvous "
                             "(abstract), torch (PyTorch's runtime over gloo), torch-nccl (over NCCL); "
                             "default: the file's, torch-nccl for a PyTorch CSV, else eager")
-    p.add_argument("--nccl-streams", choices=("device", "pair"), default="device",
-                   help="torch-nccl: one communication stream per device (default: one "
+    add_runtime_options(p)
+
+
+def add_runtime_options(p: argparse.ArgumentParser) -> None:
+    """The runtime's release, layout and options (docs/spec.md 8, 9): what torch and
+    torch-nccl mean."""
+    g = p.add_argument_group("PyTorch's runtime (torch and torch-nccl semantics, docs/spec.md 8 and 9)")
+    g.add_argument("--torch", metavar="RELEASE",
+                   help="the PyTorch release whose runtime runs the schedule: 2.13, 2.14 or 2.15 "
+                        "(default: the installed torch's, read from its package metadata; without "
+                        "torch, the newest modelled release)")
+    g.add_argument("--p2p", choices=("shared", "direction", "edge"),
+                   help="how the release carries point-to-point traffic: one shared communicator "
+                        "(every release's default), one per direction (2.14: "
+                        "TORCH_DISTRIBUTED_PIPELINE_PER_DIRECTION_P2P=1) or one per directed rank "
+                        "edge (2.15: TORCH_DISTRIBUTED_PIPELINE_PER_EDGE_P2P=1); default: the one "
+                        "those variables turn on in this environment, else shared")
+    g.add_argument("--nccl-streams", choices=("device", "pair"), default="device",
+                   help="torch-nccl, shared layout: one communication stream per device (default: one "
                         "communicator for all P2P, as with eager init or torchtitan) or per "
-                        "device pair (lazily created 2-rank communicators)")
-    p.add_argument("--nccl-buffered-sends", action="store_true",
+                        "device pair (lazily created 2-rank communicators, 2.15's backend='nccl-lazy')")
+    g.add_argument("--nccl-buffered-sends", action="store_true",
                    help="torch-nccl: sends complete without their receive (messages small "
                         "enough for NCCL's buffers); default: a send completes with its receive")
+    g.add_argument("--max-outstanding-sends", type=whole_number(0), metavar="N",
+                   help="2.15's max_outstanding_sends: the runtime moves waits earlier to keep at "
+                        "most N sends pending per rank, and refuses the schedule when it cannot")
+    g.add_argument("--defer-reduce-grad-wait", action="store_true",
+                   help="2.15's defer_reduce_grad_wait: lowering puts each WAIT_REDUCE_GRAD just "
+                        "before the next REDUCE_GRAD")
+    g.add_argument("--max-active-stages", type=positive_int, metavar="N",
+                   help="2.15's max_active_stages: stages whose FSDP parameters stay unsharded "
+                        "(default 3)")
+    g.add_argument("--unshard-lookahead", type=_lookahead, metavar="full|auto|A:B:...",
+                   help="2.15's unshard_lookahead: how many stages ahead lowering issues UNSHARD "
+                        "(full: max_active_stages; auto: min(rank + 2, max_active_stages); or one "
+                        "value per rank)")
+
+
+def _lookahead(text: str):
+    if text in ("full", "auto"):
+        return text
+    try:
+        return tuple(whole_number(1)(x) for x in text.split(":"))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected full, auto or one whole number >= 1 per rank "
+                                         f"(A:B:...), got {text!r}") from None
 
 
 def nccl_options(args):
@@ -186,6 +226,28 @@ def nccl_options(args):
     from ..runtime import NcclOptions
 
     return NcclOptions(streams=args.nccl_streams, buffered_sends=args.nccl_buffered_sends)
+
+
+def runtime_args(args) -> dict:
+    """The keyword arguments of :func:`schedverify.check` for the runtime flags: ``torch``,
+    ``p2p``, ``nccl`` and ``runtime_options`` (those given)."""
+    options = {}
+    if getattr(args, "max_outstanding_sends", None) is not None:
+        options["max_outstanding_sends"] = args.max_outstanding_sends
+    if getattr(args, "defer_reduce_grad_wait", False):
+        options["defer_reduce_grad_wait"] = True
+    if getattr(args, "max_active_stages", None) is not None:
+        options["max_active_stages"] = args.max_active_stages
+    if getattr(args, "unshard_lookahead", None) is not None:
+        options["unshard_lookahead"] = args.unshard_lookahead
+    out: dict = {"nccl": nccl_options(args)}
+    if getattr(args, "torch", None) is not None:
+        out["torch"] = args.torch
+    if getattr(args, "p2p", None) is not None:
+        out["p2p"] = args.p2p
+    if options:
+        out["runtime_options"] = options
+    return out
 
 
 def _memory_limit_arg(text: str) -> float | WithUnit:

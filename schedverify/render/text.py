@@ -134,7 +134,9 @@ def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: b
     head = f"{source}: {verdict}" + (f", {least}{n} violation{'s' * (n != 1)}" if n else "") + f"  ({what})"
     lines = [head]
     sem = report.comm_semantics
-    if sem is not None and (sem in _SEMANTICS_TEXT and (s.has_explicit_comm or sem.startswith("torch"))):
+    if report.profile is not None:
+        lines.append(f"  runtime: {sem}: {printable(report.profile.describe())}")
+    elif sem is not None and (sem in _SEMANTICS_TEXT and (s.has_explicit_comm or sem.startswith("torch"))):
         lines.append(f"  communication: {sem} ({_SEMANTICS_TEXT[sem]})")
     for v in report.violations:
         lines.append(f"  {v.code.code} {v.code.slug}: {v.locations[0] if v.locations else ''}"

@@ -136,8 +136,8 @@ def _threads(view: View):
         elif stream == "compute":
             names.setdefault(d, {})[0] = "compute stream"
         else:
-            names[d][k - first[d]] = ("communication stream" if peer < 0
-                                      else f"communication stream with device {peer}")
+            names[d][k - first[d]] = r.labels[k] if r.labels else (
+                "communication stream" if peer < 0 else f"communication stream with device {peer}")
     host = {d for d, stream, _ in r.lanes if stream == "host"}
 
     def tid(i: int) -> int:

@@ -160,13 +160,17 @@ class View:
 
 
 def build_view(schedule: Schedule, *, costs=None, memory=None, memory_limit=None,
-               comm_semantics=None, nccl=None, report: Report | None = None) -> View:
-    """Check ``schedule`` and lay it out.  Never raises because the schedule is invalid."""
+               comm_semantics=None, nccl=None, torch=None, p2p=None, runtime_options=None,
+               report: Report | None = None) -> View:
+    """Check ``schedule`` and lay it out (``torch``, ``p2p``, ``runtime_options``: the
+    runtime, as for :func:`schedverify.check`).  Never raises because the schedule is
+    invalid."""
     from ..check import check
 
     if report is None:
         report = check(schedule, costs=costs, memory=memory, memory_limit=memory_limit,
-                       comm_semantics=comm_semantics, nccl=nccl)
+                       comm_semantics=comm_semantics, nccl=nccl, torch=torch, p2p=p2p,
+                       runtime_options=runtime_options)
     sem = report.comm_semantics or "eager"
     if sem in RUNTIME_SEMANTICS:
         sem = "eager"  # the layout's order-only timeline; the report holds the runtime's hangs

@@ -51,16 +51,20 @@ from .. import diagnostics as dx
 from ..diagnostics import Location, Report, Verdict, Violation
 from ..errors import EngineDisagreement, UsageError  # noqa: F401 - EngineDisagreement re-exported
 from ..model import (
+    ALL_KINDS,
     B,
     BOOKKEEPING_KINDS,
     COMM_KINDS,
-    COMM_SEMANTICS,
     F,
     I,
     OVERLAP_F_B,
+    RECV_F,
     REDUCE_GRAD,
     SEND_B,
     SEND_F,
+    SEND_OF,
+    SEND_WAIT_KINDS,
+    WAIT_REDUCE_GRAD,
     W,
     Action,
     Schedule,
@@ -72,7 +76,6 @@ from ..model import (
 from ..budget import Budget, TimeUp
 
 MAX_CYCLES = 10
-RUNTIME_SEMANTICS = ("torch", "torch-nccl")  # docs/spec.md 8 (the names, not the graph engine's code)
 _LEAF_KINDS = frozenset({F, B, I, W}) | COMM_KINDS
 _EPS = Fraction(1, 10**9)
 
@@ -107,6 +110,8 @@ class _Index:
         mixed: list[int] = []
         wrong: list[tuple[int, Action, int]] = []  # well-formed, with an int stage in range
         self.reduce_grads: list[int] = []
+        self.reductions: list[int] = []  # placed REDUCE_GRAD and WAIT_REDUCE_GRAD entries, in order
+        self.send_waits: list[int] = []  # placed WAIT_SEND_F/WAIT_SEND_B entries, in order
         routes = schedule.placement.routes
         mroute = schedule.placement.microbatch_route
         for d, row in enumerate(schedule.order):
@@ -131,8 +136,21 @@ class _Index:
                     else:
                         if d not in schedule.placement.devices_of_stage(a.stage):
                             wrong.append((e, a, min(schedule.placement.devices_of_stage(a.stage))))
+                        elif a.kind in (REDUCE_GRAD, WAIT_REDUCE_GRAD):
+                            self.reductions.append(e)
                         if a.kind == REDUCE_GRAD:
                             self.reduce_grads.append(e)
+                    continue
+                elif a.kind in SEND_WAIT_KINDS:  # 9.2: a stage and a microbatch, on the send's device
+                    s_, mb_ = a.stage, a.microbatch
+                    if type(s_) is not int or type(mb_) is not int or s_ < 0 or mb_ < 0:
+                        malformed.append((e, malformation(a)))
+                    elif s_ >= S or mb_ >= M:
+                        out_of_range.append((e, a))
+                    elif (home := schedule.placement.device(s_, mb_)) != d:
+                        wrong.append((e, a, home))
+                    else:
+                        self.send_waits.append(e)
                     continue
                 else:
                     leaves = (a,)
@@ -316,18 +334,19 @@ def _is_comm(a: Action, S: int) -> bool:
 
 
 class _Positional:
-    """docs/spec.md 8.2, indexed: on each ordered device pair (a, b), the k-th SEND posted on
-    ``a`` to ``b`` is received by the k-th RECV posted on ``b`` from ``a``, whatever the labels."""
+    """docs/spec.md 8.2, indexed: on each communicator and ordered device pair (a, b), the k-th
+    SEND posted on ``a`` to ``b`` is received by the k-th RECV posted on ``b`` from ``a``,
+    whatever the labels; which communicator a message goes on is the runtime's layout's."""
 
-    def __init__(self, ix: _Index):
+    def __init__(self, ix: _Index, layout):
         sched = ix.s
         S, M = sched.stages, sched.microbatches
         self.comm = [_is_comm(a, S) for _, _, a in ix.entries]
         self.partner: dict[int, int] = {}
         self.peer_device: dict[int, int] = {}  # the device the message goes to or comes from
         self.sending = [c and a.kind in (SEND_F, SEND_B) for c, (_, _, a) in zip(self.comm, ix.entries)]
-        sends: dict[tuple[int, int], list[int]] = {}
-        recvs: dict[tuple[int, int], list[int]] = {}
+        sends: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
+        recvs: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
         unmatched: list[tuple[int, str]] = []
         crossed: list[tuple[int, int, int, Action]] = []
         for e, (d, _p, a) in enumerate(ix.entries):
@@ -345,12 +364,13 @@ class _Positional:
                 continue
             pd = sched.placement.device(ps, mb)
             self.peer_device[e] = pd
+            forward = a.kind in (SEND_F, RECV_F)
             if self.sending[e]:
-                sends.setdefault((d, pd), []).append(e)
+                sends.setdefault((d, pd, layout.communicator(d, pd, forward)), []).append(e)
             else:
-                recvs.setdefault((pd, d), []).append(e)
+                recvs.setdefault((pd, d, layout.communicator(pd, d, forward)), []).append(e)
         for pair in sorted(sends.keys() | recvs.keys()):
-            a_dev, b_dev = pair
+            a_dev, b_dev, _comm = pair
             ss, rs = sends.get(pair, []), recvs.get(pair, [])
             for k, (x, r) in enumerate(zip(ss, rs)):
                 self.partner[x], self.partner[r] = r, x
@@ -404,11 +424,11 @@ class _Events:
     """
 
     def __init__(self, chk: _Z3Check, nccl_mode: bool, data: dict[int, list[tuple[int, Fraction]]]):
-        ix, pm = chk.ix, chk._pm
+        ix, pm, rt = chk.ix, chk._pm, chk._rt
         n = len(ix.entries)
         dur = chk.durations()
         self.nccl_mode = nccl_mode
-        buffered = nccl_mode and chk.buffered_sends
+        buffered = nccl_mode and rt.nccl.buffered_sends
         self.hard: list[tuple[int, int, Fraction]] = []
         self.waits: list[tuple[int, int, Fraction, str]] = []
         self.never: set[int] = set()
@@ -454,7 +474,7 @@ class _Events:
             lane(f"device {d}'s compute stream", computes)
             for a, b in zip(computes, computes[1:]):
                 self.hard.append((2 * b, 2 * a + 1, Fraction(0)))
-            streams: dict[int, list[int]] = {}
+            streams: dict[tuple, list[int]] = {}
             lastc = None
             for e in ents:
                 if not comm[e]:
@@ -462,17 +482,23 @@ class _Events:
                     continue
                 if lastc is not None:
                     self.waits.append((2 * e, 2 * lastc + 1, Fraction(0), "stream"))
-                key = pm.peer_device.get(e, -1) if chk.pair_streams else 0
+                # one stream per communicator (9.4); a lazily made shared group: one per peer
+                peer = pm.peer_device.get(e)
+                kind = ix.entries[e][2].kind
+                key = (("no peer",) if peer is None else
+                       rt.layout.stream(d, peer, pm.sending[e], kind in (SEND_F, RECV_F), rt.lazy))
                 streams.setdefault(key, []).append(e)
-            for key in sorted(streams):
+            for key in sorted(streams, key=repr):
                 items = streams[key]
-                peer = f" to/from device {key}" if chk.pair_streams and key >= 0 else ""
-                lane(f"device {d}'s communication stream{peer}", items)
+                named = "" if key in ((), ("no peer",)) else f" {key}"
+                lane(f"device {d}'s communication stream{named}", items)
                 for a, b in zip(items, items[1:]):
                     self.hard.append((2 * b, 2 * a + 1, Fraction(0)))
         for e, deps in data.items():
             for j, lat in deps:
                 self.waits.append((2 * e, 2 * j + 1, lat, "data"))
+        for w, sent in chk.retired.items():  # 9.2: a wait() for the send it retires
+            self.waits.append((2 * w, 2 * sent + 1, Fraction(0), "retire"))
 
     def never_closure(self) -> set[int]:
         """Every event that waits, directly or not, for one that never happens."""
@@ -525,18 +551,12 @@ class _Events:
 
 class _Z3Check:
     def __init__(self, schedule, costs, memory, memory_limit, comm_semantics, timeout_s, max_violations,
-                 nccl=None, budget: Budget | None = None):
+                 nccl=None, budget: Budget | None = None, torch=None, p2p=None, runtime_options=None):
         if not isinstance(schedule, Schedule):
             raise UsageError(f"expected a Schedule, got {type(schedule).__name__}")
-        sem = comm_semantics or schedule.comm_semantics or "eager"
-        if sem not in COMM_SEMANTICS:
-            raise UsageError(f"comm_semantics must be one of {', '.join(map(repr, COMM_SEMANTICS))}, "
-                             f"got {sem!r}")
-        if nccl is not None:
-            from ..runtime import NcclOptions  # the options type only: no runtime code is used
+        from ..releases import runtime_of  # the runtime's data only: no graph-engine code is used
 
-            if not isinstance(nccl, NcclOptions):
-                raise UsageError(f"nccl must be a schedverify.runtime.NcclOptions, got {type(nccl).__name__}")
+        sem, self.rt = runtime_of(schedule, comm_semantics, nccl, torch, p2p, runtime_options)
         if timeout_s is None or timeout_s <= 0:
             raise UsageError(f"timeout must be > 0 seconds, got {timeout_s!r}")
         import z3
@@ -544,8 +564,6 @@ class _Z3Check:
         self.z3 = z3
         self.schedule = schedule
         self.semantics = sem
-        self.pair_streams = nccl is not None and nccl.streams == "pair"
-        self.buffered_sends = nccl is not None and bool(nccl.buffered_sends)
         self.costs = resolve_costs(schedule, costs)
         self.memory = resolve_memory(schedule, memory, memory_limit)
         self.budget = budget if budget is not None else Budget(timeout_s)
@@ -556,8 +574,9 @@ class _Z3Check:
         self.comm = Fraction(self.costs.comm).limit_denominator(10**9)
         # PyTorch's runtime (docs/spec.md 8): the rules of 3.1-3.4 as under eager; with listed
         # communication, 3.5 is replaced by positional matching and the event constraints of 8.4
-        self.runtime = sem in RUNTIME_SEMANTICS
+        self.runtime = self.rt is not None
         self.explicit_runtime = self.runtime and schedule.has_explicit_comm
+        self.retired: dict[int, int] = {}  # 9.2: WAIT_SEND entry -> the send entry it retires
         self.ed: _Edges | None = None  # the waits, in run(): they take time from the budget
         self.pm: _Positional | None = None
         self.warnings: list[str] = []
@@ -572,6 +591,13 @@ class _Z3Check:
         """The waits; run() builds them before any method that reads them."""
         assert self.ed is not None
         return self.ed
+
+    @property
+    def _rt(self):
+        """The runtime (a :class:`schedverify.releases.Runtime`); set under torch and torch-nccl,
+        the only semantics whose methods read it."""
+        assert self.rt is not None
+        return self.rt
 
     @property
     def _pm(self) -> _Positional:
@@ -607,12 +633,15 @@ class _Z3Check:
         try:
             self.ed = _Edges(self.ix, "eager" if self.runtime else self.semantics, self.comm,
                              self.budget)
-            self.pm = _Positional(self.ix) if self.explicit_runtime else None
+            self.pm = _Positional(self.ix, self._rt.layout) if self.explicit_runtime else None
             comm_found = self.ed.comm_found
             ordered = self.inversions()
             ordered += self.reduce_grad()
             if self.runtime:
+                ordered += self.release_kinds()
                 ordered += self.loss_order()
+                ordered += self.reduction_pairs()
+                ordered += self.send_retirement()
             if self.explicit_runtime:
                 comm_found = self._pm.found + self.ed.missing_found
                 cycles, makespan = self.runtime_execution()
@@ -637,7 +666,7 @@ class _Z3Check:
                 reason = f"invalid; the solver did not finish every rule: {reason}"
         report = Report(verdict, kept, self.metrics(makespan, mem), len(found) - len(kept),
                         engine="z3", reason=reason, comm_semantics=self.semantics,
-                        warnings=list(self.warnings))
+                        warnings=list(self.warnings), profile=self.rt)
         return report
 
     # -- 3.4: a same-device dependency that comes later on the device
@@ -694,6 +723,74 @@ class _Z3Check:
                     f"{a} reduces stage {a.stage}'s gradients before its backward "
                     f"{self.ix.entries[k][2]} has run", (self.ix.loc(e), self.ix.loc(k))))
         return out
+
+    # -- 9.1: kinds the release's runtime has
+    def release_kinds(self) -> list[Violation]:
+        rel = self._rt.release
+        out = []
+        seen: set[tuple[int, str]] = set()  # one per device and kind, at its first action
+        for e, (d, _p, a) in enumerate(self.ix.entries):
+            bad = next((x for x in (a, *(a.sub or ())) if x.kind in ALL_KINDS and x.kind not in rel.kinds), None)
+            if bad is not None and (d, bad.kind) not in seen:
+                seen.add((d, bad.kind))
+                out.append(Violation(dx.NOT_IN_RELEASE, f"{rel.name}'s runtime has no {bad.kind}: its "
+                                     f"_Action.from_str reads {str(bad)!r} as {rel.reads(str(bad))!r}",
+                                     (self.ix.loc(e),)))
+        return out
+
+    # -- 9.2: from 2.15, each send retired by one later wait of its label on its device
+    def send_retirement(self) -> list[Violation]:
+        rt = self._rt
+        if not rt.waits_for_sends:
+            return []
+        ix = self.ix
+        waits = set(ix.send_waits)
+        pending: dict[tuple, int] = {}
+        orphans: list[int] = []
+        for e, (d, _p, a) in enumerate(ix.entries):
+            if e in waits:
+                key = (d, SEND_OF[a.kind], a.stage, a.microbatch)
+                if key in pending:
+                    self.retired[e] = pending.pop(key)
+                else:
+                    orphans.append(e)
+            elif a.sub is None and a.kind in (SEND_F, SEND_B) and ix.first.get(
+                    (a.stage, a.microbatch, a.kind)) == e:  # type: ignore[arg-type]  # None: never there
+                pending[(d, a.kind, a.stage, a.microbatch)] = e  # a label's first send (SV202 else)
+        out = [Violation(dx.SEND_WITHOUT_WAIT, f"{ix.entries[e][2]} is never waited for on device "
+                         f"{ix.entries[e][0]}: {rt.release.name} refuses a send without its WAIT_SEND",
+                         (ix.loc(e),)) for e in sorted(pending.values())]
+        out += [Violation(dx.WAIT_WITHOUT_SEND, f"{ix.entries[e][2]} retires no pending send on device "
+                          f"{ix.entries[e][0]}: {rt.release.name} refuses it", (ix.loc(e),)) for e in orphans]
+        return out
+
+    # -- 9.3: from 2.15, REDUCE_GRAD then its WAIT_REDUCE_GRAD, one reduction pending per rank
+    def reduction_pairs(self) -> list[Violation]:
+        rt = self._rt
+        if not rt.release.reduce_grad_wait:
+            return []
+        ix = self.ix
+        pending: dict[int, int] = {}  # device -> its pending REDUCE_GRAD entry
+        bad: dict[int, int] = {}  # device -> the entry where the pairing first fails
+        for e in ix.reductions:
+            d, _p, a = ix.entries[e]
+            if d in bad:
+                continue
+            p = pending.get(d)
+            if a.kind == REDUCE_GRAD:
+                if p is not None:
+                    bad[d] = e
+                else:
+                    pending[d] = e
+            elif p is None or ix.entries[p][2].stage != a.stage:
+                bad[d] = e
+            else:
+                del pending[d]
+        for d, e in pending.items():
+            bad.setdefault(d, e)
+        return [Violation(dx.REDUCE_GRAD_UNPAIRED, f"{ix.entries[e][2]}: REDUCE_GRAD and WAIT_REDUCE_GRAD do "
+                          f"not pair on device {d} here; {rt.release.name} refuses the schedule",
+                          (ix.loc(e),)) for d, e in sorted(bad.items())]
 
     # -- 3.4/3.5: cycles of cross-device waits
     def deadlocks(self) -> list[Violation]:
@@ -946,7 +1043,7 @@ class _Z3Check:
         gloo too is reported with gloo's cycles (SV402, the plain deadlock to fix first);
         otherwise its NCCL cycles are SV405."""
         data = self.data_deps()
-        nccl_mode = self.semantics == "torch-nccl"
+        nccl_mode = self._rt.on_nccl
         ev = _Events(self, nccl_mode, data)
         cycles = self._runtime_cycles(ev)
         shown, code = ev, dx.COMM_STREAM_DEADLOCK if nccl_mode else dx.DEADLOCK
@@ -1020,6 +1117,9 @@ class _Z3Check:
             elif kind == "rendezvous":
                 steps.append(f"{here}: a send completes only with its receive, {b} (device {dj}, position "
                              f"{pj}), which is not posted yet")
+            elif kind == "retire":
+                steps.append(f"{here}: it waits until {b} (position {pj}) has completed, which needs its "
+                             "receive")
             else:
                 steps.append(f"{here}: NCCL makes the stream wait for the compute posted before it, {b} "
                              f"(position {pj}), which has not run")
@@ -1054,7 +1154,9 @@ class _Z3Check:
         never = ev.never_closure()
         pm = self._pm
         for e in range(n):
-            needed = (2 * e, 2 * e + 1) if ev.nccl_mode or not pm.comm[e] or pm.sending[e] else (2 * e,)
+            # the step waits for its sends, unless each is retired by its own WAIT_SEND (9.2)
+            waited = pm.sending[e] and not self._rt.waits_for_sends
+            needed = (2 * e, 2 * e + 1) if ev.nccl_mode or not pm.comm[e] or waited else (2 * e,)
             if any(x in never for x in needed):
                 return None
         dur = self.durations()
@@ -1107,13 +1209,14 @@ def _num(x: Fraction | int) -> float | int:
 
 
 def check_z3(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, comm_semantics=None,
-             nccl=None, timeout_s: float = 60.0, max_violations: int = 1000,
-             budget: Budget | None = None) -> Report:
+             nccl=None, torch=None, p2p=None, runtime_options=None, timeout_s: float = 60.0,
+             max_violations: int = 1000, budget: Budget | None = None) -> Report:
     """Check ``schedule`` with the Z3 engine; the same options and Report as
     :func:`schedverify.check`, with ``engine="z3"``.  ``comm_semantics`` is one of
-    ``eager``, ``rendezvous``, ``torch`` or ``torch-nccl`` (docs/spec.md 3.5 and 8); ``nccl``
-    (a :class:`schedverify.runtime.NcclOptions`) says how NCCL runs point-to-point under
-    ``torch-nccl``.  ``timeout_s`` bounds the solver calls in total; when it runs out before
+    ``eager``, ``rendezvous``, ``torch`` or ``torch-nccl`` (docs/spec.md 3.5, 8 and 9); for the
+    last two ``torch``, ``p2p``, ``nccl`` and ``runtime_options`` choose the release, its
+    communicator layout, how NCCL runs point-to-point and the runtime's options, as for
+    :func:`schedverify.check`.  ``timeout_s`` bounds the solver calls in total; when it runs out before
     a verdict, the verdict is UNKNOWN and ``reason`` says why.  Every phase after the
     structural rules (linear, never cut short) runs under one :class:`~schedverify.budget.Budget` (``budget``, or one of
     ``timeout_s`` seconds from now): the check returns within it plus
@@ -1123,7 +1226,7 @@ def check_z3(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, 
             raise UsageError(f"timeout must be > 0 seconds, got {timeout_s!r}")
         budget = Budget(timeout_s)
     return _Z3Check(schedule, costs, memory, memory_limit, comm_semantics, timeout_s,
-                    max_violations, nccl, budget).run()
+                    max_violations, nccl, budget, torch, p2p, runtime_options).run()
 
 
 def disagreements(graph: Report, z3: Report) -> list[str]:

@@ -1,0 +1,448 @@
+"""The runtimes schedverify models, as data: one :class:`Release` per framework release,
+one :class:`Layout` per way of carrying point-to-point traffic, and :class:`Runtime`, the
+one resolved choice (release, backend, layout, options) that every engine reads.
+
+A release is a table, not a branch in the engines: what its grammar has, how its runtime
+retires sends, whether a gradient reduction is paired with a wait, which lowering passes
+``_prepare_schedule_with_comms`` runs, which communicator layouts it offers and how each is
+turned on, which runtime options it takes.  The graph engine (:mod:`schedverify.runtime`,
+:mod:`schedverify.check`), the Z3 engine (:mod:`schedverify.smt.check`), the lowering
+(:mod:`schedverify.lowering`) and the lint read these fields; none of them tests a version
+number.  Adding a release is adding its table to :mod:`.pytorch` (docs/spec.md section 9
+says what each field means and where in the framework's source each value comes from).
+
+Nothing here imports a framework: the installed PyTorch's version is read from package
+metadata (:func:`installed_torch`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+
+from ..errors import UsageError
+
+#: The backends of PyTorch's runtime, by the communication semantics that names them
+#: (docs/spec.md 8): ``torch`` is the runtime over gloo, ``torch-nccl`` over NCCL.
+GLOO, NCCL = "gloo", "nccl"
+BACKENDS = MappingProxyType({"torch": GLOO, "torch-nccl": NCCL})
+
+#: How sends are retired: at the end of the step (``step()`` waits for every send it posted),
+#: or each by its own ``WAIT_SEND_F``/``WAIT_SEND_B`` action.
+STEP_END, BY_WAIT = "step-end", "wait"
+
+
+# --------------------------------------------------------------------------- layouts
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a runtime carries pipeline point-to-point traffic: which communicator each message
+    goes on.  Messages are matched by posting order per communicator and ordered pair of
+    ranks (docs/spec.md 8.2), and over NCCL every communicator runs its operations on a
+    stream of its own, in posting order (8.4).
+
+    ``by_direction``: forward traffic (activations, to the next stage) and backward traffic
+    (gradients, to the previous stage) on two communicators.  ``by_edge``: one communicator
+    per directed pair of ranks (both directions of a pair apart, every pair apart)."""
+
+    name: str
+    by_direction: bool
+    by_edge: bool
+    summary: str
+
+    def communicator(self, sender: int, receiver: int, forward: bool) -> tuple[int, ...]:
+        """The communicator a message from ``sender`` to ``receiver`` goes on (``forward``:
+        an activation, else a gradient), as a key: equal keys, one communicator."""
+        if self.by_edge:
+            return (sender, receiver)
+        if self.by_direction:
+            return (int(forward),)
+        return ()
+
+    def stream(self, device: int, peer: int, sending: bool, forward: bool, lazy: bool) -> tuple[int, ...]:
+        """Over NCCL, the stream on ``device`` of an operation with ``peer``: one per
+        communicator, except that a lazily initialised shared group makes one two-rank
+        communicator per pair of ranks for its point-to-point traffic (``lazy``)."""
+        if self.by_edge:
+            return (device, peer) if sending else (peer, device)
+        if self.by_direction:
+            return (int(forward),)
+        return (min(device, peer), max(device, peer)) if lazy else ()
+
+
+SHARED = Layout("shared", False, False,
+                "one communicator for all pipeline traffic (the pipeline process group)")
+DIRECTION = Layout("direction", True, False,
+                   "one communicator for forward traffic and one for backward traffic")
+EDGE = Layout("edge", False, True, "one communicator per directed pair of ranks")
+
+#: Every layout, by the name ``--p2p`` takes.
+LAYOUTS: Mapping[str, Layout] = MappingProxyType({x.name: x for x in (SHARED, DIRECTION, EDGE)})
+
+
+@dataclass(frozen=True)
+class Switch:
+    """How a layout is turned on in a release: its config flag, its environment variable
+    (read as PyTorch's config module reads it: set to anything but ``""`` or ``"0"``), and
+    what else turns it on."""
+
+    config: str
+    env: str
+    also: str = ""
+
+    def on_in(self, environ: Mapping[str, str]) -> bool:
+        value = environ.get(self.env)
+        return value is not None and value not in ("", "0")
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """The options of ``_PipelineScheduleRuntime`` that change what it runs.
+
+    ``defer_pp_recv``: its lowering moves each RECV to its consumer (``_defer_recv_ops``).
+    ``max_active_stages``, ``unshard_lookahead``: how many stages' FSDP parameters stay
+    unsharded, and how far ahead UNSHARD is issued (``_add_unshard_reshard``).
+    ``defer_reduce_grad_wait``: each WAIT_REDUCE_GRAD runs before the next REDUCE_GRAD (or
+    at the end) rather than right after its own.  ``max_outstanding_sends``: at most this
+    many sends pending per rank; the runtime moves waits earlier to keep it
+    (``_add_wait_send_budget``), and refuses the schedule when it cannot.  None: no bound.
+    A release takes only the options its runtime has (:attr:`Release.options`)."""
+
+    defer_pp_recv: bool = False
+    max_active_stages: int = 3
+    unshard_lookahead: str | tuple[int, ...] = "full"
+    defer_reduce_grad_wait: bool = False
+    max_outstanding_sends: int | None = None
+
+    def __post_init__(self):
+        for name in ("defer_pp_recv", "defer_reduce_grad_wait"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"runtime option {name}: expected True or False, got {getattr(self, name)!r}")
+        m = self.max_active_stages
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise UsageError(f"runtime option max_active_stages: expected a whole number >= 1, got {m!r}")
+        look = self.unshard_lookahead
+        if isinstance(look, list):
+            object.__setattr__(self, "unshard_lookahead", look := tuple(look))
+        if not (look in ("full", "auto") or isinstance(look, tuple) and look and all(
+                type(k) is int and 1 <= k <= m for k in look)):
+            raise UsageError(f"runtime option unshard_lookahead: expected 'full', 'auto' or one whole "
+                             f"number in 1..max_active_stages={m} per rank, got {look!r}")
+        k = self.max_outstanding_sends
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise UsageError(f"runtime option max_outstanding_sends: expected a whole number >= 0 or "
+                             f"None, got {k!r}")
+
+    def changed(self) -> tuple[str, ...]:
+        """The options set to something other than their default."""
+        default = RuntimeOptions()
+        return tuple(f.name for f in fields(self) if getattr(self, f.name) != getattr(default, f.name))
+
+    def lookahead(self, ranks: int) -> tuple[int, ...]:
+        """``_resolve_unshard_lookahead``: the unshard distance of each of ``ranks`` ranks."""
+        m, look = self.max_active_stages, self.unshard_lookahead
+        if look == "full":
+            return (m,) * ranks
+        if look == "auto":
+            return tuple(min(r + 2, m) for r in range(ranks))
+        assert isinstance(look, tuple)  # __post_init__
+        if len(look) != ranks:
+            raise UsageError(f"runtime option unshard_lookahead: {len(look)} values given, but the "
+                             f"schedule has {ranks} ranks (one value per rank)")
+        return look
+
+
+# --------------------------------------------------------------------------- releases
+
+
+@dataclass(frozen=True)
+class Release:
+    """One release of a framework's pipeline runtime, as schedverify models it.
+
+    ``kinds``: the action kinds its ``_ComputationType`` has.  ``action_regex``: its
+    ``_action_regex``, which ``_Action.from_str`` applies with ``re.match`` (not
+    ``fullmatch``), so that a kind it lacks reads as the first alternative that is a prefix
+    of it: 2.13 reads ``0WAIT_SEND_F1`` as ``0W`` (:meth:`reads`).
+    ``send_retirement``: :data:`STEP_END` or :data:`BY_WAIT`.  ``reduce_grad_wait``: each
+    REDUCE_GRAD is paired with a later WAIT_REDUCE_GRAD of its stage, at most one reduction
+    pending per rank.  ``lowering``: the passes of its ``_prepare_schedule_with_comms``, in
+    order, by the names :mod:`schedverify.lowering` implements them under (an optional pass
+    runs only with its option).  ``layouts``: the communicator layouts it offers, its
+    default first, and ``switches`` how each other one is turned on.  ``options``: the
+    :class:`RuntimeOptions` fields its runtime takes."""
+
+    framework: str
+    version: str
+    kinds: frozenset[str]
+    action_regex: str
+    send_retirement: str
+    reduce_grad_wait: bool
+    lowering: tuple[str, ...]
+    layouts: tuple[str, ...]
+    switches: Mapping[str, Switch]
+    options: frozenset[str]
+    #: where in the framework's source each value above was read
+    sources: tuple[str, ...] = ()
+    #: what changed from the release before, in words (docs/spec.md section 9)
+    changes: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.framework} {self.version}"
+
+    @property
+    def default_layout(self) -> Layout:
+        return LAYOUTS[self.layouts[0]]
+
+    def key(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in self.version.split("."))
+
+    def reads(self, text: str) -> str | None:
+        """What this release's ``_Action.from_str`` makes of the plain action ``text``
+        (``stage kind microbatch``), written back as PyTorch writes it, or None when it
+        raises."""
+        m = re.match(self.action_regex, text.strip())
+        if m is None:
+            return None
+        stage, kind, mb = m.groups()
+        return f"{int(stage)}{kind}{int(mb) if mb else ''}"
+
+
+@dataclass(frozen=True)
+class NcclOptions:
+    """How NCCL runs point-to-point under ``torch-nccl`` (docs/spec.md 8.4).
+
+    ``streams``: for the shared layout, ``"device"`` (default): one communicator carries all
+    of a rank's point-to-point traffic, so one stream per rank (eager initialisation with a
+    bound device, as torchtitan does); ``"pair"``: one stream per pair of ranks (a lazily
+    initialised group makes a two-rank communicator per pair: PyTorch 2.15's
+    ``backend="nccl-lazy"``).  The per-direction and per-edge layouts create their
+    communicators eagerly, one stream each, whatever this says.
+    ``buffered_sends``: a send completes without its receive (messages small enough for the
+    transport's buffers); default False, the rendezvous of large messages.
+    """
+
+    streams: str = "device"
+    buffered_sends: bool = False
+
+    def __post_init__(self):
+        if self.streams not in ("device", "pair"):
+            raise UsageError(f"nccl streams must be 'device' or 'pair', got {self.streams!r}")
+        if not isinstance(self.buffered_sends, bool):
+            raise UsageError(f"nccl buffered_sends must be True or False, got {self.buffered_sends!r}")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a schedule runs on: a release's runtime over a backend (:data:`GLOO` or
+    :data:`NCCL`) with a communicator layout, NCCL's options and the runtime's options.
+    ``why`` says how the release and the layout were chosen, for the report."""
+
+    release: Release
+    backend: str
+    layout: Layout
+    nccl: NcclOptions = field(default_factory=NcclOptions)
+    options: RuntimeOptions = field(default_factory=RuntimeOptions)
+    why: tuple[str, ...] = ()
+
+    @property
+    def semantics(self) -> str:
+        """The communication semantics that names this backend (``torch``, ``torch-nccl``)."""
+        return "torch-nccl" if self.backend == NCCL else "torch"
+
+    @property
+    def on_nccl(self) -> bool:
+        return self.backend == NCCL
+
+    @property
+    def lazy(self) -> bool:
+        """The shared layout's point-to-point traffic on one two-rank communicator per pair."""
+        return self.nccl.streams == "pair"
+
+    @property
+    def waits_for_sends(self) -> bool:
+        """Sends are retired by WAIT_SEND actions (else the step waits for them at its end)."""
+        return self.release.send_retirement == BY_WAIT
+
+    def with_(self, **changes) -> Runtime:
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        """What a report says it assumed: ``PyTorch 2.15 over NCCL (as asked); shared layout:
+        one communicator for all pipeline traffic, one stream per rank (eager init)``."""
+        streams = ""
+        if self.on_nccl:
+            if self.layout is SHARED:
+                streams = (", one stream per pair of ranks (lazy init)" if self.lazy
+                           else ", one stream per rank (eager init)")
+            else:
+                streams = ", one stream each"
+            if self.nccl.buffered_sends:
+                streams += ", buffered sends"
+        why_release, why_layout = (self.why + ("", ""))[:2]
+        opts = ", ".join(f"{k}={getattr(self.options, k)!r}" for k in self.options.changed())
+        return (f"{self.release.name} over {'NCCL' if self.on_nccl else 'gloo'}"
+                + (f" ({why_release})" if why_release else "")
+                + f"; {self.layout.name} layout" + (f" ({why_layout})" if why_layout else "")
+                + f": {self.layout.summary}{streams}" + (f"; {opts}" if opts else ""))
+
+    def to_json(self) -> dict:
+        return {"framework": self.release.framework, "release": self.release.version,
+                "backend": self.backend, "p2p": self.layout.name,
+                "nccl_streams": self.nccl.streams, "nccl_buffered_sends": self.nccl.buffered_sends,
+                "options": {k: getattr(self.options, k) for k in self.options.changed()},
+                "why": list(self.why)}
+
+
+# --------------------------------------------------------------------------- resolving
+
+
+def releases() -> Mapping[str, Release]:
+    """Every modelled PyTorch release by version (``"2.13"`` ...), oldest first."""
+    from .pytorch import RELEASES
+
+    return RELEASES
+
+
+_VERSION = re.compile(r"(\d+)\.(\d+)")
+#: what --torch takes: 2.15, 2.15.0, 2.15.0+cu130, 2.15.0rc1
+_ASKED = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?(?:[a-z+.][0-9A-Za-z.+]*)?")
+
+
+def installed_torch(metadata_version=None) -> str | None:
+    """The installed ``torch`` package's version, from its metadata (torch is not imported),
+    or None when it is not installed.  ``metadata_version``: ``importlib.metadata.version``
+    or a stand-in (for tests)."""
+    if metadata_version is None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("torch")
+        except PackageNotFoundError:
+            return None
+    return metadata_version("torch")
+
+
+def release(version: str | None = None, *, installed: str | None = None) -> tuple[Release, str]:
+    """(the release, how it was chosen) for ``version`` (``"2.15"``, also ``"2.15.0"`` or
+    ``"2.15.0+cu130"``), or, when None, for the installed torch's version ``installed``: the
+    release itself when modelled, else the nearest modelled one, said so; without torch, the
+    newest modelled release.  An unknown ``version`` is a :class:`UsageError`."""
+    table = releases()
+    known = ", ".join(table)
+    if version is not None:
+        m = _ASKED.fullmatch(version) if isinstance(version, str) else None
+        key = f"{m.group(1)}.{m.group(2)}" if m else None
+        if key is None or key not in table:
+            raise UsageError(f"--torch {version!r}: not a modelled PyTorch release; modelled: {known}")
+        return table[key], "as asked"
+    if installed is None:
+        newest = list(table.values())[-1]
+        return newest, f"torch is not installed here: the newest modelled release, {newest.version}"
+    m = _VERSION.match(installed)
+    if m is None:
+        newest = list(table.values())[-1]
+        return newest, (f"the installed torch's version {installed!r} does not read as a release: "
+                        f"{newest.version} assumed")
+    key = f"{m.group(1)}.{m.group(2)}"
+    if key in table:
+        return table[key], f"the installed torch {installed}"
+    ordered = list(table.values())
+    wanted = (int(m.group(1)), int(m.group(2)))
+    nearest = ordered[0] if wanted < ordered[0].key() else ordered[-1]
+    return nearest, (f"the installed torch {installed} is not modelled: the nearest modelled release, "
+                     f"{nearest.version}, assumed (pass --torch to choose)")
+
+
+def resolve(semantics: str, *, torch: str | None = None, p2p: str | None = None,
+            nccl: NcclOptions | None = None, options: RuntimeOptions | Mapping | None = None,
+            environ: Mapping[str, str] | None = None, installed: str | None = None) -> Runtime:
+    """The :class:`Runtime` that ``semantics`` (``torch`` or ``torch-nccl``) means with these
+    choices: ``torch`` the release (default: the installed torch's, :func:`release`), ``p2p``
+    the layout (default: the one the release's switch turns on in ``environ``, the process's
+    environment by default, else the release's default), ``options`` the runtime options
+    (a :class:`RuntimeOptions` or a mapping of its fields).  Raises :class:`UsageError` for a
+    choice the release does not offer, naming the release that does."""
+    if semantics not in BACKENDS:
+        raise UsageError(f"a runtime is PyTorch's over gloo ('torch') or NCCL ('torch-nccl'), got {semantics!r}")
+    if torch is None and installed is None:
+        installed = installed_torch()
+    rel, why_release = release(torch, installed=installed)
+    env = os.environ if environ is None else environ
+    if p2p is not None:
+        if p2p not in LAYOUTS:
+            raise UsageError(f"--p2p {p2p!r}: expected one of {', '.join(LAYOUTS)}")
+        if p2p not in rel.layouts:
+            offered = [r.name for r in releases().values() if p2p in r.layouts]
+            raise UsageError(f"--p2p {p2p}: {rel.name} has no {LAYOUTS[p2p].summary} (its layouts: "
+                             f"{', '.join(rel.layouts)}); {' and '.join(offered) or 'no modelled release'} "
+                             f"{'has' if len(offered) == 1 else 'have'} it")
+        layout, why_layout = LAYOUTS[p2p], "as asked"
+    else:
+        on = [name for name in rel.layouts[1:] if rel.switches[name].on_in(env)]
+        if len(on) > 1:
+            raise UsageError(f"{' and '.join(rel.switches[x].env for x in on)} are both set: "
+                             f"{rel.name} takes one layout; pass --p2p")
+        if on:
+            layout = LAYOUTS[on[0]]
+            why_layout = f"{rel.switches[on[0]].env}={env[rel.switches[on[0]].env]} in the environment"
+        else:
+            layout, why_layout = rel.default_layout, ""
+    if nccl is not None and not isinstance(nccl, NcclOptions):
+        raise UsageError(f"nccl must be a schedverify.runtime.NcclOptions, got {type(nccl).__name__}")
+    opts = _options(options)
+    for name in opts.changed():
+        if name not in rel.options:
+            added = [r.name for r in releases().values() if name in r.options]
+            raise UsageError(f"runtime option {name}: {rel.name}'s runtime has no such option"
+                             + (f" (added in {added[0]})" if added else ""))
+    return Runtime(rel, BACKENDS[semantics], layout, nccl or NcclOptions(), opts, (why_release, why_layout))
+
+
+def runtime_of(schedule, comm_semantics: str | None, nccl=None, torch: str | None = None, p2p: str | None = None,
+               options=None) -> tuple[str, Runtime | None]:
+    """(the communication semantics a check of ``schedule`` runs under, and the
+    :class:`Runtime` when it is PyTorch's): ``comm_semantics``, else the schedule's, else
+    ``torch-nccl`` when a runtime choice is given (``torch``, ``p2p``, ``options``), else
+    ``eager``.  The one resolution both check engines use.  A runtime choice under an
+    abstract semantics is a :class:`UsageError`."""
+    from ..model import COMM_SEMANTICS
+
+    chosen = [name for name, v in (("torch", torch), ("p2p", p2p), ("runtime_options", options)) if v is not None]
+    sem = comm_semantics or schedule.comm_semantics or ("torch-nccl" if chosen else "eager")
+    if sem not in COMM_SEMANTICS:
+        raise UsageError(f"comm_semantics must be one of {', '.join(map(repr, COMM_SEMANTICS))}, got {sem!r}")
+    if sem not in BACKENDS:
+        if chosen:
+            raise UsageError(f"{', '.join(chosen)} choose{'s' * (len(chosen) == 1)} PyTorch's runtime, but the "
+                             f"communication semantics is {sem!r}: use 'torch' or 'torch-nccl'")
+        if nccl is not None and not isinstance(nccl, NcclOptions):
+            raise UsageError(f"nccl must be a schedverify.runtime.NcclOptions, got {type(nccl).__name__}")
+        return sem, None
+    return sem, resolve(sem, torch=torch, p2p=p2p, nccl=nccl, options=options)
+
+
+def _options(options) -> RuntimeOptions:
+    if options is None:
+        return RuntimeOptions()
+    if isinstance(options, RuntimeOptions):
+        return options
+    if not hasattr(options, "items"):
+        raise UsageError(f"runtime options: expected a RuntimeOptions or a mapping, got {type(options).__name__}")
+    known = {f.name for f in fields(RuntimeOptions)}
+    for key in options:
+        if key not in known:
+            raise UsageError(f"runtime options: unknown option {key!r}; known: {', '.join(sorted(known))}")
+    return RuntimeOptions(**dict(options))
+
+
+__all__ = ["BACKENDS", "BY_WAIT", "DIRECTION", "EDGE", "GLOO", "LAYOUTS", "NCCL", "SHARED", "STEP_END",
+           "Layout", "NcclOptions", "Release", "Runtime", "RuntimeOptions", "Switch", "installed_torch",
+           "release", "releases", "resolve", "runtime_of"]
