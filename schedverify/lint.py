@@ -76,6 +76,12 @@ NOT_COMPUTE_ONLY = _register(
     "The CSV lists communication or bookkeeping actions: torchtitan loads a CSV as "
     "compute-only and PyTorch raises 'Expected compute-only schedule but found "
     "communication action'.")
+RELEASE_DIALECT = _register(
+    "SV708", "release-dialect", "pytorch, torchtitan",
+    "A compute+comms CSV written for another PyTorch release than the one that will run it: a "
+    "2.15 CSV (WAIT_SEND_F, WAIT_SEND_B, WAIT_REDUCE_GRAD) on 2.13 or 2.14, whose _Action.from_str "
+    "reads 0WAIT_SEND_F1 as 0W; or a 2.13/2.14 CSV (sends waited at the end of the step) on 2.15, "
+    "which refuses a send without its WAIT_SEND and a REDUCE_GRAD without its WAIT_REDUCE_GRAD.")
 MEGATRON_PLACEMENT = _register(
     "SV710", "megatron-placement", "megatron",
     "Megatron-LM's interleaved schedule holds model chunk c of pipeline rank d as stage "
@@ -331,6 +337,34 @@ def _legacy(s: Schedule, grammar: str, target: str) -> Iterator[Finding]:
                        f"{st}, microbatch {mb} without first running Backward Input'", fix)
 
 
+def _release_dialect(s: Schedule, torch: str | None) -> Iterator[Finding]:
+    """SV708: a compute+comms schedule in another release's dialect (docs/spec.md 9.7)."""
+    from .model import REDUCE_GRAD, SEND_WAIT_KINDS, WAIT_REDUCE_GRAD
+    from .releases import BY_WAIT, installed_torch, release, releases
+
+    rel, why = release(torch, installed=installed_torch() if torch is None else None)  # --torch checked first
+    if not s.has_explicit_comm:
+        return
+    kinds = {a.kind for row in s.order for a in row if a is not None}
+    waits = kinds & (SEND_WAIT_KINDS | {WAIT_REDUCE_GRAD})
+    written_for = [r for r in releases().values() if waits <= r.kinds and (r.send_retirement == BY_WAIT) == bool(waits)]
+    if rel in written_for or not written_for:
+        return
+    names = " and ".join(r.version for r in written_for)
+    fix = (f"rewrite it for {rel.version}: schedverify lower --torch {rel.version} FILE -o out.csv (or lower "
+           f"the compute-only schedule for {rel.version})")
+    if waits - rel.kinds:
+        what = (f"it lists {', '.join(sorted(waits - rel.kinds))}, which {rel.name}'s _Action.from_str reads as a "
+                f"bare W with no microbatch (its runtime then raises 'missing mb_index')")
+    else:
+        what = (f"it has no WAIT_SEND after its sends, and {rel.name} refuses a send without its wait "
+                f"('Pipeline sends at rank r have no matching wait')"
+                + (" and a REDUCE_GRAD without its WAIT_REDUCE_GRAD" if rel.reduce_grad_wait and REDUCE_GRAD in kinds
+                   else ""))
+    yield _finding(RELEASE_DIALECT, f"the CSV is written for PyTorch {names}, and PyTorch {rel.version} ({why}) "
+                   f"will run it: {what}", fix)
+
+
 def _compute_only(s: Schedule) -> Iterator[Finding]:
     for d, acts in enumerate(leaf_rows(s.order)):
         for a in acts:
@@ -409,7 +443,7 @@ def torchtitan_schedule(placement: str | None, stages_per_rank: int) -> str | No
 
 def lint(schedule: Schedule, target: str = "torchtitan", *, pipeline_schedule: str | None = None,
          group_size: int | None = None, num_layers: int | None = None,
-         grammar: str = "torch") -> list[Finding]:
+         grammar: str = "torch", torch: str | None = None) -> list[Finding]:
     """Everything ``target`` ("torchtitan", "megatron" or "pytorch") will refuse or mishandle
     in ``schedule``, as :class:`Finding` values (empty when it runs as written).
 
@@ -421,6 +455,8 @@ def lint(schedule: Schedule, target: str = "torchtitan", *, pipeline_schedule: s
     - ``group_size``: Megatron's ``microbatch_group_size_per_vp_stage`` (default: the
       schedule's own, else PP); ``num_layers``: the model's layers, for Megatron's split.
     - ``grammar``: the grammar the file was read in (``"torch-legacy"`` is itself a finding).
+    - ``torch``: the PyTorch release that will run it (default: the installed torch's, else
+      the newest modelled, as for :func:`schedverify.check`).
     """
     as_schedule(schedule, "lint")
     if target not in TARGETS:
@@ -437,6 +473,7 @@ def lint(schedule: Schedule, target: str = "torchtitan", *, pipeline_schedule: s
         return out
     cls = (name or _torch_class(schedule)) if target == "pytorch" else _RUNTIME
     out += _legacy(schedule, grammar, target)
+    out += _release_dialect(schedule, torch)
     out += _too_few_microbatches(schedule, target, cls)
     if target == "pytorch":
         out += _interleaved_rounds(schedule, cls)

@@ -50,7 +50,7 @@ from .model import (
     Schedule,
     malformation,
 )
-from .releases import Release, Runtime, RuntimeOptions
+from .releases import BY_WAIT, Release, Runtime, RuntimeOptions
 
 
 Rows = dict[int, list[Action]]
@@ -631,25 +631,95 @@ def add_wait_send_budget(actions: Rows, rank_of: Callable[[int], int], max_outst
     return out
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """What a release's runtime runs of a compute+comms schedule it loads (docs/spec.md 9.2):
+    the schedule (its waits moved by the send budget), how many waits moved, and why the
+    runtime refuses it, if it does (the budget cannot be met)."""
+
+    schedule: Schedule
+    moved: int = 0
+    refusal: str | None = None
+
+
+def as_loaded(schedule: Schedule, rt: Runtime) -> Loaded:
+    """``_prepare_schedule_with_comms(format="compute_comms")``'s rewriting of a schedule that
+    lists its communication: with ``max_outstanding_sends`` (2.15), the waits moved to keep
+    the budget (:func:`add_wait_send_budget`).  A schedule whose sends and waits do not pair
+    is left as it is: the runtime refuses it before the budget (SV505, SV506)."""
+    k = rt.options.max_outstanding_sends
+    if k is None or not schedule.has_explicit_comm:
+        return Loaded(schedule)
+    rows: Rows = {d: [a for a in row if a is not None] for d, row in enumerate(schedule.order)}
+    try:
+        validate_send_waits(rows)
+    except LoweringError:
+        return Loaded(schedule)
+    rank_of = schedule.placement.routes[0].__getitem__
+    try:
+        budgeted = add_wait_send_budget(rows, rank_of, k)
+    except (LoweringError, IndexError) as e:  # IndexError: a peer stage out of range (SV501/SV502)
+        return Loaded(schedule, refusal=str(e) if isinstance(e, LoweringError) else None)
+    moved = sum(len(_waits_before(rows[d]).items() - _waits_before(budgeted[d]).items()) for d in rows)
+    if not moved:
+        return Loaded(schedule)
+    order = tuple(tuple(budgeted[d]) for d in range(schedule.devices))
+    return Loaded(schedule.with_(order=order), moved)
+
+
+def _waits_before(row: list[Action]) -> dict[Action, int]:
+    """Each WAIT_SEND of ``row`` -> how many other actions come before it."""
+    out, k = {}, 0
+    for a in row:
+        if a.kind in SEND_WAIT_KINDS:
+            out[a] = k
+        else:
+            k += 1
+    return out
+
+
+def retarget(schedule: Schedule, *, torch: str | Release | Runtime | None = None) -> Schedule:
+    """A compute+comms ``schedule`` written for one release, in the dialect of release
+    ``torch`` (default: the installed one): for a release that retires each send by its own
+    wait (2.15), a WAIT_SEND per send placed as PyTorch's own lowering places it
+    (:func:`add_wait_send`) and a WAIT_REDUCE_GRAD right after each REDUCE_GRAD; for one
+    that waits at the end of the step (2.13, 2.14), those waits removed.  The order of
+    everything else is kept, so what was valid stays valid (docs/spec.md 9.5)."""
+    release, _ = _release_and_options(torch, None, None)
+    if not schedule.has_explicit_comm:
+        raise LoweringError("the schedule lists no SEND/RECV: lower the compute-only schedule instead")
+    rows: Rows = {d: [a for a in row if a is not None and a.kind not in SEND_WAIT_KINDS | {WAIT_REDUCE_GRAD}]
+                  for d, row in enumerate(schedule.order)}
+    if release.send_retirement == BY_WAIT:
+        rows = add_wait_send(rows)
+    if release.reduce_grad_wait:
+        rows = {d: [x for a in row for x in ((a, Action(a.stage, WAIT_REDUCE_GRAD, None))
+                                              if a.kind == REDUCE_GRAD else (a,))] for d, row in rows.items()}
+    order = tuple(tuple(rows[d]) for d in range(schedule.devices))
+    return schedule.with_(order=order, name=f"{schedule.name or 'schedule'} for torch {release.version}")
+
+
 def _stage_of(stage: int | None) -> int:
     assert stage is not None  # a send carries its stage
     return stage
 
 
-__all__ = ["Lowered", "LoweringError", "add_reduce_grad", "add_send_recv", "add_unshard_reshard",
-           "add_wait_send", "add_wait_send_budget", "defer_recv_ops", "lower", "lower_checked",
+__all__ = ["Loaded", "Lowered", "LoweringError", "add_reduce_grad", "as_loaded", "add_send_recv", "add_unshard_reshard",
+           "add_wait_send", "add_wait_send_budget", "defer_recv_ops", "lower", "lower_checked", "retarget",
            "torch_lowering", "validate_send_waits"]
 
 
 # --------------------------------------------------------------------------- our own lowering
 
 
-def lower(schedule: Schedule, *, costs=None, comm_semantics: str = "torch-nccl", nccl=None) -> Schedule:
+def lower(schedule: Schedule, *, costs=None, comm_semantics: str = "torch-nccl", nccl=None, torch=None,
+          p2p=None, runtime_options=None) -> Schedule:
     """A compute+comms schedule for ``schedule`` that PyTorch's runtime runs without a hang or
-    a crossed message under ``comm_semantics`` (``torch`` or ``torch-nccl``), at the
-    compute-only makespan wherever that is achievable, and never slower than PyTorch's own
-    lowering (:func:`torch_lowering`) under the same semantics.  The result is re-checked;
-    :class:`LoweringError` says why when no lowering can be given.
+    a crossed message under ``comm_semantics`` (``torch`` or ``torch-nccl``) on release
+    ``torch`` with its layout ``p2p`` (as for :func:`schedverify.check`; default: the
+    installed release), at the compute-only makespan wherever that is achievable, and never
+    slower than PyTorch's own lowering (:func:`torch_lowering`) there.  The result is
+    re-checked; :class:`LoweringError` says why when no lowering can be given.
 
     The construction (docs/spec.md 8.6): time the compute-only schedule as soon as possible
     under ``costs``; every message gets the key (time its data is ready, sender, receiver,
@@ -657,15 +727,19 @@ def lower(schedule: Schedule, *, costs=None, comm_semantics: str = "torch-nccl",
     last compute that ends by its key (a SEND after its producer, a RECV before its consumer).
     Both ends of a device pair then post its messages in one order (no crossing), and on every
     stream the head is the pending message of least key, whose both ends are at their heads
-    once its data is ready (no hang, no head-of-line wait beyond the compute-only timing).
+    once its data is ready (no hang, no head-of-line wait beyond the compute-only timing).  A
+    release that retires each send by its own wait (2.15) gets PyTorch's placement of the
+    waits (``_add_wait_send``), which waits only for what the rank waits for already
+    (docs/spec.md 9.5).
     """
-    return lower_checked(schedule, costs=costs, comm_semantics=comm_semantics, nccl=nccl).schedule
+    return lower_checked(schedule, costs=costs, comm_semantics=comm_semantics, nccl=nccl, torch=torch, p2p=p2p,
+                         runtime_options=runtime_options).schedule
 
 
 @dataclass(frozen=True)
 class Lowered:
     """What :func:`lower_checked` found: the lowering it chose and its report, and the reports
-    of the compute-only schedule and of PyTorch's plain lowering, all under one semantics."""
+    of the compute-only schedule and of PyTorch's plain lowering, all under one runtime."""
 
     schedule: Schedule
     report: Any
@@ -673,34 +747,56 @@ class Lowered:
     pytorch: Any
 
 
-def lower_checked(schedule: Schedule, *, costs=None, comm_semantics: str = "torch-nccl", nccl=None) -> Lowered:
+def lower_checked(schedule: Schedule, *, costs=None, comm_semantics: str = "torch-nccl", nccl=None, torch=None,
+                  p2p=None, runtime_options=None) -> Lowered:
     """:func:`lower`, with the reports it decided on (so that a caller need not check again)."""
     from .check import check
-    from .runtime import RUNTIME_SEMANTICS
+    from .releases import BACKENDS, resolve
 
-    if comm_semantics not in RUNTIME_SEMANTICS:
+    if comm_semantics not in BACKENDS:
         raise LoweringError(f"lowering is for PyTorch's runtime: comm_semantics must be 'torch' or "
                             f"'torch-nccl', got {comm_semantics!r}")
-    plain = torch_lowering(schedule)  # refuses what PyTorch cannot lower, with its reason
-    base = check(schedule, costs=costs, comm_semantics=comm_semantics)
+    rt = resolve(comm_semantics, torch=torch, p2p=p2p, nccl=nccl, options=runtime_options)
+    plain = torch_lowering(schedule, torch=rt)  # refuses what PyTorch cannot lower, with its reason
+    options = dict(costs=costs, comm_semantics=comm_semantics, nccl=rt.nccl, torch=rt.release.version,
+                   p2p=rt.layout.name, runtime_options=rt.options)
+    base = check(schedule, **options)
     if not base.is_valid:
         first = base.violations[0]
         raise LoweringError(f"the compute-only schedule is invalid ({len(base.violations)} violation"
                             f"{'s' * (len(base.violations) != 1)}; first: {first})")
-    ours = _keyed_lowering(schedule, base.timeline)
-    options = dict(costs=costs, comm_semantics=comm_semantics, nccl=nccl)
+    ours = _keyed_lowering(schedule, base.timeline, rt)
     mine, theirs = check(ours, **options), check(plain, **options)
     if mine.is_valid and (not theirs.is_valid or mine.metrics.makespan <= theirs.metrics.makespan):
         return Lowered(ours, mine, base, theirs)
     if theirs.is_valid:  # never worse than PyTorch's: then PyTorch's is the answer
         return Lowered(plain.with_(name=f"{schedule.name or 'schedule'} lowered"), theirs, base, theirs)
-    raise LoweringError("no lowering runs under " + comm_semantics + ": ours fails with "
+    raise LoweringError(f"no lowering runs on {rt.release.name} under {comm_semantics}: ours fails with "
                         + str(mine.violations[0]) + "; PyTorch's with " + str(theirs.violations[0]))
 
 
-def _keyed_lowering(schedule: Schedule, timeline) -> Schedule:
-    """The construction of :func:`lower` on the compute-only ``timeline``: linear but for
+def _keyed_lowering(schedule: Schedule, timeline, rt: Runtime) -> Schedule:
+    """The construction of :func:`lower` on the compute-only ``timeline``, for the runtime
+    ``rt``: the release's passes before ``send_recv`` (UNSHARD/RESHARD, REDUCE_GRAD and its
+    wait), our SEND/RECV placement instead of ``send_recv`` (and of ``defer_recv``), then the
+    release's passes after it (a wait per send, its check, the send budget).  Linear but for
     sorting the messages and a binary search per message."""
+    passes = rt.release.lowering
+    split = passes.index("send_recv")
+    ctx = _Context(schedule, rt.options)
+    rows: Rows = {d: [a for a in row if a is not None] for d, row in enumerate(schedule.order)}
+    for name in passes[:split]:
+        rows = _PASSES[name](rows, ctx)
+    rows = _keyed_messages(schedule, timeline, rows)
+    for name in passes[split + 1:]:
+        if name != "defer_recv":  # our RECVs are where they must be
+            rows = _PASSES[name](rows, ctx)
+    order = tuple(tuple(rows[d]) for d in range(schedule.devices))
+    return schedule.with_(order=order, name=f"{schedule.name or 'schedule'} lowered")
+
+
+def _keyed_messages(schedule: Schedule, timeline, rows: Rows) -> Rows:
+    """Each rank's list with its SENDs and RECVs posted in key order (docs/spec.md 8.6)."""
     route = schedule.placement.routes[0]
     S = schedule.stages
     g = timeline.graph
@@ -708,8 +804,6 @@ def _keyed_lowering(schedule: Schedule, timeline) -> Schedule:
     for i, a in enumerate(g.acts):
         for x in a.leaves():
             end_of[(x.stage, x.kind, x.microbatch)] = timeline.end[i]
-    rows = {d: add_reduce_grad(add_unshard_reshard(list(row)), schedule.microbatches)
-            for d, row in enumerate(schedule.order)}
     # per device: where each compute leaf sits, and its computes' ends (in device order, so
     # nondecreasing: a device runs one action at a time)
     at: dict[tuple, int] = {}
@@ -718,7 +812,7 @@ def _keyed_lowering(schedule: Schedule, timeline) -> Schedule:
     for d, row in rows.items():
         computed[d], ends[d] = [], []
         for k, a in enumerate(row):
-            if a.kind in (UNSHARD, RESHARD, REDUCE_GRAD):
+            if a.kind in (UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD):
                 continue
             computed[d].append(k)
             ends[d].append(max(end_of[(x.stage, x.kind, x.microbatch)] for x in a.leaves()))
@@ -759,5 +853,4 @@ def _keyed_lowering(schedule: Schedule, timeline) -> Schedule:
             new.append(a)
             new.extend(inserts[d].get(k, ()))
         out[d] = new
-    order = tuple(tuple(out[d]) for d in range(schedule.devices))
-    return schedule.with_(order=order, name=f"{schedule.name or 'schedule'} lowered")
+    return out

@@ -219,17 +219,22 @@ class MemoryModel:
 
     ``F`` allocates ``activation`` (per stage) at its start; ``B`` frees it at its end; ``I``
     frees ``(1-w)`` of it and ``W`` the remaining ``w``.  ``static`` is added, per stage, on
-    every device that holds the stage.  ``limit`` None means "no limit".
+    every device that holds the stage.  ``limit`` None means "no limit".  ``message`` (per
+    stage, default 0): what a SEND of the stage holds while it is pending, under PyTorch's
+    runtime (docs/spec.md 9.2): from the SEND until the WAIT_SEND that retires it (2.15), or
+    to the end of the step (2.13, 2.14), on top of the activation.
     """
 
     activation: PerStage = 1
     w: float = 0.5
     static: PerStage = 0
     limit: float | None = None
+    message: PerStage = 0
 
     def __post_init__(self):
         _validate(self, "memory", {"activation": (True, 0, None, False), "w": (False, 0, 1, False),
-                                   "static": (True, 0, None, False), "limit": (False, 0, None, True)})
+                                   "static": (True, 0, None, False), "limit": (False, 0, None, True),
+                                   "message": (True, 0, None, False)})
 
 
 #: docs/spec.md 3.5 (eager, rendezvous: abstract) and 8 (torch, torch-nccl: PyTorch's runtime
@@ -426,8 +431,8 @@ def resolve_memory(schedule: Schedule, override=None, limit: float | None = None
     if isinstance(override, MemoryModel):
         base = override
     elif override:
-        base = replace(base, **_fields("memory", override, ("activation", "w", "static", "limit")))
+        base = replace(base, **_fields("memory", override, ("activation", "w", "static", "limit", "message")))
     if limit is not None:
         base = replace(base, limit=limit)
-    _check_per_stage("memory", base, ("activation", "static"), schedule.stages)
+    _check_per_stage("memory", base, ("activation", "static", "message"), schedule.stages)
     return base

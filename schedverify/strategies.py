@@ -17,6 +17,10 @@ The strategies and the record type:
   it may also cause (``may``), or that the schedule stays valid.
 - :func:`costs` and :func:`memory_models` draw :class:`~schedverify.model.Costs` and
   :class:`~schedverify.model.MemoryModel` with exactly representable values.
+- :func:`with_waits` draws a schedule in PyTorch 2.15's dialect: a ``WAIT_SEND_F`` or
+  ``WAIT_SEND_B`` per send at a random later place on its device (or where PyTorch's own
+  lowering puts it), a ``WAIT_REDUCE_GRAD`` per ``REDUCE_GRAD``; a random place may hang
+  (docs/spec.md 9.2), which is what a checker of 2.15 schedules must find.
 
 Example: test your own schedule generator, and your own checker::
 
@@ -76,6 +80,7 @@ from .model import (
 
 __all__ = [
     "MUTATION_KINDS", "Mutation", "costs", "memory_models", "mutations", "schedules", "valid_schedules",
+    "with_waits",
 ]
 
 PLACEMENTS = ("loop", "v", "list")
@@ -336,6 +341,66 @@ def _valid(draw, devices, microbatches, chunks, placements, bidirectional, backw
         D, S, M, tuple(tuple(row) for row in order), placement, name="random", costs=cost,
         memory=memory, comm_semantics=None if semantics == "none" else semantics,
     )
+
+
+# --------------------------------------------------------------------------- 2.15's waits
+
+
+def with_waits(schedule: Schedule, *, placement: str | None = None) -> SearchStrategy[Schedule]:
+    """``schedule`` (which lists its communication) with a wait per send and per gradient
+    reduction, as PyTorch 2.15's runtime needs them (docs/spec.md 9.2, 9.3).
+
+    ``placement``: ``"pytorch"`` puts each wait where PyTorch's lowering does (a forward
+    send's right after its stage's backward of that microbatch, a backward send's at the end
+    of the device's list: :func:`schedverify.lowering.add_wait_send`), ``"random"`` at a
+    random place after its send, None (default) draws per wait.  A WAIT_REDUCE_GRAD goes
+    right after its REDUCE_GRAD, or (random) at a random place before the device's next
+    REDUCE_GRAD.  Waits already in ``schedule`` are kept as they are."""
+    if placement not in (None, "pytorch", "random"):
+        raise InvalidArgument(f"with_waits: placement must be 'pytorch', 'random' or None, got {placement!r}")
+    return _with_waits(schedule, placement)
+
+
+@st.composite
+def _with_waits(draw, schedule: Schedule, placement: str | None) -> Schedule:
+    from .lowering import add_wait_send
+    from .model import SEND_WAIT_KINDS, WAIT_OF, WAIT_REDUCE_GRAD
+
+    rows = [[a for a in row if a is not None] for row in schedule.order]
+    if not any(a.kind in SEND_WAIT_KINDS for row in rows for a in row):
+        pytorch = add_wait_send(dict(enumerate(rows)))
+        out = []
+        for d, row in enumerate(rows):
+            keep = list(pytorch[d])
+            # each wait: PyTorch's place, or a random one after its send
+            for a in row:
+                if a.kind not in _SENDS or a.microbatch is None:
+                    continue
+                wait = Action(a.stage, WAIT_OF[a.kind], a.microbatch)
+                if wait not in keep:
+                    continue  # a second send of one label: PyTorch's pass names it once
+                if placement == "pytorch" or (placement is None and draw(st.booleans())):
+                    continue
+                keep.remove(wait)
+                at = keep.index(a) + 1
+                keep.insert(draw(st.integers(at, len(keep))), wait)
+            out.append(keep)
+        rows = out
+    final = []
+    for row in rows:
+        new = list(row)
+        reduces = [k for k, a in enumerate(new) if a.kind == REDUCE_GRAD]
+        for j, k in reversed(list(enumerate(reduces))):
+            s = new[k].stage
+            if any(a.kind == WAIT_REDUCE_GRAD and a.stage == s for a in new):
+                continue
+            limit = reduces[j + 1] if j + 1 < len(reduces) else len(new)
+            at = k + 1
+            if placement == "random" or (placement is None and draw(st.booleans())):
+                at = draw(st.integers(k + 1, limit))
+            new.insert(at, Action(s, WAIT_REDUCE_GRAD, None))
+        final.append(tuple(new))
+    return schedule.with_(order=tuple(final))
 
 
 # --------------------------------------------------------------------------- any schedule

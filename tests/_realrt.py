@@ -93,10 +93,14 @@ def reference(stages: int, microbatches: int):
 
 def run_schedule(csv_text: str, *, fmt: str, ranks: int, stages_per_rank: int, microbatches: int,
                  placement: str = "loop", defer_pp_recv: bool = False, timeout_s: float = 30,
-                 comm_timeout_s: float | None = None) -> Outcome:
+                 comm_timeout_s: float | None = None, env: dict | None = None,
+                 runtime_options: dict | None = None) -> Outcome:
     """One ``step()`` of the schedule in ``csv_text`` (``_load_csv(format=fmt)``) on ``ranks``
     gloo processes.  ``comm_timeout_s`` (gloo's, default a third of ``timeout_s``) turns a
-    stuck receive into an exception, reported as "hang" like the hard ``timeout_s``."""
+    stuck receive into an exception, reported as "hang" like the hard ``timeout_s``.  ``env``:
+    more environment for the workers (``TORCH_DISTRIBUTED_PIPELINE_PER_EDGE_P2P=1``);
+    ``runtime_options``: more keyword arguments of ``_PipelineScheduleRuntime``
+    (``max_outstanding_sends``, ...)."""
     start = time.monotonic()
     stages = ranks * stages_per_rank
     stage_ranks(placement, ranks, stages)  # refuse a bad placement here, not in every worker
@@ -107,8 +111,8 @@ def run_schedule(csv_text: str, *, fmt: str, ranks: int, stages_per_rank: int, m
         (tmp / "config.json").write_text(json.dumps(dict(
             fmt=fmt, ranks=ranks, stages=stages, microbatches=microbatches, placement=placement,
             defer_pp_recv=defer_pp_recv, comm_timeout_s=comm_timeout_s or timeout_s / 3,
-            deadline=time.time() + timeout_s)))
-        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+            deadline=time.time() + STARTUP_S + timeout_s, runtime_options=runtime_options or {})))
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **(env or {}))
         if sys.platform.startswith("linux"):
             env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         for r in range(ranks):
@@ -116,7 +120,7 @@ def run_schedule(csv_text: str, *, fmt: str, ranks: int, stages_per_rank: int, m
                 procs.append(subprocess.Popen(
                     [sys.executable, __file__, str(tmp), str(r)], env=env, stdin=subprocess.DEVNULL,
                     stdout=err, stderr=subprocess.STDOUT, start_new_session=True))
-        timed_out = _wait_all(procs, start + timeout_s)
+        timed_out = _wait_all(procs, start + timeout_s, tmp, ranks)
         seconds = time.monotonic() - start
         if timed_out:
             return Outcome("hang", f"no result after {timeout_s:g} s", seconds)
@@ -131,15 +135,32 @@ def run_schedule(csv_text: str, *, fmt: str, ranks: int, stages_per_rank: int, m
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _wait_all(procs, deadline: float) -> bool:
+#: How long the workers may take to import torch and start, on top of the run's timeout (a
+#: loaded 2-core machine takes 15 s or more per process to import a CUDA build of torch).
+STARTUP_S = 120
+
+
+def _wait_all(procs, deadline: float, tmp: Path, ranks: int) -> bool:
     """Wait until every worker exits, or one fails (the others are then killed: a peer of a
-    failed rank would only sit in a receive until gloo gives up); True if the deadline passed."""
+    failed rank would only sit in a receive until gloo gives up); True if the deadline passed.
+    The deadline is pushed back by the time the workers take to start (their ready files),
+    up to :data:`STARTUP_S`."""
+    started = time.monotonic()
+    ready = False
     while any(p.poll() is None for p in procs):
         if any(p.returncode not in (None, 0) for p in procs):
             time.sleep(0.3)  # let a peer failing for its own reason write its error first
             _kill(procs)
             return False
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if not ready:
+            if all((tmp / f"ready{r}").exists() for r in range(ranks)):
+                ready = True
+                deadline += now - started
+            elif now > started + STARTUP_S:
+                _kill(procs)
+                return True
+        elif now > deadline:
             _kill(procs)
             return True
         time.sleep(0.02)
@@ -236,7 +257,7 @@ def _worker(tmp: Path, rank: int) -> None:
     mine = [s for s, r in enumerate(stage_ranks(cfg["placement"], ranks, stages)) if r == rank]
     pipeline = [PipelineStage(blocks[s], s, stages, torch.device("cpu")) for s in mine]
     schedule = _PipelineScheduleRuntime(pipeline, m, loss_fn=torch.nn.functional.mse_loss,
-                                        defer_pp_recv=cfg["defer_pp_recv"])
+                                        defer_pp_recv=cfg["defer_pp_recv"], **cfg["runtime_options"])
     schedule._load_csv(str(tmp / "schedule.csv"), format=cfg["fmt"])
     # The first stage's rank passes the batch, the last stage's the target and a list that
     # receives the losses; a rank with neither passes nothing.

@@ -439,9 +439,30 @@ def test_cap_stops_counting_far_beyond_the_kept():
     assert report.truncated == MAX_COUNTED and not report.truncated_exact
 
 
+# PyTorch 2.15's rules (docs/spec.md 9): 1F1B on 2 ranks as its lowering writes it, broken
+# one way per code (tests/test_releases.py has each message, both engines and the layouts)
+R0_15 = "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0WAIT_SEND_F0,0RECV_B1,0B1,0WAIT_SEND_F1,0REDUCE_GRAD,0WAIT_REDUCE_GRAD"
+R1_15 = "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1,1REDUCE_GRAD,1WAIT_REDUCE_GRAD,1WAIT_SEND_B0,1WAIT_SEND_B1"
+
+
+@pytest.mark.parametrize("torch, r0, options, code", [
+    ("2.13", R0_15, {}, "SV103"),  # a kind 2.13 does not have
+    ("2.15", R0_15.replace(",0WAIT_REDUCE_GRAD", ""), {}, "SV407"),  # REDUCE_GRAD never waited for
+    ("2.15", R0_15.replace(",0WAIT_SEND_F1", ""), {}, "SV505"),  # a send never waited for
+    ("2.15", R0_15.replace("0F1,", "0WAIT_SEND_F1,0F1,"), {}, "SV506"),  # a wait before its send
+    ("2.15", R0_15, {"max_outstanding_sends": 0}, "SV507"),  # a budget no move of waits meets
+])
+def test_each_215_rule_has_its_code(torch, r0, options, code):
+    s = sv.loads_csv(r0 + "\n" + R1_15 + "\n")
+    report = sv.check(s, comm_semantics="torch", torch=torch, runtime_options=options or None)
+    assert code in report.codes(), [str(v) for v in report.violations]
+    assert sv.check(sv.loads_csv(R0_15 + "\n" + R1_15 + "\n"), comm_semantics="torch", torch="2.15").is_valid
+
+
 def test_every_code_is_registered_once_and_tested_here():
-    tested = {"SV101", "SV102", "SV201", "SV202", "SV203", "SV301", "SV401", "SV402", "SV403",
-              "SV404", "SV405", "SV406", "SV501", "SV502", "SV503", "SV504", "SV601"}
+    tested = {"SV101", "SV102", "SV103", "SV201", "SV202", "SV203", "SV301", "SV401", "SV402", "SV403",
+              "SV404", "SV405", "SV406", "SV407", "SV501", "SV502", "SV503", "SV504", "SV505", "SV506",
+              "SV507", "SV601"}
     assert set(CODES) == tested, "a new violation code needs a crafted-schedule test in this file"
     slugs = [c.slug for c in CODES.values()]
     assert len(slugs) == len(set(slugs))

@@ -3,10 +3,17 @@
 and its outcome (ok, wrong numbers, an exception, a hang) is pinned; then schedverify's
 verdict under ``comm_semantics="torch"`` must be valid exactly when the runtime is ok.
 
+The table is the installed release's (docs/spec.md 9): hand-written compute+comms schedules
+in its dialect (2.15's with a WAIT_SEND per send and a WAIT_REDUCE_GRAD per REDUCE_GRAD,
+:func:`schedverify.lowering.retarget`), PyTorch's own lowering of its schedule classes, our
+lowering, mutations of PyTorch's lowered files, a CSV written for another release, and runs
+on the release's other communicator layouts.  CI runs it under each release in a venv of its
+own (.ci/run).
+
 Each case runs once (the module-scoped ``run`` fixture) and serves both tests.  On an idle
 2-core machine a 2-rank run takes about 4-5 s (most of it importing torch in each process),
-a 4-rank run 9-10 s, the deadlock 14 s (gloo's timeout of 10 s, a third of the harness's
-hard 30 s): about 110 s for the table, 1.5x that on a loaded machine."""
+a 4-rank run 9-10 s, a hang 14 s (gloo's timeout of 10 s, a third of the harness's hard
+30 s): a few minutes for the table, 1.5x that on a loaded machine."""
 
 from __future__ import annotations
 
@@ -29,7 +36,12 @@ from torch.distributed.pipelining import schedules as ts  # noqa: E402
 
 from _realrt import mock_stages, run_schedule  # noqa: E402
 from schedverify.generators import FAMILIES  # noqa: E402
-from schedverify.lowering import lower, torch_lowering  # noqa: E402
+from schedverify.lowering import lower, retarget, torch_lowering  # noqa: E402
+from schedverify.releases import BY_WAIT, release  # noqa: E402
+
+#: The installed release, as schedverify models it: what the table and the verdicts are about.
+RELEASE, _ = release(torch.__version__)
+WAITS = RELEASE.send_retirement == BY_WAIT
 
 
 # --- where the CSVs come from ----------------------------------------------------------
@@ -49,13 +61,18 @@ def pytorch(name: str, ranks: int, m: int, per_rank: int, *, lowered: bool = Fal
     ``_dump_csv(format="compute_comms")``."""
 
     def build() -> str:
+        cls = ts.get_schedule_class(name)
+        single = issubclass(cls, ts.PipelineScheduleSingle)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            sched = ts.get_schedule_class(name)(mock_stages(ranks, per_rank), m)
+            sched = cls(mock_stages(ranks, per_rank, single=single), m)
         if not lowered:
             return _rows_csv(sched.pipeline_order)
         runtime = ts._PipelineScheduleRuntime(mock_stages(ranks, per_rank), m, defer_pp_recv=defer)
-        runtime._prepare_schedule_with_comms(sched.pipeline_order)
+        # a single-stage class ends its order in REDUCE_GRAD (and, from 2.15, its wait), which
+        # the runtime's lowering adds itself and refuses to be given
+        runtime._prepare_schedule_with_comms({r: [a for a in row if a is None or a.is_compute_op]
+                                              for r, row in sched.pipeline_order.items()})
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "comms.csv"
             runtime._dump_csv(str(path), format="compute_comms")
@@ -111,8 +128,61 @@ def lowered_by_us(build: Callable[[], str], ranks: int, m: int, per_rank: int, p
     return lowered
 
 
-def hand(name: str):
-    return lambda: "\n".join(HAND[name]) + "\n"
+def in_dialect(rows: tuple[str, ...], release_version: str) -> str:
+    """A hand-written 2-rank compute+comms CSV (written as for 2.13) in a release's dialect."""
+    s = sv.loads_csv("\n".join(rows) + "\n")
+    return sv.dumps_csv(retarget(s, torch=release_version))
+
+
+def hand(name: str, for_release: str | None = None):
+    """A builder of a hand-written case, in the installed release's dialect or another's."""
+    return lambda: in_dialect(HAND[name], for_release or RELEASE.version)
+
+
+def edited(build: Callable[[], str], edit: Callable[[list[list[str]]], None]):
+    """A builder of ``build``'s CSV with its cells edited in place by ``edit`` (rows of
+    cells)."""
+
+    def text() -> str:
+        rows = [line.split(",") for line in build().replace("\r\n", "\n").splitlines()]
+        edit(rows)
+        return "\n".join(",".join(row) for row in rows) + "\n"
+
+    return text
+
+
+def drop(rank: int, cell: str):
+    return lambda rows: rows[rank].remove(cell)
+
+
+def duplicate(rank: int, cell: str):
+    return lambda rows: rows[rank].insert(rows[rank].index(cell), cell)
+
+
+def move(rank: int, cell: str, by: int):
+    """Move ``cell`` ``by`` places later on ``rank`` (earlier when negative)."""
+
+    def edit(rows):
+        k = rows[rank].index(cell)
+        rows[rank].insert(max(0, k + by), rows[rank].pop(k))
+
+    return edit
+
+
+def move_before(rank: int, cell: str, before: str):
+    def edit(rows):
+        rows[rank].remove(cell)
+        rows[rank].insert(rows[rank].index(before), cell)
+
+    return edit
+
+
+def swap(rank: int, a: str, b: str):
+    def edit(rows):
+        i, j = rows[rank].index(a), rows[rank].index(b)
+        rows[rank][i], rows[rank][j] = rows[rank][j], rows[rank][i]
+
+    return edit
 
 
 # --- the table -------------------------------------------------------------------------
@@ -132,14 +202,16 @@ class Case:
     # what schedverify checks, when not the CSV above: the defer_pp_recv cases run the
     # compute-only CSV, which PyTorch itself lowers with _defer_recv_ops
     checked: Callable[[], str] | None = None
+    p2p: str | None = None  # the communicator layout the runtime is set to (None: its default)
+    runtime_options: tuple[tuple[str, object], ...] = ()  # more _PipelineScheduleRuntime options
 
 
 def _co(name, build, ranks, m, per_rank=1, placement="loop"):
     return Case(name, build, "compute_only", ranks, per_rank, m, placement, False, "ok")
 
 
-def _cc(name, expected, code=None):
-    return Case(name, hand(name), "compute_comms", 2, 1, 2, "loop", False, expected, code)
+def _cc(name, expected, code=None, *, build=None, p2p=None, **kw):
+    return Case(name, build or hand(name), "compute_comms", 2, 1, 2, "loop", False, expected, code, p2p=p2p, **kw)
 
 
 def _defer(name, ranks, m, placement, expected, code=None):
@@ -181,6 +253,47 @@ CASES = [
     Case("InterleavedZeroBubble-2x4-ours", lowered_by_us(pytorch("InterleavedZeroBubble", 2, 4, 2), 2, 4, 2, "loop"),
          "compute_comms", 2, 2, 4, "loop", False, "ok"),
     Case("zb-v-2x4-ours", lowered_by_us(ours("zb-v", 2, 4), 2, 4, 2, "v"), "compute_comms", 2, 2, 4, "v", False, "ok"),
+    # mutations of PyTorch's own lowering: a RECV moved past the next (crossed), a SEND moved
+    # three places later (after a RECV of its peer: crossed)
+    Case("Interleaved1F1B-2x4-swapped-recvs",
+         edited(pytorch("Interleaved1F1B", 2, 4, 2, lowered=True), swap(0, "2RECV_F0", "2RECV_F1")),
+         "compute_comms", 2, 2, 4, "loop", False, "wrong", "SV504"),
+    Case("GPipe-2x3-send-later", edited(pytorch("GPipe", 2, 3, 1, lowered=True), move(0, "0SEND_F0", 3)),
+         "compute_comms", 2, 1, 3, "loop", False, "wrong", "SV504"),
+]
+
+# What only a release that retires each send by its own wait (2.15) refuses or runs, and a
+# CSV written for the other dialect.
+CASES += [
+    # a send with no wait, a wait twice, a wait before its send: refused at load
+    _cc("no-wait", "error", "SV505", build=edited(hand("1f1b-by-hand"), drop(0, "0WAIT_SEND_F1"))),
+    _cc("double-wait", "error", "SV506", build=edited(hand("1f1b-by-hand"), duplicate(0, "0WAIT_SEND_F0"))),
+    _cc("wait-before-send", "error", "SV506",
+        build=edited(hand("1f1b-by-hand"), move_before(0, "0WAIT_SEND_F0", "0SEND_F0"))),
+    # a REDUCE_GRAD with no WAIT_REDUCE_GRAD: refused at load
+    _cc("no-wait-reduce-grad", "error", "SV407", build=edited(hand("1f1b-by-hand"), drop(0, "0WAIT_REDUCE_GRAD"))),
+    # each rank waits for its send before posting the receive the other one's send needs:
+    # gloo's wait() blocks the host until the receive is posted (unbound_buffer waitSend)
+    _cc("wait-wait-deadlock", "hang", "SV402", build=edited(edited(hand("1f1b-by-hand"),
+        move_before(0, "0WAIT_SEND_F1", "0RECV_B0")), move_before(1, "1WAIT_SEND_B0", "1RECV_F1"))),
+    # a wait right after its send: the receive is posted without waiting for it, so it runs
+    _cc("wait-right-after-send", "ok", build=edited(hand("1f1b-by-hand"),
+        move_before(0, "0WAIT_SEND_F0", "0F1"))),
+    # a 2.13 CSV (no waits): refused for its REDUCE_GRAD and its sends
+    _cc("older-release-csv", "error", "SV505", build=hand("1f1b-by-hand", "2.13")),
+    # ... the same on the per-edge communicators (TORCH_DISTRIBUTED_PIPELINE_PER_EDGE_P2P=1)
+    _cc("1f1b-by-hand-edge", "ok", build=hand("1f1b-by-hand"), p2p="edge"),
+    _cc("swapped-recvs-edge", "wrong", "SV504", build=hand("swapped-recvs"), p2p="edge"),
+    _cc("wait-wait-deadlock-edge", "hang", "SV402", build=edited(edited(hand("1f1b-by-hand"),
+        move_before(0, "0WAIT_SEND_F1", "0RECV_B0")), move_before(1, "1WAIT_SEND_B0", "1RECV_F1")), p2p="edge"),
+    Case("Interleaved1F1B-2x4-lowered-edge", pytorch("Interleaved1F1B", 2, 4, 2, lowered=True), "compute_comms",
+         2, 2, 4, "loop", False, "ok", p2p="edge"),
+    # max_outstanding_sends: PyTorch moves waits earlier to keep one send pending per rank
+    Case("Interleaved1F1B-2x4-one-send", pytorch("Interleaved1F1B", 2, 4, 2), "compute_only", 2, 2, 4, "loop",
+         False, "ok", runtime_options=(("max_outstanding_sends", 1),)),
+] if WAITS else [
+    # a 2.15 CSV: 2.13's _Action.from_str reads 0WAIT_SEND_F0 as 0W, which then has no microbatch
+    _cc("newer-release-csv", "error", "SV103", build=hand("1f1b-by-hand", "2.15")),
 ]
 
 # The one case where the runtime's outcome and schedverify's verdict differ by design
@@ -194,9 +307,10 @@ def run(request):
     """(case, its CSV text, its runtime outcome): one real run per case for both tests."""
     case = request.param
     text = case.build()
+    env = {RELEASE.switches[case.p2p].env: "1"} if case.p2p is not None else None
     outcome = run_schedule(text, fmt=case.fmt, ranks=case.ranks, stages_per_rank=case.per_rank,
                            microbatches=case.microbatches, placement=case.placement,
-                           defer_pp_recv=case.defer)
+                           defer_pp_recv=case.defer, env=env, runtime_options=dict(case.runtime_options))
     return case, text, outcome
 
 
@@ -212,11 +326,14 @@ def _verdicts(case: Case, text: str) -> list[tuple[str, sv.Report]]:
     compute-only schedule itself."""
     s = sv.loads_csv(text, devices=case.ranks, stages=case.ranks * case.per_rank,
                      microbatches=case.microbatches, placement=case.placement)
+    options = dict(case.runtime_options) or None
+    runtime = dict(comm_semantics="torch", p2p=case.p2p, runtime_options=options)
     if case.fmt == "compute_comms":
-        return [("as loaded", sv.check(s, comm_semantics="torch"))]
-    out = [("lowered", sv.check(torch_lowering(s, defer_recv=case.defer), comm_semantics="torch"))]
+        return [("as loaded", sv.check(s, **runtime))]
+    low = torch_lowering(s, defer_recv=case.defer, options=options)
+    out = [("lowered", sv.check(low, **runtime))]
     if not case.defer:
-        out.append(("compute-only", sv.check(s, comm_semantics="torch")))
+        out.append(("compute-only", sv.check(s, **runtime)))
     return out
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from ..cost.memory import memory_sweep
 from ..cost.timeline import Timeline, order_only_metrics, run_timeline
+from .. import diagnostics as dx
 from ..diagnostics import Report, Verdict, Violation
 from ..errors import InvalidSchedule, UsageError
 from ..graph import compile_graph, durations_for
@@ -41,6 +42,9 @@ class _Run:
         self.costs = resolve_costs(schedule, costs)
         self.memory_model = resolve_memory(schedule, memory, memory_limit)
         self.warnings: list[str] = []
+        self.refusal: str | None = None
+        if self.rt is not None and self.rt.options.max_outstanding_sends is not None:
+            schedule = self._budget(schedule, self.rt)
         # PyTorch's runtime (docs/spec.md 8, 9): the structure as under eager, the execution
         # by the runtime model when the schedule lists its communication
         self.schedule = schedule
@@ -49,9 +53,30 @@ class _Run:
         self.runtime: RuntimeResult | None = None
         self._timed = False
 
+    def _budget(self, schedule: Schedule, rt: Runtime) -> Schedule:
+        """What the runtime runs with max_outstanding_sends (docs/spec.md 9.2)."""
+        from ..lowering import as_loaded
+
+        loaded = as_loaded(schedule, rt)
+        self.refusal = loaded.refusal
+        if loaded.moved:
+            self.warnings.append(
+                f"{rt.release.name} moves {loaded.moved} wait{'s' * (loaded.moved != 1)} earlier to keep at most "
+                f"{rt.options.max_outstanding_sends} send(s) pending per rank (max_outstanding_sends): the "
+                "positions are those of the order it runs")
+        return loaded.schedule
+
     @cached_property
     def memory(self):
-        return memory_sweep(self.graph, self.memory_model)
+        return memory_sweep(self.graph, self.memory_model, retired_by=self._retired_by())
+
+    def _retired_by(self) -> dict[int, int] | None:
+        """Under PyTorch's runtime, each send's retiring wait (docs/spec.md 9.2): from 2.15 its
+        WAIT_SEND, before that none (the step's end); None under an abstract semantics."""
+        if self.rt is None:
+            return None
+        assert self.waits is not None  # made with rt
+        return self.waits.retired_by if self.rt.waits_for_sends else {}
 
     def _time(self) -> None:
         """Run the timeline (or PyTorch's runtime model) once."""
@@ -79,7 +104,8 @@ class _Run:
         durations = durations_for(g, self.costs)
         result = simulate(g, durations, self.costs.comm, rt, waits=self.waits)
         compute = [0 if c else d for c, d in zip(result.is_comm, durations)]  # busy = compute only
-        self.timeline = Timeline(g, self.costs, self.memory_model, compute, result, result.critical_path)
+        self.timeline = Timeline(g, self.costs, self.memory_model, compute, result, result.critical_path,
+                                 retired_by=self._retired_by())
         self.runtime, self.hangs, self.hang_mode = result, result, rt.on_nccl
         # SV405 means "hangs only on NCCL".  When the NCCL run stalls, run the gloo model too:
         # a schedule that hangs on gloo as well has a plain deadlock (SV402) to fix first.
@@ -107,6 +133,9 @@ class _Run:
             yield from rules.reduce_pairing(g, rt)
             assert self.waits is not None  # made with rt
             yield from rules.send_retirement(g, rt, self.waits)
+            if self.refusal is not None:
+                yield Violation(dx.SEND_BUDGET, f"{rt.release.name} refuses the schedule when it loads it: "
+                                f"{self.refusal}")
         self._time()
         if self.runtime is not None:
             assert rt is not None  # the runtime ran

@@ -33,6 +33,9 @@ def register(sub) -> None:
                    help="megatron: microbatch_group_size_per_vp_stage (default: the schedule's, else PP)")
     p.add_argument("--num-layers", type=positive_int, metavar="L",
                    help="megatron: the model's layers, to check their split over PP x VP")
+    p.add_argument("--torch", metavar="RELEASE",
+                   help="pytorch, torchtitan: the PyTorch release that will run it (2.13, 2.14 or 2.15; "
+                        "default: the installed torch's, else the newest modelled)")
     add_input_options(p)
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text for people; json prints one object")
@@ -63,7 +66,8 @@ def run(args, out, err) -> int:
     source = source_name(args.file)
     options = input_options(args)
     schedule, findings = lint_file(args.file, args.target, pipeline_schedule=args.pipeline_schedule,
-                                   group_size=args.group_size, num_layers=args.num_layers, **options)
+                                   group_size=args.group_size, num_layers=args.num_layers, torch=args.torch,
+                                   **options)
     if args.format == "json":
         print(json.dumps({"file": source, "target": args.target,
                           "schedule": {"devices": schedule.devices, "stages": schedule.stages,

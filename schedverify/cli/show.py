@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..io.files import source_name
 from . import EXIT_INVALID, EXIT_OK
-from .common import (add_cost_options, add_input_options, in_schedule_units, load_input, nccl_options,
+from .common import (add_cost_options, add_input_options, in_schedule_units, load_input, runtime_args,
                      whole_number, write_output)
 
 
@@ -61,7 +61,7 @@ def run(args, out, err) -> int:
         image_format(args.output)  # a bad name fails before any work
         _matplotlib()
     view = build_view(schedule, costs=costs, memory_limit=memory_limit,
-                      comm_semantics=args.comm_semantics, nccl=nccl_options(args))
+                      comm_semantics=args.comm_semantics, **runtime_args(args))
     code = EXIT_OK if view.report.is_valid else EXIT_INVALID
     wrote = []
     if args.output and args.trace and Path(args.output).resolve() == Path(args.trace).resolve():

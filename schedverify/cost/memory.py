@@ -18,7 +18,7 @@ from operator import add, gt, sub
 
 from .. import _accel
 from ..graph import KIND_CODE, Graph
-from ..model import B, F, I, W, MemoryModel, per_stage
+from ..model import SEND_B, SEND_F, B, F, I, W, MemoryModel, per_stage
 
 
 @dataclass
@@ -87,17 +87,39 @@ def per_action_effects(g: Graph, model: MemoryModel) -> list[list]:
     return cols
 
 
-def memory_sweep(g: Graph, model: MemoryModel, start=None, end=None) -> MemoryResult:
-    """Peaks per device; with ``start``/``end`` (a timeline) also the memory-over-time steps."""
+def message_effects(g: Graph, model: MemoryModel, alloc: list, free: list, retired_by: dict[int, int]) -> None:
+    """Add what pending sends hold (docs/spec.md 9.2) to the ``alloc`` and ``free`` columns:
+    each SEND allocates its stage's ``message`` at its start, and the WAIT_SEND that retires
+    it (``retired_by``: send -> wait) frees it at its end; a send no wait retires holds it to
+    the end of the step."""
+    sends = (KIND_CODE[SEND_F], KIND_CODE[SEND_B])
+    for i, (c, s) in enumerate(zip(g.code, g.stage)):
+        if c in sends:
+            m = per_stage(model.message, s)
+            alloc[i] += m
+            w = retired_by.get(i)
+            if w is not None:
+                free[w] += m
+
+
+def memory_sweep(g: Graph, model: MemoryModel, start=None, end=None, *,
+                 retired_by: dict[int, int] | None = None) -> MemoryResult:
+    """Peaks per device; with ``start``/``end`` (a timeline) also the memory-over-time steps.
+    ``retired_by`` (send -> its wait; under PyTorch's runtime only): count what pending sends
+    hold (``model.message``)."""
     static = static_memory(g, model)
     limit = model.limit
     kernel = _accel.kernel
-    if kernel is not None and start is None:
+    messages = retired_by is not None and bool(model.message)
+    if kernel is not None and start is None and not messages:
         peaks = kernel.memory_plain(g.starts, g.code, g.stage, *_effect_tables(model),
                                     static, limit)
         if peaks is not None:  # no overlap or bookkeeping action: one kind code each
             return MemoryResult(static, *peaks)
     alloc, free, n_in, n_out = per_action_effects(g, model)
+    if messages:
+        assert retired_by is not None  # messages: given
+        message_effects(g, model, alloc, free, retired_by)
     peaks_n, peaks_m, peak_at, over = [], [], [], []
     series: list[list[tuple[float, float]]] | None = [] if start is not None else None
     for d in range(g.schedule.devices):

@@ -102,10 +102,13 @@ class Timeline:
     """The as-soon-as-possible execution of a schedule under given costs."""
 
     def __init__(self, graph: Graph, costs: Costs, memory: MemoryModel, durations: list[float],
-                 result: TimedRun, critical_path: Callable[[], list[int]] | None = None):
+                 result: TimedRun, critical_path: Callable[[], list[int]] | None = None, *,
+                 retired_by: dict[int, int] | None = None):
         """``result`` holds the times (a :class:`SweepResult`, or the runtime model's result,
         which then gives ``critical_path`` too: docs/spec.md 8 has other waits than
-        ``graph``'s)."""
+        ``graph``'s).  ``retired_by``: under PyTorch's runtime, each send's wait, so that the
+        memory counts what pending sends hold (docs/spec.md 9.2)."""
+        self.retired_by = retired_by
         self.graph = graph
         self._critical_path = critical_path
         self.costs = costs
@@ -143,7 +146,8 @@ class Timeline:
 
     def memory(self) -> MemoryResult:
         if self._memory is None:
-            self._memory = memory_sweep(self.graph, self.memory_model, self.start, self.end)
+            self._memory = memory_sweep(self.graph, self.memory_model, self.start, self.end,
+                                        retired_by=self.retired_by)
         return self._memory
 
     def entries(self, device: int):
@@ -196,7 +200,7 @@ class Timeline:
         return path
 
     def metrics(self, memory: MemoryResult | None = None) -> Metrics:
-        mem = memory or memory_sweep(self.graph, self.memory_model)
+        mem = memory or memory_sweep(self.graph, self.memory_model, retired_by=self.retired_by)
         busy = self.busy()
         T = self.makespan
         D = len(busy)
@@ -241,7 +245,7 @@ def order_only_metrics(timeline: Timeline, memory: MemoryResult | None = None) -
     """Metrics of a schedule that cannot run to the end: each device's busy time (the sum of
     its actions' costs) and its memory peaks (they follow the order), but no makespan, idle
     time or bubble."""
-    mem = memory or memory_sweep(timeline.graph, timeline.memory_model)
+    mem = memory or memory_sweep(timeline.graph, timeline.memory_model, retired_by=timeline.retired_by)
     busy = timeline.busy()
     devices = tuple(DeviceMetrics(d, busy[d], None, mem.peak_inflight[d], mem.peak_memory[d], mem.static[d])
                     for d in range(timeline.schedule.devices))

@@ -36,7 +36,7 @@ FIELDS = (
     "format", "name", "devices", "stages", "microbatches", "placement", "routes",
     "microbatch_route", "order", "costs", "memory", "comm_semantics", "metadata", "units",
 )
-MEMORY_FIELDS = ("activation", "w", "static", "limit")
+MEMORY_FIELDS = ("activation", "w", "static", "limit", "message")
 #: ``metadata`` is written back as it was read; deeper nesting could not be printed.
 MAX_METADATA_DEPTH = 64
 
@@ -245,6 +245,8 @@ def from_document(doc: Any, source: str = "<document>") -> Schedule:
             values["w"] = r.number("memory.w", m["w"], maximum=1.0)
         if m.get("limit") is not None:
             values["limit"] = r.number("memory.limit", m["limit"])
+        if "message" in m:
+            values["message"] = r.per_stage("memory.message", m["message"], stages)
         memory = MemoryModel(**values)
     sem = doc.get("comm_semantics")
     if sem is not None and sem not in COMM_SEMANTICS:
@@ -364,6 +366,8 @@ def to_document(schedule: Schedule) -> dict:
     if schedule.memory is not None:
         m = schedule.memory
         doc["memory"] = {"activation": _num(m.activation), "w": m.w, "static": _num(m.static), "limit": m.limit}
+        if m.message:
+            doc["memory"]["message"] = _num(m.message)
     if schedule.comm_semantics is not None:
         doc["comm_semantics"] = schedule.comm_semantics
     if schedule.units is not None and not schedule.units.abstract:

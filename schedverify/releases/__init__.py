@@ -313,7 +313,7 @@ def releases() -> Mapping[str, Release]:
 
 _VERSION = re.compile(r"(\d+)\.(\d+)")
 #: what --torch takes: 2.15, 2.15.0, 2.15.0+cu130, 2.15.0rc1
-_ASKED = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?(?:[a-z+.][0-9A-Za-z.+]*)?")
+_ASKED = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?(?:(?:a|b|rc|\.dev|\.post)\d+)?(?:\+[0-9A-Za-z.]+)?")
 
 
 def installed_torch(metadata_version=None) -> str | None:

@@ -557,6 +557,12 @@ class _Z3Check:
         from ..releases import runtime_of  # the runtime's data only: no graph-engine code is used
 
         sem, self.rt = runtime_of(schedule, comm_semantics, nccl, torch, p2p, runtime_options)
+        self.refusal: str | None = None
+        if self.rt is not None and self.rt.options.max_outstanding_sends is not None:
+            from ..lowering import as_loaded  # what the runtime runs of what it loads (9.2)
+
+            loaded = as_loaded(schedule, self.rt)
+            schedule, self.refusal = loaded.schedule, loaded.refusal
         if timeout_s is None or timeout_s <= 0:
             raise UsageError(f"timeout must be > 0 seconds, got {timeout_s!r}")
         import z3
@@ -642,6 +648,8 @@ class _Z3Check:
                 ordered += self.loss_order()
                 ordered += self.reduction_pairs()
                 ordered += self.send_retirement()
+                if self.refusal is not None:
+                    ordered.append(Violation(dx.SEND_BUDGET, f"refused at load: {self.refusal}"))
             if self.explicit_runtime:
                 comm_found = self._pm.found + self.ed.missing_found
                 cycles, makespan = self.runtime_execution()
@@ -930,6 +938,16 @@ class _Z3Check:
                     static[d] += Fraction(per_stage(m.static, s)).limit_denominator(10**9)
         limit = None if m.limit is None else Fraction(m.limit).limit_denominator(10**9)
         solv = self.solver() if limit is not None else None
+        # 9.2: under PyTorch's runtime a pending send holds its message until its wait retires it
+        held: dict[int, Fraction] = {}  # SEND entry -> its message
+        released: dict[int, Fraction] = {}  # WAIT_SEND entry -> what it frees
+        if self.rt is not None and m.message:
+            for e, (_d, _p, a) in enumerate(self.ix.entries):
+                if a.sub is None and a.kind in (SEND_F, SEND_B) and type(a.stage) is int and 0 <= a.stage < S:
+                    held[e] = Fraction(per_stage(m.message, a.stage)).limit_denominator(10**9)
+            for wait, sent in self.retired.items():
+                if sent in held:
+                    released[wait] = held[sent]
         out: list[Violation] = []
         peaks: list[Fraction] = []
         inflight: list[int] = []
@@ -941,9 +959,9 @@ class _Z3Check:
             prev_free = static[d]
             last_free = Fraction(0)  # what the previous action freed (none before the first)
             for q, e in enumerate(_paced(ents, self.budget)):
-                alloc = sum((act[st] for k, st in self.ix.memory_leaves(e) if k == F), Fraction(0))
+                alloc = sum((act[st] for k, st in self.ix.memory_leaves(e) if k == F), held.get(e, Fraction(0)))
                 n += sum(1 for k, _ in self.ix.memory_leaves(e) if k == F)
-                free = Fraction(0)
+                free = released.get(e, Fraction(0))
                 for k, st in self.ix.memory_leaves(e):
                     if k == B:
                         free += act[st]
