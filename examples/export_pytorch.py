@@ -6,10 +6,11 @@ no model: the schedule is built on mock stages, as PyTorch's own
 with PyTorch's ``_dump_csv``:
 
 - ``pytorch_interleaved_1f1b.csv``: the compute-only order (``pipeline_order``);
-- ``pytorch_interleaved_1f1b_comms.csv``: after PyTorch 2.13's lowering, with the SEND/RECV
-  actions its runtime executes (``pipeline_order_with_comms``); with another release
-  installed, ``pytorch_interleaved_1f1b_comms_<release>.csv`` (``..._comms_2.15.csv``: with
-  2.15's WAIT_SEND and WAIT_REDUCE_GRAD actions).
+- ``pytorch_interleaved_1f1b_comms.csv``: after PyTorch's lowering, with the SEND/RECV
+  actions its runtime executes (``pipeline_order_with_comms``), as 2.13 and 2.14 write it;
+  with a release that retires each send by its own wait installed,
+  ``pytorch_interleaved_1f1b_comms_<release>.csv`` (``..._comms_2.15.csv``: with 2.15's
+  WAIT_SEND and WAIT_REDUCE_GRAD actions).
 
 Run it from anywhere: ``python examples/export_pytorch.py`` rewrites both files next to it;
 ``python examples/export_pytorch.py OUTDIR`` writes them to OUTDIR instead.
@@ -52,10 +53,12 @@ def export(directory: Path, pp: int = PP, per_rank: int = STAGES_PER_RANK,
         runtime._prepare_schedule_with_comms(schedule.pipeline_order)
     import torch
 
-    release = ".".join(torch.__version__.split(".")[:2])
+    from schedverify.releases import STEP_END, release
+
+    rel, _ = release(torch.__version__)
     compute = directory / "pytorch_interleaved_1f1b.csv"
-    comms = directory / ("pytorch_interleaved_1f1b_comms.csv" if release == "2.13"
-                         else f"pytorch_interleaved_1f1b_comms_{release}.csv")
+    comms = directory / ("pytorch_interleaved_1f1b_comms.csv" if rel.send_retirement == STEP_END
+                         else f"pytorch_interleaved_1f1b_comms_{rel.version}.csv")
     schedule._dump_csv(str(compute), format="compute_only")
     runtime._dump_csv(str(comms), format="compute_comms")
     return [compute, comms]

@@ -37,7 +37,7 @@ from torch.distributed.pipelining import schedules as ts  # noqa: E402
 from _realrt import mock_stages, run_schedule  # noqa: E402
 from schedverify.generators import FAMILIES  # noqa: E402
 from schedverify.lowering import lower, retarget, torch_lowering  # noqa: E402
-from schedverify.releases import BY_WAIT, release  # noqa: E402
+from schedverify.releases import BY_WAIT, LAYOUTS, release  # noqa: E402
 
 #: The installed release, as schedverify models it: what the table and the verdicts are about.
 RELEASE, _ = release(torch.__version__)
@@ -281,13 +281,9 @@ CASES += [
         move_before(0, "0WAIT_SEND_F0", "0F1"))),
     # a 2.13 CSV (no waits): refused for its REDUCE_GRAD and its sends
     _cc("older-release-csv", "error", "SV505", build=hand("1f1b-by-hand", "2.13")),
-    # ... the same on the per-edge communicators (TORCH_DISTRIBUTED_PIPELINE_PER_EDGE_P2P=1)
-    _cc("1f1b-by-hand-edge", "ok", build=hand("1f1b-by-hand"), p2p="edge"),
-    _cc("swapped-recvs-edge", "wrong", "SV504", build=hand("swapped-recvs"), p2p="edge"),
+    # ... the two waits' deadlock on the per-edge communicators too
     _cc("wait-wait-deadlock-edge", "hang", "SV402", build=edited(edited(hand("1f1b-by-hand"),
         move_before(0, "0WAIT_SEND_F1", "0RECV_B0")), move_before(1, "1WAIT_SEND_B0", "1RECV_F1")), p2p="edge"),
-    Case("Interleaved1F1B-2x4-lowered-edge", pytorch("Interleaved1F1B", 2, 4, 2, lowered=True), "compute_comms",
-         2, 2, 4, "loop", False, "ok", p2p="edge"),
     # max_outstanding_sends: PyTorch moves waits earlier to keep one send pending per rank
     Case("Interleaved1F1B-2x4-one-send", pytorch("Interleaved1F1B", 2, 4, 2), "compute_only", 2, 2, 4, "loop",
          False, "ok", runtime_options=(("max_outstanding_sends", 1),)),
@@ -295,6 +291,32 @@ CASES += [
     # a 2.15 CSV: 2.13's _Action.from_str reads 0WAIT_SEND_F0 as 0W, which then has no microbatch
     _cc("newer-release-csv", "error", "SV103", build=hand("1f1b-by-hand", "2.15")),
 ]
+
+# Stages 0 and 2 on rank 0, 1 and 3 on rank 1: rank 0 sends 2F1's activation before 2B0's
+# gradient, rank 1 posts the gradient's receive first.  On one communicator the 4th send is
+# the 4th receive whatever its kind (crossed: an activation lands in a gradient's buffer); per
+# direction, activations and gradients are matched apart (2.14); per edge, one communicator
+# carries both kinds from rank 0 to rank 1 again (2.15).
+KINDS_CROSS = ("0F0,0SEND_F0,0F1,0SEND_F1,2RECV_F0,2F0,2SEND_F0,2RECV_F1,2F1,2SEND_F1,2RECV_B0,2B0,2SEND_B0,"
+               "2RECV_B1,2B1,2SEND_B1,0RECV_B0,0B0,0RECV_B1,0B1,0REDUCE_GRAD,2REDUCE_GRAD",
+               "1RECV_F0,1F0,1SEND_F0,1RECV_F1,1F1,1SEND_F1,3RECV_F0,3F0,3B0,3SEND_B0,1RECV_B0,3RECV_F1,3F1,3B1,"
+               "3SEND_B1,1B0,1SEND_B0,1RECV_B1,1B1,1SEND_B1,1REDUCE_GRAD,3REDUCE_GRAD")
+CASES.append(Case("kinds-cross", lambda: in_dialect(KINDS_CROSS, RELEASE.version), "compute_comms", 2, 2, 2,
+                  "loop", False, "wrong", "SV504"))
+
+# Each other communicator layout the installed release offers (2.14: per direction, 2.15: per
+# edge), turned on by its environment variable
+for _layout in [x for x in RELEASE.layouts[1:] if not RELEASE.switches[x].needs]:  # what gloo on a CPU can run
+    _apart = LAYOUTS[_layout].by_direction
+    CASES += [
+        _cc(f"1f1b-by-hand-{_layout}", "ok", build=hand("1f1b-by-hand"), p2p=_layout),
+        _cc(f"swapped-recvs-{_layout}", "wrong", "SV504", build=hand("swapped-recvs"), p2p=_layout),
+        _cc(f"deadlock-{_layout}", "hang", "SV402", build=hand("deadlock"), p2p=_layout),
+        Case(f"Interleaved1F1B-2x4-lowered-{_layout}", pytorch("Interleaved1F1B", 2, 4, 2, lowered=True),
+             "compute_comms", 2, 2, 4, "loop", False, "ok", p2p=_layout),
+        Case(f"kinds-cross-{_layout}", lambda: in_dialect(KINDS_CROSS, RELEASE.version), "compute_comms", 2, 2, 2,
+             "loop", False, "ok" if _apart else "wrong", None if _apart else "SV504", p2p=_layout),
+    ]
 
 # The one case where the runtime's outcome and schedverify's verdict differ by design
 # (docs/spec.md 8.3): no REDUCE_GRAD is a warning, since the runtime runs the schedule and

@@ -43,6 +43,10 @@ class _Run:
         self.memory_model = resolve_memory(schedule, memory, memory_limit)
         self.warnings: list[str] = []
         self.refusal: str | None = None
+        if self.rt is not None and not self.rt.on_nccl and self.rt.layout.name in self.rt.release.switches:
+            needs = self.rt.release.switches[self.rt.layout.name].needs
+            if needs:
+                self.warnings.append(f"{self.rt.release.name}'s {self.rt.layout.name} layout needs {needs}")
         if self.rt is not None and self.rt.options.max_outstanding_sends is not None:
             schedule = self._budget(schedule, self.rt)
         # PyTorch's runtime (docs/spec.md 8, 9): the structure as under eager, the execution

@@ -93,6 +93,8 @@ class Switch:
     config: str
     env: str
     also: str = ""
+    #: what the layout needs that gloo on a CPU cannot give, or ""
+    needs: str = ""
 
     def on_in(self, environ: Mapping[str, str]) -> bool:
         value = environ.get(self.env)

@@ -30,7 +30,10 @@ _LOWERING_2_15 = ("unshard_reshard_lookahead", "reduce_grad_wait", "send_recv", 
                   "validate_send_waits", "send_budget")
 
 _DIRECTION_2_14 = Switch("torch.distributed.config.pipeline_per_direction_p2p",
-                         "TORCH_DISTRIBUTED_PIPELINE_PER_DIRECTION_P2P", "automatic with TorchComms")
+                         "TORCH_DISTRIBUTED_PIPELINE_PER_DIRECTION_P2P", "automatic with TorchComms",
+                         needs="a device-bound default process group (init_process_group(device_id=<accelerator>)): "
+                               "split_group refuses one without ('No device associated with the default pg, not "
+                               "safe to split any process groups'), and gloo on a CPU cannot be bound")
 _EDGE_2_15 = Switch("torch.distributed.config.pipeline_per_edge_p2p",
                     "TORCH_DISTRIBUTED_PIPELINE_PER_EDGE_P2P", "automatic with TorchComms")
 
