@@ -11,6 +11,7 @@ The model file::
     kv_heads = 8                  # grouped-query attention (default: heads)
     ffn = 14336                   # the FFN's hidden size
     gated = true                  # SwiGLU: three FFN matrices (default false: two, GeLU)
+    norm = "rmsnorm"              # rmsnorm | layernorm (default: rmsnorm when gated, else layernorm)
     vocab = 128256
     tied_embeddings = false       # the LM head reuses the embedding matrix
     dropout = false               # attention and FFN dropout (default true, as in the papers)
@@ -20,6 +21,7 @@ The model file::
     microbatch_size = 1
     microbatches = 32             # per step; needed for the receive buffers (optional)
     dtype = "bf16"                # bf16 | fp16 | fp32 | fp8: weights and activations
+    backend = "cuda"              # cuda | cpu | paper: what autograd keeps (schedverify.plan.activations)
     recompute = "none"            # none | selective | full
     flash_attention = true        # fused attention: no s*s scores stored (default false)
     causal_attention = false      # count the score FLOPs of a causal mask as half (default false)
@@ -131,15 +133,14 @@ from typing import Any
 
 from ..errors import InputError, UsageError
 from ..io.files import parse_toml
+from . import activations as act
+from .activations import BACKENDS, NORMS
 from .hardware import DEVICES, Hardware, hardware_from_table
 from .stages import StageProfile
 
 RECOMPUTE = ("none", "selective", "full")
 SHARDING = ("none", "zero1", "zero2", "fsdp")
 DTYPES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4, "fp8": 1}
-#: The bytes of one token id (int64, as PyTorch's embedding takes them).
-TOKEN_ID_BYTES = 8
-
 
 class _FieldError(UsageError):
     """A bad field value; ``field`` lets the TOML reader name the key."""
@@ -186,10 +187,14 @@ class TransformerModel:
     embedding_stage: bool = False
     head_stage: bool = False
     name: str = ""
+    norm: str | None = None
+    backend: str = "cuda"
 
     def __post_init__(self):
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
+        if self.norm is None:
+            object.__setattr__(self, "norm", "rmsnorm" if self.gated is True else "layernorm")
         if isinstance(self.layout, list):
             object.__setattr__(self, "layout", tuple(self.layout))
         for field, message in self._problems():
@@ -213,10 +218,15 @@ class TransformerModel:
                   "tied_embeddings", "loss_fp32", "embedding_stage", "head_stage"):
             if not isinstance(getattr(self, f), bool):
                 yield f, f"expected true or false, got {getattr(self, f)!r}"
-        for f, choices in (("dtype", tuple(DTYPES)), ("recompute", RECOMPUTE), ("sharding", SHARDING)):
+        for f, choices in (("dtype", tuple(DTYPES)), ("recompute", RECOMPUTE), ("sharding", SHARDING),
+                           ("norm", NORMS), ("backend", tuple(BACKENDS))):
             value = getattr(self, f)
             if not isinstance(value, str) or value not in choices:
                 yield f, f"expected one of {', '.join(choices)}, got {value!r}"
+                return
+        if self.dtype == "fp8" and self.backend != "paper":
+            yield "dtype", ("fp8: PyTorch's autograd keeps no fp8 activations (float8 training keeps "
+                            f"bf16 ones): use dtype = \"bf16\" with backend = {self.backend!r}, or backend = \"paper\"")
         if self.hidden % self.heads:
             yield "heads", f"the hidden size {self.hidden} is not a multiple of {self.heads} heads"
         kv = self.kv_heads
@@ -333,6 +343,14 @@ class _Opts:
     dropout: bool = True
     causal_attention: bool = False
     loss_fp32: bool = True
+    backend: str = "paper"
+    norm: str = "layernorm"
+
+    @property
+    def kept(self) -> act.Options:
+        return act.Options(backend=self.backend, norm=self.norm, gated=self.gated,
+                           flash_attention=self.flash_attention, dropout=self.dropout, recompute=self.recompute,
+                           loss_fp32=self.loss_fp32)
 
 
 def _opts(model: TransformerModel) -> _Opts:
@@ -370,28 +388,13 @@ def _head_flops(v: _Vals):
     return x, x, x
 
 
-def _scores_bytes(v: _Vals, o: _Opts):
-    """Bytes per ``s b h`` of what the attention core keeps of its ``a s^2 b`` scores."""
-    if o.recompute != "none":
-        return 0
-    if o.flash_attention:
-        return 4 * v.a / v.h  # fp32 log-sum-exp per head and token
-    if o.dropout:
-        return (2 * v.e + 1) * v.a * v.s / v.h  # softmax output, dropout mask, dropout output
-    return v.e * v.a * v.s / v.h
+def _units(v: _Vals) -> dict[str, Any]:
+    return act.unit_values(v.s, v.b, v.h, v.f, v.a, v.k, v.V)
 
 
 def _layer_activation(v: _Vals, o: _Opts):
     """Activation bytes of one layer and microbatch on one tensor-parallel rank."""
-    sbh = v.s * v.b * v.h
-    rd = v.t if o.sequence_parallel else 1
-    if o.recompute == "full":
-        return v.e * sbh / rd
-    g = v.k / v.a
-    replicated = 4 * v.e + (2 if o.dropout else 0)
-    ffn = (3 if o.gated else 2) * v.e * v.f / v.h
-    divided = v.e * (2 + 2 * g) + ffn + _scores_bytes(v, o)
-    return sbh * (replicated / rd + divided / v.t)
+    return act.total(act.layer_kept(o.kept, v.e), _units(v), v.t, o.sequence_parallel)
 
 
 def _layer_weight_grad_bytes(v: _Vals, o: _Opts):
@@ -406,17 +409,13 @@ def _layer_weight_grad_bytes(v: _Vals, o: _Opts):
 
 
 def _head_activation(v: _Vals, o: _Opts):
-    """The last stage: the final norm's and the head's inputs, and the logits for the loss."""
-    rd = v.t if o.sequence_parallel else 1
-    logits = (4 if o.loss_fp32 else v.e) * v.s * v.b * v.V / v.t
-    return 2 * v.e * v.s * v.b * v.h / rd + logits
+    """The last stage: the final norm, the head's input and the logits for the loss."""
+    return act.total(act.head_kept(o.kept, v.e), _units(v), v.t, o.sequence_parallel)
 
 
 def _embedding_activation(v: _Vals, o: _Opts):
     """The first stage: the token ids and the embedding's dropout mask."""
-    rd = v.t if o.sequence_parallel else 1
-    mask = v.s * v.b * v.h / rd if o.dropout else 0
-    return TOKEN_ID_BYTES * v.s * v.b + mask
+    return act.total(act.embedding_kept(o.kept, v.e), _units(v), v.t, o.sequence_parallel)
 
 
 def _boundary(v: _Vals, o: _Opts):
@@ -455,15 +454,22 @@ def _symbolic_vals() -> _Vals:
 
 
 def layer_activation_formula(*, recompute: str = "none", sequence_parallel: bool = False, gated: bool = False,
-                             flash_attention: bool = False, dropout: bool = True):
+                             flash_attention: bool = False, dropout: bool = True, backend: str = "paper",
+                             norm: str | None = None):
     """The activation bytes of one layer and microbatch per tensor-parallel rank, as a sympy
-    expression in :func:`symbols` (substitute ``t = 1`` for no tensor parallelism)."""
+    expression in :func:`symbols` (substitute ``t = 1`` for no tensor parallelism).  The
+    default ``backend`` is the paper's count (Korthikanti et al. 2022); ``"cpu"`` and
+    ``"cuda"`` are what PyTorch's autograd keeps (:mod:`.activations`)."""
     if recompute not in RECOMPUTE:
         raise UsageError(f"recompute: expected one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    act.backend(backend)
+    norm = norm or ("rmsnorm" if gated else "layernorm")
+    if norm not in NORMS:
+        raise UsageError(f"norm: expected one of {', '.join(NORMS)}, got {norm!r}")
     import sympy
 
     o = _Opts(recompute=recompute, sequence_parallel=sequence_parallel, gated=gated,
-              flash_attention=flash_attention, dropout=dropout)
+              flash_attention=flash_attention, dropout=dropout, backend=backend, norm=norm)
     return sympy.simplify(_layer_activation(_symbolic_vals(), o))
 
 
@@ -674,11 +680,11 @@ def _notes(model: TransformerModel, hw: Hardware, spans, m, w_capped: bool, spli
 _KEYS: dict[str, dict[str, str]] = {
     "model": {"name": "name", "layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
               "ffn": "ffn", "gated": "gated", "vocab": "vocab", "tied_embeddings": "tied_embeddings",
-              "dropout": "dropout"},
+              "dropout": "dropout", "norm": "norm"},
     "training": {"seq_len": "seq_len", "microbatch_size": "microbatch_size", "microbatches": "microbatches",
                  "dtype": "dtype", "recompute": "recompute", "flash_attention": "flash_attention",
                  "causal_attention": "causal_attention", "loss_dtype": "loss_fp32", "grad_dtype": "grad_bytes",
-                 "optimizer_bytes": "optimizer_bytes"},
+                 "optimizer_bytes": "optimizer_bytes", "backend": "backend"},
     "parallel": {"tensor": "tensor_parallel", "sequence_parallel": "sequence_parallel", "data": "data_parallel",
                  "sharding": "sharding"},
     "layout": {"stages": "layout", "embedding_stage": "embedding_stage", "head_stage": "head_stage"},
@@ -688,7 +694,8 @@ _WHOLE = {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "m
           "tensor_parallel", "data_parallel"}
 _BOOL = {"gated", "tied_embeddings", "dropout", "flash_attention", "causal_attention", "sequence_parallel",
          "embedding_stage", "head_stage"}
-_CHOICES = {"dtype": tuple(DTYPES), "recompute": RECOMPUTE, "sharding": SHARDING}
+_CHOICES = {"dtype": tuple(DTYPES), "recompute": RECOMPUTE, "sharding": SHARDING, "norm": NORMS,
+            "backend": tuple(BACKENDS)}
 
 
 def _unknown(key: str, known, *, source: str, where: str | None) -> InputError:
