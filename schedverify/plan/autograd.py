@@ -149,7 +149,8 @@ class ReferenceBlock(nn.Module):
         qkv = self.wqkv(self.attention_norm(x)).view(b, L, -1, hpk + 2, s.head_dim)
         xq, xk, xv = torch.split(qkv, [hpk, 1, 1], dim=-2)
         xq, xk, xv = (t.reshape(b, L, -1, s.head_dim).contiguous() for t in (xq, xk, xv))
-        xq, xk = _rope(xq, self.rope_cache), _rope(xk, self.rope_cache)
+        cache = self.get_buffer("rope_cache")
+        xq, xk = _rope(xq, cache), _rope(xk, cache)
         q, k, v = (t.transpose(1, 2) for t in (xq, xk, xv))
         if s.recompute == "selective":
             out = checkpoint(self._core, q, k, v, use_reentrant=False)

@@ -129,7 +129,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, UsageError
 from ..io.files import parse_toml
@@ -137,6 +137,9 @@ from . import activations as act
 from .activations import BACKENDS, NORMS
 from .hardware import DEVICES, Hardware, hardware_from_table
 from .stages import StageProfile
+
+if TYPE_CHECKING:
+    from .calibration import Calibration
 
 RECOMPUTE = ("none", "selective", "full")
 SHARDING = ("none", "zero1", "zero2", "fsdp")
@@ -583,7 +586,8 @@ def weight_share(model: TransformerModel) -> float:
 
 
 def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
-                  microbatches: int | None = None, split_backward: bool = False) -> StageProfile:
+                  microbatches: int | None = None, split_backward: bool = False,
+                  calibration: Calibration | None = None) -> StageProfile:
     """Per-stage F, I, W (seconds per microbatch), activation, static and receive-buffer bytes
     of ``model`` cut into ``stages`` stages on ``hardware`` (one stage per tensor-parallel
     group of ``t`` devices; the bytes are per device).
@@ -592,16 +596,24 @@ def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
     they are left out and the notes say so.  ``split_backward``: the schedule runs I and W
     separately, so PyTorch keeps each input gradient on its receive buffer's ``.grad`` for the
     rest of the step: another ``microbatches * boundary`` on every stage but the first.
-    Raises :class:`UsageError` when the layout cannot be cut into ``stages`` stages.
+    ``calibration`` (:mod:`.calibration`, made for this model): its measured bytes replace the
+    backend's formulas, and its measured times, when taken at the model's sequence length and
+    microbatch size, the FLOPs model's seconds.
+    Raises :class:`UsageError` when the layout cannot be cut into ``stages`` stages, or the
+    calibration is another model's.
     """
     spans = split(model, stages)
     v, o = _values(model), _opts(model)
     t = model.tensor_parallel
     rate = hardware.peak_flops * hardware.efficiency
     flops = stage_flops(model, stages)
-    layer_act = _layer_activation(v, o)
-    head_act = _head_activation(v, o)
-    embed_act = _embedding_activation(v, o)
+    if calibration is not None:
+        calibration.check_model(model)
+        layer_act, head_act, embed_act = (calibration.bytes(p, model) for p in ("layer", "head", "embedding"))
+    else:
+        layer_act = _layer_activation(v, o)
+        head_act = _head_activation(v, o)
+        embed_act = _embedding_activation(v, o)
     activation = tuple(math.ceil(s.layers * layer_act + (embed_act if s.embedding else 0)
                                  + (head_act if s.head else 0)) for s in spans)
     per_param = _param_bytes(model)
@@ -616,11 +628,22 @@ def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
         recv = tuple(math.ceil(m * boundary * k) for k in per_stage)
     w_bytes = _layer_weight_grad_bytes(v, o)
     w = float(min(Fraction(1), w_bytes / layer_act))
-    notes = _notes(model, hardware, spans, m, w_bytes > layer_act, split_backward)
+    notes = _notes(model, hardware, spans, m, w_bytes > layer_act, split_backward, calibration)
+    F = tuple(float(p.F / t / rate) for p in flops)
+    I = tuple(float(p.I / t / rate) for p in flops)  # noqa: E741
+    W = tuple(float(p.W / t / rate) for p in flops)
+    B = None
+    times = calibration.times_for(model) if calibration is not None else None
+    if times is not None:
+        def measured(key: str) -> tuple[float, ...]:
+            return tuple(s.layers * times["layer"][key] + (times["head"][key] if s.head else 0.0) for s in spans)
+
+        F, I, W, B = (measured(k) for k in ("F", "I", "W", "B"))  # noqa: E741
     return StageProfile(
-        F=tuple(float(p.F / t / rate) for p in flops),
-        I=tuple(float(p.I / t / rate) for p in flops),
-        W=tuple(float(p.W / t / rate) for p in flops),
+        F=F,
+        I=I,
+        W=W,
+        B=B,
         activation=activation,
         w=w,
         static=static,
@@ -631,25 +654,30 @@ def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
     )
 
 
-def _notes(model: TransformerModel, hw: Hardware, spans, m, w_capped: bool, split_backward: bool) -> tuple[str, ...]:
+def _notes(model: TransformerModel, hw: Hardware, spans, m, w_capped: bool, split_backward: bool,
+           cal: Calibration | None = None) -> tuple[str, ...]:
     t = model.tensor_parallel
     lay = ", ".join(str(s.layers) for s in spans)
+    times = cal.times_for(model) if cal is not None else None
+    if times is not None and cal is not None:
+        seconds = (f"{hw.name}'s memory; seconds measured on {cal.device} ({cal.device_name}), one layer and the "
+                   "head at the model's sizes (the calibration's times)")
+    else:
+        seconds = (f"{hw.describe()}; seconds = FLOPs / {t} tensor-parallel rank(s) / "
+                   f"({hw.peak_flops / 1e12:g}e12 x {hw.efficiency:g}); tensor-parallel communication is inside "
+                   "the efficiency")
+        if cal is not None and cal.times_at is not None:
+            at = cal.times_at
+            seconds += (f" (the calibration's times were measured at seq_len {at['seq_len']}, microbatch_size "
+                        f"{at['microbatch_size']}: not used)")
     out = [
         f"layers per stage: {lay} (embedding on stage 0, norm + LM head + loss on stage {len(spans) - 1})",
-        f"{hw.describe()}; seconds = FLOPs / {t} tensor-parallel rank(s) / "
-        f"({hw.peak_flops / 1e12:g}e12 x {hw.efficiency:g}); tensor-parallel communication is inside "
-        "the efficiency",
+        seconds,
         "FLOPs: matrix multiplications only, 2 per multiply-add (Narayanan et al. 2021); attention scores "
         + ("halved for the causal mask" if model.causal_attention else "over the full s x s")
         + (", fused attention recomputes the scores in the backward" if model.flash_attention else "")
         + f"; recompute = {model.recompute}",
-        f"activations: Korthikanti et al. 2022 section 4.1 tensor count, {model.dtype} "
-        f"({model.dtype_bytes} B), kv_heads = {model.kv_heads}, "
-        + ("gated FFN (3 tensors of ffn)" if model.gated else "GeLU FFN (2 tensors of ffn)")
-        + (", fused attention (no s x s scores)" if model.flash_attention else "")
-        + (", dropout masks" if model.dropout else ", no dropout")
-        + (f", sequence parallel over {t}" if model.sequence_parallel and t > 1 else "")
-        + f"; logits kept in {'fp32' if model.loss_fp32 else model.dtype} for the loss",
+        _activation_note(model, cal),
         f"w = {weight_share(model):.3f}: the linear layers' inputs and output gradients the weight gradient "
         "needs after the input gradient (Zero Bubble's M_W / M_B), from the transformer layers"
         + ("; with full recomputation W needs more than the checkpoint: capped at 1, the excess during "
@@ -672,6 +700,31 @@ def _notes(model: TransformerModel, hw: Hardware, spans, m, w_capped: bool, spli
                       "a split backward (I/W) also keeps each plain-tensor input gradient on its buffer's .grad "
                       "until the next step: not counted here (split_backward=True counts it)"))
     return tuple(out)
+
+
+def _activation_note(model: TransformerModel, cal: Calibration | None) -> str:
+    """What the activation bytes are: the backend's formulas, or a calibration."""
+    t = model.tensor_parallel
+    o = _opts(model).kept
+    if cal is not None:
+        where = f"measured on {cal.device} ({cal.device_name}), torch {cal.torch}, {cal.code}"
+        text = f"activations: calibrated, {where}"
+        if cal.device != model.backend:
+            text += (f"; the model's backend is {model.backend}: what {model.backend}'s kernels keep may differ "
+                     f"(--backend {model.backend} without a calibration gives its formulas)")
+        return text
+    be = act.backend(model.backend)
+    kernel = act.attention_kernel(o)
+    ffn = be.ffn_gated if model.gated else 2
+    return (f"activations: backend {be.name}, {be.title}: {model.dtype} ({model.dtype_bytes} B), {model.norm}, "
+            f"kv_heads = {model.kv_heads}, " + ("SwiGLU" if model.gated else "GeLU") + f" FFN ({ffn} tensors of ffn), "
+            + ("fused attention (no s x s scores)" if kernel == "flash" else
+               "math attention (s x s scores" + (", fp32" if be.math_upcast else "") + ")")
+            + (" (no fused kernel takes dropout here)" if model.flash_attention and kernel == "math" else "")
+            + (", dropout masks" if model.dropout else ", no dropout")
+            + (f", sequence parallel over {t}" if model.sequence_parallel and t > 1 else "")
+            + f"; logits kept in {'fp32' if model.loss_fp32 else model.dtype} for the loss"
+            + "; each term and its source: schedverify plan --formulas")
 
 
 # --- reading TOML ------------------------------------------------------------------------
