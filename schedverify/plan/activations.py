@@ -139,7 +139,7 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in (
 
 NORMS = ("rmsnorm", "layernorm")
 
-_HDR = "torch 2.13 autograd (Functions.h)"
+_HDR = "torch 2.13"
 _KOR = "Korthikanti et al. 2022 section 4.1"
 
 

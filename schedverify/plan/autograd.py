@@ -49,6 +49,11 @@ def torch_version() -> str:
     return str(torch.__version__)
 
 
+def default_device() -> str:
+    """cuda where there is one, else cpu."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def device(name: str) -> torch.device:
     """The device to measure on: ``cpu``, or ``cuda`` where there is one."""
     if name == "cpu":

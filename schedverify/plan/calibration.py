@@ -255,11 +255,12 @@ def _shape(model: TransformerModel, p: Point):
 
 def calibrate(model: TransformerModel, *, device: str = "cpu", times: bool = False,
               code: str | None = None) -> Calibration:
-    """Measure ``model``'s own code on ``device`` (``cpu``, or ``cuda`` where there is one) and
+    """Measure ``model``'s own code on ``device`` (``cpu``, or ``cuda`` where there is one;
+    ``auto``: cuda where there is one, else cpu) and
     fit its terms (module docstring).  ``code``: ``torchtitan`` or ``reference`` (default:
     torchtitan when it imports here and the model is its Llama-3's shape).  Imports torch;
     raises :class:`UsageError` when torch is missing or the device is not here."""
-    if device not in DEVICES:
+    if device not in (*DEVICES, "auto"):
         raise UsageError(f"--measure: expected a device, cpu or cuda, got {device!r}")
     if model.dtype == "fp8":
         raise UsageError("--measure: dtype fp8: PyTorch's autograd keeps no fp8 activations; "
@@ -268,6 +269,8 @@ def calibrate(model: TransformerModel, *, device: str = "cpu", times: bool = Fal
         from . import autograd
     except ImportError as e:
         raise UsageError(f"--measure needs PyTorch ({e}): pip install torch==2.13.0") from None
+    if device == "auto":
+        device = autograd.default_device()
     dev = autograd.device(device)
     probe = _shape(model, Point(model.seq_len, model.microbatch_size, model.heads, model.kv_heads or model.heads,
                                 model.head_dim, model.ffn, model.vocab))
@@ -290,7 +293,13 @@ def calibrate(model: TransformerModel, *, device: str = "cpu", times: bool = Fal
     fit_points, held = design(mha)
 
     def measured(p: Point) -> Point:
-        parts = autograd.measure(_shape(model, p), dev, code)
+        try:
+            parts = autograd.measure(_shape(model, p), dev, code)
+        except (RuntimeError, ValueError, AssertionError, TypeError, NotImplementedError) as e:
+            what = "torchtitan's code" if code == "torchtitan" else "the reference block"
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UsageError(f"--measure: {what} cannot run this model at s={p.s}, b={p.b}, h={p.h}, "
+                             f"heads={p.a}, kv_heads={p.k}, ffn={p.f}: {first}") from None
         return replace(p, layer=parts.layer, head=parts.head, embedding=parts.embedding)
 
     pts = tuple(measured(p) for p in fit_points)

@@ -501,6 +501,16 @@ FORMULA_UNITS = {"F": "FLOPs", "I": "FLOPs", "W": "FLOPs", "activation": "bytes"
                  "head_activation": "bytes", "embedding_activation": "bytes", "boundary": "bytes"}
 
 
+def kept_table(model: TransformerModel) -> dict[str, list[dict[str, Any]]]:
+    """What the model's backend keeps, per part (layer, head, embedding): each tensor's
+    ``what``, ``term`` (:data:`~.activations.UNIT_TEXT`), ``bytes`` per element (a string:
+    an exact number), ``split`` under tensor parallelism and ``source``."""
+    o, e = _opts(model).kept, model.dtype_bytes
+    parts = {"layer": act.layer_kept(o, e), "head": act.head_kept(o, e), "embedding": act.embedding_kept(o, e)}
+    return {part: [{"what": k.what, "term": act.UNIT_TEXT[k.unit], "bytes": str(Fraction(k.bytes)),
+                    "split": k.split, "source": k.source} for k in kept] for part, kept in parts.items()}
+
+
 def formulas_table(model: TransformerModel) -> list[dict[str, Any]]:
     """:func:`model_formulas` as rows ``{"name", "expression", "value", "unit"}``: each
     expression simplified, and its value at the model's sizes (exact, rounded to an int)."""
@@ -854,5 +864,5 @@ def load_model(path_or_text: str | Path, source: str | None = None) -> tuple[Tra
 
 
 __all__ = ["DTYPES", "RECOMPUTE", "SHARDING", "SYMBOL_NAMES", "Passes", "StageSpan", "TransformerModel",
-           "boundary_bytes", "formula_values", "layer_activation_formula", "load_model", "model_formulas",
+           "boundary_bytes", "formula_values", "kept_table", "layer_activation_formula", "load_model", "model_formulas",
            "split", "stage_flops", "stage_params", "stage_profile", "symbols", "weight_share"]
