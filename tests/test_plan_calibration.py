@@ -111,7 +111,7 @@ def test_a_calibration_of_another_model_is_refused_naming_the_difference(tmp_pat
     longer = replace(model, seq_len=4096, microbatch_size=2)
     assert load_calibration(path, longer).bytes("layer", longer) == predict(cal.terms["layer"], Point(
         4096, 2, 4, 2, 64, 512, 1000))
-    with pytest.raises(UsageError, match="without tensor parallelism; with tensor = 2"):
+    with pytest.raises(UsageError, match="without tensor parallelism; with tensor = 2 plan with the formulas"):
         load_calibration(path, replace(model, tensor_parallel=2))
 
 
@@ -165,6 +165,7 @@ def test_misused_memory_options_are_refused_in_one_line(tmp_path):
         (("--model", model, "--calibration", "cal.txt"), "a calibration is a .json file"),
         (("--model", model, "--calibration", str(tmp_path / "missing.json")), "missing.json: no such file"),
         (("--model", model, "--backend", "tpu"), "invalid choice: 'tpu'"),
+        (("--model", str(EXAMPLES / "llama3-70b.toml"), "--measure"), "the model has tensor = 8"),
     ]
     for args, message in cases:
         code, out, err = _plan(*args)

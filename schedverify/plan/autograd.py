@@ -70,7 +70,9 @@ def device(name: str) -> torch.device:
 def device_name(dev: torch.device) -> str:
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
-    return "cpu"
+    import platform
+
+    return f"{platform.machine() or 'cpu'}, {torch.get_num_threads()} threads"
 
 
 # --- the shapes of a model --------------------------------------------------------------

@@ -167,7 +167,8 @@ class Calibration:
                                  f"not this model's {mine[k]!r}: measure this model (--measure)")
         if model.tensor_parallel > 1:
             raise UsageError(f"{src}: a calibration is measured without tensor parallelism; with tensor = "
-                             f"{model.tensor_parallel} plan with the formulas (--backend {self.device}) instead")
+                             f"{model.tensor_parallel} plan with the formulas (--backend {self.device}, "
+                             "without --calibration)")
 
     def times_for(self, model: TransformerModel) -> dict[str, dict[str, float]] | None:
         """The measured times when they were taken at ``model``'s sequence length and batch."""
@@ -262,6 +263,10 @@ def calibrate(model: TransformerModel, *, device: str = "cpu", times: bool = Fal
     raises :class:`UsageError` when torch is missing or the device is not here."""
     if device not in (*DEVICES, "auto"):
         raise UsageError(f"--measure: expected a device, cpu or cuda, got {device!r}")
+    if model.tensor_parallel > 1:
+        raise UsageError(f"--measure: the model has tensor = {model.tensor_parallel}; a calibration is measured on "
+                         "one device without tensor parallelism: plan this model with the formulas "
+                         "(--backend cuda or cpu)")
     if model.dtype == "fp8":
         raise UsageError("--measure: dtype fp8: PyTorch's autograd keeps no fp8 activations; "
                          "measure the bf16 model float8 training runs")
