@@ -66,7 +66,8 @@ def main() -> None:
     cpu = torch.device("cpu")
     tt = autograd.torchtitan_version() if args.torchtitan else None
     print(f"torch {torch.__version__}, CPU; torchtitan: {tt or 'not run'}")
-    print(f"{'configuration':40} {'B / sbh':>8} {'/ paper':>8} {'/ cpu':>7}" + ("  compiled B/sbh" if args.compile else ""))
+    header = f"{'configuration':40} {'B / sbh':>8} {'/ paper':>8} {'/ cpu':>7}"
+    print(header + ("  compiled B/sbh" if args.compile else ""))
     t0 = time.perf_counter()
     for name, options in ROWS:
         sh = shape(**options)
@@ -82,7 +83,8 @@ def main() -> None:
         print(line, flush=True)
     sh = shape()
     parts = autograd.measure(sh, cpu, "reference")
-    print(f"{'head (final norm, LM head, loss; V 32000)':40} {'':8} {parts.head / predicted(sh, 'paper', 'head'):8.3f} "
+    head = "head (final norm, LM head, loss; V 32000)"
+    print(f"{head:40} {'':8} {parts.head / predicted(sh, 'paper', 'head'):8.3f} "
           f"{parts.head / predicted(sh, 'cpu', 'head'):7.3f}")
     print(f"({time.perf_counter() - t0:.1f} s)")
 
