@@ -103,6 +103,9 @@ class Shape:
 
 #: The dropout probability of the reference block (its value does not change the bytes).
 DROPOUT = 0.1
+#: The fused attention kernels, in SDPA's order (CPU has flash only; CUDA's flash takes no fp32,
+#: the memory-efficient kernel does, and keeps the same tensors).
+FUSED = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION)
 
 
 def _norm(shape: Shape) -> nn.Module:
@@ -142,10 +145,10 @@ class ReferenceBlock(nn.Module):
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         s = self.shape
-        kernels = [SDPBackend.FLASH_ATTENTION] if s.flash_attention else [SDPBackend.MATH]
+        kernels = list(FUSED) if s.flash_attention else [SDPBackend.MATH]
         p = DROPOUT if s.dropout else 0.0
         if p and s.flash_attention:
-            kernels = [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]  # CPU's flash kernel takes no dropout
+            kernels.append(SDPBackend.MATH)  # CPU's flash kernel takes no dropout
         with sdpa_kernel(kernels):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, enable_gqa=s.heads > s.kv_heads)
 
@@ -237,8 +240,7 @@ def _torchtitan_parts(shape: Shape) -> tuple[nn.Module, nn.Module, nn.Module]:
                                hidden_dim=shape.ffn, rope=rope, attn_backend="flex")[0]
     cfg.attention.inner_attention = ScaledDotProductAttention.Config()
     block = cfg.build()
-    block.attention.inner_attention.sdpa_backends = (
-        [SDPBackend.FLASH_ATTENTION] if shape.flash_attention else [SDPBackend.MATH])
+    block.attention.inner_attention.sdpa_backends = list(FUSED) if shape.flash_attention else [SDPBackend.MATH]
 
     class Layer(nn.Module):
         def __init__(self):
