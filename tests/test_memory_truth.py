@@ -4,8 +4,8 @@ counted on the model's own code (schedverify.plan.autograd), against the backend
 
 Every test here needs torch (marked ``torch``: skipped without it).  The CPU tier runs here; the
 CUDA tier runs the same configurations where there is a GPU and skips, saying so, elsewhere.
-The issue's layer: h = 512, 8 heads, 2 KV heads, ffn 1408 (SwiGLU) or 2048 (GeLU), s = 256 and
-1024, b = 1 and 2.
+The layer: h = 512, 8 heads, 2 KV heads, ffn 1408 (SwiGLU) or 2048 (GeLU), s = 256 and 1024,
+b = 1 and 2 (docs/memory.md's table).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from schedverify.plan.transformer import TransformerModel  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
-#: (id, options): each a layer of the issue's sizes; s = 256, b = 1 unless given.  With
+#: (id, options): each a layer of those sizes; s = 256, b = 1 unless given.  With
 #: RATIOS below: what autograd keeps over the paper's count, per layer (docs/memory.md's table).
 CONFIGS = [
     ("bf16-flash", {}),
@@ -162,7 +162,7 @@ def test_calibration_finds_the_formula_and_reproduces_the_measurement(name, kw):
         fitted = {t: v for t, v in cal.terms[part].items() if v and t != "one"}
         assert fitted == {t: v for t, v in formula.items() if v}, (name, part)
     assert max(cal.held_out_error().values()) < 1e-3
-    # and predicts the issue's sizes, which it did not measure, within 3%
+    # and predicts the tier's sizes, which it did not measure, within 3%
     measured = autograd.measure(autograd.Shape(256, 1, 512, 8, m.kv_heads or 8, m.ffn, 1000, m.dtype, m.norm or "",
                                                m.gated, m.flash_attention, m.dropout, m.recompute),
                                 torch.device("cpu"), "reference")
@@ -225,7 +225,6 @@ def test_torchtitan_code_refuses_a_model_it_is_not():
 def test_the_8b_example_calibrates_as_its_cpu_formula_says():
     # the README's model, calibrated on this CPU, gives the cpu formula's bytes at its own size
     from schedverify.plan.transformer import load_model, stage_profile
-    from schedverify.plan.hardware import DEVICES
 
     m, hw = load_model(EXAMPLES / "llama3-8b.toml")
     cpu = replace(m, backend="cpu")
@@ -233,4 +232,4 @@ def test_the_8b_example_calibrates_as_its_cpu_formula_says():
     a = stage_profile(cpu, hw, 8).activation
     b = stage_profile(cpu, hw, 8, calibration=cal).activation
     assert all(abs(x - y) <= 8 for x, y in zip(a, b))  # the loss's 4-byte total_weight, rounded up per stage
-    assert DEVICES["H100-SXM"].memory == hw.memory
+    assert a[-1] != a[0]  # the head's stage differs: the comparison covers the head too
