@@ -64,6 +64,25 @@ def register(sub) -> None:
                    help="with --model: print the model's per-layer formulas (FLOPs, activation and "
                         "parameter bytes, with their sources) as sympy expressions and their values, "
                         "instead of planning")
+    m = p.add_argument_group("memory: what autograd keeps (docs/memory.md)")
+    m.add_argument("--backend", choices=("cuda", "cpu", "paper"),
+                   help="with --model: the activation formulas of PyTorch's autograd on cuda or cpu, or the "
+                        "paper's count (Korthikanti et al. 2022); default: the model file's [training] backend, "
+                        "else cuda")
+    m.add_argument("--measure", nargs="?", const="auto", choices=("auto", "cpu", "cuda"), metavar="DEVICE",
+                   help="with --model: run one layer, the head and the embedding of the model's own code "
+                        "(torchtitan's when it imports, else a reference block) at small shapes on DEVICE "
+                        "(cpu or cuda; default: cuda where there is one, else cpu), count what autograd keeps "
+                        "and plan with it; needs PyTorch")
+    m.add_argument("--measure-time", action="store_true",
+                   help="with --measure: also time F, I, W of one layer and the head at the model's own sizes "
+                        "on that device, and plan with those seconds")
+    m.add_argument("--measure-code", choices=("torchtitan", "reference"),
+                   help="with --measure: the code to run (default: torchtitan when it imports and the model "
+                        "is its Llama-3's shape, else the reference block)")
+    m.add_argument("--calibration", metavar="FILE.json",
+                   help="with --measure: save the calibration here (whole or not at all); without: plan with "
+                        "this saved calibration (refused if it was made for another model)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(handler=run)
 
@@ -74,12 +93,21 @@ def run(args, out, err) -> int:
 
     if args.formulas:
         return _formulas(args, out)
+    cal = _calibration(args)
     if args.devices is None:
+        if cal is not None:  # a calibration on its own is an answer
+            if args.format == "json":
+                print(json.dumps({"calibration": cal.to_json(), "written": args.calibration if args.measure else None}),
+                      file=out)
+            else:
+                _print_calibration(cal, args, out)
+            return EXIT_OK
         raise UsageError("plan: give the pipeline-parallel degree: --devices P")
     if args.output is not None and not str(args.output).lower().endswith(".csv"):
         raise UsageError(f"-o {args.output}: torchtitan reads a .csv file; name the output FILE.csv")
     source = from_args(model=args.model, profile=args.profile, trace=args.trace, device=args.device,
-                       memory_limit=args.memory_limit, microbatches=args.microbatches)
+                       memory_limit=args.memory_limit, microbatches=args.microbatches, backend=args.backend,
+                       calibration=cal)
     microbatches = source.microbatches if args.microbatches is None else args.microbatches
     if microbatches is None:
         raise UsageError("plan: how many microbatches does a step have? give --microbatches M")
@@ -97,27 +125,82 @@ def run(args, out, err) -> int:
         doc = result.to_json()
         doc["source"] = source.title
         doc["written"] = written
+        if cal is not None:
+            doc["calibration"] = cal.to_json()
         print(json.dumps(doc), file=out)
     else:
+        if cal is not None:
+            _print_calibration(cal, args, out)
         title = (f"plan: {source.title}; {args.devices} pipeline devices, {microbatches} microbatches"
                  + (f"; memory limit {table.format_bytes(source.memory_limit)}" if source.memory_limit else ""))
         print(table.text(result, title=title, written=written), file=out)
     return EXIT_OK if result.winner is not None else EXIT_INVALID
 
 
+def _model(args):
+    """The model file with --backend applied."""
+    from dataclasses import replace
+
+    from ..plan.transformer import load_model
+
+    model, hw = load_model(args.model)
+    if args.backend is not None:
+        model = replace(model, backend=args.backend)
+    return model, hw
+
+
+def _calibration(args):
+    """The calibration --measure makes (and saves to --calibration), or the one --calibration reads."""
+    measuring = args.measure is not None
+    if not measuring and (args.measure_time or args.measure_code):
+        flag = "--measure-time" if args.measure_time else "--measure-code"
+        raise UsageError(f"plan {flag}: goes with --measure")
+    if not measuring and args.calibration is None:
+        return None
+    if args.model is None:
+        raise UsageError("plan: --measure and --calibration are a model's: give --model FILE.toml")
+    if args.calibration is not None and not str(args.calibration).lower().endswith(".json"):
+        raise UsageError(f"--calibration {args.calibration}: a calibration is a .json file")
+    model, _hw = _model(args)
+    from ..plan.calibration import calibrate, load_calibration
+
+    if not measuring:
+        return load_calibration(args.calibration, model)
+    cal = calibrate(model, device=args.measure, times=args.measure_time, code=args.measure_code)
+    if args.calibration is not None:
+        cal.save(args.calibration, inputs=(args.model,))
+    return cal
+
+
+def _print_calibration(cal, args, out) -> None:
+    for line in cal.describe():
+        print(line, file=out)
+    if args.measure is not None and args.calibration is not None:
+        print(f"  written to {args.calibration} (plan --calibration {args.calibration} reuses it)", file=out)
+
+
 def _formulas(args, out) -> int:
-    from ..plan.transformer import formulas_table, load_model
+    from ..plan import activations as act
+    from ..plan.transformer import formulas_table, kept_table
 
     if args.model is None:
         raise UsageError("plan --formulas: the formulas are a model's: give --model FILE.toml")
-    model, _hw = load_model(args.model)
+    model, _hw = _model(args)
     rows = formulas_table(model)
+    kept = kept_table(model)
     if args.format == "json":
-        print(json.dumps({"model": model.name, "formulas": rows}), file=out)
+        print(json.dumps({"model": model.name, "backend": model.backend, "formulas": rows, "kept": kept}), file=out)
         return EXIT_OK
+    be = act.backend(model.backend)
     print(f"{model.name or args.model}: per layer and microbatch (symbols: s sequence, b microbatch, "
           "h hidden, a heads, k KV heads, f FFN, V vocabulary, t tensor parallel, e dtype bytes)", file=out)
     for r in rows:
         print(f"  {r['name']} = {r['expression']}", file=out)
         print(f"      = {r['value']:,} {r['unit']}", file=out)
+    print(f"what autograd keeps: backend {be.name}, {be.title} (bytes per element of each term, "
+          "without tensor parallelism)", file=out)
+    for part in ("layer", "head", "embedding"):
+        print(f"  {part}:", file=out)
+        for r in kept[part]:
+            print(f"    {r['bytes']:>5} x {r['term']:<10} {r['what']}  [{r['source']}]", file=out)
     return EXIT_OK

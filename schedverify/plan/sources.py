@@ -9,11 +9,14 @@ import os
 from pathlib import Path
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from ..errors import UsageError
 from ..units import format_bytes, parse_bytes
 from .stages import StageProfile
+
+if TYPE_CHECKING:
+    from .calibration import Calibration
 
 #: A fixed measured profile, or a function of (stages, split backward) for a model.
 StageSource = Union[StageProfile, Callable[[int, bool], StageProfile]]  # noqa: UP007 - evaluated at import
@@ -41,19 +44,35 @@ def _limit(text: str | int | None, device_memory: int | None) -> int | None:
 
 
 def from_model(path: str | os.PathLike, *, memory_limit: str | int | None = None,
-               microbatches: int | None = None) -> Source:
-    """A transformer and its hardware from a TOML model file (:mod:`.transformer`): any cut."""
+               microbatches: int | None = None, backend: str | None = None,
+               calibration: Calibration | str | os.PathLike | None = None) -> Source:
+    """A transformer and its hardware from a TOML model file (:mod:`.transformer`): any cut.
+
+    ``backend`` (``cuda``, ``cpu``, ``paper``) replaces the file's choice of what autograd
+    keeps (:mod:`.activations`); ``calibration`` (a :class:`~.calibration.Calibration` or
+    its file) replaces those formulas with the model's measured bytes (and times)."""
+    from dataclasses import replace
+
+    from .calibration import Calibration, load_calibration
     from .transformer import load_model, stage_profile
 
     model, hw = load_model(Path(path))
+    if backend is not None:
+        from .activations import backend as known
+
+        model = replace(model, backend=known(backend).name)
+    cal = calibration if calibration is None or isinstance(calibration, Calibration) else load_calibration(calibration)
+    if cal is not None:
+        cal.check_model(model)
     m = microbatches if microbatches is not None else model.microbatches
 
     def cut(stages: int, split_backward: bool) -> StageProfile:
-        return stage_profile(model, hw, stages, microbatches=m, split_backward=split_backward)
+        return stage_profile(model, hw, stages, microbatches=m, split_backward=split_backward, calibration=cal)
 
     limit = _limit(memory_limit, hw.memory)
+    memory = f"activations calibrated on {cal.device}" if cal is not None else f"activations: backend {model.backend}"
     title = (f"{model.name or os.path.basename(str(path))} on {hw.name} "
-             f"({format_bytes(hw.memory)}, {hw.efficiency:.0%} of peak)")
+             f"({format_bytes(hw.memory)}, {hw.efficiency:.0%} of peak; {memory})")
     return Source(cut, limit, title, m)
 
 
@@ -89,17 +108,22 @@ def _measured(profile: StageProfile, what: str, device: str | None, memory_limit
 
 
 def from_args(*, model=None, profile=None, trace=None, device: str | None = None,
-              memory_limit: str | None = None, microbatches: int | None = None) -> Source:
+              memory_limit: str | None = None, microbatches: int | None = None, backend: str | None = None,
+              calibration=None) -> Source:
     """The one source the command line names (exactly one of ``model``, ``profile``, ``trace``)."""
     given = [k for k, v in (("--model", model), ("--profile", profile), ("--trace", trace)) if v]
     if len(given) != 1:
         raise UsageError("plan: give exactly one of --model, --profile and --trace"
                          + (f" (got {', '.join(given)})" if given else ""))
+    if model is None and (backend is not None or calibration is not None):
+        raise UsageError("plan: --backend, --measure and --calibration are a model's: give --model FILE.toml "
+                         "(a measured profile or trace already has its memory)")
     if model is not None:
         if device is not None:
             raise UsageError("plan: --device applies to --profile and --trace; a model file names its "
                              "hardware in its [hardware] table")
-        return from_model(model, memory_limit=memory_limit, microbatches=microbatches)
+        return from_model(model, memory_limit=memory_limit, microbatches=microbatches, backend=backend,
+                          calibration=calibration)
     if profile is not None:
         return from_profile(profile, device=device, memory_limit=memory_limit)
     return from_trace(trace, device=device, memory_limit=memory_limit)

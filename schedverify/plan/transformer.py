@@ -11,6 +11,7 @@ The model file::
     kv_heads = 8                  # grouped-query attention (default: heads)
     ffn = 14336                   # the FFN's hidden size
     gated = true                  # SwiGLU: three FFN matrices (default false: two, GeLU)
+    norm = "rmsnorm"              # rmsnorm | layernorm (default: rmsnorm when gated, else layernorm)
     vocab = 128256
     tied_embeddings = false       # the LM head reuses the embedding matrix
     dropout = false               # attention and FFN dropout (default true, as in the papers)
@@ -20,6 +21,7 @@ The model file::
     microbatch_size = 1
     microbatches = 32             # per step; needed for the receive buffers (optional)
     dtype = "bf16"                # bf16 | fp16 | fp32 | fp8: weights and activations
+    backend = "cuda"              # cuda | cpu | paper: what autograd keeps (schedverify.plan.activations)
     recompute = "none"            # none | selective | full
     flash_attention = true        # fused attention: no s*s scores stored (default false)
     causal_attention = false      # count the score FLOPs of a causal mask as half (default false)
@@ -127,19 +129,21 @@ import math
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, UsageError
 from ..io.files import parse_toml
+from . import activations as act
+from .activations import BACKENDS, NORMS
 from .hardware import DEVICES, Hardware, hardware_from_table
 from .stages import StageProfile
+
+if TYPE_CHECKING:
+    from .calibration import Calibration
 
 RECOMPUTE = ("none", "selective", "full")
 SHARDING = ("none", "zero1", "zero2", "fsdp")
 DTYPES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp32": 4, "float32": 4, "fp8": 1}
-#: The bytes of one token id (int64, as PyTorch's embedding takes them).
-TOKEN_ID_BYTES = 8
-
 
 class _FieldError(UsageError):
     """A bad field value; ``field`` lets the TOML reader name the key."""
@@ -186,10 +190,14 @@ class TransformerModel:
     embedding_stage: bool = False
     head_stage: bool = False
     name: str = ""
+    norm: str | None = None
+    backend: str = "cuda"
 
     def __post_init__(self):
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
+        if self.norm is None:
+            object.__setattr__(self, "norm", "rmsnorm" if self.gated is True else "layernorm")
         if isinstance(self.layout, list):
             object.__setattr__(self, "layout", tuple(self.layout))
         for field, message in self._problems():
@@ -213,10 +221,15 @@ class TransformerModel:
                   "tied_embeddings", "loss_fp32", "embedding_stage", "head_stage"):
             if not isinstance(getattr(self, f), bool):
                 yield f, f"expected true or false, got {getattr(self, f)!r}"
-        for f, choices in (("dtype", tuple(DTYPES)), ("recompute", RECOMPUTE), ("sharding", SHARDING)):
+        for f, choices in (("dtype", tuple(DTYPES)), ("recompute", RECOMPUTE), ("sharding", SHARDING),
+                           ("norm", NORMS), ("backend", tuple(BACKENDS))):
             value = getattr(self, f)
             if not isinstance(value, str) or value not in choices:
                 yield f, f"expected one of {', '.join(choices)}, got {value!r}"
+                return
+        if self.dtype == "fp8" and self.backend != "paper":
+            yield "dtype", ("fp8: PyTorch's autograd keeps no fp8 activations (float8 training keeps "
+                            f"bf16 ones): use dtype = \"bf16\" with backend = {self.backend!r}, or backend = \"paper\"")
         if self.hidden % self.heads:
             yield "heads", f"the hidden size {self.hidden} is not a multiple of {self.heads} heads"
         kv = self.kv_heads
@@ -333,6 +346,14 @@ class _Opts:
     dropout: bool = True
     causal_attention: bool = False
     loss_fp32: bool = True
+    backend: str = "paper"
+    norm: str = "layernorm"
+
+    @property
+    def kept(self) -> act.Options:
+        return act.Options(backend=self.backend, norm=self.norm, gated=self.gated,
+                           flash_attention=self.flash_attention, dropout=self.dropout, recompute=self.recompute,
+                           loss_fp32=self.loss_fp32)
 
 
 def _opts(model: TransformerModel) -> _Opts:
@@ -370,28 +391,13 @@ def _head_flops(v: _Vals):
     return x, x, x
 
 
-def _scores_bytes(v: _Vals, o: _Opts):
-    """Bytes per ``s b h`` of what the attention core keeps of its ``a s^2 b`` scores."""
-    if o.recompute != "none":
-        return 0
-    if o.flash_attention:
-        return 4 * v.a / v.h  # fp32 log-sum-exp per head and token
-    if o.dropout:
-        return (2 * v.e + 1) * v.a * v.s / v.h  # softmax output, dropout mask, dropout output
-    return v.e * v.a * v.s / v.h
+def _units(v: _Vals) -> dict[str, Any]:
+    return act.unit_values(v.s, v.b, v.h, v.f, v.a, v.k, v.V)
 
 
 def _layer_activation(v: _Vals, o: _Opts):
     """Activation bytes of one layer and microbatch on one tensor-parallel rank."""
-    sbh = v.s * v.b * v.h
-    rd = v.t if o.sequence_parallel else 1
-    if o.recompute == "full":
-        return v.e * sbh / rd
-    g = v.k / v.a
-    replicated = 4 * v.e + (2 if o.dropout else 0)
-    ffn = (3 if o.gated else 2) * v.e * v.f / v.h
-    divided = v.e * (2 + 2 * g) + ffn + _scores_bytes(v, o)
-    return sbh * (replicated / rd + divided / v.t)
+    return act.total(act.layer_kept(o.kept, v.e), _units(v), v.t, o.sequence_parallel)
 
 
 def _layer_weight_grad_bytes(v: _Vals, o: _Opts):
@@ -406,17 +412,13 @@ def _layer_weight_grad_bytes(v: _Vals, o: _Opts):
 
 
 def _head_activation(v: _Vals, o: _Opts):
-    """The last stage: the final norm's and the head's inputs, and the logits for the loss."""
-    rd = v.t if o.sequence_parallel else 1
-    logits = (4 if o.loss_fp32 else v.e) * v.s * v.b * v.V / v.t
-    return 2 * v.e * v.s * v.b * v.h / rd + logits
+    """The last stage: the final norm, the head's input and the logits for the loss."""
+    return act.total(act.head_kept(o.kept, v.e), _units(v), v.t, o.sequence_parallel)
 
 
 def _embedding_activation(v: _Vals, o: _Opts):
     """The first stage: the token ids and the embedding's dropout mask."""
-    rd = v.t if o.sequence_parallel else 1
-    mask = v.s * v.b * v.h / rd if o.dropout else 0
-    return TOKEN_ID_BYTES * v.s * v.b + mask
+    return act.total(act.embedding_kept(o.kept, v.e), _units(v), v.t, o.sequence_parallel)
 
 
 def _boundary(v: _Vals, o: _Opts):
@@ -455,15 +457,22 @@ def _symbolic_vals() -> _Vals:
 
 
 def layer_activation_formula(*, recompute: str = "none", sequence_parallel: bool = False, gated: bool = False,
-                             flash_attention: bool = False, dropout: bool = True):
+                             flash_attention: bool = False, dropout: bool = True, backend: str = "paper",
+                             norm: str | None = None):
     """The activation bytes of one layer and microbatch per tensor-parallel rank, as a sympy
-    expression in :func:`symbols` (substitute ``t = 1`` for no tensor parallelism)."""
+    expression in :func:`symbols` (substitute ``t = 1`` for no tensor parallelism).  The
+    default ``backend`` is the paper's count (Korthikanti et al. 2022); ``"cpu"`` and
+    ``"cuda"`` are what PyTorch's autograd keeps (:mod:`.activations`)."""
     if recompute not in RECOMPUTE:
         raise UsageError(f"recompute: expected one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    act.backend(backend)
+    norm = norm or ("rmsnorm" if gated else "layernorm")
+    if norm not in NORMS:
+        raise UsageError(f"norm: expected one of {', '.join(NORMS)}, got {norm!r}")
     import sympy
 
     o = _Opts(recompute=recompute, sequence_parallel=sequence_parallel, gated=gated,
-              flash_attention=flash_attention, dropout=dropout)
+              flash_attention=flash_attention, dropout=dropout, backend=backend, norm=norm)
     return sympy.simplify(_layer_activation(_symbolic_vals(), o))
 
 
@@ -490,6 +499,16 @@ def model_formulas(model: TransformerModel) -> dict[str, Any]:
 FORMULA_UNITS = {"F": "FLOPs", "I": "FLOPs", "W": "FLOPs", "activation": "bytes", "weight_grad_bytes": "bytes",
                  "params": "parameters", "head_F": "FLOPs", "head_I": "FLOPs", "head_W": "FLOPs",
                  "head_activation": "bytes", "embedding_activation": "bytes", "boundary": "bytes"}
+
+
+def kept_table(model: TransformerModel) -> dict[str, list[dict[str, Any]]]:
+    """What the model's backend keeps, per part (layer, head, embedding): each tensor's
+    ``what``, ``term`` (:data:`~.activations.UNIT_TEXT`), ``bytes`` per element (a string:
+    an exact number), ``split`` under tensor parallelism and ``source``."""
+    o, e = _opts(model).kept, model.dtype_bytes
+    parts = {"layer": act.layer_kept(o, e), "head": act.head_kept(o, e), "embedding": act.embedding_kept(o, e)}
+    return {part: [{"what": k.what, "term": act.UNIT_TEXT[k.unit], "bytes": str(Fraction(k.bytes)),
+                    "split": k.split, "source": k.source} for k in kept] for part, kept in parts.items()}
 
 
 def formulas_table(model: TransformerModel) -> list[dict[str, Any]]:
@@ -577,7 +596,8 @@ def weight_share(model: TransformerModel) -> float:
 
 
 def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
-                  microbatches: int | None = None, split_backward: bool = False) -> StageProfile:
+                  microbatches: int | None = None, split_backward: bool = False,
+                  calibration: Calibration | None = None) -> StageProfile:
     """Per-stage F, I, W (seconds per microbatch), activation, static and receive-buffer bytes
     of ``model`` cut into ``stages`` stages on ``hardware`` (one stage per tensor-parallel
     group of ``t`` devices; the bytes are per device).
@@ -586,16 +606,24 @@ def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
     they are left out and the notes say so.  ``split_backward``: the schedule runs I and W
     separately, so PyTorch keeps each input gradient on its receive buffer's ``.grad`` for the
     rest of the step: another ``microbatches * boundary`` on every stage but the first.
-    Raises :class:`UsageError` when the layout cannot be cut into ``stages`` stages.
+    ``calibration`` (:mod:`.calibration`, made for this model): its measured bytes replace the
+    backend's formulas, and its measured times, when taken at the model's sequence length and
+    microbatch size, the FLOPs model's seconds.
+    Raises :class:`UsageError` when the layout cannot be cut into ``stages`` stages, or the
+    calibration is another model's.
     """
     spans = split(model, stages)
     v, o = _values(model), _opts(model)
     t = model.tensor_parallel
     rate = hardware.peak_flops * hardware.efficiency
     flops = stage_flops(model, stages)
-    layer_act = _layer_activation(v, o)
-    head_act = _head_activation(v, o)
-    embed_act = _embedding_activation(v, o)
+    if calibration is not None:
+        calibration.check_model(model)
+        layer_act, head_act, embed_act = (calibration.bytes(p, model) for p in ("layer", "head", "embedding"))
+    else:
+        layer_act = _layer_activation(v, o)
+        head_act = _head_activation(v, o)
+        embed_act = _embedding_activation(v, o)
     activation = tuple(math.ceil(s.layers * layer_act + (embed_act if s.embedding else 0)
                                  + (head_act if s.head else 0)) for s in spans)
     per_param = _param_bytes(model)
@@ -610,11 +638,22 @@ def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
         recv = tuple(math.ceil(m * boundary * k) for k in per_stage)
     w_bytes = _layer_weight_grad_bytes(v, o)
     w = float(min(Fraction(1), w_bytes / layer_act))
-    notes = _notes(model, hardware, spans, m, w_bytes > layer_act, split_backward)
+    notes = _notes(model, hardware, spans, m, w_bytes > layer_act, split_backward, calibration)
+    F = tuple(float(p.F / t / rate) for p in flops)
+    I = tuple(float(p.I / t / rate) for p in flops)  # noqa: E741
+    W = tuple(float(p.W / t / rate) for p in flops)
+    B = None
+    times = calibration.times_for(model) if calibration is not None else None
+    if times is not None:
+        def measured(key: str) -> tuple[float, ...]:
+            return tuple(s.layers * times["layer"][key] + (times["head"][key] if s.head else 0.0) for s in spans)
+
+        F, I, W, B = (measured(k) for k in ("F", "I", "W", "B"))  # noqa: E741
     return StageProfile(
-        F=tuple(float(p.F / t / rate) for p in flops),
-        I=tuple(float(p.I / t / rate) for p in flops),
-        W=tuple(float(p.W / t / rate) for p in flops),
+        F=F,
+        I=I,
+        W=W,
+        B=B,
         activation=activation,
         w=w,
         static=static,
@@ -625,25 +664,30 @@ def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
     )
 
 
-def _notes(model: TransformerModel, hw: Hardware, spans, m, w_capped: bool, split_backward: bool) -> tuple[str, ...]:
+def _notes(model: TransformerModel, hw: Hardware, spans, m, w_capped: bool, split_backward: bool,
+           cal: Calibration | None = None) -> tuple[str, ...]:
     t = model.tensor_parallel
     lay = ", ".join(str(s.layers) for s in spans)
+    times = cal.times_for(model) if cal is not None else None
+    if times is not None and cal is not None:
+        seconds = (f"{hw.name}'s memory; seconds measured on {cal.device} ({cal.device_name}), one layer and the "
+                   "head at the model's sizes (the calibration's times)")
+    else:
+        seconds = (f"{hw.describe()}; seconds = FLOPs / {t} tensor-parallel rank(s) / "
+                   f"({hw.peak_flops / 1e12:g}e12 x {hw.efficiency:g}); tensor-parallel communication is inside "
+                   "the efficiency")
+        if cal is not None and cal.times_at is not None:
+            at = cal.times_at
+            seconds += (f" (the calibration's times were measured at seq_len {at['seq_len']}, microbatch_size "
+                        f"{at['microbatch_size']}: not used)")
     out = [
         f"layers per stage: {lay} (embedding on stage 0, norm + LM head + loss on stage {len(spans) - 1})",
-        f"{hw.describe()}; seconds = FLOPs / {t} tensor-parallel rank(s) / "
-        f"({hw.peak_flops / 1e12:g}e12 x {hw.efficiency:g}); tensor-parallel communication is inside "
-        "the efficiency",
+        seconds,
         "FLOPs: matrix multiplications only, 2 per multiply-add (Narayanan et al. 2021); attention scores "
         + ("halved for the causal mask" if model.causal_attention else "over the full s x s")
         + (", fused attention recomputes the scores in the backward" if model.flash_attention else "")
         + f"; recompute = {model.recompute}",
-        f"activations: Korthikanti et al. 2022 section 4.1 tensor count, {model.dtype} "
-        f"({model.dtype_bytes} B), kv_heads = {model.kv_heads}, "
-        + ("gated FFN (3 tensors of ffn)" if model.gated else "GeLU FFN (2 tensors of ffn)")
-        + (", fused attention (no s x s scores)" if model.flash_attention else "")
-        + (", dropout masks" if model.dropout else ", no dropout")
-        + (f", sequence parallel over {t}" if model.sequence_parallel and t > 1 else "")
-        + f"; logits kept in {'fp32' if model.loss_fp32 else model.dtype} for the loss",
+        _activation_note(model, cal),
         f"w = {weight_share(model):.3f}: the linear layers' inputs and output gradients the weight gradient "
         "needs after the input gradient (Zero Bubble's M_W / M_B), from the transformer layers"
         + ("; with full recomputation W needs more than the checkpoint: capped at 1, the excess during "
@@ -668,17 +712,42 @@ def _notes(model: TransformerModel, hw: Hardware, spans, m, w_capped: bool, spli
     return tuple(out)
 
 
+def _activation_note(model: TransformerModel, cal: Calibration | None) -> str:
+    """What the activation bytes are: the backend's formulas, or a calibration."""
+    t = model.tensor_parallel
+    o = _opts(model).kept
+    if cal is not None:
+        where = f"measured on {cal.device} ({cal.device_name}), torch {cal.torch}, {cal.code}"
+        text = f"activations: calibrated, {where}"
+        if cal.device != model.backend:
+            text += (f"; the model's backend is {model.backend}: what {model.backend}'s kernels keep may differ "
+                     f"(--backend {model.backend} without a calibration gives its formulas)")
+        return text
+    be = act.backend(model.backend)
+    kernel = act.attention_kernel(o)
+    ffn = be.ffn_gated if model.gated else 2
+    return (f"activations: backend {be.name}, {be.title}: {model.dtype} ({model.dtype_bytes} B), {model.norm}, "
+            f"kv_heads = {model.kv_heads}, " + ("SwiGLU" if model.gated else "GeLU") + f" FFN ({ffn} tensors of ffn), "
+            + ("fused attention (no s x s scores)" if kernel == "flash" else
+               "math attention (s x s scores" + (", fp32" if be.math_upcast else "") + ")")
+            + (" (no fused kernel takes dropout here)" if model.flash_attention and kernel == "math" else "")
+            + (", dropout masks" if model.dropout else ", no dropout")
+            + (f", sequence parallel over {t}" if model.sequence_parallel and t > 1 else "")
+            + f"; logits kept in {'fp32' if model.loss_fp32 else model.dtype} for the loss"
+            + "; each term and its source: schedverify plan --formulas")
+
+
 # --- reading TOML ------------------------------------------------------------------------
 
 #: TOML table -> key -> TransformerModel field.
 _KEYS: dict[str, dict[str, str]] = {
     "model": {"name": "name", "layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
               "ffn": "ffn", "gated": "gated", "vocab": "vocab", "tied_embeddings": "tied_embeddings",
-              "dropout": "dropout"},
+              "dropout": "dropout", "norm": "norm"},
     "training": {"seq_len": "seq_len", "microbatch_size": "microbatch_size", "microbatches": "microbatches",
                  "dtype": "dtype", "recompute": "recompute", "flash_attention": "flash_attention",
                  "causal_attention": "causal_attention", "loss_dtype": "loss_fp32", "grad_dtype": "grad_bytes",
-                 "optimizer_bytes": "optimizer_bytes"},
+                 "optimizer_bytes": "optimizer_bytes", "backend": "backend"},
     "parallel": {"tensor": "tensor_parallel", "sequence_parallel": "sequence_parallel", "data": "data_parallel",
                  "sharding": "sharding"},
     "layout": {"stages": "layout", "embedding_stage": "embedding_stage", "head_stage": "head_stage"},
@@ -688,7 +757,8 @@ _WHOLE = {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len", "m
           "tensor_parallel", "data_parallel"}
 _BOOL = {"gated", "tied_embeddings", "dropout", "flash_attention", "causal_attention", "sequence_parallel",
          "embedding_stage", "head_stage"}
-_CHOICES = {"dtype": tuple(DTYPES), "recompute": RECOMPUTE, "sharding": SHARDING}
+_CHOICES = {"dtype": tuple(DTYPES), "recompute": RECOMPUTE, "sharding": SHARDING, "norm": NORMS,
+            "backend": tuple(BACKENDS)}
 
 
 def _unknown(key: str, known, *, source: str, where: str | None) -> InputError:
@@ -794,5 +864,5 @@ def load_model(path_or_text: str | Path, source: str | None = None) -> tuple[Tra
 
 
 __all__ = ["DTYPES", "RECOMPUTE", "SHARDING", "SYMBOL_NAMES", "Passes", "StageSpan", "TransformerModel",
-           "boundary_bytes", "formula_values", "layer_activation_formula", "load_model", "model_formulas",
+           "boundary_bytes", "formula_values", "kept_table", "layer_activation_formula", "load_model", "model_formulas",
            "split", "stage_flops", "stage_params", "stage_profile", "symbols", "weight_share"]
