@@ -60,6 +60,10 @@ def register(sub) -> None:
     p.add_argument("--search-time", type=non_negative_float, default=10.0, metavar="S",
                    help="seconds for the search engine, per shape (loop, and v with 2 chunks); 0 skips it")
     p.add_argument("-o", "--output", metavar="FILE.csv", help="write the winner here, for torchtitan")
+    p.add_argument("--torch", metavar="RELEASE",
+                   help="the PyTorch release whose runtime runs the plan (2.13, 2.14 or 2.15; default: the "
+                        "installed torch's, else the newest modelled): its lowering, and what its pending "
+                        "sends hold (docs/spec.md 9)")
     p.add_argument("--formulas", action="store_true",
                    help="with --model: print the model's per-layer formulas (FLOPs, activation and "
                         "parameter bytes, with their sources) as sympy expressions and their values, "
@@ -114,7 +118,7 @@ def run(args, out, err) -> int:
     families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
     result = planner.plan(source.stages, args.devices, microbatches, memory_limit=source.memory_limit,
                        families=families, chunks=args.chunks,
-                       search_time=args.search_time or None, notes=source.notes)
+                       search_time=args.search_time or None, notes=source.notes, torch=args.torch)
     written = None
     if args.output and result.winner is not None:
         text, _ = torchtitan.checked_csv(result.winner, args.output)

@@ -13,10 +13,13 @@ trusts:
    makespan is the predicted step time of the pipeline (forward and backward passes only: the
    optimizer step and data-parallel gradient reduction come on top), its per-device peak the
    memory it needs;
-3. **run as torchtitan runs it**: lowered to SEND/RECV by PyTorch 2.13's own lowering
-   (:func:`schedverify.lowering.torch_lowering`, what ``_load_csv`` does to a compute-only
-   CSV) and checked under ``torch-nccl`` semantics (docs/spec.md 8).  A schedule that would
-   hang on NCCL, or that PyTorch cannot lower, is never the winner.
+3. **run as torchtitan runs it**: lowered to SEND/RECV by the chosen PyTorch release's own
+   lowering (:func:`schedverify.lowering.torch_lowering`, what ``_load_csv`` does to a
+   compute-only CSV; default the installed release) and checked under ``torch-nccl``
+   semantics (docs/spec.md 8, 9), with what its pending sends hold (the profile's
+   ``message``): its peak there is the memory it needs.  A schedule that would hang on NCCL,
+   that PyTorch cannot lower, or that the lowering's sends take over the limit, is never
+   the winner.
 
 The winner is the fastest candidate that fits and runs; :func:`schedverify.plan.torchtitan.export`
 writes it as the CSV torchtitan reads.
@@ -126,7 +129,7 @@ def quantized(profile: StageProfile, memory_limit: int | None) -> tuple[Costs, M
     costs = Costs(F=us(profile.F), B=us(profile.full_backward), I=us(profile.I), W=us(profile.W),
                   comm=round(profile.comm / TIME_QUANTUM))
     memory = MemoryModel(activation=tuple(profile.activation), w=profile.w,
-                         static=profile.static_total, limit=memory_limit)
+                         static=profile.static_total, limit=memory_limit, message=profile.message or 0)
     return costs, memory
 
 
@@ -166,8 +169,9 @@ def _splits(schedule: Schedule) -> bool:
 
 
 def evaluate(schedule: Schedule, profile: StageProfile, memory_limit: int | None, *, name: str,
-             options: dict[str, Any], search: dict[str, Any] | None = None) -> Candidate:
-    """Steps 2 and 3 of the module docstring for one generated or searched schedule."""
+             options: dict[str, Any], search: dict[str, Any] | None = None, torch: str | None = None) -> Candidate:
+    """Steps 2 and 3 of the module docstring for one generated or searched schedule, on the
+    PyTorch release ``torch`` (default: the installed one)."""
     from ..check import check
     from ..lowering import torch_lowering
 
@@ -191,14 +195,21 @@ def evaluate(schedule: Schedule, profile: StageProfile, memory_limit: int | None
     if refusal is not None:
         return replace(base, status="cannot run", reason=refusal)
     try:
-        lowered = torch_lowering(schedule)
+        lowered = torch_lowering(schedule, torch=torch)
     except LoweringError as e:
         return replace(base, status="cannot run", reason=f"PyTorch's lowering refuses it: {e}")
-    ran = check(lowered, costs=costs, memory=memory, comm_semantics="torch-nccl", max_violations=1)
+    ran = check(lowered, costs=costs, memory=memory, comm_semantics="torch-nccl", torch=torch, max_violations=1)
+    # what the lowered run holds: the activations, and what its pending sends hold (9.2)
+    peaks = tuple(max(a, math.ceil(d.peak_memory)) for a, d in zip(base.peak_memory, ran.metrics.devices))
     if not ran.is_valid:
         v = ran.violations[0]
+        if v.code.code == "SV601":
+            worst = max(range(len(peaks)), key=peaks.__getitem__)
+            return replace(base, status="over memory", peak_memory=peaks,
+                           reason=f"device {worst} needs more than the limit once lowered: its pending sends hold "
+                                  f"their tensors ({ran.profile.release.name})")
         return replace(base, status="hangs", reason=f"as torchtitan lowers it, on NCCL: {v.code.code} {v.message}")
-    return base
+    return replace(base, peak_memory=peaks)
 
 
 def torchtitan_refusal(schedule: Schedule, placement: str | None) -> str | None:
@@ -231,10 +242,14 @@ def _placement_name(schedule: Schedule) -> str | None:
 
 def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: int | None = None,
          families: Sequence[str] | None = None, chunks: Sequence[int] = (2,),
-         search_time: float | None = 10.0, notes: Sequence[str] = ()) -> Plan:
+         search_time: float | None = 10.0, notes: Sequence[str] = (), torch: str | None = None) -> Plan:
     """Rank every family (and, unless ``search_time`` is None, the search engine's best
     schedule of each shape in :data:`SEARCH_SHAPES`, within ``search_time`` seconds each) by
-    predicted step time under ``source``'s costs and ``memory_limit`` bytes per device."""
+    predicted step time under ``source``'s costs and ``memory_limit`` bytes per device, as
+    PyTorch release ``torch`` runs them (default: the installed one)."""
+    from ..releases import installed_torch, release
+
+    release(torch, installed=installed_torch() if torch is None else None)  # an unknown release: refused first
     from ..generators import generate
 
     for key, value in (("devices", devices), ("microbatches", microbatches)):
@@ -248,9 +263,9 @@ def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: 
         except SchedverifyError as e:
             found.append(Candidate(name, options, "refused", str(e)))
             continue
-        found.append(evaluate(schedule, profile, memory_limit, name=name, options=options))
+        found.append(evaluate(schedule, profile, memory_limit, name=name, options=options, torch=torch))
     if search_time is not None:
-        found += [_searched(source, devices, microbatches, memory_limit, placement, v, search_time)
+        found += [_searched(source, devices, microbatches, memory_limit, placement, v, search_time, torch)
                   for placement, v in SEARCH_SHAPES]
     order = {"fits": 0, "hangs": 1, "cannot run": 2, "over memory": 3, "invalid": 4, "refused": 5}
     ranked = sorted(found, key=lambda c: (order[c.status], c.step_time if c.step_time is not None
@@ -263,7 +278,7 @@ def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: 
 
 
 def _searched(source: StageSource, devices: int, microbatches: int, memory_limit: int | None,
-              placement: str, chunks: int, seconds: float) -> Candidate:
+              placement: str, chunks: int, seconds: float, torch: str | None = None) -> Candidate:
     """The search engine's best split-backward schedule of one shape, as a candidate."""
     from ..smt.search import search
 
@@ -282,5 +297,5 @@ def _searched(source: StageSource, devices: int, microbatches: int, memory_limit
         reason = result.reason or f"nothing found in {seconds:g} s"
         return Candidate(name, options, "over memory" if result.status == "infeasible" else "refused",
                          reason, stages=devices * chunks, placement=placement, search=info)
-    return evaluate(result.schedule, profile, memory_limit, name=name, options=options, search=info)
+    return evaluate(result.schedule, profile, memory_limit, name=name, options=options, search=info, torch=torch)
 

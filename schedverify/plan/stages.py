@@ -24,9 +24,11 @@ class StageProfile:
     the weight-gradient pass still needs after the input-gradient pass (docs/spec.md 5).
     ``static``: parameters, gradients and optimizer state held for the whole step.
     ``recv_buffers``: the bytes of receive buffers the runtime keeps for the stage for the
-    whole step.  ``comm``: seconds to move one microbatch's activation (or its gradient)
-    between adjacent stages on different devices.  ``notes``: what the numbers assume,
-    printed with a plan.
+    whole step.  ``message``: the bytes of the tensor a send of the stage carries (one
+    stage-to-stage boundary): under PyTorch's runtime a pending send holds it until its wait
+    (2.15) or the end of the step (2.13, 2.14: docs/spec.md 9.2).  ``comm``: seconds to move
+    one microbatch's activation (or its gradient) between adjacent stages on different
+    devices.  ``notes``: what the numbers assume, printed with a plan.
     """
 
     F: tuple[float, ...]
@@ -36,6 +38,7 @@ class StageProfile:
     w: float = 0.5
     static: tuple[int, ...] = ()
     recv_buffers: tuple[int, ...] = ()
+    message: tuple[int, ...] = ()
     comm: float = 0.0
     B: tuple[float, ...] | None = None
     source: str = ""
@@ -45,9 +48,9 @@ class StageProfile:
         n = len(self.F)
         if n == 0:
             raise UsageError("a stage profile needs at least one stage")
-        for name in ("I", "W", "activation", "static", "recv_buffers", "B"):
+        for name in ("I", "W", "activation", "static", "recv_buffers", "message", "B"):
             value = getattr(self, name)
-            if value is None or (name in ("static", "recv_buffers") and value == ()):
+            if value is None or (name in ("static", "recv_buffers", "message") and value == ()):
                 continue
             if len(value) != n:
                 raise UsageError(f"stage profile {name}: {len(value)} values for {n} stages")
