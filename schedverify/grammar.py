@@ -52,7 +52,14 @@ SEND_WAIT_KINDS = frozenset({WAIT_SEND_F, WAIT_SEND_B})
 #: Each send kind's wait, and back.
 WAIT_OF = {SEND_F: WAIT_SEND_F, SEND_B: WAIT_SEND_B}
 SEND_OF = {w: s for s, w in WAIT_OF.items()}
-ALL_KINDS = COMPUTE_KINDS | COMM_KINDS | BOOKKEEPING_KINDS | SEND_WAIT_KINDS | {OVERLAP_F_B}
+#: Point-to-point operations posted together in one ``batch_isend_irecv`` and waited for
+#: together before the rank goes on (Megatron-LM's batched p2p, DeepSpeed's DualPipeV
+#: commits): ``(0SEND_F1;0RECV_B0)BATCH``, the operations in posting order.  Not PyTorch's
+#: runtime's: schedverify's, for the frameworks that run their own loops (docs/spec.md 10).
+BATCH = "BATCH"
+#: The kinds written as a composite of sub-actions, ``(a;b)KIND``.
+COMPOSITE_KINDS = frozenset({OVERLAP_F_B, BATCH})
+ALL_KINDS = COMPUTE_KINDS | COMM_KINDS | BOOKKEEPING_KINDS | SEND_WAIT_KINDS | COMPOSITE_KINDS
 #: Kinds whose cost can be set in :class:`Costs`.
 COSTED_KINDS = (F, B, I, W, OVERLAP_F_B, SEND_F, RECV_F, SEND_B, RECV_B)
 #: The kinds that produce something another action can need, in the order of their integer
@@ -144,12 +151,26 @@ def overlap(forward: Action, backward: Action) -> Action:
     return Action(None, OVERLAP_F_B, None, (forward, backward))
 
 
+def batch(*ops: Action) -> Action:
+    """A ``BATCH`` of point-to-point operations posted and waited for together."""
+    return Action(None, BATCH, None, tuple(ops))
+
+
 def malformation(a: Action) -> str:
     """Why ``a`` is not a well-formed action (docs/spec.md 3.1), for an action already known not
     to be: the one wording both checking engines use."""
+    if a.kind == BATCH:
+        subs = a.sub or ()
+        if not subs:
+            return "BATCH must hold one or more SEND/RECV actions, got nothing"
+        bad = next((x for x in subs if x.sub is not None or x.kind not in COMM_KINDS), None)
+        if bad is not None:
+            return f"BATCH holds SEND/RECV actions only, got {bad}"
+        return next(malformation(x) for x in subs if x.microbatch is None or type(x.stage) is not int
+                    or x.stage < 0 or type(x.microbatch) is not int or x.microbatch < 0)
     if a.sub is not None or a.kind == OVERLAP_F_B:
         if a.kind != OVERLAP_F_B:
-            return f"only OVERLAP_F_B has sub-actions, not {a.kind!r}"
+            return f"only OVERLAP_F_B and BATCH have sub-actions, not {a.kind!r}"
         subs = a.sub or ()
         kinds = [x.kind for x in subs]
         if len(subs) != 2 or kinds[0] != F or kinds[1] not in (B, I):
@@ -214,17 +235,19 @@ def _parse_slow(text: str) -> Action:
     if text.startswith("("):
         close = text.find(")")
         kind = text[close + 1 :] if close > 0 else ""
-        if close < 0 or kind != OVERLAP_F_B:
+        if close < 0 or kind not in COMPOSITE_KINDS:
             raise ActionSyntaxError(
-                f"expected '(<forward>;<backward>)OVERLAP_F_B', got {text!r}"
+                f"expected '(<forward>;<backward>)OVERLAP_F_B' or '(<op>;<op>...)BATCH', got {text!r}"
             )
         parts = [p for p in text[1:close].split(";")]
-        if len(parts) != 2:
+        if kind == OVERLAP_F_B and len(parts) != 2:
             raise ActionSyntaxError(
                 f"OVERLAP_F_B takes exactly two sub-actions, got {len(parts)} in {text!r}"
             )
         sub = tuple(parse_action(p.strip()) for p in parts)
-        return Action(None, OVERLAP_F_B, None, sub)
+        if kind == BATCH and any(x.sub is not None or x.kind not in COMM_KINDS for x in sub):
+            raise ActionSyntaxError(f"BATCH holds SEND/RECV actions only: {text!r}")
+        return Action(None, kind, None, sub)
     if not text:
         raise ActionSyntaxError("empty action (use null for an idle slot)")
     m = _ANY.fullmatch(text)
@@ -236,8 +259,8 @@ def _parse_slow(text: str) -> Action:
         )
     if kind == "BW":
         raise ActionSyntaxError(f"unknown action type 'BW' in {text!r}: {LEGACY_HINT}")
-    if kind not in _KINDS or kind == OVERLAP_F_B:
-        known = ", ".join(sorted(ALL_KINDS - {OVERLAP_F_B}))
+    if kind not in _KINDS or kind in COMPOSITE_KINDS:
+        known = ", ".join(sorted(ALL_KINDS - COMPOSITE_KINDS))
         raise ActionSyntaxError(f"unknown action type {kind!r} in {text!r} (known: {known})")
     raise ActionSyntaxError(f"unexpected {rest!r} after {stage}{kind}{mb} in {text!r}")
 

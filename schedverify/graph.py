@@ -45,6 +45,7 @@ from .model import (
     F,
     I,
     OVERLAP_F_B,
+    BATCH,
     REDUCE_GRAD,
     SEND_B,
     SEND_F,
@@ -118,6 +119,9 @@ class Graph:
     #: i of each well-formed, in-range, placed WAIT_REDUCE_GRAD and WAIT_SEND_F/WAIT_SEND_B
     reduce_waits: list[int] = field(default_factory=list)
     send_waits: list[int] = field(default_factory=list)
+    #: the SEND/RECV of each BATCH, consecutive indices at the BATCH's position (a BATCH is
+    #: laid out as its operations, docs/spec.md 10)
+    batches: list[tuple[int, ...]] = field(default_factory=list)
     mixed: list[int] = field(default_factory=list)  # i of a B, I or W meeting its pair's other backward
     uncoded: list[int] = field(default_factory=list)  # every i whose code is -1, in order
 
@@ -211,14 +215,17 @@ def _reference(schedule: Schedule, explicit: bool, rendezvous: bool) -> Graph:
     dev: list[int] = []
     pos: list[int] = []
     starts: list[int] = []
+    facts = _Facts()
     for d, row in enumerate(schedule.order):
         starts.append(len(acts))
+        if any(a is not None and a.kind == BATCH for a in row):
+            _lay_out_batches(row, d, acts, dev, pos, facts)
+            continue
         kept = [p for p, a in enumerate(row) if a is not None]  # None: an idle slot
         acts.extend([a for a in row if a is not None])
         dev.extend([d] * len(kept))
         pos.extend(kept)
     starts.append(len(acts))
-    facts = _Facts()
     code, stage, producer = _index(schedule, acts, dev, facts)
     wait, more_waits = _link(schedule, acts, dev, starts, code, stage, producer, explicit, rendezvous, facts)
     if explicit:
@@ -229,6 +236,24 @@ def _reference(schedule: Schedule, explicit: bool, rendezvous: bool) -> Graph:
     # again and compares): hand it to the cached property rather than derive it twice
     g.__dict__["producer"] = producer
     return g
+
+
+def _lay_out_batches(row, d: int, acts: list[Action], dev: list[int], pos: list[int], facts: _Facts) -> None:
+    """Lay out a row with BATCH entries: each well-formed BATCH as its operations, at its
+    position, remembered as one batch; a malformed one stays one (malformed) entry."""
+    for p, a in enumerate(row):
+        if a is None:
+            continue
+        if a.kind == BATCH and a.sub and all(x.sub is None and x.kind in COMM_KINDS for x in a.sub):
+            first = len(acts)
+            acts.extend(a.sub)
+            facts.batches.append(tuple(range(first, len(acts))))
+            dev.extend([d] * len(a.sub))
+            pos.extend([p] * len(a.sub))
+            continue
+        acts.append(a)
+        dev.append(d)
+        pos.append(p)
 
 
 @dataclass
@@ -246,6 +271,7 @@ class _Facts:
     reduce_grads: list[int] = field(default_factory=list)
     reduce_waits: list[int] = field(default_factory=list)
     send_waits: list[int] = field(default_factory=list)
+    batches: list[tuple[int, ...]] = field(default_factory=list)
     mixed: list[int] = field(default_factory=list)
     uncoded: list[int] = field(default_factory=list)
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Union
 
 from .errors import UsageError
 from .grammar import (  # noqa: F401 - the grammar's names, re-exported with the rest of the model
-    ALL_KINDS, B, BOOKKEEPING_KINDS, COMM_KINDS, COMPUTE_KINDS, COSTED_KINDS, F, I, OVERLAP_F_B,
+    ALL_KINDS, B, BATCH, BOOKKEEPING_KINDS, COMM_KINDS, COMPOSITE_KINDS, COMPUTE_KINDS, COSTED_KINDS, F, I, OVERLAP_F_B,
     RECV_B, RECV_F, REDUCE_GRAD, RESHARD, SEND_B, SEND_F, SEND_OF, SEND_WAIT_KINDS, UNSHARD, W,
     WAIT_OF, WAIT_REDUCE_GRAD, WAIT_SEND_B, WAIT_SEND_F, Action, KIND_CODE, PlainRows, Rows,
-    malformation, overlap, parse_action,
+    batch, malformation, overlap, parse_action,
 )
 from .lazy import LazyField, given
 from .units import Units
@@ -324,7 +324,7 @@ class Schedule:
         if (cols := self.columns) is not None:  # codes 4.. are SEND_F, RECV_F, SEND_B, RECV_B
             return cols.n > 0 and max(cols.codes) >= KIND_CODE[SEND_F]
         kinds = set(map(_kind_of, filter(None, chain.from_iterable(self.order))))
-        return not kinds.isdisjoint(COMM_KINDS)
+        return not kinds.isdisjoint(COMM_KINDS | {BATCH})
 
     def with_(self, **changes) -> Schedule:
         return replace(self, **changes)

@@ -238,6 +238,8 @@ class RuntimeResult:
     lanes: list[tuple[int, str, int]] = field(default_factory=list)
     #: each lane in words: "host", "compute stream", "communication stream of edge 0->1", ...
     labels: list[str] = field(default_factory=list)
+    #: each operation waited for right after it is posted -> the operations waited for with it
+    batch_of: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def completed(self) -> bool:
@@ -292,6 +294,14 @@ class _Sweep:
         self.lane_of: list[int] = [0] * n  # lane of each action
         self.lastc = [-1] * n  # NCCL: the last compute action before each comm action
         self.data = data_deps(g, self.is_comm, w)
+        # operations waited for together right after they are posted (docs/spec.md 10): each
+        # BATCH, and under a framework whose sends and receives block, each one alone
+        self.batch_of: dict[int, tuple[int, ...]] = {i: b for b in g.batches for i in b}
+        if runtime.release.blocking_p2p:
+            for i in range(n):
+                if self.is_comm[i] and i not in self.batch_of:
+                    self.batch_of[i] = (i,)
+        self.prewait: dict[int, tuple[int, ...]] = {}  # NCCL: a batch an operation's stream waits for
         self._build_lanes()
 
     def _build_lanes(self) -> None:
@@ -307,14 +317,26 @@ class _Sweep:
             self._add_lane(d, [i for i in range(lo, hi) if not is_comm[i]], "compute", -1, "compute stream")
             streams: dict[tuple, list[int]] = {}
             last = -1
+            pending: tuple[int, ...] = ()  # the batch waited for since the last compute action
             for i in range(lo, hi):
                 if not is_comm[i]:
                     last = i
+                    if pending:  # the compute stream waits for the batch (req.wait())
+                        self.data[i] += pending
+                        pending = ()
                     continue
                 self.lastc[i] = last
+                b = self.batch_of.get(i)
+                if pending and (b is None or i == b[0]):
+                    self.prewait[i] = pending  # its stream waits for the compute stream's wait
                 e = peer_device[i]
-                key = layout.stream(d, e, self.is_send[i], _FORWARD[code[i]], lazy) if e >= 0 else (-1,)
+                # a batch is one group on its communicator's own stream (batched P2P uses the
+                # group's communicator, not a per-pair one)
+                key = (layout.stream(d, e, self.is_send[i], _FORWARD[code[i]], lazy and b is None)
+                       if e >= 0 else (-1,))
                 streams.setdefault(key, []).append(i)
+                if b is not None and i == b[-1]:
+                    pending = b
             for key in sorted(streams):
                 label, peer = _stream_label(d, key, layout.by_edge, layout.by_direction, lazy)
                 self._add_lane(d, streams[key], "comm", peer, label)
@@ -381,6 +403,7 @@ class _Sweep:
         end, ready, done, bind, dur = self.end, self.ready, self.done, self.bind, self.dur
         is_comm, data = self.is_comm, self.data
         lastc, comm, nccl_mode = self.lastc, self.comm, self.nccl_mode
+        batch_of, prewait = self.batch_of, self.prewait
         # Run until nothing moves.  Then, to report every independent hang at once (as the
         # eager sweep does), release each wait for a message that never comes and the first
         # wait of each cycle found, and go on: what runs after that is never timed.
@@ -396,6 +419,7 @@ class _Sweep:
                 while p < last:
                     i = items[p]
                     if is_comm[i]:
+                        group = batch_of.get(i)
                         if nccl_mode:
                             c = lastc[i]
                             if c >= 0:  # the stream waits for the compute posted before it
@@ -405,16 +429,43 @@ class _Sweep:
                                     break
                                 if ec > now:
                                     now, src = ec, 3 * c + END
-                            if ready[i] is None:
-                                bind[3 * i + READY] = src
-                                self._set_ready(i, now, stack)
-                            if done[i] is None:
-                                stuck = (i, DONE)
+                            for j in prewait.get(i, ()):  # ... which waits for an earlier batch
+                                t = done[j]
+                                if t is None:
+                                    stuck = (j, DONE)
+                                    break
+                                if t > now:
+                                    now, src = t, 3 * j + DONE
+                            if stuck is not None:
                                 break
-                            now, src = done[i], 3 * i + DONE
-                        elif ready[i] is None:  # gloo: posting takes no host time
+                            # a batch: one group on the stream, all its operations ready at once
+                            ops = (i,) if group is None else tuple(x for x in group if self.lane_of[x] == k)
+                            for x in ops:
+                                if ready[x] is None:
+                                    bind[3 * x + READY] = src
+                                    self._set_ready(x, now, stack)
+                            for x in ops:
+                                if done[x] is None:
+                                    stuck = (x, DONE)
+                                    break
+                                if done[x] >= now:
+                                    now, src = done[x], 3 * x + DONE
+                            if stuck is not None:
+                                break
+                            p += len(ops)
+                            continue
+                        if ready[i] is None:  # gloo: posting takes no host time
                             bind[3 * i + READY] = src
                             self._set_ready(i, now, stack)
+                        if group is not None and i == group[-1]:  # gloo: the host waits for the batch
+                            for x in group:
+                                if done[x] is None:
+                                    stuck = (x, DONE)
+                                    break
+                                if done[x] > now:
+                                    now, src = done[x], 3 * x + DONE
+                            if stuck is not None:
+                                break
                         p += 1
                         continue
                     # a compute action: its data, then its duration
@@ -478,7 +529,7 @@ class _Sweep:
         start = [(r if r is not None else 0) if c else (f - t if e is not None else 0)
                  for c, r, f, t, e in zip(is_comm, ready, finish, dur, end)]
         return RuntimeResult(start, finish, bind, cycles, lanes_stuck, self.m, ready, is_comm, self.lane_of,
-                             self.lane_kind, self.lane_label)
+                             self.lane_kind, self.lane_label, batch_of)
 
     def _release(self, w: Wait, woken: list) -> None:
         """Let ``w``'s lane go on as if what it waits for had happened (at time 0: the run is
@@ -602,6 +653,18 @@ def explain(g: Graph, r: RuntimeResult, w: Wait, nccl_mode: bool) -> str:
                     f"before it, {acts[j]} (position {pos[j]}), which has not run")
         return (f"{here}: it needs what {acts[j]} produces on device {g.dev[j]} "
                 f"(position {pos[j]}), which has not run")
+    if w.head in r.batch_of and j in r.batch_of[w.head]:  # waited for right after it was posted
+        group = r.batch_of[w.head]
+        what = (f"the batch {'; '.join(str(acts[x]) for x in group)} is waited for as a whole" if len(group) > 1
+                else f"{head} blocks until it completes")
+        start = f"{here} on its {lane}: {what}, and {acts[j]} (position {pos[j]}) has not completed"
+        if r.ready[j] is None:
+            return f"{start}: it has not reached the head of {stream_of(j)}"
+        p = r.matching.partner[j]
+        if p < 0:
+            return f"{start}: its message never comes"
+        posted = f"at the head of {stream_of(p)}" if nccl_mode else "posted"
+        return f"{start}: it needs {acts[p]} (device {g.dev[p]}, position {pos[p]}), not {posted} yet"
     if head.kind in SEND_WAIT_KINDS:  # PyTorch 2.15: a wait() on the send it retires
         holds = "the compute stream (NCCL's wait() makes it wait)" if nccl_mode else "the host (gloo's wait() blocks)"
         start = f"{here}: it holds {holds} until {acts[j]} (position {pos[j]}) completes"

@@ -140,7 +140,7 @@ def run_schedule(csv_text: str, *, fmt: str, ranks: int, stages_per_rank: int, m
 STARTUP_S = 120
 
 
-def _wait_all(procs, deadline: float, tmp: Path, ranks: int) -> bool:
+def _wait_all(procs, deadline: float, tmp: Path | None = None, ranks: int = 0) -> bool:
     """Wait until every worker exits, or one fails (the others are then killed: a peer of a
     failed rank would only sit in a receive until gloo gives up); True if the deadline passed.
     The deadline is pushed back by the time the workers take to start (their ready files),
@@ -154,7 +154,7 @@ def _wait_all(procs, deadline: float, tmp: Path, ranks: int) -> bool:
             return False
         now = time.monotonic()
         if not ready:
-            if all((tmp / f"ready{r}").exists() for r in range(ranks)):
+            if tmp is None or all((tmp / f"ready{r}").exists() for r in range(ranks)):
                 ready = True
                 deadline += now - started
             elif now > started + STARTUP_S:

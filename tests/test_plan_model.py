@@ -507,6 +507,19 @@ dist.destroy_process_group()
 """
 
 
+def torch_release() -> str:
+    """The installed torch's version (the torch tests run with the installed release)."""
+    import torch
+
+    return torch.__version__
+
+
+def preallocates() -> bool:
+    from schedverify.releases import release
+
+    return release(torch_release())[0].recv_buffers == "preallocated"
+
+
 @pytest.mark.torch
 def test_receive_buffers_are_what_torch_pipelining_allocates(tmp_path):
     # PipelineStage._prepare_forward_infra / _prepare_backward_infra, run for real: the bytes of
@@ -517,7 +530,9 @@ def test_receive_buffers_are_what_torch_pipelining_allocates(tmp_path):
     assert probe.returncode == 0, probe.stderr[-2000:]
     measured = tuple(int(x) for x in probe.stdout.strip().strip("[]").split(","))
     m = TransformerModel(layers=3, hidden=8, heads=2, ffn=16, vocab=10, seq_len=16, microbatches=5)
-    assert stage_profile(m, H100, 3).recv_buffers == measured == (1280, 2560, 1280)
+    # the installed release's (docs/spec.md 9.6): 2.13 and 2.14 preallocate them, 2.15 does not
+    assert stage_profile(m, H100, 3, torch=torch_release()).recv_buffers == measured
+    assert measured == ((1280, 2560, 1280) if preallocates() else (0, 0, 0))
 
 
 _SPLIT_PROBE = """
@@ -549,4 +564,4 @@ def test_a_split_backward_leaves_the_input_gradients_on_the_buffers(tmp_path):
     probe = subprocess.run([sys.executable, "-c", _SPLIT_PROBE, str(tmp_path / "store")], capture_output=True,
                            text=True, timeout=300)
     assert probe.returncode == 0, probe.stderr[-2000:]
-    assert probe.stdout.strip() == "[0, 4]"
+    assert probe.stdout.strip() == ("[0, 4]" if preallocates() else "[0, 0]")  # 2.15: no buffer outlives its use

@@ -154,7 +154,7 @@ def test_keyed_lowering_runs_everywhere_at_the_compute_only_makespan(s, c):
     base = sv.check(s, costs=c, comm_semantics="torch")
     if not base.is_valid or any(all(a is None for a in row) for row in s.order):
         return  # the loss stage out of order, or a device PyTorch's lowering refuses
-    low = _keyed_lowering(s, base.timeline)
+    low = _keyed_lowering(s, base.timeline, base.profile)
     for sem, nccl in ALL_RUNTIMES:
         r = sv.check(low, costs=c, comm_semantics=sem, nccl=nccl)
         assert r.is_valid, (sem, nccl, [str(v) for v in r.violations[:3]])

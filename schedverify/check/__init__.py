@@ -75,12 +75,12 @@ class _Run:
         return memory_sweep(self.graph, self.memory_model, retired_by=self._retired_by())
 
     def _retired_by(self) -> dict[int, int] | None:
-        """Under PyTorch's runtime, each send's retiring wait (docs/spec.md 9.2): from 2.15 its
-        WAIT_SEND, before that none (the step's end); None under an abstract semantics."""
+        """Under a runtime, each send's retiring wait (docs/spec.md 9.2): its WAIT_SEND; a send
+        without one is held to the step's end.  None under an abstract semantics."""
         if self.rt is None:
             return None
         assert self.waits is not None  # made with rt
-        return self.waits.retired_by if self.rt.waits_for_sends else {}
+        return self.waits.retired_by
 
     def _time(self) -> None:
         """Run the timeline (or PyTorch's runtime model) once."""

@@ -8,7 +8,7 @@ from .. import diagnostics as dx
 from ..deps import MATCH
 from ..diagnostics import Location, Violation
 from ..graph import KIND_CODE, NCODES, Graph, explain_wait
-from ..model import ALL_KINDS, B, BOOKKEEPING_KINDS, F, I, REDUCE_GRAD, SEND_OF, WAIT_OF, W, Action
+from ..model import ALL_KINDS, BATCH, B, BOOKKEEPING_KINDS, F, I, REDUCE_GRAD, SEND_OF, WAIT_OF, W, Action
 from ..releases import Runtime, releases
 from ..runtime import MAX_CYCLES, SendWaits, explain, intended_receive, pytorch_notation
 
@@ -346,6 +346,16 @@ def release_grammar(g: Graph, rt: Runtime) -> Iterator[Violation]:
     """9.1: every action is of a kind the release's runtime has.  One violation per device and
     kind, at its first action (the runtime stops there), counting the others."""
     kinds = rt.release.kinds
+    if g.batches and BATCH not in kinds:  # a BATCH is laid out as its operations: found by them
+        first: dict[int, int] = {}
+        for b in g.batches:
+            first.setdefault(g.dev[b[0]], b[0])
+        for d, i in sorted(first.items()):
+            entry = g.schedule.order[d][g.pos[i]]
+            yield Violation(dx.NOT_IN_RELEASE, f"{entry} is not in {rt.release.name}'s grammar: BATCH is a "
+                            "framework's batch_isend_irecv (Megatron-LM, DeepSpeed), which "
+                            f"{rt.release.name}'s _PipelineScheduleRuntime does not run; check it as that "
+                            "framework runs it", (Location(d, g.pos[i], str(entry)),))
     if kinds >= ALL_KINDS or not g.uncoded:
         return  # the coded kinds (F, B, I, W, SEND/RECV) are in every release
     acts = g.acts

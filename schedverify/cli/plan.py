@@ -111,7 +111,7 @@ def run(args, out, err) -> int:
         raise UsageError(f"-o {args.output}: torchtitan reads a .csv file; name the output FILE.csv")
     source = from_args(model=args.model, profile=args.profile, trace=args.trace, device=args.device,
                        memory_limit=args.memory_limit, microbatches=args.microbatches, backend=args.backend,
-                       calibration=cal)
+                       calibration=cal, torch=args.torch)
     microbatches = source.microbatches if args.microbatches is None else args.microbatches
     if microbatches is None:
         raise UsageError("plan: how many microbatches does a step have? give --microbatches M")

@@ -45,7 +45,7 @@ def _limit(text: str | int | None, device_memory: int | None) -> int | None:
 
 def from_model(path: str | os.PathLike, *, memory_limit: str | int | None = None,
                microbatches: int | None = None, backend: str | None = None,
-               calibration: Calibration | str | os.PathLike | None = None) -> Source:
+               calibration: Calibration | str | os.PathLike | None = None, torch: str | None = None) -> Source:
     """A transformer and its hardware from a TOML model file (:mod:`.transformer`): any cut.
 
     ``backend`` (``cuda``, ``cpu``, ``paper``) replaces the file's choice of what autograd
@@ -67,7 +67,8 @@ def from_model(path: str | os.PathLike, *, memory_limit: str | int | None = None
     m = microbatches if microbatches is not None else model.microbatches
 
     def cut(stages: int, split_backward: bool) -> StageProfile:
-        return stage_profile(model, hw, stages, microbatches=m, split_backward=split_backward, calibration=cal)
+        return stage_profile(model, hw, stages, microbatches=m, split_backward=split_backward, calibration=cal,
+                             torch=torch)
 
     limit = _limit(memory_limit, hw.memory)
     memory = f"activations calibrated on {cal.device}" if cal is not None else f"activations: backend {model.backend}"
@@ -109,7 +110,7 @@ def _measured(profile: StageProfile, what: str, device: str | None, memory_limit
 
 def from_args(*, model=None, profile=None, trace=None, device: str | None = None,
               memory_limit: str | None = None, microbatches: int | None = None, backend: str | None = None,
-              calibration=None) -> Source:
+              calibration=None, torch: str | None = None) -> Source:
     """The one source the command line names (exactly one of ``model``, ``profile``, ``trace``)."""
     given = [k for k, v in (("--model", model), ("--profile", profile), ("--trace", trace)) if v]
     if len(given) != 1:
@@ -123,7 +124,7 @@ def from_args(*, model=None, profile=None, trace=None, device: str | None = None
             raise UsageError("plan: --device applies to --profile and --trace; a model file names its "
                              "hardware in its [hardware] table")
         return from_model(model, memory_limit=memory_limit, microbatches=microbatches, backend=backend,
-                          calibration=calibration)
+                          calibration=calibration, torch=torch)
     if profile is not None:
         return from_profile(profile, device=device, memory_limit=memory_limit)
     return from_trace(trace, device=device, memory_limit=memory_limit)

@@ -597,7 +597,7 @@ def weight_share(model: TransformerModel) -> float:
 
 def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
                   microbatches: int | None = None, split_backward: bool = False,
-                  calibration: Calibration | None = None) -> StageProfile:
+                  calibration: Calibration | None = None, torch: str | None = None) -> StageProfile:
     """Per-stage F, I, W (seconds per microbatch), activation, static and receive-buffer bytes
     of ``model`` cut into ``stages`` stages on ``hardware`` (one stage per tensor-parallel
     group of ``t`` devices; the bytes are per device).
@@ -608,7 +608,11 @@ def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
     rest of the step: another ``microbatches * boundary`` on every stage but the first.
     ``calibration`` (:mod:`.calibration`, made for this model): its measured bytes replace the
     backend's formulas, and its measured times, when taken at the model's sequence length and
-    microbatch size, the FLOPs model's seconds.
+    microbatch size, the FLOPs model's seconds.  ``torch``: the PyTorch release whose runtime
+    holds the receive buffers (default: the installed one): 2.13 and 2.14 preallocate one per
+    microbatch and direction for the step; 2.15 allocates each right before its receive and
+    hands it to its consumer, so a stage's input is counted with its activation instead
+    (docs/spec.md 9.6).
     Raises :class:`UsageError` when the layout cannot be cut into ``stages`` stages, or the
     calibration is another model's.
     """
@@ -632,13 +636,21 @@ def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
     if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
         raise UsageError(f"microbatches: expected a whole number >= 1, got {m!r}")
     boundary = _boundary(v, o)
+    from ..releases import installed_torch, release
+
+    preallocated = release(torch, installed=installed_torch() if torch is None else None)[0].recv_buffers \
+        == "preallocated"
     recv: tuple[int, ...] = ()
-    if m is not None:
+    if not preallocated:  # 2.15: no buffer for the step; each stage input lives from its receive to its backward
+        recv = (0,) * stages
+        activation = tuple(a + (0 if s.embedding else math.ceil(boundary)) for a, s in zip(activation, spans))
+    elif m is not None:
         per_stage = ((not s.embedding) * (2 if split_backward else 1) + (not s.head) for s in spans)
         recv = tuple(math.ceil(m * boundary * k) for k in per_stage)
     w_bytes = _layer_weight_grad_bytes(v, o)
     w = float(min(Fraction(1), w_bytes / layer_act))
-    notes = _notes(model, hardware, spans, m, w_bytes > layer_act, split_backward, calibration)
+    notes = _notes(model, hardware, spans, m if preallocated else None, w_bytes > layer_act, split_backward,
+                   calibration, per_receive=not preallocated)
     F = tuple(float(p.F / t / rate) for p in flops)
     I = tuple(float(p.I / t / rate) for p in flops)  # noqa: E741
     W = tuple(float(p.W / t / rate) for p in flops)
@@ -666,7 +678,7 @@ def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
 
 
 def _notes(model: TransformerModel, hw: Hardware, spans, m, w_capped: bool, split_backward: bool,
-           cal: Calibration | None = None) -> tuple[str, ...]:
+           cal: Calibration | None = None, *, per_receive: bool = False) -> tuple[str, ...]:
     t = model.tensor_parallel
     lay = ", ".join(str(s.layers) for s in spans)
     times = cal.times_for(model) if cal is not None else None
@@ -699,7 +711,12 @@ def _notes(model: TransformerModel, hw: Hardware, spans, m, w_capped: bool, spli
         + ("; tied embeddings: the first and the last stage each keep a copy"
            if model.tied_embeddings and len(spans) > 1 else ""),
     ]
-    if m is None:
+    if per_receive:
+        out.append(f"receive buffers: PyTorch 2.15 allocates each right before its receive and hands it to its "
+                   f"consumer, so each stage's input ({boundary_bytes(model)} B) is counted with its activation, "
+                   "from the forward to the backward; a gradient's buffer, freed once its backward has run, is not "
+                   "counted")
+    elif m is None:
         out.append("receive buffers not counted: the number of microbatches is not known "
                    "(give [training] microbatches or microbatches=)")
     else:

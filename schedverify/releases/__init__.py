@@ -190,6 +190,13 @@ class Release:
     layouts: tuple[str, ...]
     switches: Mapping[str, Switch]
     options: frozenset[str]
+    #: how the runtime's receive buffers live (docs/spec.md 9.6): "preallocated" (one per
+    #: microbatch and direction for the whole step, set up with the stage) or "per-receive"
+    #: (allocated right before each RECV and handed to the action that consumes it)
+    recv_buffers: str = "preallocated"
+    #: every SEND and RECV blocks the rank until it completes (``dist.send``/``dist.recv``, as
+    #: DeepSpeed's pipeline engine posts them): each is waited for right after it is posted
+    blocking_p2p: bool = False
     #: where in the framework's source each value above was read
     sources: tuple[str, ...] = ()
     #: what changed from the release before, in words (docs/spec.md section 9)

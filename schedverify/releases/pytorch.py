@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from ..grammar import ALL_KINDS, SEND_WAIT_KINDS, WAIT_REDUCE_GRAD
+from ..grammar import ALL_KINDS, BATCH, SEND_WAIT_KINDS, WAIT_REDUCE_GRAD
 from . import BY_WAIT, STEP_END, Release, Switch
 
-#: ``_ComputationType`` of 2.13 and 2.14: F, I, W, B, OVERLAP_F_B, the four SEND/RECV,
-#: UNSHARD, RESHARD, REDUCE_GRAD.
-_KINDS_2_13 = frozenset(ALL_KINDS - SEND_WAIT_KINDS - {WAIT_REDUCE_GRAD})
+#: ``_ComputationType`` of 2.15: every kind of schedverify's grammar but BATCH (the frameworks'
+#: batch_isend_irecv, docs/spec.md 10); of 2.13 and 2.14: F, I, W, B, OVERLAP_F_B, the four
+#: SEND/RECV, UNSHARD, RESHARD, REDUCE_GRAD.
+_KINDS_2_15 = frozenset(ALL_KINDS - {BATCH})
+_KINDS_2_13 = frozenset(_KINDS_2_15 - SEND_WAIT_KINDS - {WAIT_REDUCE_GRAD})
 
 #: ``_action_regex`` of 2.13 and 2.14, and of 2.15 (its new kinds first, longest first).
 _REGEX_2_13 = r"(\d+)(F|I|B|W|UNSHARD|RESHARD|REDUCE_GRAD|SEND_F|RECV_F|SEND_B|RECV_B)(\d*)"
@@ -60,11 +62,12 @@ V2_14 = Release(
              "step() and eval() take pre-split arg_mbs, kwarg_mbs and target_mbs"))
 
 V2_15 = Release(
-    framework="PyTorch", version="2.15", kinds=frozenset(ALL_KINDS), action_regex=_REGEX_2_15, send_retirement=BY_WAIT,
+    framework="PyTorch", version="2.15", kinds=_KINDS_2_15, action_regex=_REGEX_2_15, send_retirement=BY_WAIT,
     reduce_grad_wait=True, lowering=_LOWERING_2_15, layouts=("shared", "edge"),
     switches=MappingProxyType({"edge": _EDGE_2_15}),
     options=frozenset({"defer_pp_recv", "max_active_stages", "unshard_lookahead", "defer_reduce_grad_wait",
                        "max_outstanding_sends"}),
+    recv_buffers="per-receive",
     sources=("schedules.py: WAIT_SEND_F, WAIT_SEND_B, WAIT_REDUCE_GRAD in _ComputationType; _PendingSendTracker "
              "(a send is retired by its wait, pending sends at the end raise); _add_wait_send; "
              "_validate_send_waits; _add_wait_send_budget; _add_reduce_grad(defer_reduce_grad_wait); "
@@ -73,13 +76,15 @@ V2_15 = Release(
              "_p2p.py: _build_p2p_edge_groups (one split_group child per directed rank edge)",
              "config.py: pipeline_per_edge_p2p (env TORCH_DISTRIBUTED_PIPELINE_PER_EDGE_P2P), replacing "
              "pipeline_per_direction_p2p",
-             "stage.py: _get_p2p_group; release_fwd_send_outputs (a sent activation is freed at its wait)"),
+             "stage.py: _get_p2p_group; release_fwd_send_outputs (a sent activation is freed at its wait)",
+             "_recv_buffers.py: _RecvInfo.allocate_buffer right before each receive, take_buffer by its consumer"),
     changes=("three action kinds: WAIT_SEND_F, WAIT_SEND_B, WAIT_REDUCE_GRAD",
              "each send is retired by its own WAIT_SEND; step() no longer waits for sends at its end",
              "each REDUCE_GRAD is paired with a WAIT_REDUCE_GRAD, at most one pending per rank",
              "per-edge communicators replace per-direction ones",
              "runtime options max_active_stages, unshard_lookahead, defer_reduce_grad_wait, "
              "max_outstanding_sends",
+             "receive buffers allocated right before each receive, not for every microbatch when the stage is set up",
              "analyze_pipeline_activation_liveness"))
 
 #: Every modelled release, oldest first.

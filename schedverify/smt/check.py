@@ -53,6 +53,7 @@ from ..errors import EngineDisagreement, UsageError  # noqa: F401 - EngineDisagr
 from ..model import (
     ALL_KINDS,
     B,
+    BATCH,
     BOOKKEEPING_KINDS,
     COMM_KINDS,
     F,
@@ -112,12 +113,24 @@ class _Index:
         self.reduce_grads: list[int] = []
         self.reductions: list[int] = []  # placed REDUCE_GRAD and WAIT_REDUCE_GRAD entries, in order
         self.send_waits: list[int] = []  # placed WAIT_SEND_F/WAIT_SEND_B entries, in order
+        self.batches: list[tuple[int, ...]] = []  # the entries of each BATCH (docs/spec.md 10)
+        self.batch_at: list[tuple[int, int, Action]] = []  # (device, position, BATCH) of each
         routes = schedule.placement.routes
         mroute = schedule.placement.microbatch_route
         for d, row in enumerate(schedule.order):
+            # a well-formed BATCH is its operations, each an entry at the BATCH's position
+            laid: list[tuple[int, Action]] = []
             for p, a in enumerate(row):
                 if a is None:
                     continue
+                if a.kind == BATCH and a.sub and all(x.sub is None and x.kind in COMM_KINDS for x in a.sub):
+                    first = len(self.entries) + len(laid)
+                    self.batches.append(tuple(range(first, first + len(a.sub))))
+                    self.batch_at.append((d, p, a))
+                    laid += [(p, x) for x in a.sub]
+                else:
+                    laid.append((p, a))
+            for p, a in laid:
                 e = len(self.entries)
                 self.entries.append((d, p, a))
                 leaves: tuple[Action, ...]
@@ -453,6 +466,12 @@ class _Events:
         by_dev: dict[int, list[int]] = {}
         for e, (d, _, _) in enumerate(ix.entries):
             by_dev.setdefault(d, []).append(e)
+        # docs/spec.md 10: operations waited for together right after they are posted (each
+        # BATCH; each SEND and RECV alone under a framework whose point-to-point blocks)
+        group: dict[int, tuple[int, ...]] = {e: b for b in ix.batches for e in b}
+        if rt.release.blocking_p2p:
+            group.update({e: (e,) for e in range(n) if comm[e] and e not in group})
+        self.waited = set(group)  # their completion is part of the run
 
         def lane(name: str, items: list[int]) -> None:
             k = len(self.lane_name)
@@ -465,9 +484,13 @@ class _Events:
             if not nccl_mode:  # gloo: one host thread; posting takes no time
                 lane(f"device {d}'s host", ents)
                 h = None
+                after: tuple[int, ...] = ()  # the batch the host waits for before its next action
                 for e in ents:
                     if h is not None:
                         self.hard.append((2 * e, h, Fraction(0)))
+                    for x in after:
+                        self.waits.append((2 * e, 2 * x + 1, Fraction(0), "batch"))
+                    after = group[e] if e in group and e == group[e][-1] else ()
                     h = 2 * e if comm[e] else 2 * e + 1
                 continue
             computes = [e for e in ents if not comm[e]]
@@ -476,24 +499,44 @@ class _Events:
                 self.hard.append((2 * b, 2 * a + 1, Fraction(0)))
             streams: dict[tuple, list[int]] = {}
             lastc = None
+            pending: tuple[int, ...] = ()  # a batch waited for since the last compute action
             for e in ents:
                 if not comm[e]:
                     lastc = e
+                    for x in pending:  # req.wait(): the compute stream waits for the batch
+                        self.waits.append((2 * e, 2 * x + 1, Fraction(0), "batch"))
+                    pending = ()
                     continue
                 if lastc is not None:
                     self.waits.append((2 * e, 2 * lastc + 1, Fraction(0), "stream"))
-                # one stream per communicator (9.4); a lazily made shared group: one per peer
+                grp = group.get(e)
+                for x in pending:  # ... and every stream waits for the compute stream
+                    self.waits.append((2 * e, 2 * x + 1, Fraction(0), "batch"))
+                # one stream per communicator (9.4); a lazily made shared group: one per peer,
+                # but a batch is one group on its communicator's own stream
                 peer = pm.peer_device.get(e)
                 kind = ix.entries[e][2].kind
                 key = (("no peer",) if peer is None else
-                       rt.layout.stream(d, peer, pm.sending[e], kind in (SEND_F, RECV_F), rt.lazy))
+                       rt.layout.stream(d, peer, pm.sending[e], kind in (SEND_F, RECV_F), rt.lazy and grp is None))
                 streams.setdefault(key, []).append(e)
+                if grp is not None and e == grp[-1]:
+                    pending = grp
             for key in sorted(streams, key=repr):
                 items = streams[key]
                 named = "" if key in ((), ("no peer",)) else f" {key}"
                 lane(f"device {d}'s communication stream{named}", items)
-                for a, b in zip(items, items[1:]):
-                    self.hard.append((2 * b, 2 * a + 1, Fraction(0)))
+                # in stream order, a batch's operations as one unit: all after the unit
+                # before, the unit after them after all of them
+                units: list[list[int]] = []
+                for e in items:
+                    if units and e in group and units[-1][0] in group and group[units[-1][0]] == group[e]:
+                        units[-1].append(e)
+                    else:
+                        units.append([e])
+                for u, v in zip(units, units[1:]):
+                    for a in u:
+                        for b2 in v:
+                            self.hard.append((2 * b2, 2 * a + 1, Fraction(0)))
         for e, deps in data.items():
             for j, lat in deps:
                 self.waits.append((2 * e, 2 * j + 1, lat, "data"))
@@ -737,6 +780,12 @@ class _Z3Check:
         rel = self._rt.release
         out = []
         seen: set[tuple[int, str]] = set()  # one per device and kind, at its first action
+        if BATCH not in rel.kinds:
+            for d, p, a in self.ix.batch_at:
+                if (d, BATCH) not in seen:
+                    seen.add((d, BATCH))
+                    out.append(Violation(dx.NOT_IN_RELEASE, f"{rel.name}'s runtime has no BATCH action: {a} is "
+                                         "a framework's batch_isend_irecv", (Location(d, p, str(a)),)))
         for e, (d, _p, a) in enumerate(self.ix.entries):
             bad = next((x for x in (a, *(a.sub or ())) if x.kind in ALL_KINDS and x.kind not in rel.kinds), None)
             if bad is not None and (d, bad.kind) not in seen:
@@ -748,9 +797,9 @@ class _Z3Check:
 
     # -- 9.2: from 2.15, each send retired by one later wait of its label on its device
     def send_retirement(self) -> list[Violation]:
+        """Pair each WAIT_SEND with its pending send (a wait waits for its send in every
+        release that has waits); from 2.15, report the sends and waits that do not pair."""
         rt = self._rt
-        if not rt.waits_for_sends:
-            return []
         ix = self.ix
         waits = set(ix.send_waits)
         pending: dict[tuple, int] = {}
@@ -765,6 +814,8 @@ class _Z3Check:
             elif a.sub is None and a.kind in (SEND_F, SEND_B) and ix.first.get(
                     (a.stage, a.microbatch, a.kind)) == e:  # type: ignore[arg-type]  # None: never there
                 pending[(d, a.kind, a.stage, a.microbatch)] = e  # a label's first send (SV202 else)
+        if not rt.waits_for_sends:
+            return []
         out = [Violation(dx.SEND_WITHOUT_WAIT, f"{ix.entries[e][2]} is never waited for on device "
                          f"{ix.entries[e][0]}: {rt.release.name} refuses a send without its WAIT_SEND",
                          (ix.loc(e),)) for e in sorted(pending.values())]
@@ -1135,6 +1186,9 @@ class _Z3Check:
             elif kind == "rendezvous":
                 steps.append(f"{here}: a send completes only with its receive, {b} (device {dj}, position "
                              f"{pj}), which is not posted yet")
+            elif kind == "batch":
+                steps.append(f"{here}: it waits until {b} (device {dj}, position {pj}) has completed: the rank "
+                             "waits for each operation of a batch right after posting it")
             elif kind == "retire":
                 steps.append(f"{here}: it waits until {b} (position {pj}) has completed, which needs its "
                              "receive")
@@ -1172,8 +1226,9 @@ class _Z3Check:
         never = ev.never_closure()
         pm = self._pm
         for e in range(n):
-            # the step waits for its sends, unless each is retired by its own WAIT_SEND (9.2)
-            waited = pm.sending[e] and not self._rt.waits_for_sends
+            # the step waits for its sends, unless each is retired by its own WAIT_SEND (9.2),
+            # and for what a batch waits for (10)
+            waited = pm.sending[e] and not self._rt.waits_for_sends or e in ev.waited
             needed = (2 * e, 2 * e + 1) if ev.nccl_mode or not pm.comm[e] or waited else (2 * e,)
             if any(x in never for x in needed):
                 return None
