@@ -94,7 +94,7 @@ def _stream_label(d: int, key: tuple, by_edge: bool, by_direction: bool, lazy: b
         return f"communication stream of edge {a}->{b}", b if a == d else a
     if by_direction:
         return ("forward" if key[0] else "backward") + " communication stream", -1
-    if lazy:
+    if lazy and key:  # (a batch is on its communicator's own stream, key ())
         a, b = key
         peer = b if a == d else a
         return f"communication stream with device {peer}", peer

@@ -17,6 +17,9 @@ The strategies and the record type:
   it may also cause (``may``), or that the schedule stays valid.
 - :func:`costs` and :func:`memory_models` draw :class:`~schedverify.model.Costs` and
   :class:`~schedverify.model.MemoryModel` with exactly representable values.
+- :func:`with_batches` draws a schedule whose runs of consecutive SEND/RECV on a device are
+  cut into ``BATCH`` actions (posted and waited for together, as Megatron-LM's batched
+  p2p: docs/spec.md 10).
 - :func:`with_waits` draws a schedule in PyTorch 2.15's dialect: a ``WAIT_SEND_F`` or
   ``WAIT_SEND_B`` per send at a random later place on its device (or where PyTorch's own
   lowering puts it), a ``WAIT_REDUCE_GRAD`` per ``REDUCE_GRAD``; a random place may hang
@@ -80,7 +83,7 @@ from .model import (
 
 __all__ = [
     "MUTATION_KINDS", "Mutation", "costs", "memory_models", "mutations", "schedules", "valid_schedules",
-    "with_waits",
+    "with_batches", "with_waits",
 ]
 
 PLACEMENTS = ("loop", "v", "list")
@@ -341,6 +344,42 @@ def _valid(draw, devices, microbatches, chunks, placements, bidirectional, backw
         D, S, M, tuple(tuple(row) for row in order), placement, name="random", costs=cost,
         memory=memory, comm_semantics=None if semantics == "none" else semantics,
     )
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def with_batches(schedule: Schedule) -> SearchStrategy[Schedule]:
+    """``schedule`` with each run of consecutive SEND/RECV actions on a device cut, at random
+    places, into ``BATCH`` actions (docs/spec.md 10); some operations stay alone."""
+    return _with_batches(schedule)
+
+
+@st.composite
+def _with_batches(draw, schedule: Schedule) -> Schedule:
+    from .model import batch
+
+    rows = []
+    for row in schedule.order:
+        new: list[Action | None] = []
+        run: list[Action] = []
+
+        def flush() -> None:
+            while run:
+                k = draw(st.integers(1, len(run)))
+                part = run[:k]
+                del run[:k]
+                new.extend(part if len(part) == 1 and draw(st.booleans()) else [batch(*part)])
+
+        for a in row:
+            if a is not None and a.sub is None and a.kind in COMM_KINDS:
+                run.append(a)
+                continue
+            flush()
+            new.append(a)
+        flush()
+        rows.append(tuple(new))
+    return schedule.with_(order=tuple(rows))
 
 
 # --------------------------------------------------------------------------- 2.15's waits

@@ -434,3 +434,58 @@ def test_lower_rewrites_a_comms_csv_for_another_release(tmp_path, monkeypatch):
     assert code == 0, out
     code, out, _ = cli("check", str(tmp_path / "new.csv"), "--torch", "2.13")
     assert code == 1 and "SV103" in out
+
+
+# ------------------------------------------------------------------ batches (docs/spec.md 10)
+
+BATCHED = ("0F0,(0SEND_F0)BATCH,0F1,(0SEND_F1;0RECV_B0)BATCH,0B0,(0RECV_B1)BATCH,0B1",
+           "(1RECV_F0)BATCH,1F0,1B0,(1SEND_B0;1RECV_F1)BATCH,1F1,1B1,(1SEND_B1)BATCH")
+
+
+def _framework(**fields) -> "sv.releases.Release":
+    """A release of one's own (a framework's profile), from 2.13's table."""
+    from dataclasses import replace
+
+    from schedverify.grammar import BATCH
+
+    return replace(releases()["2.13"], framework="test", version="0", kinds=releases()["2.13"].kinds | {BATCH},
+                   **fields)
+
+
+def test_a_batch_is_one_group_on_nccl_and_waited_for_on_gloo():
+    """Megatron-LM's send_forward_recv_backward as one batch_isend_irecv: over NCCL its send and
+    receive are one group, so the two ranks' opposite sends do not block each other, where the
+    same operations posted one by one hang on one stream per rank (SV405)."""
+    fw = _framework()
+    for semantics in ("torch", "torch-nccl"):
+        g, _ = agree(csv(*BATCHED), comm_semantics=semantics, torch=fw)
+        assert g.is_valid and g.metrics.makespan == 9, semantics
+    plain = tuple(row.replace("(", "").replace(")BATCH", "").replace(";", ",") for row in BATCHED)
+    assert agree(csv(*plain), comm_semantics="torch-nccl", torch=fw)[0].codes() == ["SV405"]
+    # under a PyTorch release, a BATCH is not in the grammar (and on 2.15 its sends lack waits)
+    assert agree(csv(*BATCHED), comm_semantics="torch", torch="2.13")[0].codes() == ["SV103"]
+
+
+def test_blocking_sends_and_receives_hang_where_posted_ones_run():
+    """With every send and receive blocking (dist.send, dist.recv: DeepSpeed's engine), device
+    0 blocks in its second send until device 1 posts that receive, which device 1 does after its
+    gradient's send completes, which needs device 0's receive: a deadlock on gloo too."""
+    s = csv(*BASE)
+    assert agree(s, comm_semantics="torch", torch="2.13")[0].is_valid
+    g, _ = agree(s, comm_semantics="torch", torch=_framework(blocking_p2p=True))
+    assert g.codes() == ["SV402"]
+    assert any("blocks until it completes" in step for step in g.violations[0].witness)
+
+
+@settings(max_examples=30)
+@given(st.data())
+def test_both_engines_agree_on_batches_and_blocking_operations(data):
+    from schedverify.strategies import with_batches
+
+    s = data.draw(valid_schedules(devices=st.integers(2, 3), microbatches=st.integers(1, 3), bidirectional=False,
+                                  comm=("eager", "rendezvous"), reduce_grad=False))
+    batched = data.draw(with_batches(s))
+    fw = _framework(blocking_p2p=data.draw(st.booleans()))
+    semantics = data.draw(st.sampled_from(["torch", "torch-nccl"]))
+    agree(batched, comm_semantics=semantics, torch=fw, nccl=NcclOptions(streams=data.draw(
+        st.sampled_from(["device", "pair"]))))

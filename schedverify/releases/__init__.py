@@ -339,11 +339,14 @@ def installed_torch(metadata_version=None) -> str | None:
     return metadata_version("torch")
 
 
-def release(version: str | None = None, *, installed: str | None = None) -> tuple[Release, str]:
+def release(version: str | Release | None = None, *, installed: str | None = None) -> tuple[Release, str]:
     """(the release, how it was chosen) for ``version`` (``"2.15"``, also ``"2.15.0"`` or
-    ``"2.15.0+cu130"``), or, when None, for the installed torch's version ``installed``: the
-    release itself when modelled, else the nearest modelled one, said so; without torch, the
-    newest modelled release.  An unknown ``version`` is a :class:`UsageError`."""
+    ``"2.15.0+cu130"``; or a :class:`Release` of one's own, used as it is), or, when None, for
+    the installed torch's version ``installed``: the release itself when modelled, else the
+    nearest modelled one, said so; without torch, the newest modelled release.  An unknown
+    ``version`` is a :class:`UsageError`."""
+    if isinstance(version, Release):
+        return version, "as given"
     table = releases()
     known = ", ".join(table)
     if version is not None:
@@ -370,7 +373,7 @@ def release(version: str | None = None, *, installed: str | None = None) -> tupl
                      f"{nearest.version}, assumed (pass --torch to choose)")
 
 
-def resolve(semantics: str, *, torch: str | None = None, p2p: str | None = None,
+def resolve(semantics: str, *, torch: str | Release | None = None, p2p: str | None = None,
             nccl: NcclOptions | None = None, options: RuntimeOptions | Mapping | None = None,
             environ: Mapping[str, str] | None = None, installed: str | None = None) -> Runtime:
     """The :class:`Runtime` that ``semantics`` (``torch`` or ``torch-nccl``) means with these
