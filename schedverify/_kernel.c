@@ -489,8 +489,8 @@ read_number(PyObject *o, double *out, unsigned char *is_float)
 /* read_number for a column of numbers that are mostly the same few objects (a duration per
  * action is one of the costs' few numbers): the last NUMBER_CACHE objects read and their
  * values, so that each object is read once rather than once per action.  A number object is
- * immutable, and the caller holds the list that holds it, so a pointer seen stays the same
- * number for the whole call. */
+ * immutable, and it is used only in a phase that runs no Python code (see "Ownership"), while
+ * the list that holds it cannot change: a pointer seen stays the same number. */
 #define NUMBER_CACHE 8
 typedef struct {
     PyObject *obj[NUMBER_CACHE];
