@@ -229,6 +229,21 @@ def test_absurd_csv_size_options_are_refused(tmp_path):
     assert "microbatches: 1,000,000,000,000 microbatches is over the cap of 10,000,000 (set SCHEDVERIFY_MAX_SIZE to raise it)" in err
 
 
+@pytest.mark.parametrize("text, total", [
+    ("0F0,9999999F9999999\n", 2 * 10**14 - 1),  # 20 bytes: 4.5 s and 590 MB once (over 10 s sanitized)
+    ("0F0,0F1,0F2,0B0,(9999999F0;9999999B1)OVERLAP_F_B,0B1,0B2\n1F0,1F1,1F2,1B0,1B1,1B2\n"
+     "0F3,0B3,0F4,0B4,0F5,0B5,0F3,0B3\n2F0,2B0,2F1,2B10\n", 219_999_978),  # 130 bytes: 8 s once
+])
+def test_a_few_bytes_naming_index_9999999_check_in_a_moment(tmp_path, text, total):
+    """The placement of ten million stages is a rule, not a tuple, and the missing actions
+    are counted, not made: the issue's files check as fast as any small file (also in the
+    sanitizer build, where they took over 10 s), with the exact count."""
+    t = time.perf_counter()
+    code, out, err = check_file(tmp_path, "tiny.csv", text)
+    assert time.perf_counter() - t < 2
+    assert code == 1 and f"INVALID, {total} violations" in out
+
+
 def test_declared_sizes_far_beyond_the_actions_finish_and_count_exactly(tmp_path):
     """Two million microbatches declared, eight actions listed: the 7,999,992 missing actions
     are counted from the actions present, in a moment (once 100,000 were made one by one and

@@ -228,6 +228,36 @@ def test_an_index_of_thousands_of_digits_names_its_cell(tmp_path, suffix):
     assert f"{where}: a microbatch index of 5000 digits is absurdly large" in err
 
 
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_leading_zeros_are_read_as_int_reads_them_by_both_paths(tmp_path, suffix):
+    """A microbatch index of 4,400 leading zeros and a 1 passed the digit bound (which strips
+    the zeros) and then reached int(), whose 4300-digit limit raised: a traceback and exit 1
+    from both paths.  It is microbatch 1, in both paths alike; 19 significant digits after
+    the zeros are refused in both, with one line naming the cell."""
+    from _helpers import pure_python
+
+    for mb, code, said in (("0" * 4400 + "1", 1, "INVALID"),
+                           ("0" * 4400 + "1" * 19, 2, "a microbatch index of 19 digits is absurdly large")):
+        cell = "0F" + mb
+        path = tmp_path / f"zeros{suffix}"
+        if suffix == ".json":
+            path.write_text(json.dumps({"format": "schedverify/1", "order": [["0F0", cell]]}))
+        else:
+            path.write_text(f"0F0,{cell}\n")
+        results = []
+        for switch in (pure_python, None):
+            if switch is None:
+                results.append(in_process("check", str(path)))
+            else:
+                with switch():
+                    results.append(in_process("check", str(path)))
+        assert results[0] == results[1]
+        got, out, err = results[0]
+        assert got == code and said in out + err and "Traceback" not in out + err
+        if code == 2:
+            assert len(err.strip().splitlines()) == 1
+
+
 # --------------------------------------------------------------------------- caps
 
 
