@@ -12,13 +12,18 @@ to index anything):
 - **None: declined.**  Consistent arguments that are not the kernel's case: an action that
   is not plain, a deadlock, a number that is neither a float nor an int of magnitude at most
   2^53 (a Fraction, a bool, a bigger int), int results that could outgrow 2^53 (the sums of
-  the int costs), an index of more than 18 digits.  The Python code then answers, so the
-  kernel gives Python's answer or none: the same values, of the same types (int or float),
-  bit for bit.
+  the int costs), an index of more than 18 significant digits.  The Python code then
+  answers, so the kernel gives Python's answer or none: the same values, of the same types
+  (int or float), bit for bit.
 - **TypeError, ValueError, IndexError: raised.**  Arguments no caller passes: a container or
   index column of the wrong type, lengths that disagree, an index out of range, ``starts``
   that do not cut the actions into consecutive device ranges, an action type that is not
   laid out as a tuple.  Those are bugs in the caller, not inputs to fall back on.
+
+And no argument crashes it: each function reads its inputs into C arrays or references of
+its own before anything that can run Python code (an allocation, an iterator, ``__index__``),
+so an iterator or a ``gc.callbacks`` hook that changes a list meanwhile changes nothing the
+kernel reads (``_kernel.c``, "Ownership"; docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@
 #include <string.h>
 #include <math.h>
 
-#define MAX_DIGITS 18 /* longer indices are left to Python's unbounded ints */
+#define MAX_DIGITS 18 /* grammar.MAX_DIGITS: the significant digits of an index, at most */
 
-/* ------------------------------------------------------------------ parse_row */
+/* ------------------------------------------------------------------ cells */
 
 /* The index of the kind whose text is the k characters at s, or -1. */
 static inline int
@@ -48,37 +48,45 @@ kind_index(const char **kind_text, const Py_ssize_t *kind_len, int nkinds, const
     return -1;
 }
 
+/* An index's digits at s[*p..len): leading zeros skipped, then at most MAX_DIGITS significant
+ * digits accumulated (grammar.MAX_DIGITS, counted as grammar._index counts them, so that
+ * Python's parser accepts exactly the same texts), so v < 10^18 < 2^63: no signed overflow.
+ * 1 with *p just past the digits, or 0 when there is no digit or there are too many. */
+static inline int
+read_index(const char *s, Py_ssize_t len, Py_ssize_t *p, long long *out)
+{
+    Py_ssize_t q = *p;
+    long long v = 0;
+    int significant = 0;
+    while (q < len && s[q] == '0')
+        q++;
+    for (; q < len && s[q] >= '0' && s[q] <= '9'; q++) {
+        if (significant++ == MAX_DIGITS)
+            return 0;
+        v = v * 10 + (s[q] - '0');
+    }
+    if (q == *p)
+        return 0;
+    *p = q;
+    *out = v;
+    return 1;
+}
+
 /* Read "digits KIND digits" from an ASCII cell; KIND is one of nkinds strings.  Returns the
  * kind's index, or -1 when the cell is not exactly that shape or an index has more than
- * MAX_DIGITS digits (Python's int() reads those, or refuses them: the caller decides).  At
- * most MAX_DIGITS digits are accumulated, so v < 10^18 < 2^63: no signed overflow. */
+ * MAX_DIGITS significant digits (grammar.parse_action then says why). */
 static inline int
 parse_cell(const char *s, Py_ssize_t len, const char **kind_text, const Py_ssize_t *kind_len,
            int nkinds, long long *stage, long long *mb)
 {
     Py_ssize_t p = 0, k, e;
-    long long v = 0;
-    while (p < len && s[p] >= '0' && s[p] <= '9') {
-        if (p == MAX_DIGITS)
-            return -1;
-        v = v * 10 + (s[p] - '0');
-        p++;
-    }
-    if (p == 0)
+    if (!read_index(s, len, &p, stage))
         return -1;
-    *stage = v;
-    k = p;
-    while (k < len && !(s[k] >= '0' && s[k] <= '9'))
-        k++;
-    if (k == len || len - k > MAX_DIGITS)
+    for (k = p; k < len && !(s[k] >= '0' && s[k] <= '9'); k++)
+        ;
+    e = k;
+    if (k == len || !read_index(s, len, &e, mb) || e != len)
         return -1;
-    v = 0;
-    for (e = k; e < len; e++) {
-        if (s[e] < '0' || s[e] > '9')
-            return -1;
-        v = v * 10 + (s[e] - '0');
-    }
-    *mb = v;
     return kind_index(kind_text, kind_len, nkinds, s + p, k - p);
 }
 
@@ -184,44 +192,6 @@ action_layout(PyTypeObject *type, const char *what)
         return 0;
     }
     return 1;
-}
-
-static PyObject *
-k_parse_row(PyObject *self, PyObject *args)
-{
-    PyObject *cells, *kinds;
-    PyTypeObject *type;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &cells, &PyType_Type, &type,
-                          &PyTuple_Type, &kinds))
-        return NULL;
-    kinds_t kt;
-    if (!action_layout(type, "parse_row") || !read_kinds(kinds, &kt, "parse_row"))
-        return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(cells);
-    PyObject *out = PyList_New(n);
-    if (out == NULL)
-        return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *cell = PyList_GET_ITEM(cells, i);
-        long long stage, mb;
-        int c;
-        if (!PyUnicode_Check(cell) || !PyUnicode_IS_ASCII(cell))
-            goto not_plain;
-        c = parse_cell((const char *)PyUnicode_1BYTE_DATA(cell), PyUnicode_GET_LENGTH(cell),
-                       kt.text, kt.len, kt.count, &stage, &mb);
-        if (c < 0)
-            goto not_plain;
-        PyObject *a = plain_action(type, stage, PyTuple_GET_ITEM(kinds, c), mb);
-        if (a == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, a);
-    }
-    return out;
-not_plain:
-    Py_DECREF(out); /* the unset slots are NULL, which list dealloc skips */
-    Py_RETURN_NONE;
 }
 
 /* ------------------------------------------------------------------ helpers */
@@ -519,8 +489,8 @@ read_number(PyObject *o, double *out, unsigned char *is_float)
 /* read_number for a column of numbers that are mostly the same few objects (a duration per
  * action is one of the costs' few numbers): the last NUMBER_CACHE objects read and their
  * values, so that each object is read once rather than once per action.  A number object is
- * immutable, and the caller holds the list that holds it, so a pointer seen stays the same
- * number for the whole call. */
+ * immutable, and it is used only in a phase that runs no Python code (see "Ownership"), while
+ * the list that holds it cannot change: a pointer seen stays the same number. */
 #define NUMBER_CACHE 8
 typedef struct {
     PyObject *obj[NUMBER_CACHE];
@@ -622,6 +592,67 @@ DEFINE_LIST_OF(list_of_ints, long long)
 /* the kernel hands int32_t columns to Python as typecode 'i' */
 typedef char int_is_int32[sizeof(int) == sizeof(int32_t) ? 1 : -1];
 
+/* ------------------------------------------------------------------ parse_row */
+
+/* Ownership.  A caller's list can change whenever Python code runs, and Python code can run
+ * at any allocation of a Python object (the cyclic collector runs then, and with it
+ * gc.callbacks and finalizers), at any call into an object (an iterator, __index__, a
+ * buffer's exporter) and at an import.  So every function here reads what it is given in
+ * phases: first whatever can run Python code (conversions, iterators, its own result
+ * objects), then every item it reads from a caller's container, into C arrays or strong
+ * references of its own, in a phase that neither allocates an object nor calls anything;
+ * and then no item of the caller's is read again.  Tuples, str and bytes cannot change, and
+ * a buffer view pins its storage (the exporter cannot resize or free it while it is viewed):
+ * those are read where they lie, each value checked where it is read.
+ * tests/test_kernel.py's table of bad arguments holds the hostile cases (an iterator that
+ * empties a table, a gc.callbacks hook that clears a list, an __index__ that raises). */
+
+static PyObject *
+k_parse_row(PyObject *self, PyObject *args)
+{
+    PyObject *cells, *kinds, *out = NULL;
+    PyTypeObject *type;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &cells, &PyType_Type, &type,
+                          &PyTuple_Type, &kinds))
+        return NULL;
+    kinds_t kt;
+    if (!action_layout(type, "parse_row") || !read_kinds(kinds, &kt, "parse_row"))
+        return NULL;
+    /* every cell is read into C arrays (raw memory: allocating it runs no Python code)
+     * before the first Action is made */
+    Py_ssize_t n = PyList_GET_SIZE(cells);
+    scratch_t sc = {{NULL}, 0};
+    signed char *code = scratch_array(&sc, n, 1, 0);
+    long long *stage = code ? scratch_array(&sc, n, sizeof(long long), 0) : NULL;
+    long long *mb = stage ? scratch_array(&sc, n, sizeof(long long), 0) : NULL;
+    if (mb == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *cell = PyList_GET_ITEM(cells, i);
+        if (!PyUnicode_Check(cell) || !PyUnicode_IS_ASCII(cell))
+            goto not_plain;
+        int c = parse_cell((const char *)PyUnicode_1BYTE_DATA(cell), PyUnicode_GET_LENGTH(cell),
+                           kt.text, kt.len, kt.count, &stage[i], &mb[i]);
+        if (c < 0)
+            goto not_plain;
+        code[i] = (signed char)c;
+    }
+    out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *a = plain_action(type, stage[i], PyTuple_GET_ITEM(kinds, code[i]), mb[i]);
+        if (a == NULL)
+            Py_CLEAR(out); /* the unset slots are NULL, which list dealloc skips */
+        else
+            PyList_SET_ITEM(out, i, a);
+    }
+    goto done;
+not_plain:
+    out = declined();
+done:
+    scratch_free(&sc);
+    return out;
+}
+
 /* ------------------------------------------------------------------ parse_rows, rows_of */
 
 /* parse_rows(rows, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None
@@ -641,6 +672,9 @@ k_parse_rows(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &rows, &PyTuple_Type, &kinds) ||
         !read_kinds(kinds, &kt, "parse_rows"))
         return NULL;
+    /* (1) the sizes; (2) the result objects, made before any cell is read (making them may
+     * run Python code, which may change the lists); (3) every row and cell read afresh, into
+     * those objects, with nothing made or called meanwhile; (4) the lengths. */
     Py_ssize_t D = PyList_GET_SIZE(rows), n = 0;
     for (Py_ssize_t d = 0; d < D; d++) {
         PyObject *row = PyList_GET_ITEM(rows, d);
@@ -650,24 +684,27 @@ k_parse_rows(PyObject *self, PyObject *args)
     }
     if (n > PY_SSIZE_T_MAX / 8)
         Py_RETURN_NONE;
-    PyObject *codes = PyBytes_FromStringAndSize(NULL, n);
-    PyObject *stages = PyBytes_FromStringAndSize(NULL, n * 8);
-    PyObject *mbs = PyBytes_FromStringAndSize(NULL, n * 8);
-    PyObject *lengths = PyTuple_New(D);
-    PyObject *result = NULL;
-    if (!codes || !stages || !mbs || !lengths)
+    scratch_t sc = {{NULL}, 0};
+    Py_ssize_t *len = scratch_array(&sc, D, sizeof(Py_ssize_t), 0);
+    PyObject *codes = len ? PyBytes_FromStringAndSize(NULL, n) : NULL;
+    PyObject *stages = codes ? PyBytes_FromStringAndSize(NULL, n * 8) : NULL;
+    PyObject *mbs = stages ? PyBytes_FromStringAndSize(NULL, n * 8) : NULL;
+    PyObject *lengths = NULL, *result = NULL;
+    if (mbs == NULL)
         goto done;
     char *code_out = PyBytes_AS_STRING(codes);
     long long *stage_out = (long long *)PyBytes_AS_STRING(stages);
     long long *mb_out = (long long *)PyBytes_AS_STRING(mbs);
     Py_ssize_t i = 0;
     long long top_stage = -1, top_mb = -1;
+    if (PyList_GET_SIZE(rows) != D) /* changed while the objects were made: not a case */
+        goto not_plain;
     for (Py_ssize_t d = 0; d < D; d++) {
         PyObject *row = PyList_GET_ITEM(rows, d);
-        Py_ssize_t len = PyList_GET_SIZE(row);
-        if (i + len > n) /* a row grew since it was counted: not a case to handle */
+        if (!PyList_Check(row) || PyList_GET_SIZE(row) > n - i)
             goto not_plain;
-        for (Py_ssize_t p = 0; p < len; p++, i++) {
+        len[d] = PyList_GET_SIZE(row);
+        for (Py_ssize_t p = 0; p < len[d]; p++, i++) {
             PyObject *cell = PyList_GET_ITEM(row, p);
             if (!PyUnicode_Check(cell) || !PyUnicode_IS_ASCII(cell))
                 goto not_plain;
@@ -681,13 +718,18 @@ k_parse_rows(PyObject *self, PyObject *args)
             if (mb_out[i] > top_mb)
                 top_mb = mb_out[i];
         }
-        PyObject *l = PyLong_FromSsize_t(len);
+    }
+    if (i != n)
+        goto not_plain;
+    /* nothing of the caller's is read from here on */
+    if ((lengths = PyTuple_New(D)) == NULL)
+        goto done;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        PyObject *l = PyLong_FromSsize_t(len[d]);
         if (l == NULL)
             goto done;
         PyTuple_SET_ITEM(lengths, d, l);
     }
-    if (i != n)
-        goto not_plain;
     result = Py_BuildValue("(OOOOLL)", codes, stages, mbs, lengths, top_stage, top_mb);
     goto done;
 not_plain:
@@ -697,6 +739,7 @@ done:
     Py_XDECREF(stages);
     Py_XDECREF(mbs);
     Py_XDECREF(lengths);
+    scratch_free(&sc);
     return result;
 }
 
@@ -747,7 +790,7 @@ scan_cell(scan_t *sc, int code, long long st, long long mb)
  * accepted shape (then *pos is just past it), 0 to decline, -1 with an exception set.  Every
  * read is of text[p] with p < len: AT() is 0 at the end, which no branch takes for a
  * character it accepts.  A cell is read as parse_cell reads its text, in the same pass that
- * finds its closing quote: digits (1 to MAX_DIGITS), then the kind (the characters up to the
+ * finds its closing quote: digits (as read_index reads them), then the kind (the characters up to the
  * next digit: printable ASCII, no backslash, no longer than the longest kind), then digits,
  * then the quote.  Anything else in a cell (an escape, a control or non-ASCII character, the
  * end of the text) declines. */
@@ -780,26 +823,32 @@ scan_cell(scan_t *sc, int code, long long st, long long mb)
                         return 0;                                                          \
                     p++;                                                                   \
                     long long st = 0, mb = 0;                                              \
-                    int digits = 0, k = 0;                                                 \
+                    Py_ssize_t at = p;                                                     \
+                    int significant = 0, k = 0;                                            \
                     Py_UCS4 c;                                                             \
-                    for (; (c = AT()) >= '0' && c <= '9'; p++, digits++) {                 \
-                        if (digits == MAX_DIGITS)                                          \
+                    while (AT() == '0') /* leading zeros: read_index skips them too */     \
+                        p++;                                                               \
+                    for (; (c = AT()) >= '0' && c <= '9'; p++) {                           \
+                        if (significant++ == MAX_DIGITS)                                   \
                             return 0;                                                      \
                         st = st * 10 + (long long)(c - '0');                               \
                     }                                                                      \
-                    if (digits == 0)                                                       \
+                    if (p == at)                                                           \
                         return 0;                                                          \
                     for (; (c = AT()) != '"' && !(c >= '0' && c <= '9'); p++) {            \
                         if (c < 0x21 || c > 0x7e || c == '\\' || k == sc->kt->longest)     \
                             return 0;                                                      \
                         kind[k++] = (char)c;                                               \
                     }                                                                      \
-                    for (digits = 0; (c = AT()) >= '0' && c <= '9'; p++, digits++) {       \
-                        if (digits == MAX_DIGITS)                                          \
+                    at = p;                                                                \
+                    while (AT() == '0')                                                    \
+                        p++;                                                               \
+                    for (significant = 0; (c = AT()) >= '0' && c <= '9'; p++) {            \
+                        if (significant++ == MAX_DIGITS)                                   \
                             return 0;                                                      \
                         mb = mb * 10 + (long long)(c - '0');                               \
                     }                                                                      \
-                    if (digits == 0 || c != '"')                                           \
+                    if (p == at || c != '"')                                               \
                         return 0;                                                          \
                     p++;                                                                   \
                     int code = kind_index(sc->kt->text, sc->kt->len, sc->kt->count, kind, k); \
@@ -1000,7 +1049,11 @@ fail:
 
 /* ------------------------------------------------------------------ compile_plain */
 
-#define NCODES 8  /* graph.KIND_CODE: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B */
+/* The kinds are data: their number is the length of the ``kinds`` table a caller hands in
+ * (grammar.CODED_KINDS), at most MAX_CODES, and what each one needs, matches and may not
+ * meet comes in with it (graph._NEEDS_BY_CODE, _MATCH_BY_CODE, _MIXED_BY_CODE), so that a
+ * new kind needs no change here. */
+#define MAX_CODES 16
 #define MAX_NEEDS 4
 
 #define MAX_OFFSET (1LL << 32) /* a need's stage offset; s + offset cannot overflow */
@@ -1024,26 +1077,30 @@ typedef struct {
     int recv[MAX_NEEDS];     /* the RECV code that stands in across devices, or -1 */
 } needs_t;
 
-/* compile_plain(order, S, M, routes, mroute, needs, match, kinds, allow_comm)
+/* compile_plain(order, S, M, routes, mroute, needs, match, mixed, kinds, allow_comm)
  *
- * The twin of graph._reference for the common case: every entry an Action of one
- * of the eight kinds (``kinds``, in graph.KIND_CODE order) with int indices in range, on the
- * device its route places it, no duplicate, no pair mixing B with I/W, at most one wait on
- * another device per action; with SEND/RECV (only when ``allow_comm``: eager semantics) also
- * every SEND/RECV matched (``match``: graph._MATCH_BY_CODE, per code (peer code, offset) or None)
- * and every input from another device received on the consumer's own device.  ``needs`` is
- * graph._NEEDS_BY_CODE, per code a tuple of (offset, producer codes, recv code or -1), so the rules
- * stay those of deps.NEEDS.  Returns (acts, dev, pos, starts, wait, counts, inversions, code,
- * stage, explicit), or None when the schedule is not such a case (also when its declared sizes
- * are so much larger than its action count that a dense table would waste memory). */
+ * The twin of graph._reference for the common case: every entry an Action of one of the
+ * kinds of ``kinds`` (grammar.CODED_KINDS, in code order) with int indices in range, on the
+ * device its route places it (``routes``: a sequence of ints per route, ``mroute`` one per
+ * microbatch or None), no duplicate, no two kinds of one pair of ``mixed``
+ * (graph._MIXED_BY_CODE: B with I or W) anywhere, at most one wait on another device per
+ * action; with communication (a code that has a peer in ``match``: graph._MATCH_BY_CODE,
+ * per code (peer code, offset) or None; only when ``allow_comm``: eager semantics) also
+ * every such action matched and every input from another device received on the consumer's
+ * own device.  ``needs`` is graph._NEEDS_BY_CODE, per code a tuple of (offset, producer
+ * codes, recv code or -1), so the rules stay those of deps.NEEDS.  Returns (acts, dev, pos,
+ * starts, wait, counts, inversions, code, stage, explicit), or None when the schedule is not
+ * such a case (also when its sizes are so much larger than its action count that a dense
+ * table would waste memory: the routes are read only after that test, so a placement of
+ * ten million stages costs nothing when the kernel declines it). */
 /* See PLACE in compile_core. */
 static int
 place_action(Py_ssize_t i, Py_ssize_t p, Py_ssize_t d, int c, long long s, long long m, long long S,
-             long long M, const int32_t *route_dev, const int32_t *mr, int allow_comm, int *explicit,
-             int8_t *code, long long *stage, long long *mbs, long long *pos, int32_t *devs,
-             long long *counts)
+             long long M, const int32_t *route_dev, const int32_t *mr, int allow_comm,
+             const signed char *is_comm, int *explicit, int8_t *code, long long *stage, long long *mbs,
+             long long *pos, int32_t *devs, long long *counts)
 {
-    if (c >= 4) { /* SEND_F, RECV_F, SEND_B, RECV_B */
+    if (is_comm[c]) {
         if (!allow_comm)
             return 0;
         *explicit = 1;
@@ -1060,24 +1117,50 @@ place_action(Py_ssize_t i, Py_ssize_t p, Py_ssize_t d, int c, long long s, long 
     return 1;
 }
 
+/* The ints of ``seq`` (any sequence: a tuple, a placement's compact route), each in
+ * [lo, hi) or else stored as ``outside``, into out[0..len): 1; 0 (declined) when it is not a
+ * sequence of exactly len ints; -1 with an exception set. */
+static int
+read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long long hi, int32_t outside, int32_t *out)
+{
+    PyObject *fast = PySequence_Fast(seq, "");
+    if (fast == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    int ok = PySequence_Fast_GET_SIZE(fast) == len;
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t k = 0; k < len && ok; k++) {
+        long long v = exact_int(items[k], &ok);
+        out[k] = v >= lo && v < hi ? (int32_t)v : outside;
+    }
+    Py_DECREF(fast);
+    return ok;
+}
+
 static PyObject *
 compile_core(PyObject *order, const columns_t *cols, long long S, long long M, PyObject *routes,
-             PyObject *mroute, PyObject *needs_o, PyObject *match_o, PyObject *kinds, int allow_comm)
+             PyObject *mroute, PyObject *needs_o, PyObject *match_o, PyObject *mixed_o, PyObject *kinds,
+             int allow_comm)
 {
-    if (PyTuple_GET_SIZE(kinds) != NCODES || PyTuple_GET_SIZE(needs_o) != NCODES ||
-        PyTuple_GET_SIZE(match_o) != NCODES || S <= 0 || M <= 0) {
+    int K = (int)PyTuple_GET_SIZE(kinds);
+    if (K < 1 || K > MAX_CODES || PyTuple_GET_SIZE(needs_o) != K || PyTuple_GET_SIZE(match_o) != K ||
+        S <= 0 || M <= 0) {
         PyErr_SetString(PyExc_ValueError, "compile_plain: bad arguments");
         return NULL;
     }
-    PyObject *kind_obj[NCODES];
-    for (int c = 0; c < NCODES; c++)
+    PyObject *kind_obj[MAX_CODES];
+    for (int c = 0; c < K; c++)
         kind_obj[c] = PyTuple_GET_ITEM(kinds, c);
 
     /* the rules, as C tables */
-    needs_t needs[NCODES];
-    long long match_code[NCODES], match_off[NCODES];
+    needs_t needs[MAX_CODES];
+    long long match_code[MAX_CODES], match_off[MAX_CODES];
+    signed char is_comm[MAX_CODES];
     int ok = 1;
-    for (int c = 0; c < NCODES; c++) {
+    for (int c = 0; c < K; c++) {
         PyObject *list = PyTuple_GET_ITEM(needs_o, c), *m = PyTuple_GET_ITEM(match_o, c);
         if (!PyTuple_Check(list) || PyTuple_GET_SIZE(list) > MAX_NEEDS) {
             PyErr_SetString(PyExc_ValueError, "compile_plain: bad needs table");
@@ -1103,15 +1186,28 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         } else if (PyTuple_Check(m) && PyTuple_GET_SIZE(m) == 2) {
             match_code[c] = exact_int(PyTuple_GET_ITEM(m, 0), &ok);
             match_off[c] = exact_int(PyTuple_GET_ITEM(m, 1), &ok);
-            ok &= match_code[c] >= 0 && match_code[c] < NCODES && llabs(match_off[c]) <= MAX_OFFSET;
+            ok &= match_code[c] >= 0 && match_code[c] < K && llabs(match_off[c]) <= MAX_OFFSET;
         } else {
             ok = 0;
         }
+        is_comm[c] = match_code[c] >= 0; /* a kind with a peer is communication */
         /* the codes index the producer table and the offsets are added to stages: in range */
         for (int k = 0; k < needs[c].count && ok; k++)
             ok = llabs(needs[c].offset[k]) <= MAX_OFFSET && needs[c].kinds[k][0] >= 0 &&
-                 needs[c].kinds[k][0] < NCODES && needs[c].kinds[k][1] >= -1 &&
-                 needs[c].kinds[k][1] < NCODES && needs[c].recv[k] >= -1 && needs[c].recv[k] < NCODES;
+                 needs[c].kinds[k][0] < K && needs[c].kinds[k][1] >= -1 &&
+                 needs[c].kinds[k][1] < K && needs[c].recv[k] >= -1 && needs[c].recv[k] < K;
+    }
+    /* pairs of codes that one (stage, microbatch) may not both have */
+    int nmixed = PyTuple_Check(mixed_o) ? (int)PyTuple_GET_SIZE(mixed_o) : -1, mixed[MAX_CODES * MAX_CODES][2];
+    ok &= nmixed >= 0 && nmixed <= MAX_CODES * MAX_CODES;
+    for (int k = 0; k < nmixed && ok; k++) {
+        PyObject *pair = PyTuple_GET_ITEM(mixed_o, k);
+        ok = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2;
+        if (ok) {
+            mixed[k][0] = small_int(PyTuple_GET_ITEM(pair, 0), &ok);
+            mixed[k][1] = small_int(PyTuple_GET_ITEM(pair, 1), &ok);
+            ok &= mixed[k][0] >= 0 && mixed[k][0] < K && mixed[k][1] >= 0 && mixed[k][1] < K;
+        }
     }
     if (!ok) {
         PyErr_SetString(PyExc_ValueError, "compile_plain: bad rule tables");
@@ -1146,33 +1242,20 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     route_dev = scratch_array(&sc, R * S, sizeof(int32_t), 0);
     if (route_dev == NULL)
         goto fail;
-    for (Py_ssize_t r = 0; r < R && ok; r++) {
-        PyObject *route = PyTuple_GET_ITEM(routes, r);
-        if (!PyTuple_Check(route) || PyTuple_GET_SIZE(route) != S) {
-            ok = 0;
-            break;
-        }
-        for (Py_ssize_t s = 0; s < S && ok; s++) {
-            /* a device outside [0, D) matches no row: its actions are misplaced (declined) */
-            long long v = exact_int(PyTuple_GET_ITEM(route, s), &ok);
-            route_dev[r * S + s] = v >= 0 && v < D ? (int32_t)v : -1;
-        }
+    /* a route is any sequence of S ints (a device outside [0, D) matches no row: its actions
+     * are misplaced, declined); it may run Python code to give its items, so it is read into
+     * C arrays before anything of this call is read from the order */
+    for (Py_ssize_t r = 0; r < R && ok > 0; r++)
+        ok = read_small_ints(PyTuple_GET_ITEM(routes, r), S, 0, D, -1, route_dev + r * S);
+    if (ok > 0 && mroute != Py_None) {
+        if ((mr = scratch_array(&sc, M, sizeof(int32_t), 0)) == NULL)
+            goto fail;
+        ok = read_small_ints(mroute, M, 0, R, -1, mr);
+        for (Py_ssize_t m = 0; m < M && ok > 0; m++)
+            ok = mr[m] >= 0;
     }
-    if (ok && mroute != Py_None) {
-        if (!PyTuple_Check(mroute) || PyTuple_GET_SIZE(mroute) != M) {
-            ok = 0;
-        } else {
-            mr = scratch_array(&sc, M, sizeof(int32_t), 0);
-            if (mr == NULL)
-                goto fail;
-            for (Py_ssize_t m = 0; m < M && ok; m++) {
-                long long v = exact_int(PyTuple_GET_ITEM(mroute, m), &ok);
-                if (ok && (v < 0 || v >= R))
-                    ok = 0;
-                mr[m] = (int32_t)v;
-            }
-        }
-    }
+    if (ok < 0)
+        goto fail;
     if (!ok || R < 1)
         goto not_plain;
 
@@ -1182,14 +1265,14 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         !(starts = column_new(&c_starts, "q", D + 1)) || (order && !(acts = PyList_New(n))))
         goto fail;
 
-    long long counts[NCODES] = {0};
+    long long counts[MAX_CODES] = {0};
     Py_ssize_t i = 0;
     /* Action i, at position p of device d's row, has kind code c, stage s and microbatch m:
      * 0 when it is not the kernel's case (SEND/RECV where they are not allowed, an index out
      * of range, off its placed device), else 1 with its columns filled.  One definition for
      * both front ends (the columns of PlainRows and the rows of Actions). */
-#define PLACE(c, s, m) place_action(i, p, d, (c), (s), (m), S, M, route_dev, mr, allow_comm, &explicit, \
-                                    code, stage, mbs, pos, devs, counts)
+#define PLACE(c, s, m) place_action(i, p, d, (c), (s), (m), S, M, route_dev, mr, allow_comm, is_comm, \
+                                    &explicit, code, stage, mbs, pos, devs, counts)
     if (cols) { /* the columns of grammar.PlainRows: plain actions, no idle slot */
         for (Py_ssize_t d = 0; d < D; d++) {
             starts[d] = i;
@@ -1211,7 +1294,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
                 goto not_plain;
             PyObject *kind = PyTuple_GET_ITEM(a, 1);
             int c = -1;
-            for (int k = 0; k < NCODES; k++)
+            for (int k = 0; k < K; k++)
                 if (kind == kind_obj[k]) {
                     c = k;
                     break;
@@ -1219,7 +1302,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
             if (c < 0) { /* not the interned object: compare the text */
                 if (!PyUnicode_Check(kind))
                     goto not_plain;
-                for (int k = 0; k < NCODES && c < 0; k++) {
+                for (int k = 0; k < K && c < 0; k++) {
                     int eq = PyUnicode_Compare(kind, kind_obj[k]);
                     if (eq == -1 && PyErr_Occurred())
                         goto fail;
@@ -1240,27 +1323,28 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     }
 #undef PLACE
     starts[D] = n;
-    if (counts[1] && (counts[2] || counts[3]))
-        goto not_plain; /* a pair might mix B with I/W: the general path says which */
+    for (int k = 0; k < nmixed; k++)
+        if (counts[mixed[k][0]] && counts[mixed[k][1]])
+            goto not_plain; /* a pair might mix B with I/W: the general path says which */
 
     /* the table has a slot per (stage, microbatch) for each kind the schedule has (a
      * compute-only 1F1B: F and B, a quarter of the eight); a kind it lacks has no producer */
     const long long *mb = cols ? cols->mb : mbs; /* each action's microbatch */
-    int slot[NCODES], K = 0;
-    for (int c = 0; c < NCODES; c++)
-        slot[c] = counts[c] ? K++ : -1;
-    Py_ssize_t table_size = (Py_ssize_t)(S * M * (K ? K : 1));
+    int slot[MAX_CODES], present = 0;
+    for (int c = 0; c < K; c++)
+        slot[c] = counts[c] ? present++ : -1;
+    Py_ssize_t table_size = (Py_ssize_t)(S * M * (present ? present : 1));
     if (!(table = scratch_array(&sc, table_size, sizeof(int32_t), 0)) || !(waitc = column_new(&c_wait, "q", n)))
         goto fail;
     memset(table, 0xff, sizeof(int32_t) * (size_t)table_size); /* -1: no action */
     for (i = 0; i < n; i++) {
-        Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mb[i]) * K + slot[code[i]]);
+        Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mb[i]) * present + slot[code[i]]);
         if (table[key] != -1)
             goto not_plain; /* a duplicate */
         table[key] = (int32_t)i;
         waitc[i] = n;
     }
-#define LOOKUP(st, mb, c) (slot[c] < 0 ? -1 : table[((st) * M + (mb)) * K + slot[c]])
+#define LOOKUP(st, mb, c) (slot[c] < 0 ? -1 : table[((st) * M + (mb)) * present + slot[c]])
 
     for (i = 0; i < n; i++) {
         int c = code[i], found = 0;
@@ -1312,7 +1396,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         PyObject *pos_l = column_take(&c_pos);
         PyObject *starts_l = column_take(&c_starts);
         PyObject *wait_l = column_take(&c_wait);
-        PyObject *counts_l = list_of_ints(counts, NCODES);
+        PyObject *counts_l = list_of_ints(counts, K);
         PyObject *inv_l = PyList_New(ninv);
         PyObject *code_l = column_take(&c_code);
         PyObject *stage_l = column_take(&c_stage);
@@ -1361,34 +1445,34 @@ done:
 static PyObject *
 k_compile_plain(PyObject *self, PyObject *args)
 {
-    PyObject *order, *routes, *mroute, *needs_o, *match_o, *kinds;
+    PyObject *order, *routes, *mroute, *needs_o, *match_o, *mixed_o, *kinds;
     long long S, M;
     int allow_comm;
-    if (!PyArg_ParseTuple(args, "O!LLO!OO!O!O!p", &PyTuple_Type, &order, &S, &M, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "O!LLO!OO!O!O!O!p", &PyTuple_Type, &order, &S, &M, &PyTuple_Type,
                           &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type, &match_o,
-                          &PyTuple_Type, &kinds, &allow_comm))
+                          &PyTuple_Type, &mixed_o, &PyTuple_Type, &kinds, &allow_comm))
         return NULL;
-    return compile_core(order, NULL, S, M, routes, mroute, needs_o, match_o, kinds, allow_comm);
+    return compile_core(order, NULL, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm);
 }
 
-/* compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, kinds,
- * allow_comm): compile_plain over the columns of grammar.PlainRows (codes in graph.KIND_CODE
- * order) instead of rows of Actions; the same result with None for acts (Graph builds them
- * from the schedule's order when it is first asked for them). */
+/* compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, mixed,
+ * kinds, allow_comm): compile_plain over the columns of grammar.PlainRows (codes in
+ * graph.KIND_CODE order) instead of rows of Actions; the same result with None for acts
+ * (Graph builds them from the schedule's order when it is first asked for them). */
 static PyObject *
 k_compile_columns(PyObject *self, PyObject *args)
 {
-    PyObject *codes, *stages, *mbs, *lengths, *routes, *mroute, *needs_o, *match_o, *kinds;
+    PyObject *codes, *stages, *mbs, *lengths, *routes, *mroute, *needs_o, *match_o, *mixed_o, *kinds;
     long long S, M;
     int allow_comm;
-    if (!PyArg_ParseTuple(args, "OOOOLLO!OO!O!O!p", &codes, &stages, &mbs, &lengths, &S, &M,
+    if (!PyArg_ParseTuple(args, "OOOOLLO!OO!O!O!O!p", &codes, &stages, &mbs, &lengths, &S, &M,
                           &PyTuple_Type, &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type,
-                          &match_o, &PyTuple_Type, &kinds, &allow_comm))
+                          &match_o, &PyTuple_Type, &mixed_o, &PyTuple_Type, &kinds, &allow_comm))
         return NULL;
     columns_t cols;
-    if (!read_columns(codes, stages, mbs, lengths, NCODES, &cols, "compile_columns"))
+    if (!read_columns(codes, stages, mbs, lengths, (int)PyTuple_GET_SIZE(kinds), &cols, "compile_columns"))
         return NULL;
-    return compile_core(NULL, &cols, S, M, routes, mroute, needs_o, match_o, kinds, allow_comm);
+    return compile_core(NULL, &cols, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm);
 }
 
 /* ------------------------------------------------------------------ times */
@@ -1492,31 +1576,45 @@ k_times_list(PyObject *self, PyObject *args)
 }
 
 /* durations_plain(code, table) -> list: table[code[i]] for each action, code -1 reading the
- * table's last entry (graph.durations_for with one cost per kind: the same objects). */
+ * table's last entry (graph.durations_for with one cost per kind: the same objects).  The
+ * kinds are the table's entries but its last. */
 static PyObject *
 k_durations_plain(PyObject *self, PyObject *args)
 {
     PyObject *code_o, *table;
     if (!PyArg_ParseTuple(args, "OO!", &code_o, &PyList_Type, &table))
         return NULL;
-    if (PyList_GET_SIZE(table) != NCODES + 1) {
-        PyErr_SetString(PyExc_ValueError, "durations_plain: one duration per kind code, and one for -1");
-        return NULL;
-    }
     scratch_t sc = {{NULL}, 0};
-    Py_ssize_t n = 0;
+    Py_ssize_t n = 0, T;
+    /* the codes first: reading them may run Python code (an iterator), which may change the
+     * table; then the table's entries are held, and only then is anything made */
     long long *code = index_array(&sc, code_o, &n, "durations_plain: code");
-    PyObject *out = code ? PyList_New(n) : NULL;
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        if (code[i] < -1 || code[i] >= NCODES) {
+    PyObject *held[MAX_CODES + 1], *out = NULL;
+    if (code == NULL)
+        goto done;
+    T = PyList_GET_SIZE(table);
+    if (T < 2 || T > MAX_CODES + 1) {
+        PyErr_SetString(PyExc_ValueError, "durations_plain: one duration per kind code, and one for -1");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (code[i] < -1 || code[i] >= T - 1) {
             PyErr_SetString(PyExc_ValueError, "durations_plain: a code is not a kind code or -1");
-            Py_CLEAR(out);
-            break;
+            goto done;
         }
-        PyObject *x = PyList_GET_ITEM(table, code[i] < 0 ? NCODES : code[i]);
+    for (Py_ssize_t k = 0; k < T; k++) {
+        held[k] = PyList_GET_ITEM(table, k);
+        Py_INCREF(held[k]);
+    }
+    out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *x = held[code[i] < 0 ? T - 1 : code[i]];
         Py_INCREF(x);
         PyList_SET_ITEM(out, i, x);
     }
+    for (Py_ssize_t k = 0; k < T; k++)
+        Py_DECREF(held[k]);
+done:
     scratch_free(&sc);
     return out;
 }
@@ -1556,11 +1654,15 @@ k_sweep_plain(PyObject *self, PyObject *args)
     scratch_t sc = {{NULL}, 0};
     ints_t wait = {{NULL}};
     column_t scol = {NULL}, ecol = {NULL};
+    /* (1) what may run Python code: the columns read (an iterable is listed, a buffer
+     * viewed), then every column and list this call makes; (2) the durations, read into the
+     * end-time column (each end replaces its action's duration as the sweep goes) and the
+     * waits checked, with nothing made or called; (3) the sweep; (4) the results. */
     long long *starts = index_array(&sc, starts_o, &D1, "sweep_plain: starts");
-    double *st, *en, *clock;
-    unsigned char *st_f, *en_f, *clock_f, *done_flag;
-    int32_t *head, *nextw, *stack;
-    long long *ptr;
+    double *st = NULL, *en = NULL, *clock = NULL;
+    unsigned char *st_f = NULL, *en_f = NULL, *clock_f = NULL, *done_flag = NULL;
+    int32_t *head = NULL, *nextw = NULL, *stack = NULL;
+    long long *ptr = NULL;
     PyObject *result = NULL, *sv = NULL, *ev = NULL, *sf = NULL, *ef = NULL, *makespan = NULL;
     double comm = 0;
     unsigned char comm_f = 0;
@@ -1568,6 +1670,25 @@ k_sweep_plain(PyObject *self, PyObject *args)
         !valid_starts(starts, D1, n, "sweep_plain"))
         goto done;
     if (PyList_GET_SIZE(dur_o) != n) {
+        PyErr_SetString(PyExc_ValueError, "sweep_plain: one duration per action");
+        goto done;
+    }
+    Py_ssize_t D = D1 - 1;
+    /* the times go straight into the columns handed back; per action (head: n + 1, with the
+     * "no producer" entry), then per device (scratch_array adds the one) */
+    if (!(st = column_new(&scol, "d", n)) || !(en = column_new(&ecol, "d", n)) ||
+        !(sf = PyBytes_FromStringAndSize(NULL, n)) || !(ef = PyBytes_FromStringAndSize(NULL, n)) ||
+        !(done_flag = scratch_array(&sc, n, 1, 1)) || !(head = scratch_array(&sc, n, sizeof(int32_t), 0)) ||
+        !(nextw = scratch_array(&sc, D, sizeof(int32_t), 0)) ||
+        !(stack = scratch_array(&sc, D, sizeof(int32_t), 0)) ||
+        !(ptr = scratch_array(&sc, D, sizeof(long long), 0)) ||
+        !(clock = scratch_array(&sc, D, sizeof(double), 0)) || !(clock_f = scratch_array(&sc, D, 1, 0)))
+        goto done;
+    st_f = (unsigned char *)PyBytes_AS_STRING(sf);
+    en_f = (unsigned char *)PyBytes_AS_STRING(ef);
+
+    /* (2): from here to the end of the sweep nothing is made and nothing is called */
+    if (PyList_GET_SIZE(dur_o) != n) { /* Python code changed it meanwhile */
         PyErr_SetString(PyExc_ValueError, "sweep_plain: one duration per action");
         goto done;
     }
@@ -1583,11 +1704,9 @@ k_sweep_plain(PyObject *self, PyObject *args)
     long long bound = 0; /* sum of |int duration| so far: at most 2^53 + 2^53, no overflow */
     number_cache_t cache = {{NULL}, {0}, {0}, 0};
     for (Py_ssize_t i = 0; i < n; i++) {
-        double d;
-        unsigned char d_f;
-        if (!read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &d, &d_f))
+        if (!read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &en[i], &en_f[i]))
             goto not_plain;
-        if (!d_f && (bound += (long long)fabs(d)) > EXACT_INT_MAX)
+        if (!en_f[i] && (bound += (long long)fabs(en[i])) > EXACT_INT_MAX)
             goto not_plain;
     }
     if (!comm_f && comm != 0) {
@@ -1595,19 +1714,6 @@ k_sweep_plain(PyObject *self, PyObject *args)
         if ((long long)n > (EXACT_INT_MAX - bound) / c)
             goto not_plain;
     }
-    Py_ssize_t D = D1 - 1;
-    /* the times go straight into the columns handed back; per action (head: n + 1, with the
-     * "no producer" entry), then per device (scratch_array adds the one) */
-    if (!(st = column_new(&scol, "d", n)) || !(en = column_new(&ecol, "d", n)) ||
-        !(sf = PyBytes_FromStringAndSize(NULL, n)) || !(ef = PyBytes_FromStringAndSize(NULL, n)) ||
-        !(done_flag = scratch_array(&sc, n, 1, 1)) || !(head = scratch_array(&sc, n, sizeof(int32_t), 0)) ||
-        !(nextw = scratch_array(&sc, D, sizeof(int32_t), 0)) ||
-        !(stack = scratch_array(&sc, D, sizeof(int32_t), 0)) ||
-        !(ptr = scratch_array(&sc, D, sizeof(long long), 0)) ||
-        !(clock = scratch_array(&sc, D, sizeof(double), 0)) || !(clock_f = scratch_array(&sc, D, 1, 0)))
-        goto done;
-    st_f = (unsigned char *)PyBytes_AS_STRING(sf);
-    en_f = (unsigned char *)PyBytes_AS_STRING(ef);
     for (Py_ssize_t i = 0; i <= n; i++)
         head[i] = -1;
     done_flag[n] = 1; /* "no producer": always done, ends at the float -infinity */
@@ -1638,9 +1744,8 @@ k_sweep_plain(PyObject *self, PyObject *args)
                 s = now;
                 s_f = now_f;
             }
-            double dur = 0;
-            unsigned char dur_f = 0;
-            read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &dur, &dur_f); /* read above: a number */
+            double dur = en[i]; /* its duration, until its end replaces it */
+            unsigned char dur_f = en_f[i];
             st[i] = s;
             st_f[i] = s_f;
             now = s + dur;
@@ -1666,6 +1771,7 @@ k_sweep_plain(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++)
         if (last < 0 || en[i] > en[last])
             last = i;
+    /* (4) */
     makespan = last < 0 ? PyLong_FromLong(0) : number_object(en[last], en_f[last]);
     sv = column_take(&scol);
     ev = column_take(&ecol);
@@ -1692,12 +1798,11 @@ done:
 /* memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit)
  *   -> (peak_inflight, peak_memory, peak_at, over_limit) | None
  *
- * The twin of cost/memory.memory_sweep without a timeline, for plain actions (code 0..7):
- * ``alloc``/``free`` are flat tables [code * S + stage] (S = 1: the same for every stage),
- * ``n_in``/``n_out`` per code,
- * ``static`` per device, ``limit`` a number or None.  None when an action is not plain
- * (code -1), when a stage is outside a per-stage table, or a number is not one read_number
- * takes.
+ * The twin of cost/memory.memory_sweep without a timeline, for plain actions (a code
+ * 0..K-1, K the length of ``n_in``): ``alloc``/``free`` are flat tables [code * S + stage]
+ * (S = 1: the same for every stage), ``n_in``/``n_out`` per code, ``static`` per device,
+ * ``limit`` a number or None.  None when an action is not plain (code -1), when a stage is
+ * outside a per-stage table, or a number is not one read_number takes.
  *
  * Exactness.  Python's memory values are floats: each device's sum starts at its static
  * memory, a float (static_memory starts from 0.0; the kernel declines a static that is not
@@ -1709,6 +1814,12 @@ done:
  * equal values; a value replaces the peak only when greater) and ``during > limit + 1e-9``.
  * The in-flight counts are ints; the kernel declines a count table entry beyond 2^20, so
  * that n * 2^20 < 2^63 keeps their sums exact. */
+typedef struct { /* one device's peaks, in C until every input has been read */
+    double peak_m, over_value;
+    long long peak_n, peak_i, first_over;
+    int any;
+} device_peaks_t;
+
 static PyObject *
 k_memory_plain(PyObject *self, PyObject *args)
 {
@@ -1719,59 +1830,63 @@ k_memory_plain(PyObject *self, PyObject *args)
         return NULL;
     Py_ssize_t D1 = 0, n = 0, n2 = 0, ni = 0, no = 0;
     scratch_t sc = {{NULL}, 0};
+    /* (1) the columns and small tables, which may run Python code (an iterable is listed);
+     * the code and stage columns are read where they lie (each entry once or twice) */
     long long *starts = index_array(&sc, starts_o, &D1, "memory_plain: starts");
-    /* the code and stage columns are read where they lie (each entry once or twice) */
     ints_t code = {{NULL}}, stage = {{NULL}};
     long long *nin = starts && read_ints(&sc, code_o, &code, &n, "memory_plain: code") &&
                              read_ints(&sc, stage_o, &stage, &n2, "memory_plain: stage")
                          ? index_array(&sc, nin_o, &ni, "memory_plain: n_in")
                          : NULL;
     long long *nout = nin ? index_array(&sc, nout_o, &no, "memory_plain: n_out") : NULL;
-    double *alloc, *freed;
+    double *alloc, *freed, *statics;
+    device_peaks_t *peaks;
     PyObject *result = NULL, *pn = NULL, *pm = NULL, *pa = NULL, *ov = NULL;
     double limit = 0;
     unsigned char unused;
     int has_limit = limit_o != Py_None;
     if (nout == NULL || !valid_starts(starts, D1, n, "memory_plain"))
         goto done;
-    Py_ssize_t T = PyList_GET_SIZE(alloc_o), D = D1 - 1;
-    if (n2 != n || ni != NCODES || no != NCODES || T < NCODES || T % NCODES ||
+    /* (2) every list read into C arrays (raw memory: nothing runs), everything checked */
+    Py_ssize_t T = PyList_GET_SIZE(alloc_o), D = D1 - 1, K = ni;
+    if (n2 != n || K < 1 || K > MAX_CODES || no != K || T < K || T % K ||
         PyList_GET_SIZE(free_o) != T || PyList_GET_SIZE(static_o) != D) {
         PyErr_SetString(PyExc_ValueError, "memory_plain: the columns' and tables' lengths disagree");
         goto done;
     }
-    Py_ssize_t S = T / NCODES;
+    Py_ssize_t S = T / K;
+    if (!(alloc = scratch_array(&sc, T, sizeof(double), 0)) || !(freed = scratch_array(&sc, T, sizeof(double), 0)) ||
+        !(statics = scratch_array(&sc, D, sizeof(double), 0)) ||
+        !(peaks = scratch_array(&sc, D, sizeof(device_peaks_t), 0)))
+        goto done;
     for (Py_ssize_t i = 0; i < n; i++)
-        if (int_at(&code, i) < -1 || int_at(&code, i) >= NCODES) {
+        if (int_at(&code, i) < -1 || int_at(&code, i) >= K) {
             PyErr_SetString(PyExc_ValueError, "memory_plain: a code is not a kind code or -1");
             goto done;
         }
     for (Py_ssize_t i = 0; i < n; i++)
         if (int_at(&code, i) < 0 || (S > 1 && (int_at(&stage, i) < 0 || int_at(&stage, i) >= S)))
             goto not_plain;
-    for (int c = 0; c < NCODES; c++)
+    for (int c = 0; c < K; c++)
         if (nin[c] > (1 << 20) || nin[c] < -(1 << 20) || nout[c] > (1 << 20) || nout[c] < -(1 << 20))
             goto not_plain;
-    for (Py_ssize_t d = 0; d < D; d++)
-        if (!PyFloat_CheckExact(PyList_GET_ITEM(static_o, d)))
+    for (Py_ssize_t d = 0; d < D; d++) {
+        PyObject *x = PyList_GET_ITEM(static_o, d);
+        if (!PyFloat_CheckExact(x))
             goto not_plain;
+        statics[d] = PyFloat_AS_DOUBLE(x);
+    }
     if (has_limit && !read_number(limit_o, &limit, &unused))
         goto not_plain;
-    if (!(alloc = scratch_array(&sc, T, sizeof(double), 0)) || !(freed = scratch_array(&sc, T, sizeof(double), 0)))
-        goto done;
     for (Py_ssize_t k = 0; k < T; k++)
         if (!read_number(PyList_GET_ITEM(alloc_o, k), &alloc[k], &unused) ||
             !read_number(PyList_GET_ITEM(free_o, k), &freed[k], &unused))
             goto not_plain;
-    pn = PyList_New(D);
-    pm = PyList_New(D);
-    pa = PyList_New(D);
-    ov = PyList_New(D);
-    if (!pn || !pm || !pa || !ov)
-        goto done;
+    /* (3) the sweep, in C */
     double over_at = limit + 1e-9;
     for (Py_ssize_t d = 0; d < D; d++) {
-        double st = PyFloat_AS_DOUBLE(PyList_GET_ITEM(static_o, d));
+        device_peaks_t *out = &peaks[d];
+        double st = statics[d];
         double before = st, peak = st;
         long long peak_i = -1, inflight = 0, peak_n = 0, first_over = -1;
         double over_value = 0;
@@ -1797,12 +1912,27 @@ k_memory_plain(PyObject *self, PyObject *args)
             inflight = inflight + (nin[c] - nout[c]);
         }
         /* Python: peak = max(during, default=static); peak_m = max(peak, static) */
-        double peak_m = (any && st > peak) ? st : (any ? peak : st);
-        PyObject *x = PyLong_FromLongLong(any ? peak_n : 0);
-        PyObject *y = PyFloat_FromDouble(peak_m);
-        PyObject *z = (any && peak > st) ? PyLong_FromLongLong(peak_i) : (Py_INCREF(Py_None), Py_None);
-        PyObject *w = first_over >= 0 ? Py_BuildValue("(Ld)", first_over, over_value)
-                                      : (Py_INCREF(Py_None), Py_None);
+        out->peak_m = (any && st > peak) ? st : (any ? peak : st);
+        out->peak_n = any ? peak_n : 0;
+        out->peak_i = (any && peak > st) ? peak_i : -1;
+        out->first_over = first_over;
+        out->over_value = over_value;
+        out->any = any;
+    }
+    /* (4) the results: nothing of the caller's is read from here on */
+    pn = PyList_New(D);
+    pm = PyList_New(D);
+    pa = PyList_New(D);
+    ov = PyList_New(D);
+    if (!pn || !pm || !pa || !ov)
+        goto done;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        device_peaks_t *p = &peaks[d];
+        PyObject *x = PyLong_FromLongLong(p->peak_n);
+        PyObject *y = PyFloat_FromDouble(p->peak_m);
+        PyObject *z = p->peak_i >= 0 ? PyLong_FromLongLong(p->peak_i) : (Py_INCREF(Py_None), Py_None);
+        PyObject *w = p->first_over >= 0 ? Py_BuildValue("(Ld)", p->first_over, p->over_value)
+                                         : (Py_INCREF(Py_None), Py_None);
         if (!x || !y || !z || !w) {
             Py_XDECREF(x);
             Py_XDECREF(y);
@@ -1881,6 +2011,7 @@ k_critical_path_plain(PyObject *self, PyObject *args)
     long long *starts = index_array(&sc, starts_o, &D1, "critical_path_plain: starts");
     ints_t wait = {{NULL}};
     PyObject *path = NULL, *result = NULL;
+    long long *steps = NULL; /* grown with PyMem_Realloc, so not a scratch array */
     num_t comm;
     if (starts == NULL || !valid_starts(starts, D1, n, "critical_path_plain") ||
         !read_ints(&sc, wait_o, &wait, &nw, "critical_path_plain: wait"))
@@ -1891,25 +2022,28 @@ k_critical_path_plain(PyObject *self, PyObject *args)
     }
     if (n == 0 || !read_num(comm_o, &comm))
         goto not_plain;
-    Py_ssize_t last = 0, D = D1 - 1;
+    Py_ssize_t last = 0, D = D1 - 1, len = 0, cap = 0;
     for (Py_ssize_t i = 1; i < n; i++)
         if (end.v[i] > end.v[last])
             last = i;
-    path = PyList_New(0);
-    if (path == NULL)
-        goto done;
     long long i = last;
-    /* each step goes to an action the sweep finished before this one (its wait, or its
-     * device predecessor), so a path has at most n actions */
-    for (Py_ssize_t len = 0;; len++) {
+    /* the path is walked in C (its indices into a growing C array: nothing is made or
+     * called while the columns are read), then made into the list.  Each step goes to an
+     * action the sweep finished before this one (its wait, or its device predecessor), so a
+     * path has at most n actions. */
+    for (;; len++) {
         if (len == n)
             goto not_plain;
-        PyObject *x = PyLong_FromLongLong(i);
-        if (x == NULL || PyList_Append(path, x) < 0) {
-            Py_XDECREF(x);
-            goto done;
+        if (len == cap) {
+            cap = cap ? 2 * cap : 256;
+            long long *grown = PyMem_Realloc(steps, sizeof(long long) * (size_t)cap);
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            steps = grown;
         }
-        Py_DECREF(x);
+        steps[len] = i;
         long long k = int_at(&wait, i), next = -1;
         Py_ssize_t d = device_of(starts, D, i);
         num_t s, e;
@@ -1935,8 +2069,15 @@ k_critical_path_plain(PyObject *self, PyObject *args)
             break;
         i = next;
     }
-    if (PyList_Reverse(path) < 0)
+    len++; /* the last step, where the walk stopped */
+    if ((path = PyList_New(len)) == NULL)
         goto done;
+    for (Py_ssize_t k = 0; k < len; k++) { /* first to last: the walk's steps reversed */
+        PyObject *x = PyLong_FromLongLong(steps[len - 1 - k]);
+        if (x == NULL)
+            goto done;
+        PyList_SET_ITEM(path, k, x);
+    }
     result = path;
     path = NULL;
     goto done;
@@ -1944,6 +2085,7 @@ not_plain:
     result = declined();
 done:
     Py_XDECREF(path);
+    PyMem_Free(steps);
     release_ints(&wait);
     scratch_free(&sc);
     PyBuffer_Release(&start.view);
@@ -1998,21 +2140,25 @@ action_text(long long stage, PyObject *kind, long long mb)
 static PyObject *
 k_format_plain(PyObject *self, PyObject *args)
 {
-    PyObject *acts, *indices;
+    PyObject *acts, *indices, *out = NULL;
     PyTypeObject *type;
     if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &acts, &PyList_Type, &indices, &PyType_Type, &type))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(indices), na = PyList_GET_SIZE(acts);
-    PyObject *out = PyList_New(n);
-    if (out == NULL)
+    /* each indexed action is held (a strong reference: an Action cannot change) before any
+     * text is made; then nothing of the two lists is read again */
+    Py_ssize_t n = PyList_GET_SIZE(indices), na = PyList_GET_SIZE(acts), held = 0;
+    scratch_t sc = {{NULL}, 0};
+    PyObject **act = scratch_array(&sc, n, sizeof(PyObject *), 0);
+    if (act == NULL)
         return NULL;
-    for (Py_ssize_t k = 0; k < n; k++) {
+    for (; held < n; held++) {
         int ok = 1;
-        long long i = exact_int(PyList_GET_ITEM(indices, k), &ok);
+        PyObject *index = PyList_GET_ITEM(indices, held);
+        long long i = exact_int(index, &ok);
         if (!ok || i < 0 || i >= na) {
-            PyErr_SetString(ok || PyLong_Check(PyList_GET_ITEM(indices, k)) ? PyExc_IndexError : PyExc_TypeError,
+            PyErr_SetString(ok || PyLong_Check(index) ? PyExc_IndexError : PyExc_TypeError,
                             "format_plain: an index is not an index of acts");
-            goto fail;
+            goto done;
         }
         PyObject *a = PyList_GET_ITEM(acts, i);
         if (Py_TYPE(a) != type || !PyTuple_Check(a) || PyTuple_GET_SIZE(a) != 4 ||
@@ -2020,21 +2166,29 @@ k_format_plain(PyObject *self, PyObject *args)
             goto not_plain;
         long long stage = exact_int(PyTuple_GET_ITEM(a, 0), &ok);
         long long mb = exact_int(PyTuple_GET_ITEM(a, 2), &ok);
-        PyObject *kind = PyTuple_GET_ITEM(a, 1);
-        if (!ok || stage < 0 || mb < 0 || !writable_kind(kind))
+        if (!ok || stage < 0 || mb < 0 || !writable_kind(PyTuple_GET_ITEM(a, 1)))
             goto not_plain;
-        PyObject *text = action_text(stage, kind, mb);
-        if (text == NULL)
-            goto fail;
-        PyList_SET_ITEM(out, k, text);
+        Py_INCREF(a);
+        act[held] = a;
     }
-    return out;
+    out = PyList_New(n);
+    for (Py_ssize_t k = 0; out != NULL && k < n; k++) {
+        int ok = 1;
+        PyObject *text = action_text(exact_int(PyTuple_GET_ITEM(act[k], 0), &ok), PyTuple_GET_ITEM(act[k], 1),
+                                     exact_int(PyTuple_GET_ITEM(act[k], 2), &ok));
+        if (text == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, k, text);
+    }
+    goto done;
 not_plain:
-    Py_DECREF(out);
-    Py_RETURN_NONE;
-fail:
-    Py_DECREF(out);
-    return NULL;
+    out = declined();
+done:
+    while (held > 0)
+        Py_DECREF(act[--held]);
+    scratch_free(&sc);
+    return out;
 }
 
 /* format_columns(codes, stages, mbs, lengths, indices, kinds) -> list[str]: the str() of the
@@ -2042,7 +2196,7 @@ fail:
 static PyObject *
 k_format_columns(PyObject *self, PyObject *args)
 {
-    PyObject *codes, *stages, *mbs, *lengths, *indices, *kinds;
+    PyObject *codes, *stages, *mbs, *lengths, *indices, *kinds, *out = NULL;
     if (!PyArg_ParseTuple(args, "OOOOO!O!", &codes, &stages, &mbs, &lengths, &PyList_Type, &indices,
                           &PyTuple_Type, &kinds))
         return NULL;
@@ -2057,31 +2211,38 @@ k_format_columns(PyObject *self, PyObject *args)
     columns_t col;
     if (!read_columns(codes, stages, mbs, lengths, (int)nkinds, &col, "format_columns"))
         return NULL;
+    /* the indices read into C first: then nothing of the caller's list is read again */
     Py_ssize_t n = PyList_GET_SIZE(indices);
-    PyObject *out = PyList_New(n);
-    if (out == NULL)
+    scratch_t sc = {{NULL}, 0};
+    long long *at = scratch_array(&sc, n, sizeof(long long), 0);
+    if (at == NULL)
         return NULL;
     for (Py_ssize_t k = 0; k < n; k++) {
         int ok = 1;
-        long long i = exact_int(PyList_GET_ITEM(indices, k), &ok);
+        PyObject *index = PyList_GET_ITEM(indices, k);
+        long long i = exact_int(index, &ok);
         if (!ok || i < 0 || i >= col.n) {
-            PyErr_SetString(ok || PyLong_Check(PyList_GET_ITEM(indices, k)) ? PyExc_IndexError : PyExc_TypeError,
+            PyErr_SetString(ok || PyLong_Check(index) ? PyExc_IndexError : PyExc_TypeError,
                             "format_columns: an index is not an index of the columns");
-            Py_DECREF(out);
-            return NULL;
+            goto done;
         }
-        PyObject *kind = PyTuple_GET_ITEM(kinds, col.code[i]);
         if (col.stage[i] < 0 || col.mb[i] < 0) { /* parse_rows writes none: not a case */
-            Py_DECREF(out);
-            Py_RETURN_NONE;
+            out = declined();
+            goto done;
         }
-        PyObject *text = action_text(col.stage[i], kind, col.mb[i]);
-        if (text == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, k, text);
+        at[k] = i;
     }
+    out = PyList_New(n);
+    for (Py_ssize_t k = 0; out != NULL && k < n; k++) {
+        long long i = at[k];
+        PyObject *text = action_text(col.stage[i], PyTuple_GET_ITEM(kinds, col.code[i]), col.mb[i]);
+        if (text == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, k, text);
+    }
+done:
+    scratch_free(&sc);
     return out;
 }
 
@@ -2097,12 +2258,12 @@ static PyMethodDef methods[] = {
     {"rows_of", k_rows_of, METH_VARARGS,
      "rows_of(codes, stages, mbs, lengths, action_type, kinds) -> tuple: the columns' rows of Actions."},
     {"compile_columns", k_compile_columns, METH_VARARGS,
-     "compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, kinds, "
-     "allow_comm) -> tuple | None."},
+     "compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, mixed, "
+     "kinds, allow_comm) -> tuple | None."},
     {"format_columns", k_format_columns, METH_VARARGS,
      "format_columns(codes, stages, mbs, lengths, indices, kinds) -> list[str] | None."},
     {"compile_plain", k_compile_plain, METH_VARARGS,
-     "compile_plain(order, S, M, routes, mroute, needs, match, kinds, allow_comm) -> tuple | None."},
+     "compile_plain(order, S, M, routes, mroute, needs, match, mixed, kinds, allow_comm) -> tuple | None."},
     {"sweep_plain", k_sweep_plain, METH_VARARGS,
      "sweep_plain(starts, wait, durations, comm) -> (start_values, start_floats, end_values, "
      "end_floats, makespan) | None."},

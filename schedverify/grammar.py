@@ -186,8 +186,10 @@ def malformation(a: Action) -> str:
     return f"microbatch index must be a whole number >= 0, got {a.microbatch!r}"
 
 
-#: An index longer than this is refused as it is read (no size cap is anywhere near it, and
-#: Python's int() refuses strings of more than 4300 digits).
+#: An index of more significant digits than this (leading zeros aside, as ``int()`` reads
+#: it) is refused as it is read: no cap is anywhere near it, and Python's ``int()`` refuses
+#: strings of more than 4300 digits.  Both parsers (this module's and the compiled kernel's)
+#: count digits the same way, before converting anything.
 MAX_DIGITS = 18
 #: Said wherever a file reads as PyTorch's grammar before 2.6 would have written it.
 LEGACY_HINT = ("this looks like PyTorch's grammar before 2.6 (B = input gradient, BW = full "
@@ -201,37 +203,89 @@ _SIMPLE = re.compile(
 _ANY = re.compile(r"(-?\d*)([A-Za-z_]*)(\d*)(.*)", re.DOTALL)  # a cell may hold a newline
 
 
-def parse_action(text: str) -> Action:
-    """Parse one action string.  Raises :class:`ActionSyntaxError` with a precise reason."""
-    m = _SIMPLE.fullmatch(text) if type(text) is str else None
+def _index(digits: str) -> int | None:
+    """The one conversion of an index's digits (ASCII ``0-9``, as the patterns match them)
+    to an int: None when it has more than :data:`MAX_DIGITS` significant digits, which is
+    decided before ``int()`` sees them (so its own 4300-digit limit is never reached)."""
+    if len(digits) > MAX_DIGITS:
+        digits = digits.lstrip("0") or "0"
+        if len(digits) > MAX_DIGITS:
+            return None
+    return int(digits)
+
+
+def read_action(text) -> Action | None:
+    """The Action that ``text`` spells, or None where :func:`parse_action` would raise,
+    without building a message (a file of a million bad cells costs no more than reading
+    them).  The one place where an action's text is read and its indices converted."""
+    if type(text) is not str:
+        if not isinstance(text, str):
+            return None
+        text = str(text)  # a str subclass (numpy's str_): its characters
+    m = _SIMPLE.fullmatch(text)
     if m is not None:
-        stage, kind, mb = m.groups()
-        if len(stage) > MAX_DIGITS or len(mb) > MAX_DIGITS:  # leading zeros aside, as int() reads it
-            long_stage = len(stage.lstrip("0")) > MAX_DIGITS
-            if long_stage or len(mb.lstrip("0")) > MAX_DIGITS:
-                which, digits = ("stage", stage) if long_stage else ("microbatch", mb)
-                shown = text if len(text) <= 40 else text[:20] + "..." + text[-12:]
-                raise ActionSyntaxError(f"a {which} index of {len(digits.lstrip('0'))} digits is absurdly "
-                                        f"large: {shown!r}")
+        stage_digits, kind, mb_digits = m.groups()
         kind = _KINDS[kind]
+        stage = int(stage_digits) if len(stage_digits) <= MAX_DIGITS else _index(stage_digits)
+        if stage is None:
+            return None
         if kind in BOOKKEEPING_KINDS:
-            if mb:
-                raise ActionSyntaxError(f"{kind} takes no microbatch index: {text!r}")
-            return Action(int(stage), kind, None)
-        if not mb:
-            raise ActionSyntaxError(
-                f"{kind} needs a microbatch index, as in '{stage}{kind}0': {text!r}"
-            )
-        return Action(int(stage), kind, int(mb))
-    return _parse_slow(text)
-
-
-def _parse_slow(text: str) -> Action:
-    if not isinstance(text, str):
-        raise ActionSyntaxError(f"expected an action string, got {text!r} ({type(text).__name__})")
+            return None if mb_digits else Action(stage, kind, None)
+        if not mb_digits:
+            return None
+        mb = int(mb_digits) if len(mb_digits) <= MAX_DIGITS else _index(mb_digits)
+        return None if mb is None else Action(stage, kind, mb)
     stripped = text.strip()
     if stripped != text:
-        return parse_action(stripped)
+        return read_action(stripped)
+    return _read_composite(text) if text.startswith("(") else None
+
+
+def _read_composite(text: str) -> Action | None:
+    """``(<forward>;<backward>)OVERLAP_F_B`` or ``(<op>;<op>...)BATCH``, its sub-actions
+    read; None otherwise."""
+    close = text.find(")")
+    kind = text[close + 1:]
+    if close < 0 or kind not in COMPOSITE_KINDS:
+        return None
+    parts = text[1:close].split(";")
+    if kind == OVERLAP_F_B and len(parts) != 2:
+        return None
+    sub = tuple(read_action(p.strip()) for p in parts)
+    if any(x is None for x in sub):
+        return None
+    if kind == BATCH and any(x.sub is not None or x.kind not in COMM_KINDS for x in sub):  # type: ignore[union-attr]
+        return None
+    return Action(None, kind, None, sub)  # type: ignore[arg-type]
+
+
+def parse_action(text: str) -> Action:
+    """Parse one action string.  Raises :class:`ActionSyntaxError` with a precise reason."""
+    a = read_action(text)
+    if a is None:
+        _refuse(text)
+    return a  # type: ignore[return-value]  # _refuse always raises
+
+
+def _refuse(text) -> None:
+    """Raise why ``text`` is not an action (what :func:`read_action` refused)."""
+    if not isinstance(text, str):
+        raise ActionSyntaxError(f"expected an action string, got {text!r} ({type(text).__name__})")
+    text = str(text)
+    stripped = text.strip()
+    if stripped != text:
+        _refuse(stripped)
+    m = _SIMPLE.fullmatch(text)
+    if m is not None:  # the simple form: an absurd index, or a microbatch index (not) there
+        stage, kind, mb = m.groups()
+        for which, digits in (("stage", stage), ("microbatch", mb)):
+            if digits and _index(digits) is None:
+                shown = text if len(text) <= 40 else text[:20] + "..." + text[-12:]
+                raise ActionSyntaxError(f"a {which} index of {len(digits.lstrip('0'))} digits is "
+                                        f"absurdly large: {shown!r}")
+        if kind in BOOKKEEPING_KINDS:
+            raise ActionSyntaxError(f"{kind} takes no microbatch index: {text!r}")
+        raise ActionSyntaxError(f"{kind} needs a microbatch index, as in '{stage}{kind}0': {text!r}")
     if text.startswith("("):
         close = text.find(")")
         kind = text[close + 1 :] if close > 0 else ""
@@ -239,15 +293,14 @@ def _parse_slow(text: str) -> Action:
             raise ActionSyntaxError(
                 f"expected '(<forward>;<backward>)OVERLAP_F_B' or '(<op>;<op>...)BATCH', got {text!r}"
             )
-        parts = [p for p in text[1:close].split(";")]
+        parts = text[1:close].split(";")
         if kind == OVERLAP_F_B and len(parts) != 2:
             raise ActionSyntaxError(
                 f"OVERLAP_F_B takes exactly two sub-actions, got {len(parts)} in {text!r}"
             )
-        sub = tuple(parse_action(p.strip()) for p in parts)
+        sub = [parse_action(part.strip()) for part in parts]
         if kind == BATCH and any(x.sub is not None or x.kind not in COMM_KINDS for x in sub):
             raise ActionSyntaxError(f"BATCH holds SEND/RECV actions only: {text!r}")
-        return Action(None, kind, None, sub)
     if not text:
         raise ActionSyntaxError("empty action (use null for an idle slot)")
     m = _ANY.fullmatch(text)
@@ -267,20 +320,7 @@ def _parse_slow(text: str) -> Action:
 
 def is_action(text) -> bool:
     """Whether :func:`parse_action` accepts ``text``, without building a message when not."""
-    if type(text) is not str:
-        return False
-    m = _SIMPLE.fullmatch(text.strip())
-    if m is not None:
-        stage, kind, mb = m.groups()
-        return (len(stage.lstrip("0")) <= MAX_DIGITS and len(mb.lstrip("0")) <= MAX_DIGITS
-                and (not mb) == (kind in BOOKKEEPING_KINDS))
-    if not text.lstrip().startswith("("):
-        return False
-    try:
-        parse_action(text)
-    except ActionSyntaxError:
-        return False
-    return True
+    return read_action(text) is not None
 
 
 def format_action(action: Action | None) -> str:

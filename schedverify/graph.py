@@ -51,6 +51,7 @@ from .model import (
     SEND_F,
     SEND_WAIT_KINDS,
     WAIT_REDUCE_GRAD,
+    W,
     Action,
     Schedule,
     malformation,
@@ -68,9 +69,15 @@ _NEEDS_BY_CODE = tuple(
     tuple((n.offset, tuple(KIND_CODE[k] for k in n.kinds), KIND_CODE[n.recv] if n.recv else -1)
           for n in rules.NEEDS.get(kind, ()))
     for kind in _KINDS_BY_CODE)
-#: deps.MATCH by kind code: (the peer's code, the peer's stage offset), or None.
+#: deps.MATCH by kind code: (the peer's code, the peer's stage offset), or None.  The kernel
+#: reads a code with a peer as communication (allowed under eager semantics only).
 _MATCH_BY_CODE = tuple((KIND_CODE[rules.MATCH[k][0]], rules.MATCH[k][1]) if k in rules.MATCH else None
                        for k in _KINDS_BY_CODE)
+#: The pairs of kind codes that one (stage, microbatch) may not both have (docs/spec.md 3.3: a
+#: full backward B, or a split one, I and W), and per code the codes it may not meet.
+_MIXED_BY_CODE = ((KIND_CODE[B], KIND_CODE[I]), (KIND_CODE[B], KIND_CODE[W]))
+_MIXED_WITH = tuple(tuple(b for a, b in _MIXED_BY_CODE if a == c) + tuple(a for a, b in _MIXED_BY_CODE if b == c)
+                    for c in range(NCODES))
 
 
 @dataclass(frozen=True)
@@ -179,9 +186,10 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
     kernel = _accel.kernel
     if fast and kernel is not None:
         pl = schedule.placement
-        rules_args = (schedule.stages, schedule.microbatches, tuple(map(tuple, pl.routes)),
-                      None if pl.microbatch_route is None else tuple(pl.microbatch_route),
-                      _NEEDS_BY_CODE, _MATCH_BY_CODE, _KINDS_BY_CODE, comm_semantics == "eager")
+        # the routes as they are (tuples, or compact sequences for huge sizes: the kernel
+        # reads them only when the schedule is dense enough for its tables)
+        rules_args = (schedule.stages, schedule.microbatches, tuple(pl.routes), pl.microbatch_route,
+                      _NEEDS_BY_CODE, _MATCH_BY_CODE, _MIXED_BY_CODE, _KINDS_BY_CODE, comm_semantics == "eager")
         cols = schedule.columns
         columns = (kernel.compile_columns(cols.codes, cols.stages, cols.mbs, cols.lengths, *rules_args)
                    if cols is not None else kernel.compile_plain(schedule.order, *rules_args))
@@ -348,10 +356,10 @@ def _index(schedule: Schedule, acts: list[Action], dev: list[int],
             producer[key] = i
             k = key % NCODES
             counts[k] += 1
-            # a full backward meets a split one (I or W) of the same pair
-            if (k == 1 and (key + 1 in producer or key + 2 in producer)) or \
-                    (k in (2, 3) and key - k + 1 in producer):
-                facts.mixed.append(i)
+            for other in _MIXED_WITH[k]:  # a full backward meets a split one (I or W) of its pair
+                if key - k + other in producer:
+                    facts.mixed.append(i)
+                    break
             ls, lmb = x.stage, x.microbatch
             assert ls is not None and lmb is not None  # a leaf with a key has both
             expected = (routes[mroute[lmb]] if mroute is not None else routes[0])[ls]

@@ -6,13 +6,14 @@ Everything here is immutable and free of heavy dependencies.  What an action is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 from itertools import chain
 from numbers import Integral
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Union, overload
 
 from .errors import UsageError
 from .grammar import (  # noqa: F401 - the grammar's names, re-exported with the rest of the model
@@ -30,24 +31,124 @@ _kind_of = attrgetter("kind")
 
 PlacementSpec = Union[str, Sequence[int]]  # noqa: UP007 - an alias evaluated at import, on 3.10
 
+#: A placement's map (stage -> device, microbatch -> route) longer than this is kept as its
+#: rule and the entries that differ from it (:class:`RuleMap`), not as a tuple of every entry:
+#: a file of 20 bytes can name stage 9,999,999, and what it costs to read must not grow with
+#: that number (README, "Promises").  Shorter ones are tuples, which index fastest.
+DENSE_MAX = 1 << 16
 
-def stage_devices(spec: PlacementSpec, devices: int, stages: int) -> tuple[int, ...]:
-    """Resolve a placement spec (``"loop"``, ``"v"`` or an explicit list) to stage -> device.
+_RULES = ("loop", "v")
+
+
+def _rule_value(rule: str, modulus: int, i: int) -> int:
+    """Entry ``i`` of a rule: ``loop``, ``i % modulus``; ``v``, ZB-V's shape (see
+    :func:`stage_devices`)."""
+    if rule == "loop":
+        return i % modulus
+    chunk, r = divmod(i, modulus)
+    return r if chunk % 2 == 0 else modulus - 1 - r
+
+
+class RuleMap(Sequence[int]):
+    """``length`` ints given by a rule over ``modulus`` (``"loop"``: ``i % modulus``; ``"v"``:
+    ZB-V's shape over ``modulus`` devices; ``"loop"`` over 1 is all zeros) except at the
+    indices of ``exceptions``: a placement's map of any size in memory proportional to the
+    entries that differ from the rule.  Immutable and equal to the tuple of its entries (and
+    hashed as it), so a Placement holding one behaves as one holding that tuple.
+    :func:`rule_map` makes one, or the tuple when it is short."""
+
+    __slots__ = ("rule", "modulus", "length", "exceptions", "_hash")
+
+    def __init__(self, rule: str, modulus: int, length: int, exceptions: Mapping[int, int] | None = None):
+        if rule not in _RULES or type(modulus) is not int or modulus < 1 or type(length) is not int or length < 0:
+            raise UsageError(f"RuleMap: expected a rule in {_RULES}, a modulus >= 1 and a length >= 0, "
+                             f"got {rule!r}, {modulus!r}, {length!r}")
+        if rule == "v" and (modulus == 1 or length <= modulus):
+            rule = "loop"  # the same map: one canonical rule, so equal maps compare by their exceptions
+        kept = {}
+        for i, v in sorted((exceptions or {}).items()):
+            if type(i) is not int or not 0 <= i < length or type(v) is not int:
+                raise UsageError(f"RuleMap: an exception must map an index in 0..{length - 1} to an int, "
+                                 f"got {i!r}: {v!r}")
+            if v != _rule_value(rule, modulus, i):
+                kept[i] = v
+        self.rule, self.modulus, self.length, self.exceptions = rule, modulus, length, kept
+        self._hash: int | None = None
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[int, ...]: ...
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self[k] for k in range(*i.indices(self.length)))
+        if i < 0:
+            i += self.length
+        if not 0 <= i < self.length:
+            raise IndexError(f"index {i} out of range for {self.length} entries")
+        v = self.exceptions.get(i)
+        return _rule_value(self.rule, self.modulus, i) if v is None else v
+
+    def __iter__(self) -> Iterator[int]:
+        get, rule, modulus = self.exceptions.get, self.rule, self.modulus
+        for i in range(self.length):
+            v = get(i)
+            yield _rule_value(rule, modulus, i) if v is None else v
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RuleMap):
+            if self.length != other.length:
+                return False
+            if (self.rule, self.modulus) == (other.rule, other.modulus):
+                return self.exceptions == other.exceptions
+        elif not isinstance(other, tuple) or len(other) != self.length:
+            return NotImplemented if not isinstance(other, tuple) else False
+        # entry by entry, stopping at the first difference (two different rules differ within
+        # two periods of the first index where no exception makes them agree)
+        return all(a == b for a, b in zip(self, other))
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(tuple(self))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"RuleMap({self.rule!r}, {self.modulus}, {self.length}, {self.exceptions!r})"
+
+    def __reduce__(self):
+        return RuleMap, (self.rule, self.modulus, self.length, self.exceptions)
+
+
+def rule_map(rule: str, modulus: int, length: int, exceptions: Mapping[int, int] | None = None) -> Sequence[int]:
+    """The map ``rule`` over ``modulus`` with ``exceptions``: a tuple of its entries when it
+    has at most :data:`DENSE_MAX`, else a :class:`RuleMap`."""
+    if length <= DENSE_MAX:
+        out = [_rule_value(rule, modulus, i) for i in range(length)]
+        for i, v in (exceptions or {}).items():
+            out[i] = v
+        return tuple(out)
+    return RuleMap(rule, modulus, length, exceptions)
+
+
+def stage_devices(spec: PlacementSpec, devices: int, stages: int) -> Sequence[int]:
+    """Resolve a placement spec (``"loop"``, ``"v"`` or an explicit list) to stage -> device:
+    a tuple, or for a rule over more than :data:`DENSE_MAX` stages a :class:`RuleMap`.
 
     ``"v"`` generalises ZB-V's shape to any number of chunks: chunk ``c`` of device ``d``
     holds stage ``c*D + d`` when ``c`` is even and ``c*D + D-1-d`` when it is odd, so the
     forward pass walks down the devices and back up again.
     """
     if isinstance(spec, str):
-        if spec == "loop":
-            return tuple(s % devices for s in range(stages))
-        if spec == "v":
-            out = []
-            for s in range(stages):
-                chunk, r = divmod(s, devices)
-                out.append(r if chunk % 2 == 0 else devices - 1 - r)
-            return tuple(out)
+        if spec in _RULES:
+            return rule_map(spec, devices, stages)
         raise UsageError(f"unknown placement {spec!r}; expected 'loop', 'v' or a list of devices")
+    if isinstance(spec, RuleMap):
+        return spec
     if not isinstance(spec, (list, tuple)) or not all(type(d) is int for d in spec):
         raise UsageError(f"placement: expected 'loop', 'v' or a list of device numbers, got {spec!r}")
     return tuple(spec)
@@ -60,10 +161,11 @@ class Placement:
     Unidirectional schedules have one route.  Bidirectional ones (DualPipe, Chimera) have
     two, and ``microbatch_route[i]`` says which route microbatch ``i`` follows.  ``specs``
     keeps what the user wrote (``"loop"``, ``"v"`` or lists) so files round-trip unchanged.
+    A route (and the microbatch route) is a tuple, or for huge sizes a :class:`RuleMap`.
     """
 
-    routes: tuple[tuple[int, ...], ...]
-    microbatch_route: tuple[int, ...] | None = None
+    routes: tuple[Sequence[int], ...]
+    microbatch_route: Sequence[int] | None = None
     specs: tuple[PlacementSpec, ...] = ()
 
     @classmethod
@@ -82,7 +184,7 @@ class Placement:
     ) -> Placement:
         return cls(
             tuple(stage_devices(s, devices, stages) for s in specs),
-            tuple(microbatch_route),
+            microbatch_route if isinstance(microbatch_route, RuleMap) else tuple(microbatch_route),
             tuple(_freeze_spec(s) for s in specs),
         )
 
@@ -101,9 +203,40 @@ class Placement:
         """Every device that holds a copy of ``stage`` (two for bidirectional schedules)."""
         return frozenset(r[stage] for r in self.routes)
 
+    def stages_held(self, devices: int) -> list[int]:
+        """Per device, how many stages it holds a copy of (on any route): in time linear in
+        ``devices`` and the routes' exceptions when the routes are :class:`RuleMap`s, whose
+        rules repeat every ``2 * modulus`` stages."""
+        routes = self.routes
+        out = [0] * devices
+        if not all(isinstance(r, RuleMap) for r in routes):
+            for held in zip(*routes):
+                for d in set(held):
+                    out[d] += 1
+            return out
+        maps: list[RuleMap] = list(routes)  # type: ignore[arg-type]  # all RuleMaps, just tested
+        S = maps[0].length
+        period = 2 * math.lcm(*(m.modulus for m in maps))
+        odd = sorted(set().union(*(m.exceptions for m in maps)))  # where a map leaves its rule
+
+        def rule_holders(i: int) -> set[int]:
+            return {_rule_value(m.rule, m.modulus, i) for m in maps}
+
+        whole, rest = divmod(S, period)
+        for i in range(min(S, period)):
+            times = whole + (i < rest)
+            for d in rule_holders(i):
+                out[d] += times
+        for i in odd:  # those stages counted by the rules: count them as they are
+            for d in rule_holders(i):
+                out[d] -= 1
+            for d in {m[i] for m in maps}:
+                out[d] += 1
+        return out
+
 
 def _freeze_spec(spec: PlacementSpec) -> PlacementSpec:
-    return spec if isinstance(spec, str) else tuple(spec)
+    return spec if isinstance(spec, (str, RuleMap)) else tuple(spec)
 
 
 # --------------------------------------------------------------------------- costs, memory

@@ -63,6 +63,7 @@ from .model import (
     BOOKKEEPING_KINDS,
     COMM_KINDS,
     COMM_SEMANTICS,
+    COMPOSITE_KINDS,
     F,
     I,
     OVERLAP_F_B,
@@ -359,25 +360,25 @@ def with_batches(schedule: Schedule) -> SearchStrategy[Schedule]:
 def _with_batches(draw, schedule: Schedule) -> Schedule:
     from .model import batch
 
+    def cut(run: list[Action], into: list[Action | None]) -> None:
+        """``run`` into ``into`` as BATCH actions of random lengths (a lone one sometimes plain)."""
+        while run:
+            k = draw(st.integers(1, len(run)))
+            part = run[:k]
+            del run[:k]
+            into.extend(part if len(part) == 1 and draw(st.booleans()) else [batch(*part)])
+
     rows = []
     for row in schedule.order:
         new: list[Action | None] = []
         run: list[Action] = []
-
-        def flush() -> None:
-            while run:
-                k = draw(st.integers(1, len(run)))
-                part = run[:k]
-                del run[:k]
-                new.extend(part if len(part) == 1 and draw(st.booleans()) else [batch(*part)])
-
         for a in row:
             if a is not None and a.sub is None and a.kind in COMM_KINDS:
                 run.append(a)
                 continue
-            flush()
+            cut(run, new)
             new.append(a)
-        flush()
+        cut(run, new)
         rows.append(tuple(new))
     return schedule.with_(order=tuple(rows))
 
@@ -467,7 +468,7 @@ def _arbitrary(draw) -> Schedule:
     mb = st.integers(0, M + 1)
     # (lambdas, not Action itself: st.builds would also invent the ``sub`` field)
     simple = st.builds(lambda s, k, i: Action(s, k, i), stage,
-                       st.sampled_from(sorted(ALL_KINDS - BOOKKEEPING_KINDS - {OVERLAP_F_B})), mb)
+                       st.sampled_from(sorted(ALL_KINDS - BOOKKEEPING_KINDS - COMPOSITE_KINDS)), mb)
     book = st.builds(lambda s, k: Action(s, k), stage, st.sampled_from(sorted(BOOKKEEPING_KINDS)))
     fused = st.builds(overlap, simple, simple)
     action = st.one_of(simple, simple, book, fused, st.none())

@@ -9,7 +9,6 @@ import pytest
 
 import schedverify as sv
 from schedverify import CODES, Action, MemoryModel, Schedule, overlap
-from schedverify.check import MAX_COUNTED
 from schedverify.runtime import NcclOptions
 
 # A valid 2-device, 2-microbatch 1F1B, the base most cases perturb.
@@ -432,11 +431,27 @@ def test_cap_keeps_the_first_and_counts_the_rest():
     assert capped.to_json()["violations_not_shown"] == 15
 
 
-def test_cap_stops_counting_far_beyond_the_kept():
-    s = build([["0F0", "0B0"], ["1F0", "1B0"]], microbatches=MAX_COUNTED)
+def test_missing_actions_beyond_the_kept_are_counted_exactly_without_making_them():
+    """Two microbatches of 10^12 run: the rest are counted from the actions present, not
+    made one by one (once 100,000 were made and the count stopped there, "at least")."""
+    s = build([["0F0", "0B0"], ["1F0", "1B0"]], microbatches=10**12)
     report = sv.check(s, max_violations=10)
-    assert len(report.violations) == 10
-    assert report.truncated == MAX_COUNTED and not report.truncated_exact
+    assert len(report.violations) == 10 and {v.code.code for v in report.violations} == {"SV201"}
+    assert report.truncated == 2 * 2 * 10**12 - 4 - 10 and report.truncated_exact
+    split = build([["0F0", "0I0", "0W0", "0F1", "0I1"], ["1F0", "1W1"]], microbatches=3)
+    for cap in range(9):  # whatever the cap, the kept and the counted add up to every violation
+        capped = sv.check(split, max_violations=cap)
+        assert len(capped.violations) + capped.truncated == len(list(sv.iter_violations(split)))
+
+
+def test_other_violations_beyond_the_kept_are_counted_up_to_the_cap(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.modules["schedverify.check"], "MAX_COUNTED", 50)
+    misplaced = build([[f"1F{i}" for i in range(80)] + [f"1B{i}" for i in range(80)], []], stages=2,
+                      microbatches=80)  # stage 1 belongs on device 1: 160 SV301, 160 SV201
+    report = sv.check(misplaced, max_violations=10)
+    assert report.truncated == 50 + 150 and not report.truncated_exact  # the SV201 counted all the same
 
 
 # PyTorch 2.15's rules (docs/spec.md 9): 1F1B on 2 ranks as its lowering writes it, broken

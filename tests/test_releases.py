@@ -442,7 +442,7 @@ BATCHED = ("0F0,(0SEND_F0)BATCH,0F1,(0SEND_F1;0RECV_B0)BATCH,0B0,(0RECV_B1)BATCH
            "(1RECV_F0)BATCH,1F0,1B0,(1SEND_B0;1RECV_F1)BATCH,1F1,1B1,(1SEND_B1)BATCH")
 
 
-def _framework(**fields) -> "sv.releases.Release":
+def _framework(**fields) -> sv.releases.Release:
     """A release of one's own (a framework's profile), from 2.13's table."""
     from dataclasses import replace
 

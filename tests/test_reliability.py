@@ -228,6 +228,36 @@ def test_an_index_of_thousands_of_digits_names_its_cell(tmp_path, suffix):
     assert f"{where}: a microbatch index of 5000 digits is absurdly large" in err
 
 
+@pytest.mark.parametrize("suffix", [".json", ".csv"])
+def test_leading_zeros_are_read_as_int_reads_them_by_both_paths(tmp_path, suffix):
+    """A microbatch index of 4,400 leading zeros and a 1 passed the digit bound (which strips
+    the zeros) and then reached int(), whose 4300-digit limit raised: a traceback and exit 1
+    from both paths.  It is microbatch 1, in both paths alike; 19 significant digits after
+    the zeros are refused in both, with one line naming the cell."""
+    from _helpers import pure_python
+
+    for mb, code, said in (("0" * 4400 + "1", 1, "INVALID"),
+                           ("0" * 4400 + "1" * 19, 2, "a microbatch index of 19 digits is absurdly large")):
+        cell = "0F" + mb
+        path = tmp_path / f"zeros{suffix}"
+        if suffix == ".json":
+            path.write_text(json.dumps({"format": "schedverify/1", "order": [["0F0", cell]]}))
+        else:
+            path.write_text(f"0F0,{cell}\n")
+        results = []
+        for switch in (pure_python, None):
+            if switch is None:
+                results.append(in_process("check", str(path)))
+            else:
+                with switch():
+                    results.append(in_process("check", str(path)))
+        assert results[0] == results[1]
+        got, out, err = results[0]
+        assert got == code and said in out + err and "Traceback" not in out + err
+        if code == 2:
+            assert len(err.strip().splitlines()) == 1
+
+
 # --------------------------------------------------------------------------- caps
 
 
@@ -363,3 +393,82 @@ def test_loads_takes_bytes_as_a_file_would_be_read():
     assert sv.loads(b"\xef\xbb\xbf" + GOOD.encode()) == sv.loads(GOOD)
     with pytest.raises(sv.InputError, match="not UTF-8"):
         sv.loads(b"\xff{")
+
+
+# --------------------------------------------------------------------------- cost bounded by the input
+
+#: What checking a file may cost beyond the interpreter: a constant, and so much per byte of
+#: the file, whatever the indices it names (README, "Promises").  A 1M-action file takes
+#: about 10 bytes of memory per byte; these bounds are far above that and far below what an
+#: index of 10^7 cost when the work followed it (the issue's 20-byte file: 590 MB, 4.5 s).
+BASE_BYTES, BYTES_PER_BYTE = 16 << 20, 4096
+BASE_SECONDS, SECONDS_PER_BYTE = 1.5, 0.002
+
+from schedverify.grammar import ALL_KINDS, BOOKKEEPING_KINDS, OVERLAP_F_B  # noqa: E402
+
+#: every kind the grammar reads (new kinds join as they land in grammar.py)
+_CELL_KINDS = sorted(ALL_KINDS - {OVERLAP_F_B})
+_index = st.one_of(st.integers(0, 3), st.integers(0, 10**7 - 1), st.just(10**7 - 1))
+
+
+@st.composite
+def _cell(draw) -> str:
+    def plain():
+        kind = draw(st.sampled_from(_CELL_KINDS))
+        mb = "" if kind in BOOKKEEPING_KINDS else str(draw(_index))
+        return f"{draw(_index)}{kind}{mb}"
+
+    if draw(st.integers(0, 5)) == 0:
+        return f"({draw(_index)}F{draw(_index)};{draw(_index)}{draw(st.sampled_from('BI'))}{draw(_index)})OVERLAP_F_B"
+    return plain()
+
+
+@st.composite
+def small_files(draw) -> tuple[str, str]:
+    """A file of a few hundred bytes at most, naming indices anywhere up to the size cap
+    (and, in JSON, declaring sizes up to it, a V placement and static memory)."""
+    rows = draw(st.lists(st.lists(_cell(), max_size=5), min_size=1, max_size=4))
+    if draw(st.booleans()):
+        return "\n".join(",".join(row) for row in rows) + "\n", ".csv"
+    doc: dict = {"format": "schedverify/1", "order": rows}
+    for key in ("stages", "microbatches"):
+        if draw(st.booleans()):
+            doc[key] = draw(st.integers(1, 10**7))
+    if draw(st.booleans()):
+        doc["placement"] = draw(st.sampled_from(["loop", "v"]))
+    if draw(st.booleans()):
+        doc["memory"] = {"static": draw(st.sampled_from([1, 0.25])), "limit": 3}
+    return json.dumps(doc), ".json"
+
+
+@settings(max_examples=20, deadline=None)
+@example(("0F0,9999999F9999999\n", ".csv"), ["check"])  # the issue's 20 bytes: 4.5 s and 590 MB
+@example(("0F0,0F1,0B0,0B1,(9999999F0;9999999B1)OVERLAP_F_B\n1F0,1F1,1B0,1B1\n" + "0F2,0B2," * 3 + "\n",
+          ".csv"), ["show"])  # an overlap at stage 9,999,999 on a route of its own: 8 s
+@example((json.dumps({"format": "schedverify/1", "stages": 10**7, "microbatches": 10**7, "placement": "v",
+                      "memory": {"static": 1}, "order": [["0F0", "9999999B9999999"], ["5F5"]]}), ".json"),
+         ["check", "--format", "json"])
+@given(small_files(), st.sampled_from([["check"], ["check", "--format", "json"], ["check", "--comm-semantics", "eager"],
+                                       ["show"]]))
+def test_checking_costs_what_the_file_holds_not_what_its_indices_name(tmp_path_factory, file, command):
+    """The time and memory of ``check`` (and ``show``) grow with the file's size, whatever its
+    indices: incompleteness is counted, not listed pair by pair, and a placement over ten
+    million stages is a rule and its exceptions, not a tuple of ten million devices."""
+    import tracemalloc
+
+    text, suffix = file
+    path = tmp_path_factory.mktemp("bounded") / f"f{suffix}"
+    path.write_text(text)
+    size = len(text.encode())
+    t = time.perf_counter()
+    code, _, err = in_process(command[0], str(path), *command[1:])
+    elapsed = time.perf_counter() - t
+    assert code in (0, 1, 2) and "Traceback" not in err, err
+    assert elapsed < BASE_SECONDS + SECONDS_PER_BYTE * size, (elapsed, text)
+    tracemalloc.start()
+    try:
+        in_process(command[0], str(path), *command[1:])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < BASE_BYTES + BYTES_PER_BYTE * size, (peak, text)

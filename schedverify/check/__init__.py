@@ -56,6 +56,7 @@ class _Run:
         self.waits = send_waits(self.graph) if self.rt is not None else None
         self.runtime: RuntimeResult | None = None
         self._timed = False
+        self.tally = rules.Tally()  # check sets it counting past the violations it keeps
 
     def _budget(self, schedule: Schedule, rt: Runtime) -> Schedule:
         """What the runtime runs with max_outstanding_sends (docs/spec.md 9.2)."""
@@ -127,7 +128,7 @@ class _Run:
     def violations(self) -> Iterator[Violation]:
         g = self.graph
         yield from rules.well_formed(g)
-        yield from rules.complete(g)
+        yield from rules.complete(g, self.tally)
         yield from rules.placed(g)
         yield from rules.ordered(g)
         rt = self.rt
@@ -202,9 +203,12 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
     run = _Run(schedule, costs, memory, memory_limit, comm_semantics, nccl, torch, p2p, runtime_options)
     found = run.violations()
     kept = list(islice(found, max_violations))
-    # Count the rest, but only so far: a file that declares millions of microbatches and
-    # lists a few actions has billions of missing ones, and counting them would never end.
-    truncated = sum(1 for _ in islice(found, MAX_COUNTED + 1))
+    # Count the rest: the missing actions by arithmetic (a file that declares millions of
+    # microbatches and lists a few actions has billions of them), the others one by one but
+    # only so far.
+    run.tally.counting = True
+    counted = sum(1 for _ in islice(found, MAX_COUNTED + 1))
+    truncated = min(counted, MAX_COUNTED) + run.tally.skipped
     verdict = Verdict.INVALID if kept else Verdict.VALID
     # every cost is finite (at most 1e308), but their sums may not be: then no metric means
     # anything (a float sum is inf, an int one cannot become the bubble's float)
@@ -216,8 +220,8 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
     if overflow:
         raise UsageError(f"costs: the schedule's times overflow a float (the makespan is beyond "
                          f"1.8e308 with costs {run.costs}); give the costs in a larger unit")
-    report = Report(verdict, kept, metrics, min(truncated, MAX_COUNTED),
-                    truncated_exact=truncated <= MAX_COUNTED, comm_semantics=run.semantics,
+    report = Report(verdict, kept, metrics, truncated,
+                    truncated_exact=counted <= MAX_COUNTED, comm_semantics=run.semantics,
                     warnings=run.warnings, profile=run.rt)
     if kept:
         report.warnings += _grammar_hints(schedule)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from .. import diagnostics as dx
 from ..deps import MATCH
@@ -36,7 +37,18 @@ def well_formed(g: Graph) -> Iterator[Violation]:
         yield Violation(dx.INDEX_OUT_OF_RANGE, msg, (loc(g, i),))
 
 
-def complete(g: Graph) -> Iterator[Violation]:
+@dataclass
+class Tally:
+    """How a consumer that only counts the rest of the violations (``check`` past
+    ``max_violations``) spares the completeness rule making each missing action: once it sets
+    ``counting``, the rule adds the ones it has not yielded to ``skipped`` and stops, so that
+    a few actions declaring ten million stages cost no more than checking them."""
+
+    counting: bool = False
+    skipped: int = 0
+
+
+def complete(g: Graph, tally: Tally | None = None) -> Iterator[Violation]:
     for first, again in g.duplicates:
         yield Violation(
             dx.DUPLICATE_ACTION,
@@ -56,6 +68,17 @@ def complete(g: Graph) -> Iterator[Violation]:
     c = g.counts
     if c[0] == S * M and c[1] + c[2] == S * M and c[2] == c[3] and not g.mixed:
         return  # every pair has its F, and exactly one of B or (I and W): see compile_graph
+    for listed, v in enumerate(_missing_actions(g)):
+        if tally is not None and tally.counting:  # v and those after it: counted, not made
+            tally.skipped += missing_count(g) - listed
+            return
+        yield v
+
+
+def _missing_actions(g: Graph) -> Iterator[Violation]:
+    """SV201 for each missing action, pair by pair: each step either yields or passes a pair
+    that has all it needs (at most one per two actions), so the first k cost O(k + actions)."""
+    S, M = g.schedule.stages, g.schedule.microbatches
     producer = g.producer
     for s in range(S):
         for mb in range(M):
@@ -80,6 +103,21 @@ def complete(g: Graph) -> Iterator[Violation]:
                 yield Violation(dx.MISSING_ACTION,
                                 f"{s}W{mb} has no input-gradient pass {s}I{mb} before it",
                                 (missing(g, Action(s, I, mb)),))
+
+
+def missing_count(g: Graph) -> int:
+    """How many violations :func:`_missing_actions` yields, from the actions alone (not from
+    the pairs, which can be 10^14): per (stage, microbatch), one when its forward is missing
+    and one when its backward is (no B, and not both I and W)."""
+    S, M = g.schedule.stages, g.schedule.microbatches
+    kinds: dict[int, int] = {}  # pair -> the bits of its F, B, I, W
+    for key in g.producer:
+        pair, k = divmod(key, NCODES)
+        if k < 4:
+            kinds[pair] = kinds.get(pair, 0) | 1 << k
+    forwards = sum(bits & 1 for bits in kinds.values())
+    backwards = sum(1 for bits in kinds.values() if bits & 2 or bits & 12 == 12)
+    return 2 * S * M - forwards - backwards
 
 
 def _leaf_named(g: Graph, i: int, first: int) -> str:

@@ -18,7 +18,7 @@ from operator import add, gt, sub
 
 from .. import _accel
 from ..graph import KIND_CODE, Graph
-from ..model import SEND_B, SEND_F, B, F, I, W, MemoryModel, per_stage
+from ..model import SEND_B, SEND_F, B, F, I, W, MemoryModel, RuleMap, per_stage
 
 
 @dataclass
@@ -32,11 +32,19 @@ class MemoryResult:
 
 
 def static_memory(g: Graph, model: MemoryModel) -> list[float]:
-    out = [0.0] * g.schedule.devices
-    if model.static:
-        for s in range(g.schedule.stages):
-            for d in g.schedule.placement.devices_of_stage(s):
-                out[d] += per_stage(model.static, s)
+    """Per device, the static memory of every stage it holds (docs/spec.md 5), added stage by
+    stage; one amount for every stage over a placement of more than ``model.DENSE_MAX``
+    stages (a few actions can name a huge stage) is that amount times the stages held."""
+    schedule = g.schedule
+    out = [0.0] * schedule.devices
+    if not model.static:
+        return out
+    placement = schedule.placement
+    if not isinstance(model.static, tuple) and any(isinstance(r, RuleMap) for r in placement.routes):
+        return [0.0 + model.static * held for held in placement.stages_held(schedule.devices)]
+    for s in range(schedule.stages):
+        for d in placement.devices_of_stage(s):
+            out[d] += per_stage(model.static, s)
     return out
 
 

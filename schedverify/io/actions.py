@@ -33,6 +33,7 @@ from ..grammar import (  # noqa: F401 - parse_action, is_action, format_action, 
     format_action,
     is_action,
     parse_action,
+    read_action,
 )
 
 
@@ -133,11 +134,10 @@ class CellErrors:
                     self.count += 1
                     self.shown.append(f"{where(k)}: {e}")
                     append(None)
-            elif is_action(cell):
-                append(parse_action(cell))
             else:
-                self.count += 1
-                append(None)
+                a = read_action(cell)  # no message beyond the ones listed
+                self.count += a is None
+                append(a)
         return out
 
     def raise_any(self) -> None:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import csv
 import io
 from collections import Counter
+from collections.abc import Sequence
 from operator import attrgetter
 
 from ..errors import InputError
 from ..limits import limits
-from ..model import (Action, Placement, PlacementSpec, Schedule, as_schedule, infer_sizes, leaf_rows,
-                     stage_devices)
+from ..model import (Action, Placement, PlacementSpec, RuleMap, Schedule, as_schedule, infer_sizes, leaf_rows,
+                     rule_map, stage_devices)
 from .actions import CellErrors, check_grammar, legacy_rows, parse_row
 from .files import as_text
 from .jsonfmt import refuse_huge_index
@@ -115,7 +116,7 @@ def _uniform_placement(order, devices: int, stages: int) -> PlacementSpec | None
     with one set of stages per row instead of a vote per action."""
     per_row = [set(map(_STAGE, acts)) for acts in leaf_rows(order)]
     everything = set().union(*per_row)
-    if not everything <= set(range(stages)):
+    if not all(type(s) is int and 0 <= s < stages for s in everything):
         return None  # None stages (malformed) or out of range: let the vote handle them
     for spec in ("loop", "v"):
         where = stage_devices(spec, devices, stages)
@@ -158,10 +159,11 @@ def _vote_placement(order, devices: int, stages: int, microbatches: int) -> Plac
                 votes.setdefault(x.stage, Counter())[d] += 1
                 if x.microbatch is not None and 0 <= x.microbatch < microbatches:
                     seen.setdefault(x.microbatch, {}).setdefault(x.stage, d)
-    majority_list = [s % devices for s in range(stages)]
-    for s, v in votes.items():
-        majority_list[s] = v.most_common(1)[0][0]
-    majority = tuple(majority_list)
+    # a stage without a vote goes where "loop" puts it: the maps are made as the rule and the
+    # stages that differ from it (model.rule_map), so a few actions at stage 9,999,999 cost
+    # no more than a few at stage 9
+    voted = {s: v.most_common(1)[0][0] for s, v in votes.items()}
+    majority = rule_map("loop", devices, stages, voted)
 
     groups: list[dict[int, int]] = []
     route_of: dict[int, int] = {}
@@ -176,17 +178,17 @@ def _vote_placement(order, devices: int, stages: int, microbatches: int) -> Plac
             groups.append(dict(mapping))
             route_of[mb] = len(groups) - 1
     if len(groups) == 2:
-        routes = [tuple(g.get(s, majority[s]) for s in range(stages)) for g in groups]
-        mb_route = [route_of.get(mb, 0) for mb in range(microbatches)]
+        routes = [rule_map("loop", devices, stages, {**voted, **g}) for g in groups]
+        mb_route = rule_map("loop", 1, microbatches, route_of)  # route 0 unless seen on route 1
         return Placement.bidirectional([_name(r, devices, stages) for r in routes], mb_route, devices, stages)
     return Placement.of(_name(majority, devices, stages), devices, stages)
 
 
-def _name(mapping: tuple[int, ...], devices: int, stages: int) -> PlacementSpec:
+def _name(mapping: Sequence[int], devices: int, stages: int) -> PlacementSpec:
     for spec in ("loop", "v"):
         if stage_devices(spec, devices, stages) == mapping:
             return spec
-    return list(mapping)
+    return mapping if isinstance(mapping, RuleMap) else list(mapping)
 
 
 def dumps(schedule: Schedule) -> str:

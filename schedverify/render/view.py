@@ -101,7 +101,7 @@ class View:
     missing: list[str] = field(default_factory=list)
     critical: list[int] = field(default_factory=list)
     runtime: Any = None
-    _own: dict = field(default_factory=dict, repr=False)
+    _held: list[int] = field(default_factory=list, repr=False)  # stages per device, made on first use
 
     @property
     def start(self) -> list[float]:
@@ -130,14 +130,17 @@ class View:
 
     def needs_stage_label(self, i: int) -> bool:
         """Whether action ``i``'s label must name its stage: its device holds several
-        stages, or the action is not one of its device's stages (misplaced)."""
+        stages, or the action is not one of its device's stages (misplaced).  Asked of the
+        placement, in time that does not grow with its number of stages (a few actions can
+        name stage 9,999,999)."""
         d = self.graph.dev[i]
-        own = self._own.get(d)
-        if own is None:
-            own = self._own[d] = self.stages_on(d)
-        a = self.graph.acts[i]
-        stages = {x.stage for x in a.leaves()}
-        return len(own) > 1 or not stages <= own
+        placement, S = self.schedule.placement, self.schedule.stages
+        if not self._held:
+            self._held.extend(placement.stages_held(self.schedule.devices))
+        if self._held[d] > 1:
+            return True
+        return not all(type(x.stage) is int and 0 <= x.stage < S and d in placement.devices_of_stage(x.stage)
+                       for x in self.graph.acts[i].leaves())
 
     def device_range(self, d: int) -> range:
         return range(self.graph.starts[d], self.graph.starts[d + 1])
