@@ -82,3 +82,10 @@ RECEIVED: dict[str, tuple[int, str]] = {k: (n.offset, n.recv) for k, ns in NEEDS
 def last_backward_kinds(split: bool) -> tuple[str, ...]:
     """The kind that frees a pair's activation last: ``W`` when split, else ``B``."""
     return (W,) if split else (B,)
+
+
+def intended_receive(send: Action) -> Action:
+    """The RECV a SEND's data is meant for: ``SEND_F(s,i)`` -> ``RECV_F(s+1,i)``."""
+    kind, offset = MATCH[send.kind]
+    assert send.stage is not None  # a SEND carries its stage
+    return Action(send.stage + offset, kind, send.microbatch)

@@ -34,10 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import islice
 
-from .deps import MATCH, RECEIVED
+from .deps import MATCH, RECEIVED, intended_receive  # noqa: F401 - intended_receive re-exported
 from .errors import UsageError
 from .graph import KIND_CODE, NCODES, Graph
-from .model import RECV_B, RECV_F, SEND_B, SEND_F, SEND_OF, SEND_WAIT_KINDS, Action
+from .model import RECV_B, RECV_F, SEND_B, SEND_F, SEND_OF, SEND_WAIT_KINDS
 from .releases import NcclOptions, Runtime  # noqa: F401 - NcclOptions re-exported (its public home)
 
 TORCH = "torch"
@@ -195,13 +195,6 @@ def send_waits(g: Graph) -> SendWaits:
     return SendWaits(retires, retired_by, [i for i in sends if i not in retired_by], orphans)
 
 
-def intended_receive(send: Action) -> Action:
-    """The RECV a SEND's data is meant for: ``SEND_F(s,i)`` -> ``RECV_F(s+1,i)``."""
-    kind, offset = MATCH[send.kind]
-    assert send.stage is not None  # a SEND carries its stage
-    return Action(send.stage + offset, kind, send.microbatch)
-
-
 # --------------------------------------------------------------------------- the sweep
 
 
@@ -215,6 +208,20 @@ class Wait:
     head: int
     awaited: int
     event: int
+
+
+@dataclass(frozen=True)
+class Hang:
+    """One cycle of stuck lanes as a report gives it: its waits in wait order (``cycle``) and
+    each explained in words, then each of its devices' stuck part in PyTorch's notation
+    (``steps``)."""
+
+    cycle: tuple[Wait, ...]
+    steps: tuple[str, ...]
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        return tuple(w.device for w in self.cycle)
 
 
 @dataclass
@@ -240,6 +247,11 @@ class RuntimeResult:
     labels: list[str] = field(default_factory=list)
     #: each operation waited for right after it is posted -> the operations waited for with it
     batch_of: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    #: the run was over NCCL (streams), else gloo (a host per rank)
+    on_nccl: bool = False
+    #: the first MAX_CYCLES cycles explained (:class:`Hang`), and whether there are more
+    hangs: tuple[Hang, ...] = ()
+    more_hangs: bool = False
 
     @property
     def completed(self) -> bool:
@@ -528,8 +540,12 @@ class _Sweep:
         finish = [e if e is not None else (dn if dn is not None else 0) for e, dn in zip(end, done)]
         start = [(r if r is not None else 0) if c else (f - t if e is not None else 0)
                  for c, r, f, t, e in zip(is_comm, ready, finish, dur, end)]
-        return RuntimeResult(start, finish, bind, cycles, lanes_stuck, self.m, ready, is_comm, self.lane_of,
-                             self.lane_kind, self.lane_label, batch_of)
+        result = RuntimeResult(start, finish, bind, cycles, lanes_stuck, self.m, ready, is_comm, self.lane_of,
+                               self.lane_kind, self.lane_label, batch_of, nccl_mode)
+        if cycles:
+            result.hangs = tuple(_hang(g, result, c) for c in cycles[:MAX_CYCLES])
+            result.more_hangs = len(cycles) > MAX_CYCLES
+        return result
 
     def _release(self, w: Wait, woken: list) -> None:
         """Let ``w``'s lane go on as if what it waits for had happened (at time 0: the run is
@@ -695,6 +711,13 @@ def explain(g: Graph, r: RuntimeResult, w: Wait, nccl_mode: bool) -> str:
 _KINDS_COMM = frozenset(_COMM_CODES.values())
 
 
+def _hang(g: Graph, r: RuntimeResult, cycle: list[Wait]) -> Hang:
+    steps = [explain(g, r, w, r.on_nccl) for w in cycle]
+    devices = {w.device for w in cycle}
+    steps += pytorch_notation(g, [w for w in r.stuck if w.device in devices])
+    return Hang(tuple(cycle), tuple(steps))
+
+
 def pytorch_notation(g: Graph, waits: list[Wait], limit: int = 6) -> list[str]:
     """Each device's stuck part, as PyTorch logs it: ``rank 0: [... 0SEND_F1, 2RECV_F0, 2F0]``."""
     by_device: dict[int, list[int]] = {}
@@ -714,6 +737,6 @@ def pytorch_notation(g: Graph, waits: list[Wait], limit: int = 6) -> list[str]:
     return out
 
 
-__all__ = ["MAX_CYCLES", "RUNTIME_SEMANTICS", "TORCH", "TORCH_NCCL", "Matching", "NcclOptions",
+__all__ = ["MAX_CYCLES", "RUNTIME_SEMANTICS", "TORCH", "TORCH_NCCL", "Hang", "Matching", "NcclOptions",
            "RuntimeResult", "SendWaits", "Wait", "blocker", "data_deps", "explain", "intended_receive", "match",
            "pytorch_notation", "send_waits", "simulate"]

@@ -111,14 +111,14 @@ class _Run:
         compute = [0 if c else d for c, d in zip(result.is_comm, durations)]  # busy = compute only
         self.timeline = Timeline(g, self.costs, self.memory_model, compute, result, result.critical_path,
                                  retired_by=self._retired_by())
-        self.runtime, self.hangs, self.hang_mode = result, result, rt.on_nccl
+        self.runtime, self.hangs = result, result
         # SV405 means "hangs only on NCCL".  When the NCCL run stalls, run the gloo model too:
         # a schedule that hangs on gloo as well has a plain deadlock (SV402) to fix first.
         if rt.on_nccl and result.cycles:
             gloo = simulate(g, durations, self.costs.comm, rt.with_(backend=GLOO), matching=result.matching,
                             waits=self.waits)
             if gloo.cycles:
-                self.hangs, self.hang_mode = gloo, False
+                self.hangs = gloo
         if not g.reduce_grads:
             self.warnings.append(
                 "the schedule lists its communication but no REDUCE_GRAD: PyTorch's runtime runs "
@@ -145,7 +145,7 @@ class _Run:
         if self.runtime is not None:
             assert rt is not None  # the runtime ran
             yield from rules.runtime_communication(g, self.runtime.matching, rt)
-            yield from rules.runtime_hangs(g, self.hangs, self.hang_mode)
+            yield from rules.runtime_hangs(g, self.hangs)
         else:
             yield from rules.communication(g)
             yield from rules.deadlocks(self.deadlock_graph, self.cycles)

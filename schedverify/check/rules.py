@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .. import diagnostics as dx
-from ..deps import MATCH
+from ..deps import MATCH, intended_receive
 from ..diagnostics import Location, Violation
 from ..graph import KIND_CODE, NCODES, Graph, explain_wait
 from ..model import ALL_KINDS, BATCH, B, BOOKKEEPING_KINDS, F, I, REDUCE_GRAD, SEND_OF, WAIT_OF, W, Action
 from ..releases import Runtime, releases
-from ..runtime import MAX_CYCLES, SendWaits, explain, intended_receive, pytorch_notation
+from ..runtime import RuntimeResult, SendWaits
 
 
 def loc(g: Graph, i: int) -> Location:
@@ -353,17 +353,14 @@ def loss_order(g: Graph) -> Iterator[Violation]:
             seen += 1
 
 
-def runtime_hangs(g: Graph, result, nccl_mode: bool) -> Iterator[Violation]:
-    """8.5: each cycle of stuck lanes, its waits explained, in PyTorch's notation too."""
+def runtime_hangs(g: Graph, result: RuntimeResult) -> Iterator[Violation]:
+    """8.5: each cycle of stuck lanes the run found (:class:`~schedverify.runtime.Hang`: its
+    waits explained, in PyTorch's notation too)."""
+    nccl_mode = result.on_nccl
     code = dx.COMM_STREAM_DEADLOCK if nccl_mode else dx.DEADLOCK
-    for k, cycle in enumerate(result.cycles):
-        if k == MAX_CYCLES:
-            yield Violation(code, "more deadlock cycles exist; fix the ones above and check again")
-            return
-        steps = [explain(g, result, w, nccl_mode) for w in cycle]
-        devices = {w.device for w in cycle}
-        steps += pytorch_notation(g, [w for w in result.stuck if w.device in devices])
-        devs = " -> ".join(str(w.device) for w in cycle) + f" -> {cycle[0].device}"
+    for hang in result.hangs:
+        cycle = hang.cycle
+        devs = " -> ".join(map(str, hang.devices)) + f" -> {cycle[0].device}"
         if nccl_mode:
             what = ("NCCL runs each device's sends and receives in posting order and a send "
                     "completes only with its receive (this runs on gloo, hangs on NCCL)")
@@ -374,7 +371,9 @@ def runtime_hangs(g: Graph, result, nccl_mode: bool) -> Iterator[Violation]:
             here = loc(g, w.head)
             if here not in seen:
                 seen.append(here)
-        yield Violation(code, f"deadlock: devices {devs}: {what}", tuple(seen), tuple(steps))
+        yield Violation(code, f"deadlock: devices {devs}: {what}", tuple(seen), hang.steps)
+    if result.more_hangs:
+        yield Violation(code, "more deadlock cycles exist; fix the ones above and check again")
 
 
 # --------------------------------------------------------------------------- docs/spec.md 9
