@@ -41,7 +41,7 @@ def test_writes_a_comms_csv_that_runs_at_the_compute_only_makespan(tmp_path):
 
 def test_standard_output_and_json(tmp_path):
     code, out, err = cli(str(EXAMPLE), "--comm-semantics", "torch")
-    assert code == 0 and err.startswith(f"{EXAMPLE}: lowered for torch: 376 actions, re-checked: VALID")
+    assert code == 0 and err.startswith(f"{EXAMPLE}: lowered for torch on PyTorch 2.13 (shared layout): 376 actions, re-checked: VALID")
     assert sv.check(sv.loads_csv(out), comm_semantics="torch").is_valid
     code, _, _ = cli(str(EXAMPLE), "-o", str(tmp_path / "x.json"))
     assert code == 0 and sv.load(tmp_path / "x.json").has_explicit_comm
@@ -60,7 +60,9 @@ def test_never_writes_onto_its_input(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "cannot lower: the schedule already lists SEND/RECV"),
+    # a compute+comms schedule is rewritten in the release's dialect, and must still check
+    ("0F0,0SEND_F0,0RECV_B0,0B0,0F1,0SEND_F1,0RECV_B1,0B1\n1RECV_F0,1F0,1RECV_F1,1F1,1B0,1SEND_B0,1B1,1SEND_B1\n",
+     "rewritten for PyTorch 2.13, it does not check: SV402"),
     ("0F0,0F1,0B0,0B1\n1F1,1F0,1B0,1B1\n", "cannot lower: the compute-only schedule is invalid (1 violation; first: SV406"),
 ])
 def test_what_cannot_be_lowered_is_a_usage_error(tmp_path, text, message):
@@ -70,6 +72,15 @@ def test_what_cannot_be_lowered_is_a_usage_error(tmp_path, text, message):
     code, out, err = cli(str(path), "-o", str(target))
     assert code == 2 and out == "" and message in err
     assert not target.exists()
+
+
+def test_a_compute_comms_schedule_is_rewritten_for_the_release(tmp_path):
+    """lower on a file that lists its communication: 2.15's dialect adds a wait per send."""
+    path = tmp_path / "s.csv"
+    path.write_text("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n")
+    code, out, err = cli(str(path), "--torch", "2.15")
+    assert code == 0 and err.startswith(f"{path}: rewritten for torch-nccl on PyTorch 2.15: 10 actions")
+    assert out.splitlines() == ["0F0,0SEND_F0,0RECV_B0,0B0,0WAIT_SEND_F0", "1RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0"]
 
 
 def test_a_failed_write_leaves_the_old_file(tmp_path, monkeypatch):
