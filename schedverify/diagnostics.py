@@ -51,10 +51,11 @@ INDEX_OUT_OF_RANGE = _register(
     "number of microbatches.")
 NOT_IN_RELEASE = _register(
     "SV103", "kind-not-in-release", "9.1 grammar",
-    "Under torch and torch-nccl: an action kind the chosen PyTorch release's runtime does not "
-    "have (WAIT_SEND_F, WAIT_SEND_B and WAIT_REDUCE_GRAD before 2.15). That release's "
-    "_Action.from_str reads it as a prefix it knows (2.13 and 2.14 read 0WAIT_SEND_F1 as 0W) "
-    "and its runtime fails on it.")
+    "Under torch and torch-nccl: an action kind the chosen runtime does not have. A PyTorch "
+    "release before 2.15 has no WAIT_SEND_F, WAIT_SEND_B or WAIT_REDUCE_GRAD: its "
+    "_Action.from_str reads each as a prefix it knows (2.13 and 2.14 read 0WAIT_SEND_F1 as 0W) "
+    "and its runtime fails on it; no PyTorch release has BATCH. A framework's loop runs its "
+    "own kinds only (docs/spec.md 10: no I, W or REDUCE_GRAD in Megatron-LM's or DeepSpeed's).")
 MISSING_ACTION = _register(
     "SV201", "missing-action", "3.2 complete",
     "A (stage, microbatch) pair lacks its forward, its backward, or one half of a split "

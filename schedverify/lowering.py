@@ -115,6 +115,9 @@ def _release_and_options(torch, options, defer_recv: bool | None) -> tuple[Relea
         rel = torch if isinstance(torch, Release) else find_release(
             torch, installed=installed_torch() if torch is None else None)[0]
         opts = _options(options)
+    if not rel.is_pytorch:
+        raise LoweringError(f"{rel.name}'s {rel.runs} posts its own communication, which PyTorch's lowering "
+                            f"does not describe: read the schedule it runs (schedverify import), then check it")
     if defer_recv is not None:
         if not isinstance(defer_recv, bool):
             raise UsageError(f"defer_recv: expected True or False, got {defer_recv!r}")

@@ -320,6 +320,22 @@ def test_interleaved_gets_no_megatron_finding_in_megatrons_domain(devices, chunk
     assert lint(s, "megatron", num_layers=devices * chunks * 3) == []
 
 
+def test_sv708_names_the_release_a_comms_csv_is_written_for():
+    """A compute+comms CSV in 2.15's dialect (a wait per send and per REDUCE_GRAD), linted for
+    2.13, and 2.13's dialect for 2.15 (docs/spec.md 9.7)."""
+    from schedverify.lowering import retarget
+
+    s = loads_csv("0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0WAIT_SEND_F0,0RECV_B1,0B1,0WAIT_SEND_F1,0REDUCE_GRAD,"
+                  "0WAIT_REDUCE_GRAD\n1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1,1REDUCE_GRAD,"
+                  "1WAIT_REDUCE_GRAD,1WAIT_SEND_B0,1WAIT_SEND_B1\n")
+    (f,) = lint(s, "pytorch", torch="2.13")
+    assert f.code.code == "SV708" and "written for PyTorch 2.15, and PyTorch 2.13 (as asked) will run it" in f.message
+    assert f.fix == ("rewrite it for 2.13: schedverify lower --torch 2.13 FILE -o out.csv (or lower the compute-only "
+                     "schedule for 2.13)")
+    assert lint(s, "pytorch", torch="2.15") == []
+    assert [x.code.code for x in lint(retarget(s, torch="2.13"), "pytorch", torch="2.15")] == ["SV708"]
+
+
 def test_every_lint_code_is_tested_and_registered_once():
     here = Path(__file__).read_text()
     assert {c.upper() for c in re.findall(r"def test_(sv7\d\d)_", here)} == set(LINT_CODES)

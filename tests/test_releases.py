@@ -9,6 +9,7 @@ lowering's is tests/test_torch_interop.py.
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +18,6 @@ from hypothesis import strategies as st
 import schedverify as sv
 from schedverify.cli import run
 from schedverify.generators import FAMILIES
-from schedverify.lint import lint
 from schedverify.lowering import LoweringError, add_wait_send_budget, lower, retarget, torch_lowering
 from schedverify.releases import DIRECTION, EDGE, SHARED, NcclOptions, release, releases, resolve
 from schedverify.strategies import costs, valid_schedules, with_waits
@@ -25,6 +25,7 @@ from schedverify.strategies import costs, valid_schedules, with_waits
 z3check = pytest.importorskip("schedverify.smt.check")
 
 UNIDIRECTIONAL = [name for name in FAMILIES if name not in ("dualpipe", "chimera")]
+FRAMEWORKS = ["megatron-core", "deepspeed"]
 
 #: every runtime of 2.15 the engines must agree on, as check() options
 RUNTIMES_2_15 = [
@@ -389,16 +390,6 @@ def test_a_pending_send_holds_its_message_until_its_wait_or_the_step_ends():
 # ------------------------------------------------------------------ lint and command line
 
 
-def test_lint_names_the_release_a_comms_csv_is_written_for():
-    (f,) = lint(csv(R0, R1), "pytorch", torch="2.13")
-    assert f.code.code == "SV708" and "written for PyTorch 2.15, and PyTorch 2.13 (as asked) will run it" in f.message
-    assert f.fix == ("rewrite it for 2.13: schedverify lower --torch 2.13 FILE -o out.csv (or lower the compute-only "
-                     "schedule for 2.13)")
-    assert lint(csv(R0, R1), "pytorch", torch="2.15") == []
-    old = retarget(csv(R0, R1), torch="2.13")
-    assert [x.code.code for x in lint(old, "pytorch", torch="2.15")] == ["SV708"]
-
-
 def cli(*argv):
     out, err = io.StringIO(), io.StringIO()
     return run(list(argv), out, err), out.getvalue(), err.getvalue()
@@ -442,26 +433,15 @@ BATCHED = ("0F0,(0SEND_F0)BATCH,0F1,(0SEND_F1;0RECV_B0)BATCH,0B0,(0RECV_B1)BATCH
            "(1RECV_F0)BATCH,1F0,1B0,(1SEND_B0;1RECV_F1)BATCH,1F1,1B1,(1SEND_B1)BATCH")
 
 
-def _framework(**fields) -> sv.releases.Release:
-    """A release of one's own (a framework's profile), from 2.13's table."""
-    from dataclasses import replace
-
-    from schedverify.grammar import BATCH
-
-    return replace(releases()["2.13"], framework="test", version="0", kinds=releases()["2.13"].kinds | {BATCH},
-                   **fields)
-
-
 def test_a_batch_is_one_group_on_nccl_and_waited_for_on_gloo():
     """Megatron-LM's send_forward_recv_backward as one batch_isend_irecv: over NCCL its send and
     receive are one group, so the two ranks' opposite sends do not block each other, where the
     same operations posted one by one hang on one stream per rank (SV405)."""
-    fw = _framework()
     for semantics in ("torch", "torch-nccl"):
-        g, _ = agree(csv(*BATCHED), comm_semantics=semantics, torch=fw)
+        g, _ = agree(csv(*BATCHED), comm_semantics=semantics, framework="megatron-core")
         assert g.is_valid and g.metrics.makespan == 9, semantics
     plain = tuple(row.replace("(", "").replace(")BATCH", "").replace(";", ",") for row in BATCHED)
-    assert agree(csv(*plain), comm_semantics="torch-nccl", torch=fw)[0].codes() == ["SV405"]
+    assert agree(csv(*plain), comm_semantics="torch-nccl", framework="megatron-core")[0].codes() == ["SV405"]
     # under a PyTorch release, a BATCH is not in the grammar (and on 2.15 its sends lack waits)
     assert agree(csv(*BATCHED), comm_semantics="torch", torch="2.13")[0].codes() == ["SV103"]
 
@@ -472,7 +452,7 @@ def test_blocking_sends_and_receives_hang_where_posted_ones_run():
     gradient's send completes, which needs device 0's receive: a deadlock on gloo too."""
     s = csv(*BASE)
     assert agree(s, comm_semantics="torch", torch="2.13")[0].is_valid
-    g, _ = agree(s, comm_semantics="torch", torch=_framework(blocking_p2p=True))
+    g, _ = agree(s, comm_semantics="torch", framework="deepspeed")
     assert g.codes() == ["SV402"]
     assert any("blocks until it completes" in step for step in g.violations[0].witness)
 
@@ -483,9 +463,83 @@ def test_both_engines_agree_on_batches_and_blocking_operations(data):
     from schedverify.strategies import with_batches
 
     s = data.draw(valid_schedules(devices=st.integers(2, 3), microbatches=st.integers(1, 3), bidirectional=False,
-                                  comm=("eager", "rendezvous"), reduce_grad=False))
+                                  backward="B", comm=("eager", "rendezvous"), reduce_grad=False))
     batched = data.draw(with_batches(s))
-    fw = _framework(blocking_p2p=data.draw(st.booleans()))
+    framework = data.draw(st.sampled_from(FRAMEWORKS))
     semantics = data.draw(st.sampled_from(["torch", "torch-nccl"]))
-    agree(batched, comm_semantics=semantics, torch=fw, nccl=NcclOptions(streams=data.draw(
+    p2p = data.draw(st.sampled_from(sv.releases.framework_release(framework)[0].layouts))
+    agree(batched, comm_semantics=semantics, framework=framework, p2p=p2p, nccl=NcclOptions(streams=data.draw(
         st.sampled_from(["device", "pair"]))))
+
+
+# ------------------------------------------------------------------ the frameworks' loops (10)
+
+
+def test_a_framework_is_named_with_an_optional_version():
+    from schedverify.releases import framework_release
+
+    assert framework_release("megatron-core")[0].name == "megatron-core 0.19.2"
+    assert framework_release("DeepSpeed==0.19.8")[0].name == "deepspeed 0.19.8"
+    rel, why = framework_release("megatron-core", "0.19.9", asked=False)  # from a schedule's metadata
+    assert rel.version == "0.19.2" and "0.19.9, which is not modelled" in why
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(framework="megatron"), "'megatron': not a modelled framework; modelled: megatron-core, deepspeed"),
+    (dict(framework="megatron-core==0.18.0"), "megatron-core 0.18.0 is not modelled; modelled: 0.19.2"),
+    (dict(framework="deepspeed", torch="2.15"), "--torch '2.15' chooses PyTorch's _PipelineScheduleRuntime"),
+    (dict(framework="deepspeed", p2p="edge"), "deepspeed 0.19.8 has no one communicator per directed pair"),
+    (dict(framework="megatron-core", runtime_options={"defer_pp_recv": True}),
+     "megatron-core 0.19.2's runtime has no such option (PyTorch 2.13 and PyTorch 2.14 and PyTorch 2.15: "
+     "PyTorch's _PipelineScheduleRuntime's)"),
+    (dict(framework=3), "framework: expected a name such as 'megatron-core'"),
+])
+def test_a_framework_choice_it_cannot_take_is_a_usage_error(options, message):
+    with pytest.raises(sv.UsageError, match=re.escape(message)):
+        sv.check(csv(*BATCHED), comm_semantics="torch", **options)
+
+
+def test_a_schedule_imported_from_a_framework_runs_on_its_loop():
+    """The metadata schedverify.frameworks writes picks the framework's loop (and the layout its
+    configuration uses); --torch or --framework overrides it."""
+    s = csv(*BATCHED).with_(metadata={"framework": "megatron-core", "version": "0.19.2", "p2p": "edge"})
+    r = sv.check(s, comm_semantics="torch")
+    assert r.is_valid and r.profile.release.name == "megatron-core 0.19.2" and r.profile.layout is EDGE
+    assert r.profile.why[0] == "named in the schedule's metadata"
+    assert r.to_json()["runtime"]["framework"] == "megatron-core"
+    assert sv.check(s, comm_semantics="torch", torch="2.13").codes() == ["SV103"]  # BATCH is no PyTorch kind
+    assert sv.check(s, comm_semantics="torch", framework="deepspeed").profile.layout is SHARED
+
+
+def test_what_only_pytorch_refuses_a_framework_runs():
+    """Megatron-LM waits for some sends and drops other handles (no SV505), scales and reduces
+    gradients after its loop (no REDUCE_GRAD and no warning), and keeps each microbatch's loss
+    with it (a last stage's forwards in any order: no SV406)."""
+    s = csv("0F0,0SEND_F0,0F1,0SEND_F1,0WAIT_SEND_F0,0RECV_B1,0RECV_B0,0B1,0B0",
+            "1RECV_F0,1RECV_F1,1F1,1F0,1B1,1SEND_B1,1B0,1SEND_B0", devices=2, stages=2, microbatches=2)
+    megatron = sv.check(s, comm_semantics="torch", framework="megatron-core")
+    assert megatron.is_valid and not megatron.warnings
+    codes = set(sv.check(s, comm_semantics="torch", torch="2.15").codes())
+    assert {"SV505", "SV406"} <= codes
+    assert any("REDUCE_GRAD" in w for w in sv.check(s, comm_semantics="torch", torch="2.13").warnings)
+    agree(s, comm_semantics="torch", framework="megatron-core")
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("edit", [("0B0", "0I0,0W0"), ("0B1", "0B1,0REDUCE_GRAD"), ("0F0", "0UNSHARD,0F0")])
+def test_a_kind_the_frameworks_loop_does_not_run_is_sv103(framework, edit):
+    rows = list(BATCHED)
+    rows[0] = rows[0].replace(*edit)
+    g, _ = agree(csv(*rows), comm_semantics="torch", framework=framework)
+    found = [v for v in g.violations if v.code.code == "SV103"]
+    assert found and "runs (" in found[0].message, g.violations
+
+
+def test_lower_refuses_a_frameworks_loop(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(sv.dumps(csv(*BATCHED).with_(metadata={"framework": "megatron-core", "version": "0.19.2"})))
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["lower", str(path)], out, err) == 2
+    assert "cannot lower for megatron-core (its metadata)" in err.getvalue()
+    with pytest.raises(LoweringError, match="deepspeed 0.19.8's pipeline engine posts its own communication"):
+        torch_lowering(FAMILIES["1f1b"](2, 2), torch=sv.releases.framework_release("deepspeed")[0])

@@ -36,9 +36,9 @@ class _Run:
     structural violation stops before timing it."""
 
     def __init__(self, schedule: Schedule, costs, memory, memory_limit, comm_semantics, nccl=None,
-                 torch=None, p2p=None, runtime_options=None):
+                 torch=None, p2p=None, runtime_options=None, framework=None):
         as_schedule(schedule, "check")
-        self.semantics, self.rt = runtime_of(schedule, comm_semantics, nccl, torch, p2p, runtime_options)
+        self.semantics, self.rt = runtime_of(schedule, comm_semantics, nccl, torch, p2p, runtime_options, framework)
         self.costs = resolve_costs(schedule, costs)
         self.memory_model = resolve_memory(schedule, memory, memory_limit)
         self.warnings: list[str] = []
@@ -119,7 +119,7 @@ class _Run:
                             waits=self.waits)
             if gloo.cycles:
                 self.hangs = gloo
-        if not g.reduce_grads:
+        if not g.reduce_grads and rt.release.reduce_grad_action:
             self.warnings.append(
                 "the schedule lists its communication but no REDUCE_GRAD: PyTorch's runtime runs "
                 "it without scaling the gradients by the number of microbatches (its compute-only "
@@ -134,7 +134,7 @@ class _Run:
         rt = self.rt
         if rt is not None:
             yield from rules.release_grammar(g, rt)
-            yield from rules.loss_order(g)
+            yield from rules.loss_order(g, rt)
             yield from rules.reduce_pairing(g, rt)
             assert self.waits is not None  # made with rt
             yield from rules.send_retirement(g, rt, self.waits)
@@ -161,10 +161,10 @@ class _Run:
 
 def iter_violations(schedule: Schedule, *, costs=None, memory=None, memory_limit=None,
                     comm_semantics=None, nccl=None, torch=None, p2p=None,
-                    runtime_options=None) -> Iterator[Violation]:
+                    runtime_options=None, framework=None) -> Iterator[Violation]:
     """Every violation of ``schedule``, rule by rule (docs/spec.md section 3 order)."""
     return _Run(schedule, costs, memory, memory_limit, comm_semantics, nccl, torch, p2p,
-                runtime_options).violations()
+                runtime_options, framework).violations()
 
 
 def is_valid(schedule: Schedule, **options) -> bool:
@@ -181,7 +181,7 @@ def assert_valid(schedule: Schedule, **options) -> Report:
 
 
 def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, comm_semantics=None,
-          nccl=None, torch=None, p2p=None, runtime_options=None,
+          nccl=None, torch=None, p2p=None, runtime_options=None, framework=None,
           max_violations: int = DEFAULT_MAX_VIOLATIONS) -> Report:
     """Check ``schedule`` against every rule and compute what it costs.
 
@@ -195,12 +195,15 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
     default: the release's, or the one its environment variable turns on), ``nccl`` (a
     :class:`~schedverify.runtime.NcclOptions`) how NCCL runs point-to-point, and
     ``runtime_options`` (a :class:`~schedverify.releases.RuntimeOptions` or a mapping) the
-    runtime's options; ``Report.profile`` says what was assumed.  Giving any of them with no
-    semantics means ``torch-nccl``.
+    runtime's options; ``Report.profile`` says what was assumed.  ``framework``
+    (``"megatron-core"``, ``"deepspeed"``, optionally ``==<version>``) runs the schedule on
+    that framework's loop instead of PyTorch's runtime (section 10); a schedule imported from
+    one (:mod:`schedverify.frameworks`) names it in its metadata, and runs on it by default.
+    Giving any of them with no semantics means ``torch-nccl``.
     """
     if isinstance(max_violations, bool) or not isinstance(max_violations, int) or max_violations < 0:
         raise UsageError(f"max_violations: expected a whole number >= 0, got {max_violations!r}")
-    run = _Run(schedule, costs, memory, memory_limit, comm_semantics, nccl, torch, p2p, runtime_options)
+    run = _Run(schedule, costs, memory, memory_limit, comm_semantics, nccl, torch, p2p, runtime_options, framework)
     found = run.violations()
     kept = list(islice(found, max_violations))
     # Count the rest: the missing actions by arithmetic (a file that declares millions of

@@ -9,6 +9,7 @@ from .. import diagnostics as dx
 from ..deps import MATCH, intended_receive
 from ..diagnostics import Location, Violation
 from ..graph import KIND_CODE, NCODES, Graph, explain_wait
+from ..grammar import CODED_KINDS
 from ..model import ALL_KINDS, BATCH, B, BOOKKEEPING_KINDS, F, I, REDUCE_GRAD, SEND_OF, WAIT_OF, W, Action
 from ..releases import Runtime, releases
 from ..runtime import RuntimeResult, SendWaits
@@ -276,9 +277,16 @@ def memory(g: Graph, mem, limit: float) -> Iterator[Violation]:
 
 def runtime_communication(g: Graph, m, rt: Runtime) -> Iterator[Violation]:
     """Positional matching (8.2): unmatched SEND/RECV, crossed messages, missing RECVs."""
-    final = ("so its WAIT_SEND never returns" if rt.waits_for_sends
-             else "so the step's final wait for it hangs")
+    rel = rt.release
+    if rt.release.blocking_p2p:
+        final = "and it blocks its rank until it completes"
+    elif rt.waits_for_sends:
+        final = "so its WAIT_SEND never returns"
+    else:
+        final = "so the step's final wait for it hangs"
     where = "" if rt.layout.name == "shared" else f" on the {rt.layout.name} layout's communicator"
+    who = ("PyTorch matches" if rel.is_pytorch
+           else f"{rel.framework} posts them with no tag, and torch.distributed matches")
     for i, why, k, other in m.unmatched:
         a = g.acts[i]
         sending = a.kind.startswith("SEND")
@@ -293,11 +301,11 @@ def runtime_communication(g: Graph, m, rt: Runtime) -> Iterator[Violation]:
             if sending:
                 msg = (f"{a} is send number {k} from device {d} to device {e}{where}, but device {e} "
                        f"posts {_count(other, 'receive')} from device {d}: it is never received "
-                       f"(PyTorch matches messages by their order, not their labels), {final}")
+                       f"({who} messages by their order, not their labels), {final}")
             else:
                 msg = (f"{a} is receive number {k} on device {d} from device {e}{where}, but device {e} "
                        f"posts {_count(other, 'send')} to device {d}: it never completes "
-                       "(PyTorch matches messages by their order, not their labels), so what "
+                       f"({who} messages by their order, not their labels), so what "
                        "waits for its data waits forever")
         code = dx.UNMATCHED_SEND if sending else dx.UNMATCHED_RECV
         yield Violation(code, msg, (loc(g, i),))
@@ -306,13 +314,15 @@ def runtime_communication(g: Graph, m, rt: Runtime) -> Iterator[Violation]:
         yield Violation(
             dx.CROSSED_MESSAGES,
             f"{g.acts[s]} is send number {k} from device {g.dev[s]} to device {g.dev[r]}{where}, so "
-            f"PyTorch delivers it to receive number {k} there, {g.acts[r]}, not to {meant}: "
+            f"{'PyTorch' if rel.is_pytorch else 'torch.distributed'} delivers it to receive number {k} there, "
+            f"{g.acts[r]}, not to {meant}: "
             f"stage {g.acts[r].stage} computes on {_data_of(meant)} as if it were "
             f"{_data_of(g.acts[r])} (wrong numbers when the shapes agree, an abort when they do "
             "not); post the receives in the order of the sends",
             (loc(g, s), loc(g, r)),
         )
-    yield from missing_recvs(g, "before it: PyTorch raises 'Computing ... before receiving input'")
+    yield from missing_recvs(g, "before it: PyTorch raises 'Computing ... before receiving input'" if rel.is_pytorch
+                             else f"before it: {rel.name}'s {rel.runs} would compute on no input")
 
 
 def _count(n: int, what: str) -> str:
@@ -325,10 +335,11 @@ def _data_of(recv: Action) -> str:
     return f"microbatch {recv.microbatch}'s {what}"
 
 
-def loss_order(g: Graph) -> Iterator[Violation]:
-    """8.3: the last stage's forwards run in microbatch order (one route only)."""
+def loss_order(g: Graph, rt: Runtime) -> Iterator[Violation]:
+    """8.3: the last stage's forwards run in microbatch order (one route only), where the
+    runtime keeps the losses in a list (:attr:`~schedverify.releases.Release.loss_list`)."""
     p = g.schedule.placement
-    if p.is_bidirectional:
+    if p.is_bidirectional or not rt.release.loss_list:
         return
     last = g.schedule.stages - 1
     seen = 0
@@ -393,12 +404,18 @@ def release_grammar(g: Graph, rt: Runtime) -> Iterator[Violation]:
                             "framework's batch_isend_irecv (Megatron-LM, DeepSpeed), which "
                             f"{rt.release.name}'s _PipelineScheduleRuntime does not run; check it as that "
                             "framework runs it", (Location(d, g.pos[i], str(entry)),))
-    if kinds >= ALL_KINDS or not g.uncoded:
-        return  # the coded kinds (F, B, I, W, SEND/RECV) are in every release
+    if kinds >= ALL_KINDS:
+        return
+    # the coded kinds (F, B, I, W, SEND/RECV) are in every PyTorch release, not in every
+    # framework's loop (no I or W in Megatron-LM's or DeepSpeed's)
+    absent = {c for c, k in enumerate(CODED_KINDS) if k not in kinds}
+    scan = sorted(g.uncoded + [i for i, c in enumerate(g.code) if c in absent]) if absent else g.uncoded
+    if not scan:
+        return
     acts = g.acts
     rel = rt.release
     found: dict[tuple[int, str], list] = {}  # (device, kind) -> [first i, its leaf, count]
-    for i in g.uncoded:
+    for i in scan:
         a = acts[i]
         for x in (a, *(a.sub or ())):
             if x.kind in ALL_KINDS and x.kind not in kinds:
@@ -406,6 +423,12 @@ def release_grammar(g: Graph, rt: Runtime) -> Iterator[Violation]:
                 seen[2] += 1
                 break
     for (d, kind), (i, x, count) in sorted(found.items(), key=lambda kv: kv[1][0]):
+        more = f"; {count - 1} more {kind} on device {d}" if count > 1 else ""
+        if not rel.is_pytorch:
+            runs = ", ".join(sorted(kinds))
+            yield Violation(dx.NOT_IN_RELEASE, f"{x} is not in what {rel.name}'s {rel.runs} runs ({runs}){more}",
+                            (loc(g, i),))
+            continue
         newer = next((r for r in releases().values() if kind in r.kinds), None)
         read = rel.reads(str(x))
         if read is None:
@@ -415,7 +438,6 @@ def release_grammar(g: Graph, rt: Runtime) -> Iterator[Violation]:
             if not any(read.endswith(k) for k in BOOKKEEPING_KINDS) and not read[-1].isdigit():
                 misread += " (no microbatch), and its runtime then raises 'missing mb_index'"
         added = f" ({kind} is {newer.name}'s)" if newer is not None else ""
-        more = f"; {count - 1} more {kind} on device {d}" if count > 1 else ""
         fix = (f"; check the file with --torch {newer.version} if that is the release it runs on, or "
                f"lower the compute-only schedule for {rel.version} (schedverify lower --torch {rel.version})"
                if newer is not None else "")
@@ -425,13 +447,14 @@ def release_grammar(g: Graph, rt: Runtime) -> Iterator[Violation]:
 
 def send_retirement(g: Graph, rt: Runtime, waits: SendWaits) -> Iterator[Violation]:
     """9.2: from 2.15, every send is retired by one later WAIT_SEND of its label on its
-    device, and every WAIT_SEND retires a pending send."""
+    device (10: a framework's loop may leave a send unwaited), and every WAIT_SEND retires a
+    pending send."""
     if not rt.waits_for_sends:
         return
     rel = rt.release.name
     acts = g.acts if waits.unretired or waits.orphans else ()
     by_device: dict[int, list[int]] = {}
-    for i in waits.unretired:
+    for i in waits.unretired if rt.refuses_unwaited_sends else ():
         by_device.setdefault(g.dev[i], []).append(i)
     for d, sends in sorted(by_device.items()):  # PyTorch names them all in one error per rank
         a = acts[sends[0]]
@@ -457,11 +480,10 @@ def send_retirement(g: Graph, rt: Runtime, waits: SendWaits) -> Iterator[Violati
             why = (f"{send} (position {g.pos[before]}) is already waited for by {acts[first]} "
                    f"(position {g.pos[first]})")
             fix = "wait for each send once"
-        yield Violation(
-            dx.WAIT_WITHOUT_SEND,
-            f"{a} has no pending send: {why}, and {rel} refuses the schedule when it loads it "
-            f"('Pipeline wait {a} at rank {g.dev[w]} has no pending send'); {fix}",
-            (loc(g, w),) + ((loc(g, before),) if before >= 0 else ()))
+        said = (f"{rel} refuses the schedule when it loads it ('Pipeline wait {a} at rank {g.dev[w]} has no "
+                f"pending send')" if rt.release.is_pytorch else f"{rel}'s {rt.release.runs} has no handle to wait on")
+        yield Violation(dx.WAIT_WITHOUT_SEND, f"{a} has no pending send: {why}, and {said}; {fix}",
+                        (loc(g, w),) + ((loc(g, before),) if before >= 0 else ()))
 
 
 def reduce_pairing(g: Graph, rt: Runtime) -> Iterator[Violation]:

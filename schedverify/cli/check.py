@@ -77,7 +77,7 @@ def _lowered(schedule, args, source: str):
         return schedule, False, None
     rt_args = runtime_args(args)
     sem, rt = runtime_of(schedule, args.comm_semantics, rt_args.get("nccl"), rt_args.get("torch"),
-                         rt_args.get("p2p"), rt_args.get("runtime_options"))
+                         rt_args.get("p2p"), rt_args.get("runtime_options"), rt_args.get("framework"))
     if how == "auto":
         pytorch_csv = schedule.metadata.get("source_format") == "pytorch-csv"
         if rt is None or not pytorch_csv or schedule.has_explicit_comm:

@@ -183,6 +183,10 @@ def add_runtime_options(p: argparse.ArgumentParser) -> None:
                    help="the PyTorch release whose runtime runs the schedule: 2.13, 2.14 or 2.15 "
                         "(default: the installed torch's, read from its package metadata; without "
                         "torch, the newest modelled release)")
+    g.add_argument("--framework", metavar="NAME[==VERSION]",
+                   help="run the schedule on a framework's own pipeline loop instead of PyTorch's "
+                        "runtime: megatron-core or deepspeed (docs/spec.md 10; default: the one the "
+                        "schedule's metadata names, as schedverify import writes it)")
     g.add_argument("--p2p", choices=("shared", "direction", "edge"),
                    help="how the release carries point-to-point traffic: one shared communicator "
                         "(every release's default), one per direction (2.14: "
@@ -230,7 +234,7 @@ def nccl_options(args):
 
 def runtime_args(args) -> dict:
     """The keyword arguments of :func:`schedverify.check` for the runtime flags: ``torch``,
-    ``p2p``, ``nccl`` and ``runtime_options`` (those given)."""
+    ``framework``, ``p2p``, ``nccl`` and ``runtime_options`` (those given)."""
     options = {}
     if getattr(args, "max_outstanding_sends", None) is not None:
         options["max_outstanding_sends"] = args.max_outstanding_sends
@@ -243,6 +247,8 @@ def runtime_args(args) -> dict:
     out: dict = {"nccl": nccl_options(args)}
     if getattr(args, "torch", None) is not None:
         out["torch"] = args.torch
+    if getattr(args, "framework", None) is not None:
+        out["framework"] = args.framework
     if getattr(args, "p2p", None) is not None:
         out["p2p"] = args.p2p
     if options:

@@ -42,12 +42,19 @@ def run(args, out, err) -> int:
     from ..io import dumps_csv, dumps_for
     from ..lowering import lower_checked, torch_lowering
 
-    from ..releases import resolve
+    from ..releases import PYTORCH, frameworks, resolve
 
     source = source_name(args.file)
     schedule = load_input(args.file, args)
     costs, memory_limit = in_schedule_units(args, schedule, source)
     sem, rt_args = args.comm_semantics, runtime_args(args)
+    named = schedule.metadata.get("framework")
+    framework = rt_args.get("framework") or (named if isinstance(named, str) and named in frameworks() else None)
+    if framework is not None and framework != PYTORCH:
+        said = "--framework" if "framework" in rt_args else "its metadata"
+        raise UsageError(f"{source}: cannot lower for {framework} ({said}): lower writes what PyTorch's "
+                         "_PipelineScheduleRuntime runs, and a framework's loop posts its own communication; "
+                         "schedverify import reads the schedule it runs, and schedverify check checks it")
     rt = resolve(sem, torch=rt_args.get("torch"), p2p=rt_args.get("p2p"), nccl=rt_args["nccl"],
                  options=rt_args.get("runtime_options"))
     options = dict(costs=costs, memory_limit=memory_limit, comm_semantics=sem, nccl=rt.nccl,

@@ -28,11 +28,15 @@ from ..errors import UsageError
 #: The backends of PyTorch's runtime, by the communication semantics that names them
 #: (docs/spec.md 8): ``torch`` is the runtime over gloo, ``torch-nccl`` over NCCL.
 GLOO, NCCL = "gloo", "nccl"
+#: The name :attr:`Release.framework` gives PyTorch's own runtime.
+PYTORCH = "PyTorch"
 BACKENDS = MappingProxyType({"torch": GLOO, "torch-nccl": NCCL})
 
 #: How sends are retired: at the end of the step (``step()`` waits for every send it posted),
-#: or each by its own ``WAIT_SEND_F``/``WAIT_SEND_B`` action.
-STEP_END, BY_WAIT = "step-end", "wait"
+#: each by its own ``WAIT_SEND_F``/``WAIT_SEND_B`` action (a send without one is refused), or
+#: by its handle: a send the loop waits for has its WAIT_SEND, one it never waits for completes
+#: on its own and nothing waits for it (Megatron-LM drops some of its isend handles).
+STEP_END, BY_WAIT, HANDLE = "step-end", "wait", "handle"
 
 
 # --------------------------------------------------------------------------- layouts
@@ -91,12 +95,15 @@ class Switch:
     what else turns it on."""
 
     config: str
-    env: str
+    #: the environment variable that turns it on, or "" when only the run's arguments do
+    env: str = ""
     also: str = ""
     #: what the layout needs that gloo on a CPU cannot give, or ""
     needs: str = ""
 
     def on_in(self, environ: Mapping[str, str]) -> bool:
+        if not self.env:
+            return False
         value = environ.get(self.env)
         return value is not None and value not in ("", "0")
 
@@ -172,7 +179,7 @@ class Release:
     ``_action_regex``, which ``_Action.from_str`` applies with ``re.match`` (not
     ``fullmatch``), so that a kind it lacks reads as the first alternative that is a prefix
     of it: 2.13 reads ``0WAIT_SEND_F1`` as ``0W`` (:meth:`reads`).
-    ``send_retirement``: :data:`STEP_END` or :data:`BY_WAIT`.  ``reduce_grad_wait``: each
+    ``send_retirement``: :data:`STEP_END`, :data:`BY_WAIT` or :data:`HANDLE`.  ``reduce_grad_wait``: each
     REDUCE_GRAD is paired with a later WAIT_REDUCE_GRAD of its stage, at most one reduction
     pending per rank.  ``lowering``: the passes of its ``_prepare_schedule_with_comms``, in
     order, by the names :mod:`schedverify.lowering` implements them under (an optional pass
@@ -197,6 +204,16 @@ class Release:
     #: every SEND and RECV blocks the rank until it completes (``dist.send``/``dist.recv``, as
     #: DeepSpeed's pipeline engine posts them): each is waited for right after it is posted
     blocking_p2p: bool = False
+    #: the gradients are scaled and reduced by a REDUCE_GRAD action of the schedule (PyTorch),
+    #: else by the framework after its loop (Megatron-LM's finalize_model_grads, DeepSpeed's
+    #: ReduceGrads instruction): a schedule without REDUCE_GRAD is then what it runs
+    reduce_grad_action: bool = True
+    #: the loss of each microbatch is kept in a list in the order the last stage runs its
+    #: forwards, and the backward of microbatch i reads entry i (PyTorch's runtime, SV406);
+    #: the frameworks keep each microbatch's with its microbatch
+    loss_list: bool = True
+    #: what runs the schedule, for the messages: "_PipelineScheduleRuntime", "pipeline loop" ...
+    runs: str = "_PipelineScheduleRuntime"
     #: where in the framework's source each value above was read
     sources: tuple[str, ...] = ()
     #: what changed from the release before, in words (docs/spec.md section 9)
@@ -205,6 +222,11 @@ class Release:
     @property
     def name(self) -> str:
         return f"{self.framework} {self.version}"
+
+    @property
+    def is_pytorch(self) -> bool:
+        """PyTorch's own runtime (which loads schedules, CSVs included), not a framework's loop."""
+        return self.framework == PYTORCH
 
     @property
     def default_layout(self) -> Layout:
@@ -217,7 +239,7 @@ class Release:
         """What this release's ``_Action.from_str`` makes of the plain action ``text``
         (``stage kind microbatch``), written back as PyTorch writes it, or None when it
         raises."""
-        m = re.match(self.action_regex, text.strip())
+        m = re.match(self.action_regex, text.strip()) if self.action_regex else None
         if m is None:
             return None
         stage, kind, mb = m.groups()
@@ -278,6 +300,11 @@ class Runtime:
     @property
     def waits_for_sends(self) -> bool:
         """Sends are retired by WAIT_SEND actions (else the step waits for them at its end)."""
+        return self.release.send_retirement in (BY_WAIT, HANDLE)
+
+    @property
+    def refuses_unwaited_sends(self) -> bool:
+        """Every send must have its WAIT_SEND (PyTorch 2.15 refuses the schedule otherwise)."""
         return self.release.send_retirement == BY_WAIT
 
     def with_(self, **changes) -> Runtime:
@@ -318,6 +345,51 @@ def releases() -> Mapping[str, Release]:
     from .pytorch import RELEASES
 
     return RELEASES
+
+
+def frameworks() -> Mapping[str, Mapping[str, Release]]:
+    """Every modelled runtime by framework (``PyTorch``, ``megatron-core``, ``deepspeed``),
+    each framework's releases by version, oldest first."""
+    from . import deepspeed, megatron
+
+    return MappingProxyType({PYTORCH: releases(), megatron.FRAMEWORK: megatron.RELEASES,
+                             deepspeed.FRAMEWORK: deepspeed.RELEASES})
+
+
+def framework_release(spec: str | Release, version: str | None = None, *,
+                      asked: bool = True) -> tuple[Release, str]:
+    """(the release, how it was chosen) of a framework's loop: ``spec`` is ``megatron-core``
+    or ``deepspeed``, optionally with ``==<version>`` (or ``version`` given apart; default:
+    the newest modelled), or a :class:`Release` of one's own.  ``asked``: the user named
+    it (an unmodelled version is then a :class:`UsageError`); else it comes from a schedule's
+    metadata, and an unmodelled version gets the nearest modelled release, said so."""
+    if isinstance(spec, Release):
+        return spec, "as given"
+    if not isinstance(spec, str):
+        raise UsageError(f"framework: expected a name such as 'megatron-core' or 'deepspeed', got {spec!r}")
+    head, _, tail = spec.partition("==")
+    name, pinned = head.strip(), tail.strip() or None
+    if pinned is not None and version is not None and pinned != version:
+        raise UsageError(f"framework {spec!r} and version {version!r} disagree")
+    version = pinned or version
+    table = frameworks()
+    known = {k.lower(): k for k in table if k != PYTORCH}
+    if name.lower() not in known:
+        raise UsageError(f"--framework {spec!r}: not a modelled framework; modelled: {', '.join(known.values())} "
+                         "(PyTorch's own runtime is chosen with --torch)")
+    name = known[name.lower()]
+    versions = table[name]
+    newest = list(versions.values())[-1]
+    how = "as asked" if asked else "named in the schedule's metadata"
+    if version is None:
+        return newest, f"{how}; its newest modelled release"
+    if version in versions:
+        return versions[version], how
+    if asked:
+        raise UsageError(f"--framework {spec!r}: {name} {version} is not modelled; modelled: "
+                         f"{', '.join(versions)}")
+    return newest, (f"the schedule's metadata names {name} {version}, which is not modelled: its newest "
+                    f"modelled release, {newest.version}, assumed")
 
 
 _VERSION = re.compile(r"(\d+)\.(\d+)")
@@ -375,18 +447,27 @@ def release(version: str | Release | None = None, *, installed: str | None = Non
 
 def resolve(semantics: str, *, torch: str | Release | None = None, p2p: str | None = None,
             nccl: NcclOptions | None = None, options: RuntimeOptions | Mapping | None = None,
-            environ: Mapping[str, str] | None = None, installed: str | None = None) -> Runtime:
+            environ: Mapping[str, str] | None = None, installed: str | None = None,
+            framework: str | Release | None = None, layout_hint: tuple[str, str] | None = None) -> Runtime:
     """The :class:`Runtime` that ``semantics`` (``torch`` or ``torch-nccl``) means with these
-    choices: ``torch`` the release (default: the installed torch's, :func:`release`), ``p2p``
-    the layout (default: the one the release's switch turns on in ``environ``, the process's
-    environment by default, else the release's default), ``options`` the runtime options
-    (a :class:`RuntimeOptions` or a mapping of its fields).  Raises :class:`UsageError` for a
+    choices: ``torch`` the release (default: the installed torch's, :func:`release`), or
+    ``framework`` a framework's loop instead (:func:`framework_release`), ``p2p`` the layout
+    (default: ``layout_hint``, (layout, why), the one a framework's configuration uses; else
+    the one the release's switch turns on in ``environ``, the process's environment by
+    default; else the release's default), ``options`` the runtime options (a
+    :class:`RuntimeOptions` or a mapping of its fields).  Raises :class:`UsageError` for a
     choice the release does not offer, naming the release that does."""
     if semantics not in BACKENDS:
         raise UsageError(f"a runtime is PyTorch's over gloo ('torch') or NCCL ('torch-nccl'), got {semantics!r}")
-    if torch is None and installed is None:
-        installed = installed_torch()
-    rel, why_release = release(torch, installed=installed)
+    if framework is not None:
+        if torch is not None:
+            raise UsageError(f"--torch {torch!r} chooses PyTorch's _PipelineScheduleRuntime, but --framework "
+                             f"{framework!r} runs the framework's own loop: give one of them")
+        rel, why_release = framework_release(framework)
+    else:
+        if torch is None and installed is None:
+            installed = installed_torch()
+        rel, why_release = release(torch, installed=installed)
     env = os.environ if environ is None else environ
     if p2p is not None:
         if p2p not in LAYOUTS:
@@ -397,6 +478,8 @@ def resolve(semantics: str, *, torch: str | Release | None = None, p2p: str | No
                              f"{', '.join(rel.layouts)}); {' and '.join(offered) or 'no modelled release'} "
                              f"{'has' if len(offered) == 1 else 'have'} it")
         layout, why_layout = LAYOUTS[p2p], "as asked"
+    elif layout_hint is not None and layout_hint[0] in rel.layouts:
+        layout, why_layout = LAYOUTS[layout_hint[0]], layout_hint[1]
     else:
         on = [name for name in rel.layouts[1:] if rel.switches[name].on_in(env)]
         if len(on) > 1:
@@ -413,21 +496,26 @@ def resolve(semantics: str, *, torch: str | Release | None = None, p2p: str | No
     for name in opts.changed():
         if name not in rel.options:
             added = [r.name for r in releases().values() if name in r.options]
-            raise UsageError(f"runtime option {name}: {rel.name}'s runtime has no such option"
-                             + (f" (added in {added[0]})" if added else ""))
+            where = (f" (added in {added[0]})" if rel.is_pytorch else
+                     f" ({' and '.join(added)}: PyTorch's _PipelineScheduleRuntime's)")
+            raise UsageError(f"runtime option {name}: {rel.name}'s runtime has no such option" + (where if added else ""))
     return Runtime(rel, BACKENDS[semantics], layout, nccl or NcclOptions(), opts, (why_release, why_layout))
 
 
 def runtime_of(schedule, comm_semantics: str | None, nccl=None, torch: str | None = None, p2p: str | None = None,
-               options=None) -> tuple[str, Runtime | None]:
+               options=None, framework: str | Release | None = None) -> tuple[str, Runtime | None]:
     """(the communication semantics a check of ``schedule`` runs under, and the
-    :class:`Runtime` when it is PyTorch's): ``comm_semantics``, else the schedule's, else
-    ``torch-nccl`` when a runtime choice is given (``torch``, ``p2p``, ``options``), else
-    ``eager``.  The one resolution both check engines use.  A runtime choice under an
+    :class:`Runtime` when it is PyTorch's or a framework's): ``comm_semantics``, else the
+    schedule's, else ``torch-nccl`` when a runtime choice is given (``torch``, ``framework``,
+    ``p2p``, ``options``), else ``eager``.  Without ``torch`` and ``framework``, a schedule
+    whose metadata names a modelled framework (``{"framework": "megatron-core", "version":
+    "0.19.2", "p2p": "edge"}``, as :mod:`schedverify.frameworks` writes it) runs on that
+    framework's loop.  The one resolution both check engines use.  A runtime choice under an
     abstract semantics is a :class:`UsageError`."""
     from ..model import COMM_SEMANTICS
 
-    chosen = [name for name, v in (("torch", torch), ("p2p", p2p), ("runtime_options", options)) if v is not None]
+    chosen = [name for name, v in (("torch", torch), ("framework", framework), ("p2p", p2p),
+                                   ("runtime_options", options)) if v is not None]
     sem = comm_semantics or schedule.comm_semantics or ("torch-nccl" if chosen else "eager")
     if sem not in COMM_SEMANTICS:
         raise UsageError(f"comm_semantics must be one of {', '.join(map(repr, COMM_SEMANTICS))}, got {sem!r}")
@@ -438,7 +526,17 @@ def runtime_of(schedule, comm_semantics: str | None, nccl=None, torch: str | Non
         if nccl is not None and not isinstance(nccl, NcclOptions):
             raise UsageError(f"nccl must be a schedverify.runtime.NcclOptions, got {type(nccl).__name__}")
         return sem, None
-    return sem, resolve(sem, torch=torch, p2p=p2p, nccl=nccl, options=options)
+    hint, why = None, None
+    meta = schedule.metadata if isinstance(schedule.metadata, Mapping) else {}
+    if framework is None and torch is None:
+        named = meta.get("framework")
+        if isinstance(named, str) and named.lower() in {k.lower() for k in frameworks() if k != PYTORCH}:
+            version = meta.get("version")
+            framework, why = framework_release(named, version if isinstance(version, str) else None, asked=False)
+    if framework is not None and isinstance(meta.get("p2p"), str):
+        hint = (meta["p2p"], "as the framework's configuration runs it (the schedule's metadata)")
+    rt = resolve(sem, torch=torch, p2p=p2p, nccl=nccl, options=options, framework=framework, layout_hint=hint)
+    return sem, rt if why is None else rt.with_(why=(why, *rt.why[1:]))
 
 
 def _options(options) -> RuntimeOptions:
@@ -455,6 +553,6 @@ def _options(options) -> RuntimeOptions:
     return RuntimeOptions(**dict(options))
 
 
-__all__ = ["BACKENDS", "BY_WAIT", "DIRECTION", "EDGE", "GLOO", "LAYOUTS", "NCCL", "SHARED", "STEP_END",
-           "Layout", "NcclOptions", "Release", "Runtime", "RuntimeOptions", "Switch", "installed_torch",
-           "release", "releases", "resolve", "runtime_of"]
+__all__ = ["BACKENDS", "BY_WAIT", "DIRECTION", "EDGE", "GLOO", "HANDLE", "LAYOUTS", "NCCL", "PYTORCH", "SHARED",
+           "STEP_END", "Layout", "NcclOptions", "Release", "Runtime", "RuntimeOptions", "Switch", "framework_release",
+           "frameworks", "installed_torch", "release", "releases", "resolve", "runtime_of"]

@@ -164,8 +164,8 @@ class View:
 
 def build_view(schedule: Schedule, *, costs=None, memory=None, memory_limit=None,
                comm_semantics=None, nccl=None, torch=None, p2p=None, runtime_options=None,
-               report: Report | None = None) -> View:
-    """Check ``schedule`` and lay it out (``torch``, ``p2p``, ``runtime_options``: the
+               framework=None, report: Report | None = None) -> View:
+    """Check ``schedule`` and lay it out (``torch``, ``framework``, ``p2p``, ``runtime_options``: the
     runtime, as for :func:`schedverify.check`).  Never raises because the schedule is
     invalid."""
     from ..check import check
@@ -173,7 +173,7 @@ def build_view(schedule: Schedule, *, costs=None, memory=None, memory_limit=None
     if report is None:
         report = check(schedule, costs=costs, memory=memory, memory_limit=memory_limit,
                        comm_semantics=comm_semantics, nccl=nccl, torch=torch, p2p=p2p,
-                       runtime_options=runtime_options)
+                       runtime_options=runtime_options, framework=framework)
     sem = report.comm_semantics or "eager"
     if sem in RUNTIME_SEMANTICS:
         sem = "eager"  # the layout's order-only timeline; the report holds the runtime's hangs

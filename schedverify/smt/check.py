@@ -594,12 +594,13 @@ class _Events:
 
 class _Z3Check:
     def __init__(self, schedule, costs, memory, memory_limit, comm_semantics, timeout_s, max_violations,
-                 nccl=None, budget: Budget | None = None, torch=None, p2p=None, runtime_options=None):
+                 nccl=None, budget: Budget | None = None, torch=None, p2p=None, runtime_options=None,
+                 framework=None):
         if not isinstance(schedule, Schedule):
             raise UsageError(f"expected a Schedule, got {type(schedule).__name__}")
         from ..releases import runtime_of  # the runtime's data only: no graph-engine code is used
 
-        sem, self.rt = runtime_of(schedule, comm_semantics, nccl, torch, p2p, runtime_options)
+        sem, self.rt = runtime_of(schedule, comm_semantics, nccl, torch, p2p, runtime_options, framework)
         self.refusal: str | None = None
         if self.rt is not None and self.rt.options.max_outstanding_sends is not None:
             from ..lowering import as_loaded  # what the runtime runs of what it loads (9.2)
@@ -790,8 +791,9 @@ class _Z3Check:
             bad = next((x for x in (a, *(a.sub or ())) if x.kind in ALL_KINDS and x.kind not in rel.kinds), None)
             if bad is not None and (d, bad.kind) not in seen:
                 seen.add((d, bad.kind))
-                out.append(Violation(dx.NOT_IN_RELEASE, f"{rel.name}'s runtime has no {bad.kind}: its "
-                                     f"_Action.from_str reads {str(bad)!r} as {rel.reads(str(bad))!r}",
+                how = (f"its _Action.from_str reads {str(bad)!r} as {rel.reads(str(bad))!r}" if rel.is_pytorch
+                       else f"{rel.runs} runs {', '.join(sorted(rel.kinds))}")
+                out.append(Violation(dx.NOT_IN_RELEASE, f"{rel.name}'s runtime has no {bad.kind}: {how}",
                                      (self.ix.loc(e),)))
         return out
 
@@ -816,6 +818,8 @@ class _Z3Check:
                 pending[(d, a.kind, a.stage, a.microbatch)] = e  # a label's first send (SV202 else)
         if not rt.waits_for_sends:
             return []
+        if not rt.refuses_unwaited_sends:  # a framework's loop may drop a send's handle (10)
+            pending = {}
         out = [Violation(dx.SEND_WITHOUT_WAIT, f"{ix.entries[e][2]} is never waited for on device "
                          f"{ix.entries[e][0]}: {rt.release.name} refuses a send without its WAIT_SEND",
                          (ix.loc(e),)) for e in sorted(pending.values())]
@@ -1061,7 +1065,7 @@ class _Z3Check:
     # -- docs/spec.md 8.3: the loss stage's forwards in microbatch order
     def loss_order(self) -> list[Violation]:
         sched = self.schedule
-        if sched.placement.is_bidirectional:
+        if sched.placement.is_bidirectional or not self._rt.release.loss_list:
             return []
         last, seen = sched.stages - 1, 0
         for e, (d, _p, a) in enumerate(self.ix.entries):
@@ -1282,14 +1286,14 @@ def _num(x: Fraction | int) -> float | int:
 
 
 def check_z3(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, comm_semantics=None,
-             nccl=None, torch=None, p2p=None, runtime_options=None, timeout_s: float = 60.0,
+             nccl=None, torch=None, p2p=None, runtime_options=None, framework=None, timeout_s: float = 60.0,
              max_violations: int = 1000, budget: Budget | None = None) -> Report:
     """Check ``schedule`` with the Z3 engine; the same options and Report as
     :func:`schedverify.check`, with ``engine="z3"``.  ``comm_semantics`` is one of
     ``eager``, ``rendezvous``, ``torch`` or ``torch-nccl`` (docs/spec.md 3.5, 8 and 9); for the
-    last two ``torch``, ``p2p``, ``nccl`` and ``runtime_options`` choose the release, its
-    communicator layout, how NCCL runs point-to-point and the runtime's options, as for
-    :func:`schedverify.check`.  ``timeout_s`` bounds the solver calls in total; when it runs out before
+    last two ``torch`` (or ``framework``), ``p2p``, ``nccl`` and ``runtime_options`` choose the
+    release, its communicator layout, how NCCL runs point-to-point and the runtime's options,
+    as for :func:`schedverify.check`.  ``timeout_s`` bounds the solver calls in total; when it runs out before
     a verdict, the verdict is UNKNOWN and ``reason`` says why.  Every phase after the
     structural rules (linear, never cut short) runs under one :class:`~schedverify.budget.Budget` (``budget``, or one of
     ``timeout_s`` seconds from now): the check returns within it plus
@@ -1299,7 +1303,7 @@ def check_z3(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, 
             raise UsageError(f"timeout must be > 0 seconds, got {timeout_s!r}")
         budget = Budget(timeout_s)
     return _Z3Check(schedule, costs, memory, memory_limit, comm_semantics, timeout_s,
-                    max_violations, nccl, budget, torch, p2p, runtime_options).run()
+                    max_violations, nccl, budget, torch, p2p, runtime_options, framework).run()
 
 
 def disagreements(graph: Report, z3: Report) -> list[str]:
