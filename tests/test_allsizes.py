@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedverify.certificates import certificate, certificate_options, families
-from schedverify.certificates.check import crosscheck, prove_certificate
+from schedverify.certificates.check import crosscheck, index_of_action, prove_certificate
 from schedverify.claims import Claim, prove
 from schedverify.claims.allsizes import CertificateStore
 from schedverify.cli import run
@@ -303,7 +303,7 @@ def _generated_waits(p, m, v):
 
     cert = certificate("interleaved-1f1b", v)
     sched = build("interleaved-1f1b", p, m, v)
-    index = cert.index(p, m)
+    index = index_of_action(cert, p, m)
     S = sched.stages
     where = {}
     for d, row in enumerate(sched.order):
@@ -388,7 +388,7 @@ def test_interleaved_simulated_makespan_and_starts_obey_the_certificate(p, group
     res = sweep(g, dur, 0)
     assert res.completed
     assert max(res.end) == (v * m + p - 1) * (t_F + t_B)
-    index = cert.index(p, m)
+    index = index_of_action(cert, p, m)
     for d in range(p):
         for j in range(g.starts[d], g.starts[d + 1]):
             a = g.acts[j]
@@ -589,7 +589,7 @@ def test_zb_h1_simulated_makespan_and_starts_obey_the_cones(p, n, v, t_F, t_I, t
     cone, coords, T = _cone_end_at(cert, p, m, costs)
     assert max(res.end) == T
     o = PyOps()
-    index = cert.index(p, m) if cert.index else (lambda a: a.microbatch)
+    index = index_of_action(cert, p, m)
     for j, a in enumerate(g.acts):
         bound = cone.cert.start(o, a.kind, p, m, g.dev[j], index(a))
         assert res.start[j] <= sum(k * coords[x] for x, k in bound.items())
@@ -607,7 +607,7 @@ def test_zb_h1_chunked_dependencies_in_table_indices_are_the_generators(v):
     o = PyOps()
     for p, m in [(1, 2), (2, 2), (2, 6), (3, 3), (3, 9), (4, 8), (5, 15)]:
         sched = build("zb-h1", p, m, v)
-        index = cert.index(p, m)
+        index = index_of_action(cert, p, m)
         where = {(a.kind, a.stage, a.microbatch): (a.kind, d, index(a))
                  for d, row in enumerate(sched.order) for a in row}
 

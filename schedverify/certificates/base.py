@@ -56,13 +56,9 @@ class PyOps:
     def Not(x):
         return not x
 
-    @staticmethod
-    def Min(a, b):
-        return min(a, b)
-
-    @staticmethod
-    def Max(a, b):
-        return max(a, b)
+    # the builtins themselves: the generators evaluate positions once per action
+    Min = staticmethod(min)
+    Max = staticmethod(max)
 
     @staticmethod
     def Eq(a, b):
@@ -255,9 +251,18 @@ class Certificate:
     chunks: int | None = None
     #: extra conditions the family's generator puts on the sizes (Z3 backend), for claims
     family_domain: Callable | None = None
-    #: Python: the index i of a generated action (default: its microbatch)
-    index: Callable | None = None
-    #: the data dependencies (default: one stage per device, stage d on device d)
+    #: the placement of the chunks: ``"loop"`` (chunk c of device d is stage c*p + d) or
+    #: ``"v"`` (two chunks: stage d, and stage 2p-1-d on the way back); see :mod:`.needs`
+    placement: str = "loop"
+    #: ``action(o, K, p, m, d, q) -> (c, i)``: the chunk (0..v-1) and microbatch of the
+    #: q-th action of kind K on device d (default: chunk 0, microbatch q).  With ``pos``
+    #: this *is* the schedule: :func:`.order.rows` builds it, the generators return it.
+    action: Callable | None = None
+    #: ``index_of(o, K, p, m, d, c, i) -> q``: the inverse of ``action`` (default: i)
+    index_of: Callable | None = None
+    #: the data dependencies in the certificate's indices, a simpler form of those read
+    #: from deps.NEEDS through the placement (:func:`.needs.derived`), which Z3 proves equal;
+    #: None: the derived ones are used as they are
     deps: Callable | None = None
     #: None: ``start`` is exact (the ASAP solution itself).  Otherwise ``start`` is only an
     #: upper bound (a solution of the ASAP *inequalities*, exact at ``last(critical)``) and
@@ -278,6 +283,22 @@ class Certificate:
     summary: str = ""
     order_argument: str = ""
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def chunks_per_device(self) -> int:
+        return 1 if self.chunks is None else self.chunks
+
+    def action_at(self, o, kind, p, m, d, q):
+        """(chunk, microbatch) of the q-th action of ``kind`` on device d."""
+        if self.action is None:
+            return 0, q
+        return self.action(o, kind, p, m, d, q)
+
+    def index_at(self, o, kind, p, m, d, c, i):
+        """The index q of the action of ``kind`` of chunk c, microbatch i on device d."""
+        if self.index_of is None:
+            return i
+        return self.index_of(o, kind, p, m, d, c, i)
 
     @property
     def timing(self) -> bool:

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..model import B, F, I, W
+from . import needs
 from .base import Certificate, PyOps, Z3Ops
 
 
@@ -43,18 +44,10 @@ class CertificateCheck:
 
 
 def _deps(cert: Certificate, o, kind, p, m, d, i):
-    """The data dependencies of docs/spec.md 3.4 (deps.NEEDS) for one stage per device,
-    stage d on device d: (condition, (kind, device, microbatch), crosses devices); a
-    certificate with several stages per device gives its own."""
-    if cert.deps is not None:
-        return cert.deps(o, kind, p, m, d, i)
-    if kind == F:
-        return [(d >= 1, (F, d - 1, i), True)]
-    if kind in (B, I):
-        return [(True, (F, d, i), False), (d + 1 < p, (cert.first_backward, d + 1, i), True)]
-    if kind == W:
-        return [(True, (I, d, i), False)]
-    raise ValueError(kind)
+    """The data dependencies of docs/spec.md 3.4, read from deps.NEEDS through the
+    certificate's placement and index maps (:mod:`.needs`): (condition, (kind, device,
+    index), crosses devices)."""
+    return needs.deps(cert, o, kind, p, m, d, i)
 
 
 def _vec(cert: Certificate, form: dict) -> dict:
@@ -86,11 +79,11 @@ def _cone_end(cert: Certificate, o, kind, p, m, d, i) -> dict:
     return out
 
 
-def obligations(cert: Certificate, o, p, m, d, i, *, order: bool = True) -> list[tuple[str, object]]:
-    """Every obligation as (name, formula) in backend ``o`` with free sizes p, m, d, i;
-    each must hold whenever the sizes are in the certificate's domain, 0 <= d < p and
-    0 <= i < m.  ``order=False``: the timing obligations only (a cone's certificate, whose
-    order and peaks are its parent's)."""
+def obligations(cert: Certificate, o, p, m, d, i, j=None, *, order: bool = True) -> list[tuple[str, object]]:
+    """Every obligation as (name, formula) in backend ``o`` with free sizes p, m, d and
+    indices i, j; each must hold whenever the sizes are in the certificate's domain,
+    0 <= d < p and 0 <= i, j < count(m).  ``order=False``: the timing obligations only (a
+    cone's certificate, whose order and peaks are its parent's)."""
     out: list[tuple[str, object]] = []
     N = cert.count(o, m)  # actions of each kind per device
     n_actions = len(cert.kinds) * N
@@ -135,6 +128,7 @@ def obligations(cert: Certificate, o, p, m, d, i, *, order: bool = True) -> list
         _chain_obligations(out, cert, o, p, m, d, i)
     if order:
         _count_obligations(out, cert, o, p, m, d, i, N)
+        _bijection_obligations(out, cert, o, p, m, d, i, j, N)
     for cone in cert.cones:
         out.extend((f"cone {cone.name}: {name}", f)
                    for name, f in obligations(cone.cert, o, p, m, d, i, order=False))
@@ -159,6 +153,39 @@ def _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions):
                         Not(And(cases[a][0], cases[b][0]))))
     out.append((f"order {kind}: positions increase with the microbatch",
                 implies(i + 1 < N, cert.pos(o, kind, p, m, d, i + 1) > P)))
+
+
+def _bijection_obligations(out, cert, o, p, m, d, i, j, N):
+    """The schedule is the certificate's (order.rows): ``pos`` is one-to-one across kinds
+    too (within a kind it increases), so with its range and the count it is a bijection onto
+    the device's positions; ``action`` maps the indices one-to-one onto (chunk, microbatch)
+    pairs, ``index_of`` being its inverse; and the dependencies the other obligations use
+    are those of deps.NEEDS read through the placement."""
+    And, Or, Not = o.And, o.Or, o.Not
+    if j is not None:
+        for a, ka in enumerate(cert.kinds):
+            for kb in cert.kinds[a + 1:]:
+                out.append((f"bijection: pos({ka}, d, i) != pos({kb}, d, j)",
+                            Not(cert.pos(o, ka, p, m, d, i) == cert.pos(o, kb, p, m, d, j))))
+    v = cert.chunks_per_device
+    c0 = cert.action_at(o, cert.kinds[0], p, m, d, i)[0]  # every chunk, as i ranges over the indices
+    for off, fact in needs.placement_facts(o, cert.placement, v, p, d, c0):
+        out.append((f"placement: the neighbours of a stage at offset {off:+d}", fact))
+    for kind in cert.kinds:
+        c, mb = cert.action_at(o, kind, p, m, d, i)
+        out.append((f"action {kind}: index -> (chunk, microbatch) in range, index_of its inverse",
+                    And(c >= 0, c < v, mb >= 0, mb < m, cert.index_at(o, kind, p, m, d, c, mb) == i)))
+        if cert.deps is None:
+            continue
+        mine = cert.deps(o, kind, p, m, d, i)
+        rule = needs.derived(cert, o, kind, p, m, d, i)
+
+        def covered(xs, ys):
+            return And(*[Or(Not(cx), Or(*[And(cy, ty[1] == tx[1], ty[2] == tx[2])
+                                           for cy, ty, _ in ys if ty[0] == tx[0]]))
+                         for cx, tx, _ in xs])
+        out.append((f"deps {kind}: the certificate's are deps.NEEDS's through the placement",
+                    And(covered(mine, rule), covered(rule, mine))))
 
 
 def _makespan_obligations(out, cert, o, p, m, d, N, n_actions):
@@ -263,10 +290,11 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0,
 
     t0 = time.perf_counter()
     o = Z3Ops()
-    p, m, d, i = z3.Ints("p m d i")
-    hyp = z3.And(cert.in_domain(o, p, m), d >= 0, d < p, i >= 0, i < cert.count(o, m))
+    p, m, d, i, j = z3.Ints("p m d i j")
+    N = cert.count(o, m)
+    hyp = z3.And(cert.in_domain(o, p, m), d >= 0, d < p, i >= 0, i < N, j >= 0, j < N)
     res = CertificateCheck(cert.family, True)
-    for name, formula in obligations(cert, o, p, m, d, i):
+    for name, formula in obligations(cert, o, p, m, d, i, j):
         t1 = time.perf_counter()
         if isinstance(formula, bool):
             formula = z3.BoolVal(formula)
@@ -284,7 +312,7 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0,
             ob = Obligation(name, "proved")
         elif r == z3.sat:
             mo = s.model()
-            at = ", ".join(f"{v}={mo.eval(v, model_completion=True)}" for v in (p, m, d, i))
+            at = ", ".join(f"{v}={mo.eval(v, model_completion=True)}" for v in (p, m, d, i, j))
             ob = Obligation(name, "failed", f"fails at {at}")
         else:
             ob = Obligation(name, "unknown", s.reason_unknown())
@@ -298,7 +326,8 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0,
 
 
 #: what a cone's certificate must share with its parent (whose order Z3 checks)
-_SHARED = ("kinds", "pos", "pred", "deps", "in_domain", "count", "last", "critical")
+_SHARED = ("kinds", "pos", "pred", "deps", "action", "index_of", "placement", "in_domain", "count", "last",
+           "critical")
 
 
 def _cone_checks(cert: Certificate, timeout_s: float, rlimit: int) -> list[Obligation]:
@@ -348,6 +377,18 @@ def _cone_checks(cert: Certificate, timeout_s: float, rlimit: int) -> list[Oblig
     return out
 
 
+def index_of_action(cert: Certificate, p: int, m: int):
+    """Plain Python: the certificate's index q of a generated action (its microbatch, or its
+    place in a table), read through the placement and ``index_of``."""
+    o = PyOps()
+
+    def q(a):
+        d, c = needs.chunk_of(cert.placement, p, a.stage)
+        return cert.index_at(o, a.kind, p, m, d, c, a.microbatch)
+
+    return q
+
+
 def crosscheck(cert: Certificate, sizes) -> list[str]:
     """Compare the certificate with the generator and the symbolic timeline at each
     (p, m): every position, every start time (exact, on the certificate's cost slice), the
@@ -365,7 +406,7 @@ def crosscheck(cert: Certificate, sizes) -> list[str]:
         if cert.timing:
             end, dur = symbolic_timeline(sched, merge=cert.merge)
         om = order_metrics(sched)
-        index = cert.index(p, m) if cert.index else (lambda a: a.microbatch)
+        index = index_of_action(cert, p, m)
         acts = g.acts  # read once: a lazy field (lazy.py)
         for dd in range(p):
             for j in range(g.starts[dd], g.starts[dd + 1]):

@@ -365,13 +365,25 @@ def _make_v(v: int) -> Certificate:
                 (d + 1 < p, (I, d + 1, q), True),
                 (o.And(d == p - 1, c >= 1), (I, 0, q - p), p > 1)]
 
-    def index(p, m):
-        from ..generators._build import megatron_schedule_table
+    def below(o, p, ct):
+        """ct * p for a table chunk ct of 0..v-1, as a sum of case splits."""
+        out = 0
+        for k in range(1, v):
+            out = out + o.If(ct >= k, p, 0)
+        return out
 
-        table = megatron_schedule_table(m, v, p)
-        fwd = {(i, c): q for q, (i, c) in enumerate(table)}
-        bwd = {(i, v - 1 - c): q for q, (i, c) in enumerate(table)}
-        return lambda a: (fwd if a.kind == F else bwd)[(a.microbatch, a.stage // p)]
+    def action(o, k, p, m, d, q):
+        """(chunk, microbatch) at table index q, as interleaved 1F1B's (I and W: chunks
+        reversed, as a backward's)."""
+        g = o.DivV(q, v * p)
+        ct = chunk(o, p, q)
+        i = g * p + q - v * p * g - below(o, p, ct)
+        return (ct if k == F else v - 1 - ct), i
+
+    def index_of(o, k, p, m, d, c, i):
+        ct = c if k == F else v - 1 - c
+        g = o.DivV(i, p)
+        return g * v * p + below(o, p, ct) + i - g * p
 
     order = Certificate(
         family="zb-h1", kinds=KINDS_SPLIT, costs=(), fixed=(), duration={},
@@ -384,7 +396,7 @@ def _make_v(v: int) -> Certificate:
         peak_inflight=lambda o, p, m, d: (v * p, v * p - 1),
         peak_memory2=lambda o, p, m, d: (2 * v * p - d, v * p - 1),
         warmup=lambda o, p, m, d: v * p - d,
-        top=DEVICE_0_TOPS, index=index,
+        top=DEVICE_0_TOPS, action=action, index_of=index_of,
         summary=f"v = {v}: ZB-H1's pattern over the table index, w = {v}p - 1 - d forwards, W lag d",
         order_argument=(
             "generators/zero_bubble.py zb_h1() with chunks = v >= 2 calls "

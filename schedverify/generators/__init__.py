@@ -63,7 +63,18 @@ class Family:
     min_chunks: int = 1
 
     def __call__(self, devices: int, microbatches: int, **options: Any) -> Schedule:
-        return self.generate(devices, microbatches, **options)
+        """The family's schedule; when an all-sizes certificate covers these sizes, checked
+        against it in O(actions) first (a difference is an InternalError: a bug, never a
+        schedule other than the one ``schedverify prove`` proves things about)."""
+        schedule = self.generate(devices, microbatches, **options)
+        from ..certificates import covering
+
+        cert = covering(self.name, devices, microbatches, options.get("chunks"), options.get("group_size"))
+        if cert is not None:
+            from ..certificates.order import verify
+
+            verify(schedule, cert, devices, microbatches)
+        return schedule
 
 
 _GROUP_SIZE = Option("group_size", int, "D",

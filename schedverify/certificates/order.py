@@ -1,0 +1,81 @@
+"""A certificate's schedule, built and checked in plain Python (no z3, no sympy).
+
+The certificate of a family *is* its schedule: ``pos`` puts the q-th action of each kind on
+each device at a position, ``action`` says which (chunk, microbatch) it is, and the
+placement gives the stage.  :func:`rows` builds every device's order from them, which is
+what the family's generator returns (``schedverify generate``), so a claim PROVED about the
+certificate is about the schedule a user gets.  Z3 proves, for every size, that ``pos`` is
+a bijection onto each device's positions and ``action`` one onto its (chunk, microbatch)
+pairs (docs/proofs.md section 3); :func:`rows` checks both again as it builds, and
+:func:`verify` checks any schedule against the certificate in O(actions).  A disagreement is
+an :class:`~schedverify.errors.InternalError` (a bug in schedverify), never a wrong schedule.
+"""
+
+from __future__ import annotations
+
+from ..errors import InternalError
+from ..model import Action
+from .base import Certificate, PyOps
+from .needs import chunk_of, stage
+
+_O = PyOps()
+
+
+def _where(cert: Certificate, p: int, m: int) -> str:
+    v = "" if cert.chunks is None else f", {cert.chunks} chunks"
+    return f"{cert.family} at {p} devices, {m} microbatches{v}"
+
+
+def rows(cert: Certificate, p: int, m: int) -> list[list[Action]]:
+    """Every device's order at (p, m): action K(d, q) at position pos(K, p, m, d, q)."""
+    o = _O
+    N = cert.count(o, m)
+    n = len(cert.kinds) * N
+    pos, act, placement, v = cert.pos, cert.action, cert.placement, cert.chunks_per_device
+    out = []
+    for d in range(p):
+        row: list[Action | None] = [None] * n
+        for kind in cert.kinds:
+            for q in range(N):
+                t = pos(o, kind, p, m, d, q)
+                c, i = (0, q) if act is None else act(o, kind, p, m, d, q)
+                if not 0 <= t < n or row[t] is not None or not 0 <= i < m:
+                    held = "out of range" if not 0 <= t < n else f"taken by {row[t]}"
+                    raise InternalError(f"the certificate of {_where(cert, p, m)} puts {kind}{q} of device {d} "
+                                        f"at position {t} ({held}): its positions are not a bijection")
+                row[t] = Action(d if act is None else stage(o, placement, v, p, d, c), kind, i)
+        out.append(row)  # every slot is filled: n actions, n slots, no clash
+    return out  # type: ignore[return-value]
+
+
+def verify(schedule, cert: Certificate, p: int, m: int) -> None:
+    """Raise :class:`InternalError` unless ``schedule``'s order is the certificate's at (p, m):
+    each device runs kinds x count actions, and the action at each position has the
+    certificate's position for its index.  O(actions)."""
+    o = _O
+    N = cert.count(o, m)
+    n = len(cert.kinds) * N
+    kinds = set(cert.kinds)
+    plain = cert.action is None and cert.index_of is None and cert.placement == "loop"
+    pos = cert.pos
+    if len(schedule.order) != p:
+        raise InternalError(f"the schedule of {_where(cert, p, m)} has {len(schedule.order)} devices")
+    for d, row in enumerate(schedule.order):
+        if len(row) != n:
+            raise InternalError(f"the schedule of {_where(cert, p, m)} has {len(row)} actions on device {d}, "
+                                f"its certificate {n}")
+        for t, a in enumerate(row):
+            ok = a is not None and a.kind in kinds and a.stage is not None and a.microbatch is not None
+            if ok and plain:  # one stage per device, the index is the microbatch
+                q = a.microbatch
+                ok = a.stage == d and 0 <= q < N and pos(o, a.kind, p, m, d, q) == t
+            elif ok:
+                dd, c = chunk_of(cert.placement, p, a.stage)
+                q = cert.index_at(o, a.kind, p, m, d, c, a.microbatch)
+                ok = (dd == d and stage(o, cert.placement, cert.chunks_per_device, p, d, c) == a.stage
+                      and 0 <= q < N and cert.action_at(o, a.kind, p, m, d, q) == (c, a.microbatch)
+                      and pos(o, a.kind, p, m, d, q) == t)
+            if not ok:
+                want = rows(cert, p, m)[d][t]
+                raise InternalError(f"the schedule of {_where(cert, p, m)} differs from its certificate at "
+                                    f"device {d}, position {t}: {a}, the certificate's is {want}")
