@@ -53,17 +53,15 @@ def _first(family: str, chunks: int | None) -> Certificate | None:
     return {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "zb-h1": ZB_H1, "zb-h2": ZB_H2}.get(family)
 
 
-#: the generators' default chunk count, for the families that take one
-_DEFAULT_CHUNKS = {"looped-bfs": 2, "interleaved-1f1b": 2, "zb-h1": 1}
-
-
 def covering(family: str, devices: int, microbatches: int, chunks: int | None = None,
              group_size: int | None = None) -> Certificate | None:
     """The certificate whose order *is* the family's schedule at these sizes and options
     (the generator builds it from the certificate, :func:`.order.rows`), or None: a group
     size other than the devices, a chunk count without a certificate, sizes outside the
     certificate's domain, or a family without one (its generator's own code then)."""
-    v = chunks if chunks is not None else _DEFAULT_CHUNKS.get(family)
+    from ..generators import FAMILIES
+
+    v = chunks if chunks is not None else FAMILIES[family].default_chunks
     if family == "interleaved-1f1b" or (family == "zb-h1" and v != 1):
         if group_size not in (None, devices) or microbatches % devices or microbatches < devices:
             return None

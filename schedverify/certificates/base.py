@@ -175,6 +175,11 @@ DEVICE_0_TOPS: Mapping[str, Callable] = MappingProxyType(
      "fwd_before_bwd": lambda o, p, m: 0})
 
 
+#: the condition the families on Megatron-LM's table add to a claim's domain, and why
+GROUP_RULE = ("m % p == 0", "the family is generated for m a multiple of p only: its default group "
+              "size is p, and Megatron-LM needs m % group to be 0 or at least p")
+
+
 @dataclass(frozen=True)
 class Cone:
     """A closed cone of the costs, on which ``cert`` (a bound certificate) holds.
@@ -249,8 +254,10 @@ class Certificate:
     count: Callable = staticmethod(lambda o, m: m)
     #: chunks per device the certificate is for (None: the family has one stage per device)
     chunks: int | None = None
-    #: extra conditions the family's generator puts on the sizes (Z3 backend), for claims
+    #: extra conditions the family's generator puts on the sizes (Z3 backend), for claims,
+    #: and their text with the reason (printed with every verdict that adds them)
     family_domain: Callable | None = None
+    family_domain_text: tuple[str, str] | None = None
     #: the placement of the chunks: ``"loop"`` (chunk c of device d is stage c*p + d) or
     #: ``"v"`` (two chunks: stage d, and stage 2p-1-d on the way back); see :mod:`.needs`
     placement: str = "loop"

@@ -286,9 +286,10 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0,
     ``timeout_s`` seconds and, when > 0, ``rlimit`` resource units each.  With a resource
     limit the nonlinear tactic gives way to the general solver when it runs out of units,
     not of seconds, so the outcome does not depend on the machine's speed."""
-    from ..smt.solver import make_solver, z3
+    from ..smt.solver import fresh_context, make_solver, z3
 
     t0 = time.perf_counter()
+    fresh_context()  # the same outcome whatever was solved before in the process
     o = Z3Ops()
     p, m, d, i, j = z3.Ints("p m d i j")
     N = cert.count(o, m)

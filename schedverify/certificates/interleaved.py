@@ -31,7 +31,7 @@ from types import MappingProxyType
 
 from ..formulas.tropical import C_ZERO
 from ..model import B, F
-from .base import DEVICE_0_TOPS, KINDS_FULL, Certificate
+from .base import DEVICE_0_TOPS, GROUP_RULE, KINDS_FULL, Certificate
 
 
 def _make(v: int) -> Certificate:
@@ -141,6 +141,7 @@ def _make(v: int) -> Certificate:
         domain=f"p >= 1, m >= p, m % p == 0, v == {v}", chunks=v, count=N,
         in_domain=lambda o, p, m: o.And(p >= 1, m >= p, m - p * o.DivV(m, p) == 0),
         family_domain=lambda o, p, m: m % p == 0,
+        family_domain_text=GROUP_RULE,
         pos=pos, pred=pred, start=start, deps=deps, lower=lower, nia_tactic=True,
         last=lambda o, p, m, d: (B, N(o, m) - 1),
         critical=lambda o, p, m: 0,

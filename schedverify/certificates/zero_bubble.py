@@ -32,7 +32,7 @@ from types import MappingProxyType
 
 from ..formulas.tropical import C_ZERO, UNIT_SPLIT
 from ..model import F, I, W
-from .base import DEVICE_0_TOPS, KINDS_SPLIT, Certificate, Cone
+from .base import DEVICE_0_TOPS, GROUP_RULE, KINDS_SPLIT, Certificate, Cone
 
 
 def _order(scale: int):
@@ -389,7 +389,8 @@ def _make_v(v: int) -> Certificate:
         family="zb-h1", kinds=KINDS_SPLIT, costs=(), fixed=(), duration={},
         domain=f"p >= 1, m >= p, m % p == 0, v == {v}", chunks=v, count=N,
         in_domain=lambda o, p, m: o.And(p >= 1, m >= p, m - p * o.DivV(m, p) == 0),
-        family_domain=lambda o, p, m: m % p == 0, nia_tactic=True,
+        family_domain=lambda o, p, m: m % p == 0,
+        family_domain_text=GROUP_RULE, nia_tactic=True,
         merge=C_ZERO, pos=pos, pred=pred, deps=deps, start=None, last=None, critical=None,
         freed=freed,
         # w + L + 1 = vp in flight at F(w + L), the last forward before the first W

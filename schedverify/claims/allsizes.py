@@ -48,6 +48,9 @@ class AllSizes:
     forms: dict = field(default_factory=dict)
     certificates: dict = field(default_factory=dict)
     seconds: float = 0.0
+    #: conditions the prover added to the domain, each (condition, why): the family's own
+    #: sizes (interleaved 1F1B: m % p == 0), a default chunk count
+    conditions: list = field(default_factory=list)
 
 
 #: Z3 resource units per query of the all-sizes prover and per certificate obligation: the
@@ -149,6 +152,8 @@ class _Env:
         self.v = v
         self.picks = picks if picks is not None else {}  # family -> the certificate used
         self.side: list = []  # device arguments in range
+        #: every divisor of the claim's own text (Z3 would give x/0 a value: refused instead)
+        self.denominators: list = []
 
     # -- metrics
     def metric(self, fam: str, metric: str, device):
@@ -222,16 +227,19 @@ class _Env:
             out = base
             for _ in range(abs(k) - 1):
                 out = out * base
+            if k < 0:
+                self.denominators.append((e.base, base))
             return 1 / out if k < 0 else out
         if isinstance(e, (sympy.floor, sympy.ceiling)):
             up = isinstance(e, sympy.ceiling)
-            q = self._int_div(-e.args[0] if up else e.args[0])
+            q = self._int_div(e.args[0], up)
             if q is not None:  # an integer division: Z3 reasons better without reals
-                return R(-q if up else q)
+                return R(q)
             x = self.real(e.args[0])
             return -R(z3.ToInt(-x)) if up else R(z3.ToInt(x))
         if isinstance(e, sympy.Mod):
             a, b = self.real(e.args[0]), self.real(e.args[1])
+            self.denominators.append((e.args[1], b))
             return a - b * R(z3.ToInt(a / b))
         if isinstance(e, (sympy.Min, sympy.Max)):
             xs = [self.real(a) for a in e.args]
@@ -247,19 +255,23 @@ class _Env:
             return out
         raise UsageError(f"cannot hand {sympy.sstr(e)!r} to the all-sizes prover")
 
-    def _int_div(self, arg):
-        """floor(arg) as Z3 integer division when arg = A/k with A a whole-number expression
-        of the sizes and k a positive constant or the size p or m (both >= 1), else None."""
+    def _int_div(self, arg, up: bool = False):
+        """floor(arg) (ceiling with ``up``) as Z3 integer division when arg = A/k with A a
+        whole-number expression of the sizes and k a positive constant or the size p or m
+        (both >= 1), else None.  A ceiling is written floor((A + k - 1)/k), the form the
+        certificates use, so that Z3 meets one term where both say the same."""
         num, den = sympy.fraction(sympy.together(arg))
         try:
             a = self.int(sympy.expand(num))
         except UsageError:
             return None
         if den.is_Integer and int(den) > 0:
-            return a / int(den)
-        if den.is_Symbol and den.name in ("p", "m"):
-            return a / self.size[den.name]
-        return None
+            k = int(den)
+        elif den.is_Symbol and den.name in ("p", "m"):
+            k = self.size[den.name]
+        else:
+            return None
+        return (a + k - 1) / k if up else a / k
 
     def int(self, e):
         z3 = self.z3
@@ -300,10 +312,13 @@ def _fixed_implied(env: _Env, base: list, cert, limits: tuple[float, int]) -> st
     return None
 
 
-def chunk_values(domain_text: str, chunky: bool) -> tuple[list[int] | None, str]:
+def chunk_values(domain_text: str, chunky: bool, default: int | None = None) -> tuple[list[int] | None, str]:
     """The chunk counts v the domain allows (v == 1 for a family without chunks; a family
-    with chunks needs v bounded: ``v == 2`` or ``v >= 2, v <= 3``)."""
+    with chunks needs v bounded: ``v == 2`` or ``v >= 2, v <= 3``, or, when the domain does
+    not name v, its ``default``: the chunk count its generator builds)."""
     rels = [r for r in parse_size_relations(domain_text) if r.symbols == {"v"}]
+    if chunky and not any("v" in r.symbols for r in parse_size_relations(domain_text)) and default:
+        return [default], ""
     vs = sympy.Symbol("v")
 
     def ok(k):
@@ -328,6 +343,9 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
     t0 = time.perf_counter()
     limits = (timeout_s, rlimit)
     out = AllSizes(None, domain_text)
+    from ..smt.solver import fresh_context
+
+    fresh_context()  # the verdict must not depend on what this process solved before
     parsed = parse_claim(claim.text)
     fams = {name: (ref.family or claim.family) for name, ref in parsed.refs.items()}
     every = set(fams.values()) | {claim.family}
@@ -356,6 +374,8 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
         cert = picks[fam]
         if cert.family_domain is not None:
             base.append(cert.family_domain(env.o, p, m))
+            if cert.family_domain_text and cert.family_domain_text not in out.conditions:
+                out.conditions.append(cert.family_domain_text)
     for fam in sorted(every):
         cert = picks[fam]
         cover, why = _query(base + [z3.Not(cert.in_domain(env.o, p, m))], limits)
@@ -408,6 +428,17 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
             raise UsageError(f"a device index of the claim is out of range 0..p-1 somewhere in the "
                              f"domain{at}; narrow the domain")
     base += env.side
+    for text, den in env.denominators:  # as the finite prover: a division by zero is refused
+        st, mo = _query(base + [den == 0], limits)
+        if st == "sat":
+            at = ", ".join(f"{k}={_val(mo, env.size[k])}" for k in ("p", "m") + (("d",) if uses_d else ()))
+            raise UsageError(f"the claim divides by zero at {at} in the domain ({sympy.sstr(text)} == 0 "
+                             f"there); narrow the domain or the assumptions")
+        if st == "unknown":
+            out.verdict = UNKNOWN
+            out.reason = f"Z3 did not decide whether the claim divides by zero somewhere in the domain: {mo}"
+            out.seconds = time.perf_counter() - t0
+            return out
     out.forms = store.forms(every, picks)
     status, model = _query(base + [z3.Not(goal)], limits)
     if status == "unsat":
@@ -494,13 +525,34 @@ def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, limits,
         dom += f",d={best['d']}..{best['d']}"
     sim = finite(Claim(claim.text, claim.family, claim.assume, dom, claim.source, claim.id),
                  timeout_s=limits[0], all_sizes=False)
+    at = ", ".join(f"{k}={x}" for k, x in best.items())
     if sim.verdict == REFUTED:
         out.verdict = REFUTED
         out.counterexample = sim.counterexample
+    elif sim.skipped:  # the generator refuses the size (a cap): nothing to simulate
+        out.verdict = UNKNOWN
+        out.reason = (f"the closed forms fail at {at} (the smallest such size), but the schedule "
+                      f"there is not built, so the counterexample is not confirmed by simulation: "
+                      f"{_refusal(claim, best, v)}")
     else:
         out.verdict = UNKNOWN
-        out.reason = (f"the closed forms fail at {best} but the simulated schedule says "
-                      f"{sim.verdict} there: the certificate or the translation is wrong")
+        out.reason = (f"the closed forms fail at {at} but the simulated schedule says "
+                      f"{sim.verdict} there: the certificate or the translation is wrong"
+                      + (f" ({sim.reason})" if sim.reason else ""))
+
+
+def _refusal(claim: Claim, sizes: dict, v: int) -> str:
+    """Why the claim's families are not built at ``sizes`` (the generator's message)."""
+    from ..errors import UnsupportedSize
+    from ..formulas.sizes import build, has_chunks
+
+    fams = {claim.family} | {r.family for r in parse_claim(claim.text).refs.values() if r.family}
+    for fam in sorted(fams):
+        try:
+            build(fam, sizes["p"], sizes["m"], v if has_chunks(fam) else None)
+        except UnsupportedSize as e:
+            return str(e)
+    return "the finite prover skipped it"
 
 
 def certificate_forms(cert) -> dict:

@@ -50,9 +50,11 @@ def prove_forms(families=None, *, log: Callable[[str], None] | None = None) -> d
                           id=f"{family}/{key}")
             chunks = _chunk_counts(doc)
             verdicts = []
+            added: list[str] = []
             for v in chunks:
                 verdict = judge(claim, DEFAULT_ALL_SIZES, store, v=v)
                 verdicts.append(verdict.verdict)
+                added += [c for c, _ in verdict.conditions if c not in added]
                 if log is not None:
                     log(f"{family}/{key}{f' (v = {v})' if chunks != [1] else ''}: "
                         f"{verdict.verdict or 'not judged'}"
@@ -60,7 +62,7 @@ def prove_forms(families=None, *, log: Callable[[str], None] | None = None) -> d
                 if verdict.verdict != PROVED:
                     break
             if verdicts == [PROVED] * len(chunks):
-                where = f"{DEFAULT_ALL_SIZES}{', ' + assume if assume else ''}"
+                where = ", ".join([DEFAULT_ALL_SIZES] + ([assume] if assume else []) + added)
                 if chunks != [1]:
                     where += f", at v = {', '.join(map(str, chunks))}"
                 out[f"{family}/{key}"] = {

@@ -35,7 +35,7 @@ from sympy.core.function import AppliedUndef
 
 from ..errors import NotDerived, UnsupportedSize, UsageError
 from ..formulas.sizes import family as family_of
-from ..formulas.sizes import has_chunks, metrics_at
+from ..formulas.sizes import default_chunks, has_chunks, metrics_at
 from ..formulas.tropical import COST_SYMBOLS as TERM_ORDER
 from ..formulas.tropical import NO_COSTS, SizeMetrics
 from ..formulas.values import ORDER_ONLY, metric_value
@@ -45,7 +45,6 @@ from .statement import (ALL, COST_SYMBOLS, Claim, OptimumRef, Parsed, optimum_re
 
 PROVED, REFUTED, UNKNOWN = "PROVED", "REFUTED", "UNKNOWN"
 DEFAULT_DOMAIN = {"p": (2, 8), "m": (1, 16)}
-DEFAULT_CHUNKS = (2, 3)
 _COST = {n: sympy.Symbol(n) for n in COST_SYMBOLS}
 _SIZE = {n: sympy.Symbol(n) for n in ("p", "m", "v", "d", "k")}
 _OPS = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
@@ -75,6 +74,8 @@ class Result:
     certificates: dict = field(default_factory=dict)
     #: claims about the optimum: what the search established at each size judged
     optima: list = field(default_factory=list)
+    #: conditions the prover added to the domain, each (condition, why)
+    conditions: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         c = self.claim
@@ -87,6 +88,8 @@ class Result:
             extra["closed_forms"] = self.forms
         if self.certificates:
             extra["certificates"] = self.certificates
+        if self.conditions:
+            extra["conditions_added"] = [{"condition": c, "why": w} for c, w in self.conditions]
         if self.optima:
             extra["optima"] = {
                 "sizes": len(self.optima),
@@ -145,6 +148,7 @@ class _Prepared:
     uses_k: bool = False
     search_s: float = 20.0  # the search's time limit at each size
     solved: dict = field(default_factory=dict)  # (name, problem) -> Optimum, within one prove
+    conditions: list = field(default_factory=list)  # (condition, why) the prover added
 
 
 def _problem_key(problem: dict) -> tuple:
@@ -173,8 +177,11 @@ def _prepare(claim: Claim, timeout_s: float = 20.0) -> _Prepared:
     dom.update(parse_domain(claim.domain))
     own = {claim.family} if claim.family else set()
     chunky = any(has_chunks(f) for f in set(fams.values()) | own)
+    conditions = []
     if chunky and "v" not in dom:
-        dom["v"] = (DEFAULT_CHUNKS[0], DEFAULT_CHUNKS[1])
+        v0 = _default_v(claim) or 1
+        dom["v"] = (v0, v0)
+        conditions.append(_default_v_condition(claim, v0))
     syms = parsed.symbols | {s for a in assumptions for s in a.symbols}
     for ref in optima.values():
         for e in (ref.memory, ref.chunks):
@@ -187,7 +194,7 @@ def _prepare(claim: Claim, timeout_s: float = 20.0) -> _Prepared:
         merge = NO_COSTS  # no timing needed: skip the symbolic makespan
     search_s = claim.time_limit if claim.time_limit is not None else timeout_s
     return _Prepared(parsed, assumptions, fams, dom, "d" in syms, "v" in dom, merge, optima,
-                     "k" in syms, search_s)
+                     "k" in syms, search_s, conditions=conditions)
 
 
 def _merge(assumptions: list[Parsed]) -> tuple:
@@ -284,6 +291,22 @@ def _first_row(res: Result) -> bool:
     return not ("v" in dom and isinstance(dom["v"], list) and ce.get("v") != dom["v"][0])
 
 
+def _default_v(claim: Claim) -> int | None:
+    """The chunk count a claim is judged at when its domain names none: its family's
+    default (what ``schedverify generate`` builds), or the first family's with chunks."""
+    fams = [claim.family] + sorted({r.family for r in parse_claim(claim.text).refs.values() if r.family})
+    for f in fams:
+        if f and has_chunks(f):
+            return default_chunks(f)
+    return None
+
+
+def _default_v_condition(claim: Claim, v: int) -> tuple[str, str]:
+    fam = claim.family if claim.family and has_chunks(claim.family) else "the family"
+    return (f"v == {v}", f"{fam}'s default chunk count, the one `schedverify generate` builds; "
+                         f"give v in the domain for others")
+
+
 def _extension(claim: Claim):
     """The all-sizes domain a finite grid extends to, or (None, why not)."""
     ranges = parse_domain(claim.domain)
@@ -295,7 +318,8 @@ def _extension(claim: Claim):
     if "v" not in ranges and any(has_chunks(f) for f in
                                  {claim.family} | {r.family for r in parse_claim(claim.text).refs.values()
                                                    if r.family}):
-        ranges["v"] = DEFAULT_CHUNKS  # the finite prover's default for families with chunks
+        v0 = _default_v(claim) or 1
+        ranges["v"] = (v0, v0)  # the family's default chunk count, as the finite prover takes it
     if "v" in ranges:
         parts.append(f"v == {ranges['v'][0]}" if ranges["v"][0] == ranges["v"][1] else
                      f"v >= {ranges['v'][0]}, v <= {ranges['v'][1]}")
@@ -312,7 +336,8 @@ def _from_all_sizes(claim: Claim, domain_text: str, store, timeout_s: float, t0:
     prep_fams = {claim.family} | {r.family for r in parse_claim(claim.text).refs.values() if r.family}
     for f in prep_fams:
         family_of(f)
-    vals, why_not = allsizes.chunk_values(domain_text, has_chunks(claim.family))
+    v0 = _default_v(claim)
+    vals, why_not = allsizes.chunk_values(domain_text, has_chunks(claim.family), v0)
     if vals is None:
         a = allsizes.AllSizes(None, domain_text, reason=why_not)
     elif not vals:
@@ -324,8 +349,11 @@ def _from_all_sizes(claim: Claim, domain_text: str, store, timeout_s: float, t0:
             if parts[-1].verdict is None:
                 break
         a = _over_chunks(parts, vals)
+    if vals and v0 is not None and not any("v" in r.symbols for r in allsizes.parse_size_relations(domain_text)):
+        a.conditions.insert(0, _default_v_condition(claim, v0))
     res = Result(claim, a.verdict or UNKNOWN, {"all sizes": domain_text})
-    res.kind = f"all sizes in {domain_text}"
+    res.conditions = list(a.conditions)
+    res.kind = f"all sizes in {domain_text}" + "".join(f", {c}" for c, _ in res.conditions)
     res.forms, res.certificates, res.minimal = a.forms, a.certificates, a.minimal
     if a.verdict is None:
         res.all_sizes_reason = a.reason
@@ -344,6 +372,12 @@ def _over_chunks(parts: list, vals: list[int]):
     first = parts[0]
     if len(parts) == 1:
         return first
+    conds: dict = {}
+    for v, a in zip(vals, parts):
+        for c in a.conditions:
+            conds.setdefault(c, []).append(v)
+    first.conditions = [c if at == vals[:len(parts)] else (f"{c[0]} at v = {', '.join(map(str, at))}", c[1])
+                        for c, at in conds.items()]
     for a in parts[1:]:
         first.forms.update(a.forms)
         first.certificates.update(a.certificates)
@@ -376,6 +410,7 @@ def _prove_finite(claim: Claim, timeout_s: float) -> Result:
     t0 = time.perf_counter()
     prep = _prepare(claim, timeout_s)
     res = Result(claim, PROVED, _domain_json(prep))
+    res.conditions = list(prep.conditions)
     res.kind = "finite range " + ",".join(
         f"{k}={v[0]}..{v[1]}" if isinstance(v, list) else f"{k}={v}" for k, v in res.domain.items())
     unknown: list[str] = []
@@ -498,6 +533,7 @@ def _judge(prep: _Prepared, sms: dict, sizes: dict, timeout_s: float, log: list 
             eqs = {k: sympy.sympify(x).xreplace(eqs) for k, x in eqs.items()}
         lhs, rhs = lhs.xreplace(eqs), rhs.xreplace(eqs)
         cost_rels = [(op, l.xreplace(eqs), r.xreplace(eqs)) for op, l, r in cost_rels]
+    _refuse_division_by_zero(prep, sms, sizes, eqs, cost_rels, timeout_s)
     if prep.optima:
         return _judge_optimum(prep, lhs, rhs, eqs, cost_rels, sizes, log if log is not None else [])
     diff = lhs - rhs
@@ -530,6 +566,40 @@ def _judge(prep: _Prepared, sms: dict, sizes: dict, timeout_s: float, log: list 
         return "unknown", f"Z3: {info} (time limit {timeout_s:g} s)"
     return "fails", {"eqs": eqs, "costs": info, "rels": cost_rels, "lhs": lhs, "rhs": rhs,
                      "names": sorted(names)}
+
+
+def _denominators(expr) -> list:
+    """Every divisor in a claim's text: the base of a negative power, the modulus of a Mod."""
+    out = [b.base for b in expr.atoms(sympy.Pow) if b.exp.is_Integer and b.exp < 0]
+    return out + [x.args[1] for x in expr.atoms(sympy.Mod)]
+
+
+def _refuse_division_by_zero(prep: _Prepared, sms: dict, sizes: dict, eqs: dict, cost_rels: list,
+                             timeout_s: float) -> None:
+    """A claim that divides by zero at a size of its domain is refused, naming the size (the
+    all-sizes prover refuses the same claims: Z3 would give x/0 a value, sympy zoo)."""
+    at = _sizes_text({k: x for k, x in sizes.items() if k != "v" or prep.uses_v})
+    for den in _denominators(prep.parsed.lhs) + _denominators(prep.parsed.rhs):
+        val = _instantiate(den, prep, sms, sizes).xreplace(eqs)
+        if not val.free_symbols:
+            if val == 0:
+                raise UsageError(f"the claim divides by zero at {at} ({sympy.sstr(den)} == 0 "
+                                 f"there); narrow the domain or the assumptions")
+            continue
+        from ..smt.costproofs import find_counterexample
+
+        try:
+            goal = ("!=", _tree(val), ("num", Fraction(0)))
+            assumptions = [(op, _tree(l), _tree(r)) for op, l, r in cost_rels]
+        except _Unsupported:
+            continue
+        names = {x.name for x in val.free_symbols}
+        status, info = find_counterexample(goal, assumptions, positive=[n for n in names if n != "c"],
+                                           nonnegative=[n for n in names if n == "c"], timeout_s=timeout_s)
+        if status == "sat":
+            costs = ", ".join(f"{k}={v}" for k, v in sorted(info.items())) if isinstance(info, dict) else ""
+            raise UsageError(f"the claim divides by zero at {at}{'; ' + costs if costs else ''} "
+                             f"({sympy.sstr(den)} == 0 there); narrow the domain or the assumptions")
 
 
 def _judge_optimum(prep: _Prepared, lhs, rhs, eqs: dict, cost_rels: list, sizes: dict,

@@ -115,6 +115,8 @@ def _result_text(res) -> str:
              + "; costs t_* > 0, c >= 0 unless assumed otherwise"]
     if res.kind:
         lines.append(f"  kind: {res.kind}")
+    for cond, why in res.conditions:
+        lines.append(f"  added to the domain: {cond}: {why}")
     if res.verdict == "PROVED" and res.kind.startswith("all sizes"):
         slices = "; ".join(f"{f}: cost slice {x['slice']}, certificate checked in {x['check_seconds']} s"
                            for f, x in res.certificates.items())
@@ -131,7 +133,8 @@ def _result_text(res) -> str:
         if ce.get("check_command"):
             lines.append(f"  see it:    {ce['check_command']}")
     if res.minimal:
-        lines.append(f"  smallest: {res.minimal}; confirmed by simulating the schedule there")
+        confirmed = "; confirmed by simulating the schedule there" if res.verdict == "REFUTED" else ""
+        lines.append(f"  smallest: {res.minimal}{confirmed}")
     if res.reason:
         lines.append(f"  reason: {res.reason}")
     elif res.all_sizes_reason:

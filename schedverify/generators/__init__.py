@@ -62,6 +62,16 @@ class Family:
     #: the fewest chunks the generator takes (interleaved 1F1B with one chunk is 1F1B)
     min_chunks: int = 1
 
+    @property
+    def default_chunks(self) -> int | None:
+        """The chunk count the generator builds when none is given (None: the family takes
+        no ``chunks``): what ``schedverify generate`` and ``schedverify prove`` use."""
+        if not self.chunks:
+            return None
+        import inspect
+
+        return inspect.signature(self.generate).parameters["chunks"].default
+
     def __call__(self, devices: int, microbatches: int, **options: Any) -> Schedule:
         """The family's schedule; when an all-sizes certificate covers these sizes, checked
         against it in O(actions) first (a difference is an InternalError: a bug, never a
