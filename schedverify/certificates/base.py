@@ -76,6 +76,10 @@ class PyOps:
     def cost(name: str):
         raise TypeError(f"the Python backend has no cost symbols ({name}): sizes only")
 
+    @staticmethod
+    def size(name: str):
+        raise TypeError(f"the Python backend has no size symbols ({name}): give the number")
+
 
 class Z3Ops:
     """Z3 integer terms (sizes and indices are ``Int``).  The z3 module comes from the one
@@ -124,6 +128,10 @@ class Z3Ops:
         it too (Z3 identifies constants by name and sort)."""
         return self.z3.Real(name)
 
+    def size(self, name: str):
+        """A size parameter other than p and m (``k``) as a Z3 integer, the claims' too."""
+        return self.z3.Int(name)
+
 
 class SymOps:
     """sympy expressions (``Piecewise`` for a case split); ``sympy`` is handed over by the
@@ -168,11 +176,30 @@ class SymOps:
     def cost(self, name: str):
         return self.sp.Symbol(name)
 
+    def size(self, name: str):
+        return self.sp.Symbol(name, integer=True)
+
 
 #: ``top`` of a family whose every per-device maximum is on device 0 (the deepest warm-up).
 DEVICE_0_TOPS: Mapping[str, Callable] = MappingProxyType(
     {"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
      "fwd_before_bwd": lambda o, p, m: 0})
+
+
+def run_facts(o, pos, n, dev, lo, hi, kinds):
+    """Z3 facts: device ``dev``'s positions lo..hi hold exactly, of each kind K, the
+    actions K(dev, j0..j0+c-1) for ``kinds[K] = (j0, c)`` (positions increase with the
+    index, an order obligation) and nothing else (the counts fill the range).  ``pos(k,
+    dev, j)``: the position; ``n``: actions of each kind per device."""
+    facts = []
+    for k, (j0, c) in kinds.items():
+        at = lambda j, k=k: pos(k, dev, j)  # noqa: E731
+        facts.append(o.And(j0 >= 0, c >= 0, j0 + c <= n,
+                           o.Or(j0 == 0, at(j0 - 1) < lo),
+                           o.Or(c == 0, o.And(at(j0) >= lo, at(j0 + c - 1) <= hi)),
+                           o.Or(j0 + c == n, at(j0 + c) > hi)))
+    facts.append(sum(c for _, c in kinds.values()) == hi - lo + 1)
+    return o.And(*facts)
 
 
 #: the condition the families on Megatron-LM's table add to a claim's domain, and why

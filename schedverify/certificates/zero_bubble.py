@@ -32,7 +32,7 @@ from types import MappingProxyType
 
 from ..formulas.tropical import C_ZERO, UNIT_SPLIT
 from ..model import F, I, W
-from .base import DEVICE_0_TOPS, GROUP_RULE, KINDS_SPLIT, Certificate, Cone
+from .base import DEVICE_0_TOPS, GROUP_RULE, KINDS_SPLIT, Certificate, Cone, run_facts
 
 
 def _order(scale: int):
@@ -174,22 +174,6 @@ def _cone_names(low: str) -> dict:
     return {k: (s if k == low else f"{_COST[k]}-{s}") for k in KINDS_SPLIT}
 
 
-def _run(o, pos, n, dev, lo, hi, kinds):
-    """Z3 facts: device ``dev``'s positions lo..hi hold exactly, of each kind K, the
-    actions K(dev, j0..j0+c-1) for ``kinds[K] = (j0, c)`` (positions increase with the
-    index, an order obligation) and nothing else (the counts fill the range).  ``pos(k,
-    dev, j)``: the position; ``n``: actions of each kind per device."""
-    facts = []
-    for k, (j0, c) in kinds.items():
-        at = lambda j, k=k: pos(k, dev, j)  # noqa: E731
-        facts.append(o.And(j0 >= 0, c >= 0, j0 + c <= n,
-                           o.Or(j0 == 0, at(j0 - 1) < lo),
-                           o.Or(c == 0, o.And(at(j0) >= lo, at(j0 + c - 1) <= hi)),
-                           o.Or(j0 + c == n, at(j0 + c) > hi)))
-    facts.append(sum(c for _, c in kinds.values()) == hi - lo + 1)
-    return o.And(*facts)
-
-
 def _chain(v: int, low: str, cert_of):
     """The chain of waits as long as the makespan on the cone where t_low is the smallest
     cost: Z3 facts (each a wait of docs/spec.md 3.4 read from the certificate's deps, or a
@@ -215,14 +199,14 @@ def _chain(v: int, low: str, cert_of):
             warm = o.Min(v * p, n)
             facts = [
                 ("chain: device 0 starts with F(0,0..(v-1)p)",
-                 _run(o, pos, n, 0, 0, pos(F, 0, f0), {F: (0, f0 + 1), I: (0, 0), W: (0, 0)})),
+                 run_facts(o, pos, n, 0, 0, pos(F, 0, f0), {F: (0, f0 + 1), I: (0, 0), W: (0, 0)})),
                 ("chain: F(d,(v-1)p) waits for F(d-1,(v-1)p), d >= 1",
                  o.Or(d < 1, waits(F, d, f0, (F, d - 1, f0)))),
                 ("chain: I(p-1,0) waits for F(p-1,(v-1)p)", waits(I, p - 1, 0, (F, p - 1, f0))),
                 ("chain: I(d,0) waits for I(d+1,0), d < p-1",
                  o.Or(d >= p - 1, waits(I, d, 0, (I, d + 1, 0)))),
                 ("chain: device 0 from I(0,0) to its end: N - min(vp,N) F, every I and W",
-                 _run(o, pos, n, 0, pos(I, 0, 0), last, {F: (warm, n - warm), I: (0, n), W: (0, n)})),
+                 run_facts(o, pos, n, 0, pos(I, 0, 0), last, {F: (warm, n - warm), I: (0, n), W: (0, n)})),
             ]
             return facts, {F: f0 + p + n - warm, I: p - 1 + n, W: n}
         # F(d-1,0) -> F(d,0) up to p-1, device p-1 from F(p-1,0) to I(p-1,N-1), I(d+1,N-1) ->
@@ -231,7 +215,7 @@ def _chain(v: int, low: str, cert_of):
         head = [
             ("chain: F(d,0) waits for F(d-1,0), d >= 1", o.Or(d < 1, waits(F, d, 0, (F, d - 1, 0)))),
             ("chain: device p-1 from F(p-1,0) to I(p-1,N-1): every F and I, max(0,N-p) W",
-             _run(o, pos, n, p - 1, 0, pos(I, p - 1, n - 1),
+             run_facts(o, pos, n, p - 1, 0, pos(I, p - 1, n - 1),
                   {F: (0, n), I: (0, n), W: (0, o.Max(0, n - p))})),
             ("chain: I(d,N-1) waits for I(d+1,N-1), d < p-1",
              o.Or(d >= p - 1, waits(I, d, n - 1, (I, d + 1, n - 1)))),
@@ -242,7 +226,7 @@ def _chain(v: int, low: str, cert_of):
         e = o.Min(n - 1, p - 1)
         j0 = o.Max(0, n - 1 - e)
         facts = head + [("chain: device min(N,p)-1 after I(e,N-1): the W from max(0, N-1-e) on",
-                         _run(o, pos, n, e, pos(I, e, n - 1) + 1, last,
+                         run_facts(o, pos, n, e, pos(I, e, n - 1) + 1, last,
                               {F: (n, 0), I: (n, 0), W: (j0, n - j0)}))]
         return facts, {F: p - 1 + n, I: n + p - 1 - e, W: o.Max(0, n - p) + n - j0}
 

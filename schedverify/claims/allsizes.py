@@ -312,6 +312,17 @@ def _fixed_implied(env: _Env, base: list, cert, limits: tuple[float, int]) -> st
     return None
 
 
+def merge_conditions(per_v: list[tuple[int, list]]) -> list:
+    """The conditions added at each chunk count, as one list: a condition added at only
+    some of them says at which (``m % p == 0 at v = 2, 3``)."""
+    vals = [v for v, _ in per_v]
+    at: dict = {}
+    for v, conds in per_v:
+        for c in conds:
+            at.setdefault(tuple(c), []).append(v)
+    return [c if vs == vals else (f"{c[0]} at v = {', '.join(map(str, vs))}", c[1]) for c, vs in at.items()]
+
+
 def chunk_values(domain_text: str, chunky: bool, default: int | None = None) -> tuple[list[int] | None, str]:
     """The chunk counts v the domain allows (v == 1 for a family without chunks; a family
     with chunks needs v bounded: ``v == 2`` or ``v >= 2, v <= 3``, or, when the domain does

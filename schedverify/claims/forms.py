@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from .allsizes import DEFAULT_ALL_SIZES, PROVED, CertificateStore, judge
+from .allsizes import DEFAULT_ALL_SIZES, PROVED, CertificateStore, judge, merge_conditions
 from .statement import Claim
 
 
@@ -50,11 +50,11 @@ def prove_forms(families=None, *, log: Callable[[str], None] | None = None) -> d
                           id=f"{family}/{key}")
             chunks = _chunk_counts(doc)
             verdicts = []
-            added: list[str] = []
+            per_v = []
             for v in chunks:
                 verdict = judge(claim, DEFAULT_ALL_SIZES, store, v=v)
                 verdicts.append(verdict.verdict)
-                added += [c for c, _ in verdict.conditions if c not in added]
+                per_v.append((v, verdict.conditions))
                 if log is not None:
                     log(f"{family}/{key}{f' (v = {v})' if chunks != [1] else ''}: "
                         f"{verdict.verdict or 'not judged'}"
@@ -62,6 +62,7 @@ def prove_forms(families=None, *, log: Callable[[str], None] | None = None) -> d
                 if verdict.verdict != PROVED:
                     break
             if verdicts == [PROVED] * len(chunks):
+                added = [c for c, _ in merge_conditions(per_v)]
                 where = ", ".join([DEFAULT_ALL_SIZES] + ([assume] if assume else []) + added)
                 if chunks != [1]:
                     where += f", at v = {', '.join(map(str, chunks))}"

@@ -372,12 +372,9 @@ def _over_chunks(parts: list, vals: list[int]):
     first = parts[0]
     if len(parts) == 1:
         return first
-    conds: dict = {}
-    for v, a in zip(vals, parts):
-        for c in a.conditions:
-            conds.setdefault(c, []).append(v)
-    first.conditions = [c if at == vals[:len(parts)] else (f"{c[0]} at v = {', '.join(map(str, at))}", c[1])
-                        for c, at in conds.items()]
+    from .allsizes import merge_conditions
+
+    first.conditions = merge_conditions([(v, a.conditions) for v, a in zip(vals, parts)])
     for a in parts[1:]:
         first.forms.update(a.forms)
         first.certificates.update(a.certificates)
