@@ -80,9 +80,9 @@ def test_the_generated_schedule_is_the_certificate_and_the_published_loop(which,
     p, m = _size(family, chunks, p, n if chunks in (None, 1) else max(1, n // 8))
     kw = {} if chunks is None else {"chunks": chunks}
     sched = generate(family, p, m, **kw)
-    cert = covering(family, p, m, chunks)
-    assert cert is not None
-    assert [list(r) for r in sched.order] == rows(cert, p, m)
+    source = covering(family, p, m, chunks)
+    assert source is not None and source.gap is None
+    assert [list(r) for r in sched.order] == rows(source.cert, p, m)
     assert [list(r) for r in sched.order] == reference(family, p, m, chunks)
 
 
@@ -171,7 +171,7 @@ def test_derived_dependencies_are_the_schedules_needs(family, chunks):
     o = PyOps()
     for p, n in [(1, 2), (2, 1), (2, 3), (3, 2), (4, 5), (5, 2)]:
         p, m = _size(family, chunks, p, n)
-        cert = covering(family, p, m, chunks)
+        cert = covering(family, p, m, chunks).cert
         sched = generate(family, p, m, **({} if chunks is None else {"chunks": chunks}))
         index = index_of_action(cert, p, m)
         where = {(a.kind, a.stage, a.microbatch): (a.kind, d, index(a))
@@ -188,7 +188,7 @@ def test_every_generation_of_a_certified_size_is_checked(monkeypatch):
     """Family.__call__ (generate, the CLI, the finite prover) checks the schedule against its
     certificate; a schedule that is not it, at any position, is an InternalError."""
     sched = generate("zb-h1", 4, 8, chunks=2)
-    cert = covering("zb-h1", 4, 8, 2)
+    cert = covering("zb-h1", 4, 8, 2).cert
     verify(sched, cert, 4, 8)
     row = list(sched.order[1])
     row[3], row[4] = row[4], row[3]
@@ -198,3 +198,41 @@ def test_every_generation_of_a_certified_size_is_checked(monkeypatch):
     # a group size other than the devices has no certificate: the generator's loop, unchecked
     assert covering("interleaved-1f1b", 4, 10, 2, group_size=5) is None
     assert generate("interleaved-1f1b", 4, 10, chunks=2, group_size=5).microbatches == 10
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 12), k=st.integers(1, 12), m=st.integers(1, 40))
+def test_1f1b_with_k_in_flight_is_1f1b_over_the_virtual_index(p, k, m):
+    """--max-inflight K: 1F1B's certified order at nu(0..m-1), nu(i) = (i div K) p + i mod K,
+    the empty virtual microbatches left out; at most min(K, p) in flight on every device."""
+    from schedverify.formulas.tropical import order_metrics
+
+    sched = generate("1f1b", p, m, max_inflight=k)
+    if k >= p:
+        assert sched.order == generate("1f1b", p, m).order
+        return
+    nu = [(i // k) * p + i % k for i in range(m)]
+    real = {x: i for i, x in enumerate(nu)}
+    loop = [[Action(a.stage, a.kind, real[a.microbatch]) for a in row if a.microbatch in real]
+            for row in reference("1f1b", p, nu[-1] + 1)]
+    assert [list(r) for r in sched.order] == loop
+    assert max(order_metrics(sched).peak_inflight) == min(k, p, m)
+
+
+def test_1f1b_with_k_in_flight_is_checked_at_generation(monkeypatch):
+    """A generator that swaps two actions of the gapped order (at p >= 6 only) is refused by
+    the check every generation of a certified size gets."""
+    from schedverify.generators import classic
+
+    real = classic.certified
+
+    def swapped(*args, **kw):
+        out = real(*args, **kw)
+        if args[1] >= 6:
+            out[0][2], out[0][3] = out[0][3], out[0][2]
+        return out
+
+    monkeypatch.setattr(classic, "certified", swapped)
+    assert generate("1f1b", 5, 9, max_inflight=2).devices == 5
+    with pytest.raises(InternalError, match="with at most 2 in flight differs from its certificate on device 0"):
+        generate("1f1b", 6, 9, max_inflight=2)

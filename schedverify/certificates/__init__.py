@@ -54,12 +54,14 @@ def _first(family: str, chunks: int | None) -> Certificate | None:
 
 
 def covering(family: str, devices: int, microbatches: int, chunks: int | None = None,
-             group_size: int | None = None) -> Certificate | None:
-    """The certificate whose order *is* the family's schedule at these sizes and options
-    (the generator builds it from the certificate, :func:`.order.rows`), or None: a group
-    size other than the devices, a chunk count without a certificate, sizes outside the
-    certificate's domain, or a family without one (its generator's own code then)."""
+             group_size: int | None = None, max_inflight: int | None = None):
+    """What the family's schedule at these sizes and options is built from
+    (:class:`.order.Source`: its all-sizes certificate, read by :func:`.order.rows`), or
+    None: a group size other than the devices, a chunk count without a certificate, sizes
+    outside the certificate's domain, or a family without one (its generator's own code
+    then)."""
     from ..generators import FAMILIES
+    from .order import Source
 
     v = chunks if chunks is not None else FAMILIES[family].default_chunks
     if family == "interleaved-1f1b" or (family == "zb-h1" and v != 1):
@@ -70,7 +72,9 @@ def covering(family: str, devices: int, microbatches: int, chunks: int | None = 
     cert = _first(family, v)
     if cert is None or cert.chunks_per_device != (v or 1):
         return None
-    return cert
+    if max_inflight is not None and max_inflight < devices:
+        return Source(cert, gap=max_inflight) if family == "1f1b" else None
+    return Source(cert)
 
 
 def families() -> tuple[tuple[str, int | None], ...]:

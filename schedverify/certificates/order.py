@@ -13,6 +13,8 @@ an :class:`~schedverify.errors.InternalError` (a bug in schedverify), never a wr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..errors import InternalError
 from ..model import Action
 from .base import Certificate, PyOps
@@ -79,3 +81,53 @@ def verify(schedule, cert: Certificate, p: int, m: int) -> None:
                 want = rows(cert, p, m)[d][t]
                 raise InternalError(f"the schedule of {_where(cert, p, m)} differs from its certificate at "
                                     f"device {d}, position {t}: {a}, the certificate's is {want}")
+
+
+def virtual_index(p: int, k: int, i: int) -> int:
+    """nu(i) = (i div k) p + i mod k: microbatch i's place among the virtual microbatches of
+    1F1B with p - k empty ones after every k (docs/proofs.md, "Laws about the optimum")."""
+    return (i // k) * p + i % k
+
+
+def gapped_rows(cert: Certificate, p: int, m: int, k: int) -> list[list[Action]]:
+    """Every device's order of ``cert`` (one stage per device) over the virtual microbatches
+    nu(0..m-1), the empty ones left out: the actions of microbatch i in the order of their
+    positions pos(K, p, nu(m-1)+1, d, nu(i))."""
+    o = _O
+    nu = [virtual_index(p, k, i) for i in range(m)]
+    mv = nu[-1] + 1
+    out = []
+    for d in range(p):
+        keyed = sorted((cert.pos(o, kind, p, mv, d, nu[i]), kind, i) for kind in cert.kinds for i in range(m))
+        if any(a[0] == b[0] for a, b in zip(keyed, keyed[1:])):
+            raise InternalError(f"the certificate of {_where(cert, p, mv)} puts two actions of device {d} "
+                                f"at one position")
+        out.append([Action(d, kind, i) for _, kind, i in keyed])
+    return out
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a certified schedule is made of: a certificate, and for 1F1B with at most
+    ``gap`` microbatches in flight (``gap`` < p) the virtual index it is read at."""
+
+    cert: Certificate
+    gap: int | None = None
+
+    def rows(self, p: int, m: int) -> list[list[Action]]:
+        return rows(self.cert, p, m) if self.gap is None else gapped_rows(self.cert, p, m, self.gap)
+
+    def verify(self, schedule, p: int, m: int) -> None:
+        """:func:`verify`, or for a gapped order a comparison with :func:`gapped_rows`;
+        O(actions) either way."""
+        if self.gap is None:
+            verify(schedule, self.cert, p, m)
+            return
+        want = gapped_rows(self.cert, p, m, self.gap)
+        for d, (row, good) in enumerate(zip(schedule.order, want)):
+            if list(row) != good:
+                t = next((t for t, (a, b) in enumerate(zip(row, good)) if a != b), min(len(row), len(good)))
+                raise InternalError(f"the schedule of {_where(self.cert, p, m)} with at most {self.gap} in "
+                                    f"flight differs from its certificate on device {d} at position {t}")
+        if len(schedule.order) != len(want):
+            raise InternalError(f"the schedule of {_where(self.cert, p, m)} has {len(schedule.order)} devices")

@@ -26,7 +26,7 @@ from sympy.core.function import AppliedUndef
 
 from ..certificates import certificate_options
 from ..errors import UsageError
-from .statement import ALL, Claim, Parsed, parse_assumptions, parse_claim
+from .statement import ALL, Claim, Parsed, optimum_refs, parse_assumptions, parse_claim
 
 PROVED, REFUTED, UNKNOWN = "PROVED", "REFUTED", "UNKNOWN"
 DEFAULT_ALL_SIZES = "p >= 2, m >= 1"
@@ -51,6 +51,8 @@ class AllSizes:
     #: conditions the prover added to the domain, each (condition, why): the family's own
     #: sizes (interleaved 1F1B: m % p == 0), a default chunk count
     conditions: list = field(default_factory=list)
+    #: claims about the optimum: per optimal_makespan(...), the bounds the laws gave
+    laws: dict = field(default_factory=dict)
 
 
 #: Z3 resource units per query of the all-sizes prover and per certificate obligation: the
@@ -116,7 +118,7 @@ def parse_size_relations(text: str) -> list[Parsed]:
     """``"p >= 2, m >= p"``: relations among the sizes (no metrics, no costs)."""
     rels = parse_assumptions(text, "--domain")
     for r in rels:
-        extra = r.symbols - {"p", "m", "v", "d"}
+        extra = r.symbols - {"p", "m", "v", "d", "k"}
         if extra:
             raise UsageError(f"--domain: a domain is about sizes p, m, v, d; {', '.join(sorted(extra))} "
                              f"is not one (costs go in --assume)")
@@ -144,7 +146,7 @@ class _Env:
         z3 = _z3()
         self.z3 = z3
         self.o = Z3Ops()
-        self.size = {n: z3.Int(n) for n in ("p", "m", "d")}
+        self.size = {n: z3.Int(n) for n in ("p", "m", "d", "k")}
         self.cost = {n: z3.Real(n) for n in _COSTS}
         self.parsed = parsed
         self.fams = fams
@@ -154,11 +156,13 @@ class _Env:
         self.side: list = []  # device arguments in range
         #: every divisor of the claim's own text (Z3 would give x/0 a value: refused instead)
         self.denominators: list = []
+        #: optimal_makespan(...) of the claim: function name -> a Z3 real, bounded by the laws
+        self.optima: dict = {}
 
     # -- metrics
-    def metric(self, fam: str, metric: str, device):
+    def metric(self, fam: str, metric: str, device, cert=None):
         z3, o = self.z3, self.o
-        cert = self.picks[fam]
+        cert = self.picks[fam] if cert is None else cert
         p, m = self.size["p"], self.size["m"]
         R = z3.ToReal
 
@@ -206,6 +210,8 @@ class _Env:
             if e.name in self.cost:
                 return self.cost[e.name]
             raise UsageError(f"cannot use {e.name} here")
+        if isinstance(e, AppliedUndef) and e.func.__name__ in self.optima:
+            return self.optima[e.func.__name__]
         if isinstance(e, AppliedUndef):
             ref = self.parsed.refs[e.func.__name__]
             arg = e.args[0] if e.args else ALL
@@ -267,8 +273,10 @@ class _Env:
             return None
         if den.is_Integer and int(den) > 0:
             k = int(den)
-        elif den.is_Symbol and den.name in ("p", "m"):
+        elif den.is_Symbol and den.name in ("p", "m", "k"):
             k = self.size[den.name]
+            if den.name == "k":  # not a size >= 1 by itself: the domain must keep it from 0
+                self.denominators.append((den, self.z3.ToReal(k)))
         else:
             return None
         return (a + k - 1) / k if up else a / k
@@ -358,8 +366,9 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
 
     fresh_context()  # the verdict must not depend on what this process solved before
     parsed = parse_claim(claim.text)
-    fams = {name: (ref.family or claim.family) for name, ref in parsed.refs.items()}
-    every = set(fams.values()) | {claim.family}
+    optima = optimum_refs(parsed)
+    fams = {name: (ref.family or claim.family) for name, ref in parsed.refs.items() if name not in optima}
+    every = set(fams.values()) | ({claim.family} if claim.family else set())
     opts = {}
     for fam in sorted(every):
         opts[fam], why = store.options(fam, v)
@@ -367,6 +376,10 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
             out.reason = why
             out.seconds = time.perf_counter() - t0
             return out
+    if optima:
+        from . import laws
+
+        laws.prepare(store)
     picks = {fam: o[0][0] for fam, o in opts.items()}
     env = _Env(store, parsed, fams, v, picks)
     z3 = env.z3
@@ -378,6 +391,15 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
     base += [env.rel(None, r.op, r.lhs.subs(V, v), r.rhs.subs(V, v)) for r in rels]
     base += [env.rel(None, a.op, a.lhs.subs(V, v), a.rhs.subs(V, v)) for a in assumptions]
     base += [env.cost[c] > 0 for c in _COSTS if c != "c"] + [env.cost["c"] >= 0]
+    pinned = []  # where every optimum of the claim is known exactly (its bounds meet)
+    for name, ref in optima.items():
+        from . import laws
+
+        opt = env.optima[name] = z3.Real(f"optimum_{name}")
+        bs = laws.bounds(env, ref, store)
+        base += [z3.Implies(b.guard, opt >= b.value if b.kind == "lower" else opt <= b.value) for b in bs]
+        pinned.append(laws.determined(z3, bs))
+        out.laws[ref.text()] = [{"bound": b.kind, "law": b.name, "why": b.why} for b in bs]
     uses_d = "d" in parsed.symbols | {s for a in assumptions for s in a.symbols}
     if uses_d:
         base += [d >= 0, d < p]
@@ -458,7 +480,17 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
         out.verdict = UNKNOWN
         out.reason = f"Z3: {model}"
     else:
-        _smallest(out, claim, env, base, goal, model, limits, uses_d, v)
+        uses_k = "k" in parsed.symbols | {s for a in assumptions for s in a.symbols} | {
+            x.name for r in optima.values() for x in sympy.sympify(r.memory or 0).free_symbols}
+        if pinned:  # a counterexample counts only where the laws pin the optimum exactly
+            status, model = _query(base + pinned + [z3.Not(goal)], limits)
+        if status == "sat":
+            _smallest(out, claim, env, base + pinned, goal, model, limits, uses_d, v, uses_k)
+        else:
+            out.verdict = UNKNOWN
+            out.reason = ("the claim can fail only at sizes where the laws leave the optimum between "
+                          "bounds that do not meet (docs/proofs.md, Laws about the optimum)"
+                          if status == "unsat" else f"Z3: {model}")
     out.seconds = time.perf_counter() - t0
     return out
 
@@ -493,16 +525,16 @@ def _val(model, v) -> int:
     return model.eval(v, model_completion=True).as_long()
 
 
-def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, limits, uses_d, v):
-    """Lexicographically smallest (p, m[, d]) counterexample, confirmed by simulation."""
+def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, limits, uses_d, v,
+              uses_k: bool = False):
+    """Lexicographically smallest (p, m[, k][, d]) counterexample, confirmed by simulation
+    (for a claim about the optimum, by the search's proven optimum there)."""
     z3 = env.z3
-    p, m, d = env.size["p"], env.size["m"], env.size["d"]
     fail = base + [z3.Not(goal)]
-    best = {"p": _val(model, p), "m": _val(model, m)}
-    if uses_d:
-        best["d"] = _val(model, d)
+    order = ["p", "m"] + (["k"] if uses_k else []) + (["d"] if uses_d else [])
+    best = {k: _val(model, env.size[k]) for k in order}
     fixed: list[Any] = []  # z3 constraints (z3 has no stubs)
-    for name in (["p", "m", "d"] if uses_d else ["p", "m"]):
+    for name in order:
         var = env.size[name]
         # binary search on the smallest value of var with a counterexample
         lo = 0 if name == "d" else 1
@@ -523,15 +555,18 @@ def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, limits,
         fixed.append(var == hi)
     if not out.minimal:
         out.minimal = ("no counterexample with smaller p in the domain, none with smaller m at "
-                       f"p={best['p']}" + (f", none with smaller d at m={best['m']}" if uses_d else ""))
+                       f"p={best['p']}" + (f", none with smaller k at m={best['m']}" if uses_k else "")
+                       + (f", none with smaller d at m={best['m']}" if uses_d else ""))
     # confirm by simulating the real schedule at that size
     from .prover import prove as finite
 
     dom = f"p={best['p']}..{best['p']},m={best['m']}..{best['m']}"
     from ..formulas.sizes import has_chunks
 
-    if has_chunks(claim.family):
+    if claim.family and has_chunks(claim.family):
         dom += f",v={v}..{v}"
+    if uses_k:
+        dom += f",k={best['k']}..{best['k']}"
     if uses_d:
         dom += f",d={best['d']}..{best['d']}"
     sim = finite(Claim(claim.text, claim.family, claim.assume, dom, claim.source, claim.id),
@@ -558,7 +593,7 @@ def _refusal(claim: Claim, sizes: dict, v: int) -> str:
     from ..formulas.sizes import build, has_chunks
 
     fams = {claim.family} | {r.family for r in parse_claim(claim.text).refs.values() if r.family}
-    for fam in sorted(fams):
+    for fam in sorted(fams - {""}):
         try:
             build(fam, sizes["p"], sizes["m"], v if has_chunks(fam) else None)
         except UnsupportedSize as e:

@@ -76,6 +76,8 @@ class Result:
     optima: list = field(default_factory=list)
     #: conditions the prover added to the domain, each (condition, why)
     conditions: list = field(default_factory=list)
+    #: all sizes, a claim about the optimum: per optimal_makespan(...), the laws' bounds
+    laws: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         c = self.claim
@@ -90,6 +92,8 @@ class Result:
             extra["certificates"] = self.certificates
         if self.conditions:
             extra["conditions_added"] = [{"condition": c, "why": w} for c, w in self.conditions]
+        if self.laws:
+            extra["laws"] = self.laws
         if self.optima:
             extra["optima"] = {
                 "sizes": len(self.optima),
@@ -241,16 +245,6 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
     from . import allsizes
 
     t0 = time.perf_counter()
-    if optimum_refs(parse_claim(claim.text)):
-        # the optimum has no closed form to certify: judged size by size on a finite range
-        why = ("a claim about the optimum is judged size by size with the search engine's "
-               "proven optima (no certificate covers the optimum)")
-        if allsizes.is_inequality_domain(claim.domain):
-            return Result(claim, UNKNOWN, {"all sizes": claim.domain}, reason=why + "; give a "
-                          "finite range (p=2..6,m=1..18)", seconds=time.perf_counter() - t0)
-        res = _prove_finite(claim, timeout_s)
-        res.all_sizes_reason = why if all_sizes else ""
-        return res
     if allsizes.is_inequality_domain(claim.domain):
         return _from_all_sizes(claim, claim.domain, store, timeout_s, t0, required=True)
     reason, ext = "", None
@@ -317,12 +311,14 @@ def _extension(claim: Claim):
              for k in ("p", "m")]
     if "v" not in ranges and any(has_chunks(f) for f in
                                  {claim.family} | {r.family for r in parse_claim(claim.text).refs.values()
-                                                   if r.family}):
+                                                   if r.family} if f):
         v0 = _default_v(claim) or 1
         ranges["v"] = (v0, v0)  # the family's default chunk count, as the finite prover takes it
     if "v" in ranges:
         parts.append(f"v == {ranges['v'][0]}" if ranges["v"][0] == ranges["v"][1] else
                      f"v >= {ranges['v'][0]}, v <= {ranges['v'][1]}")
+    if "k" in ranges:  # a free parameter: extended as the sizes are (the assumptions may bound it)
+        parts.append(f"k == {ranges['k'][0]}" if ranges["k"][0] == ranges["k"][1] else f"k >= {ranges['k'][0]}")
     if "d" in ranges:
         parts += [f"d >= {ranges['d'][0]}", f"d <= {ranges['d'][1]}"]
     return ", ".join(parts), ""
@@ -334,10 +330,10 @@ def _from_all_sizes(claim: Claim, domain_text: str, store, timeout_s: float, t0:
 
     store = store if store is not None else allsizes.CertificateStore()
     prep_fams = {claim.family} | {r.family for r in parse_claim(claim.text).refs.values() if r.family}
-    for f in prep_fams:
+    for f in prep_fams - {""}:
         family_of(f)
     v0 = _default_v(claim)
-    vals, why_not = allsizes.chunk_values(domain_text, has_chunks(claim.family), v0)
+    vals, why_not = allsizes.chunk_values(domain_text, bool(claim.family) and has_chunks(claim.family), v0)
     if vals is None:
         a = allsizes.AllSizes(None, domain_text, reason=why_not)
     elif not vals:
@@ -354,7 +350,7 @@ def _from_all_sizes(claim: Claim, domain_text: str, store, timeout_s: float, t0:
     res = Result(claim, a.verdict or UNKNOWN, {"all sizes": domain_text})
     res.conditions = list(a.conditions)
     res.kind = f"all sizes in {domain_text}" + "".join(f", {c}" for c, _ in res.conditions)
-    res.forms, res.certificates, res.minimal = a.forms, a.certificates, a.minimal
+    res.forms, res.certificates, res.minimal, res.laws = a.forms, a.certificates, a.minimal, a.laws
     if a.verdict is None:
         res.all_sizes_reason = a.reason
         if required:
@@ -376,6 +372,7 @@ def _over_chunks(parts: list, vals: list[int]):
 
     first.conditions = merge_conditions([(v, a.conditions) for v, a in zip(vals, parts)])
     for a in parts[1:]:
+        first.laws.update(a.laws)
         first.forms.update(a.forms)
         first.certificates.update(a.certificates)
         first.seconds += a.seconds

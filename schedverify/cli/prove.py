@@ -120,9 +120,14 @@ def _result_text(res) -> str:
     if res.verdict == "PROVED" and res.kind.startswith("all sizes"):
         slices = "; ".join(f"{f}: cost slice {x['slice']}, certificate checked in {x['check_seconds']} s"
                            for f, x in res.certificates.items())
-        lines.append(f"  for every size in the domain and every cost allowed ({slices}; docs/proofs.md)")
+        what = [f"of the schedules `schedverify generate` builds ({slices})"] if slices else []
+        what += ["by the laws about the optimum below"] if res.laws else []
+        lines.append(f"  proved for every size in the domain and every cost allowed, {' and '.join(what)}; "
+                     f"docs/proofs.md")
     elif res.verdict == "PROVED":
         lines.append(f"  exactly, at all {res.checked} sizes in the domain, for every cost allowed")
+    for opt, bounds in res.laws.items():
+        lines.append(f"  {opt}: " + "; ".join(f"{b['bound']} bound {b['law']}" for b in bounds))
     if res.counterexample:
         ce = res.counterexample
         sizes = ", ".join(f"{k}={v}" for k, v in ce["sizes"].items())
@@ -133,7 +138,8 @@ def _result_text(res) -> str:
         if ce.get("check_command"):
             lines.append(f"  see it:    {ce['check_command']}")
     if res.minimal:
-        confirmed = "; confirmed by simulating the schedule there" if res.verdict == "REFUTED" else ""
+        how = "the search's proven optimum" if res.laws else "simulating the schedule"
+        confirmed = f"; confirmed by {how} there" if res.verdict == "REFUTED" else ""
         lines.append(f"  smallest: {res.minimal}{confirmed}")
     if res.reason:
         lines.append(f"  reason: {res.reason}")

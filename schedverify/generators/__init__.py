@@ -79,11 +79,10 @@ class Family:
         schedule = self.generate(devices, microbatches, **options)
         from ..certificates import covering
 
-        cert = covering(self.name, devices, microbatches, options.get("chunks"), options.get("group_size"))
-        if cert is not None:
-            from ..certificates.order import verify
-
-            verify(schedule, cert, devices, microbatches)
+        source = covering(self.name, devices, microbatches, options.get("chunks"), options.get("group_size"),
+                          options.get("max_inflight"))
+        if source is not None:
+            source.verify(schedule, devices, microbatches)
         return schedule
 
 
@@ -96,7 +95,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "D >= 1, M >= 1"),
     Family("1f1b", one_f_one_b,
            "1F1B / PipeDream-Flush (Narayanan et al. 2021): D-d-1 warm-up forwards, then one F one B",
-           "D >= 1, M >= 1"),
+           "D >= 1, M >= 1; --max-inflight K >= 1",
+           options=(Option("max_inflight", int, "D",
+                           "at most this many microbatches in flight per device: 1F1B with D-K empty "
+                           "slots after every K microbatches, the least makespan with that memory"),)),
     Family("interleaved-1f1b", interleaved_1f1b,
            "Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): depth-first over chunks in microbatch groups",
            "V >= 2, D <= group size <= M, M % group size is 0 or >= D (Megatron's rules)",

@@ -39,17 +39,16 @@ def positive(family: str, **sizes: int) -> None:
 
 
 def certified(family: str, devices: int, microbatches: int, *, chunks: int | None = None,
-              group_size: int | None = None) -> list[list[Action]] | None:
+              group_size: int | None = None, max_inflight: int | None = None) -> list[list[Action]] | None:
     """Every device's order as the family's all-sizes certificate gives it (its positions and
     actions, :func:`schedverify.certificates.order.rows`, checked as a bijection while it is
     built), or None when no certificate covers these sizes and options.  The generators of
     the certified families return this, so what ``schedverify prove`` proves about the
     certificate is about the schedule the user gets (docs/proofs.md section 4)."""
     from ..certificates import covering
-    from ..certificates.order import rows
 
-    cert = covering(family, devices, microbatches, chunks, group_size)
-    return None if cert is None else rows(cert, devices, microbatches)
+    source = covering(family, devices, microbatches, chunks, group_size, max_inflight)
+    return None if source is None else source.rows(devices, microbatches)
 
 
 def phases(
