@@ -255,7 +255,7 @@ def test_the_verdict_is_bounded_by_resource_units_not_by_seconds(store):
 def test_a_proved_form_is_labelled_and_a_changed_one_is_not(monkeypatch):
     from schedverify.formulas import shipped
 
-    assert shipped.json_doc("gpipe", "makespan")["domain"]["status"] == "proved for all sizes in its domain"
+    assert shipped.json_doc("gpipe", "makespan")["domain"]["status"] == "proved for every size in its domain"
     assert shipped.json_doc("1f1b", "bubble_fraction")["domain"]["status"].startswith("confirmed on p=2..8")
     real = shipped.proof_record
     monkeypatch.setattr(shipped, "proof_record", lambda f, m, d=None: (

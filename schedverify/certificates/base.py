@@ -309,6 +309,9 @@ class Certificate:
     #: ``check._nia_solver`` (interleaved 1F1B: its domain m % p == 0 and its table chunks
     #: ``q mod vp`` are nonlinear everywhere, and the general solver times out on them)
     nia_tactic: bool = False
+    #: every obligation is linear integer arithmetic (no division by a size): Z3 checks them
+    #: on one incremental solver, the domain asserted once (1F1B with latency: False)
+    linear: bool = True
     #: a certificate by cost cones (docs/proofs.md section 2, "cones"): ``start`` is None in
     #: ``self`` (which gives the order and the peaks), each cone's bound certificate gives
     #: the timing on its cone, and the cones cover every cost; the makespan is then the

@@ -295,10 +295,23 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0,
     N = cert.count(o, m)
     hyp = z3.And(cert.in_domain(o, p, m), d >= 0, d < p, i >= 0, i < N, j >= 0, j < N)
     res = CertificateCheck(cert.family, True)
+    shared = None  # linear: one incremental solver, the domain asserted once
+    if cert.linear and not cert.nia_tactic:
+        shared = make_solver(timeout_s=timeout_s, logic="QF_LIA", rlimit=rlimit)
+        shared.add(hyp)
     for name, formula in obligations(cert, o, p, m, d, i, j):
         t1 = time.perf_counter()
         if isinstance(formula, bool):
             formula = z3.BoolVal(formula)
+        if shared is not None:
+            shared.push()
+            shared.add(z3.Not(formula))
+            r = shared.check()
+            if r == z3.unsat:
+                shared.pop()
+                res.obligations.append(Obligation(name, "proved", seconds=time.perf_counter() - t1))
+                continue
+            shared.pop()  # sat or unknown: asked again on its own, for the model or a verdict
         if cert.nia_tactic:  # its domain (m % p == 0) is nonlinear: QF_LIA cannot read it
             s = _nia_solver(z3, timeout_s if rlimit else min(timeout_s, NIA_TACTIC_S), rlimit)
         else:

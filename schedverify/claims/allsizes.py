@@ -18,6 +18,7 @@ formula over integer sizes ``p, m, d`` and real costs, which Z3 decides:
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,35 @@ _COSTS = ("t_F", "t_B", "t_I", "t_W", "c")
 _KIND_COST = {"F": "t_F", "B": "t_B", "I": "t_I", "W": "t_W"}
 
 
+class Forms(Mapping):
+    """The closed forms of a verdict's certificates, made (by sympy) only when read: the
+    JSON shows them, the catalogue's table does not."""
+
+    def __init__(self, make=None):
+        self._make = [make] if make is not None else []
+        self._done: dict | None = None
+
+    def merge(self, other: Forms) -> None:
+        self._make += other._make
+        self._done = None
+
+    def _forms(self) -> dict:
+        if self._done is None:
+            self._done = {}
+            for make in self._make:
+                self._done.update(make())
+        return self._done
+
+    def __getitem__(self, key):
+        return self._forms()[key]
+
+    def __iter__(self):
+        return iter(self._forms())
+
+    def __len__(self) -> int:
+        return len(self._forms())
+
+
 @dataclass
 class AllSizes:
     """An all-sizes verdict: PROVED / REFUTED / UNKNOWN, or None when it does not apply
@@ -45,7 +75,7 @@ class AllSizes:
     reason: str = ""
     counterexample: dict | None = None
     minimal: str = ""
-    forms: dict = field(default_factory=dict)
+    forms: Forms = field(default_factory=Forms)
     certificates: dict = field(default_factory=dict)
     seconds: float = 0.0
     #: conditions the prover added to the domain, each (condition, why): the family's own
@@ -107,6 +137,12 @@ class CertificateStore:
                            f"{bad.status} {bad.detail}")
             self._done[key] = (ok, "" if ok else why)
         return self._done[key]
+
+    def exists(self, family: str, chunks: int | None = None) -> bool:
+        """Whether the family has a certificate at all (nothing is proved to say so)."""
+        from ..formulas.sizes import has_chunks
+
+        return bool(certificate_options(family, chunks if has_chunks(family) else None))
 
     def get(self, family: str, chunks: int | None = None):
         """(the narrowest certificate, its check) or (None, reason)."""
@@ -311,9 +347,14 @@ class _Env:
                 ">=": lambda: a >= b, "<": lambda: a < b, ">": lambda: a > b}[op]()
 
 
-def _fixed_implied(env: _Env, base: list, cert, limits: tuple[float, int]) -> str | None:
-    """None when the assumptions fix the certificate's slice, else the missing equality."""
+def _fixed_implied(env: _Env, base: list, cert, limits: tuple[float, int],
+                   assumptions: list | None = None) -> str | None:
+    """None when the assumptions fix the certificate's slice, else the missing equality.
+    An equality the assumptions state as it is needs no query."""
+    said = {(sympy.sstr(x.lhs), sympy.sstr(x.rhs)) for x in assumptions or () if x.op == "=="}
     for a, b in cert.fixed:
+        if (a, b) in said or (b, a) in said:
+            continue
         if make_check(base, env.real(sympy.Symbol(a)) != env.real(sympy.sympify(b)),
                       limits) != env.z3.unsat:
             return f"{a} == {b}"
@@ -370,7 +411,8 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
     fams = {name: (ref.family or claim.family) for name, ref in parsed.refs.items() if name not in optima}
     every = set(fams.values()) | ({claim.family} if claim.family else set())
     opts = {}
-    for fam in sorted(every):
+    missing = [fam for fam in sorted(every) if not store.exists(fam, v)]
+    for fam in missing + sorted(every):  # one without a certificate first: nothing to prove then
         opts[fam], why = store.options(fam, v)
         if not opts[fam]:
             out.reason = why
@@ -411,6 +453,8 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
                 out.conditions.append(cert.family_domain_text)
     for fam in sorted(every):
         cert = picks[fam]
+        if z3.eq(z3.simplify(cert.in_domain(env.o, p, m)), z3.simplify(z3.And(p >= 1, m >= 1))):
+            continue  # every size in the domain has p >= 1, m >= 1: nothing to ask
         cover, why = _query(base + [z3.Not(cert.in_domain(env.o, p, m))], limits)
         if cover != "unsat":
             if cover == "unknown":
@@ -433,7 +477,7 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
                           f"but no timing yet")
             out.seconds = time.perf_counter() - t0
             return out
-        fitting = [c for c, _ in opts[fam] if c.timing and not _fixed_implied(env, base, c, limits)]
+        fitting = [c for c, _ in opts[fam] if c.timing and not _fixed_implied(env, base, c, limits, assumptions)]
         if not fitting:
             c = next(c for c, _ in opts[fam] if c.timing)
             out.reason = (f"the certificate of {fam} gives its timing on the slice {c.slice_text()}; "
@@ -462,6 +506,8 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
                              f"domain{at}; narrow the domain")
     base += env.side
     for text, den in env.denominators:  # as the finite prover: a division by zero is refused
+        if text.is_Symbol and text.name in ("p", "m") or text.is_number and text != 0:
+            continue  # a size (>= 1) or a number: never zero
         st, mo = _query(base + [den == 0], limits)
         if st == "sat":
             at = ", ".join(f"{k}={_val(mo, env.size[k])}" for k in ("p", "m") + (("d",) if uses_d else ()))
@@ -472,7 +518,7 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
             out.reason = f"Z3 did not decide whether the claim divides by zero somewhere in the domain: {mo}"
             out.seconds = time.perf_counter() - t0
             return out
-    out.forms = store.forms(every, picks)
+    out.forms = Forms(lambda: store.forms(every, picks))
     status, model = _query(base + [z3.Not(goal)], limits)
     if status == "unsat":
         out.verdict = PROVED

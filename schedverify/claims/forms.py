@@ -4,7 +4,7 @@ Each shipped form (``schedverify/formulas/forms.json``) is read as a claim, ``ME
 FORM`` under the form's cost slice and restricted domain, and judged by the all-sizes prover
 (:func:`schedverify.claims.allsizes.judge`, docs/proofs.md) over ``p >= 2, m >= 1``.  A form
 proved for every size is recorded in ``schedverify/formulas/proofs.json`` with the text that
-was proved, so ``formula`` labels it "proved for all sizes in its domain" while the shipped
+was proved, so ``formula`` labels it "proved for every size in its domain" while the shipped
 text is the same, and falls back to "confirmed on ..." the moment it changes.
 
 A certificate covers one chunk count v at a time, so a form in v is judged at each v it was

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import product
@@ -35,9 +36,9 @@ from sympy.core.function import AppliedUndef
 
 from ..errors import NotDerived, UnsupportedSize, UsageError
 from ..formulas.sizes import family as family_of
-from ..formulas.sizes import default_chunks, has_chunks, metrics_at
+from ..formulas.sizes import default_chunks, has_chunks, metrics_at, order_at
 from ..formulas.tropical import COST_SYMBOLS as TERM_ORDER
-from ..formulas.tropical import NO_COSTS, SizeMetrics
+from ..formulas.tropical import NO_COSTS, OrderMetrics, SizeMetrics
 from ..formulas.values import ORDER_ONLY, metric_value
 from . import optimum as opt
 from .statement import (ALL, COST_SYMBOLS, Claim, OptimumRef, Parsed, optimum_refs, parse_assumptions,
@@ -70,7 +71,7 @@ class Result:
     #: all-sizes REFUTED: why no smaller counterexample exists
     minimal: str = ""
     #: all-sizes: each family's closed forms and its certificate's check
-    forms: dict = field(default_factory=dict)
+    forms: Mapping = field(default_factory=dict)  # a lazy Forms for all-sizes verdicts
     certificates: dict = field(default_factory=dict)
     #: claims about the optimum: what the search established at each size judged
     optima: list = field(default_factory=list)
@@ -87,7 +88,7 @@ class Result:
         if self.minimal:
             extra["minimal"] = self.minimal
         if self.forms:
-            extra["closed_forms"] = self.forms
+            extra["closed_forms"] = dict(self.forms)
         if self.certificates:
             extra["certificates"] = self.certificates
         if self.conditions:
@@ -373,7 +374,7 @@ def _over_chunks(parts: list, vals: list[int]):
     first.conditions = merge_conditions([(v, a.conditions) for v, a in zip(vals, parts)])
     for a in parts[1:]:
         first.laws.update(a.laws)
-        first.forms.update(a.forms)
+        first.forms.merge(a.forms)
         first.certificates.update(a.certificates)
         first.seconds += a.seconds
     if any(a.verdict is None for a in parts):
@@ -411,9 +412,16 @@ def _prove_finite(claim: Claim, timeout_s: float) -> Result:
     dom = prep.domain
     vs = range(dom["v"][0], dom["v"][1] + 1) if prep.uses_v else (None,)
     ks: list[int | None] = list(range(dom["k"][0], dom["k"][1] + 1)) if prep.uses_k else [None]
+    # assumptions on p and m alone exclude a size before its schedule is built
+    size_only = [a for a in prep.assumptions if a.symbols and a.symbols <= {"p", "m"}]
     for p in range(dom["p"][0], dom["p"][1] + 1):
         for v in vs:
             for m in range(dom["m"][0], dom["m"][1] + 1):
+                at = {_SIZE["p"]: sympy.Integer(p), _SIZE["m"]: sympy.Integer(m)}
+                if any(not bool(_OPS[a.op](a.lhs.xreplace(at), a.rhs.xreplace(at))) for a in size_only):
+                    n_d = len(range(max(0, dom.get("d", (0, p - 1))[0]), min(p - 1, dom.get("d", (0, p - 1))[1]) + 1))
+                    res.excluded += len(ks) * (n_d if prep.uses_d else 1)
+                    continue
                 try:
                     # the claim's family decides the sizes it supports (a claim about the optimum
                     # alone has every size)
@@ -469,11 +477,13 @@ def _v_for(fam: str, own: str, v: int | None) -> int | None:
     return None if fam != own and not has_chunks(fam) else v
 
 
-def _at(fam: str, p: int, m: int, v: int | None, merge: tuple) -> SizeMetrics:
-    """The family's metrics at (p, m, v); a family without chunks must build v chunks."""
+def _at(fam: str, p: int, m: int, v: int | None, merge: tuple) -> SizeMetrics | OrderMetrics:
+    """The family's metrics at (p, m, v); a family without chunks must build v chunks.  A
+    claim that reads no timing (``merge`` NO_COSTS) gets the order's metrics alone."""
+    at = order_at if merge == NO_COSTS else (lambda f, p_, m_, v_: metrics_at(f, p_, m_, v_, merge))
     if has_chunks(fam):
-        return metrics_at(fam, p, m, v if v is not None else 1, merge)
-    sm = metrics_at(fam, p, m, None, merge)
+        return at(fam, p, m, v if v is not None else 1)
+    sm = at(fam, p, m, None)
     if v is not None and sm.v != v:
         raise UnsupportedSize(f"{fam} has {sm.v} chunk(s) per device, not {v}")
     return sm
