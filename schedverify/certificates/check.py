@@ -11,8 +11,11 @@ times and peaks with the real generator and the symbolic timeline at concrete si
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..model import B, F, I, W
 from . import needs
@@ -33,6 +36,10 @@ class CertificateCheck:
     ok: bool
     obligations: list[Obligation] = field(default_factory=list)
     seconds: float = 0.0
+    #: sha256 of the exact obligations (the formulas Z3 is asked), when it was computed
+    digest: str = ""
+    #: the obligations are the ones a shipped record says Z3 proved (RECORDS): not asked again
+    recorded: bool = False
 
     def failures(self) -> list[Obligation]:
         return [o for o in self.obligations if o.status != "proved"]
@@ -280,12 +287,42 @@ def _nia_solver(z3, timeout_s: float, rlimit: int):
     return s
 
 
-def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0,
-                      rlimit: int = 0) -> CertificateCheck:
+#: The shipped records of Z3's proofs of the certificates' obligations (package data):
+#: ``schedverify prove --check-certificates`` writes them, CI proves every certificate again
+#: and compares (.ci/formulas).
+RECORDS = Path(__file__).resolve().parent / "checked.json"
+
+
+def load_records(path: str | Path | None = None) -> frozenset[str]:
+    """The digests of the obligations Z3 proved when the records were made (empty when
+    the file is absent or unreadable: everything is then proved again)."""
+    try:
+        doc = json.loads(Path(path or RECORDS).read_text(encoding="utf-8"))
+        return frozenset(doc["certificates"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return frozenset()
+
+
+def _digest(hyp, obs) -> str:
+    """sha256 of the hypothesis and every obligation (name and Z3 formula, as Z3 prints it):
+    any change to a certificate, to its obligations or to the rules they read changes it."""
+    h = hashlib.sha256(hyp.sexpr().encode())
+    for name, formula in obs:
+        h.update(b"\0" + name.encode() + b"\0" + formula.sexpr().encode())
+    return h.hexdigest()
+
+
+def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0, rlimit: int = 0,
+                      records: frozenset[str] | None = None, digest: bool = False) -> CertificateCheck:
     """Every obligation for every size of the domain, by Z3 (one query each) with at most
     ``timeout_s`` seconds and, when > 0, ``rlimit`` resource units each.  With a resource
     limit the nonlinear tactic gives way to the general solver when it runs out of units,
-    not of seconds, so the outcome does not depend on the machine's speed."""
+    not of seconds, so the outcome does not depend on the machine's speed.
+
+    ``records`` (digests, :func:`load_records`): when the obligations are exactly ones Z3
+    proved when the records were made, they are not asked again (``recorded``); the checks
+    of the cones, which are quick, always run.  ``digest``: compute the digest anyway (to
+    write records)."""
     from ..smt.solver import fresh_context, make_solver, z3
 
     t0 = time.perf_counter()
@@ -295,14 +332,19 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0,
     N = cert.count(o, m)
     hyp = z3.And(cert.in_domain(o, p, m), d >= 0, d < p, i >= 0, i < N, j >= 0, j < N)
     res = CertificateCheck(cert.family, True)
+    obs = [(name, z3.BoolVal(f) if isinstance(f, bool) else f) for name, f in obligations(cert, o, p, m, d, i, j)]
+    if records is not None or digest:
+        res.digest = _digest(hyp, obs)
+    if records is not None and res.digest in records:
+        res.recorded = True
+        res.obligations = [Obligation(name, "proved", "Z3's proof recorded") for name, _ in obs]
+        obs = []
     shared = None  # linear: one incremental solver, the domain asserted once
-    if cert.linear and not cert.nia_tactic:
+    if obs and cert.linear and not cert.nia_tactic:
         shared = make_solver(timeout_s=timeout_s, logic="QF_LIA", rlimit=rlimit)
         shared.add(hyp)
-    for name, formula in obligations(cert, o, p, m, d, i, j):
+    for name, formula in obs:
         t1 = time.perf_counter()
-        if isinstance(formula, bool):
-            formula = z3.BoolVal(formula)
         if shared is not None:
             shared.push()
             shared.add(z3.Not(formula))
@@ -511,3 +553,41 @@ def _cone_mismatch(cert: Certificate, o, p, m, end, dur, g, index) -> list[str]:
         if want not in terms or not all(x <= y for t in terms for x, y in zip(t, want)):
             bad.append(f"p={p},m={m}, cone {cone.name}: the latest end is not the single term {want}")
     return bad
+
+
+def shipped_certificates() -> list[Certificate]:
+    """Every certificate the package ships for which a record is kept: each family's
+    options at each chunk count of :func:`~schedverify.certificates.families`, and
+    interleaved 1F1B's up to v = 8."""
+    from . import certificate_options, families
+    from .interleaved import INTERLEAVED
+
+    certs = [c for fam, v in families() for c in certificate_options(fam, v)]
+    return certs + [INTERLEAVED[v] for v in sorted(INTERLEAVED) if INTERLEAVED[v] not in certs]
+
+
+def write_records(path: str | Path | None = None, *, rlimit: int = 15_000_000,
+                  log=None) -> tuple[int, list[str]]:
+    """Prove every shipped certificate with Z3 (no record taken) and write the digests of
+    those proved, whole or not at all; returns (how many, the ones that did not check)."""
+    from ..io.files import write_atomic
+
+    kept: dict[str, dict] = {}
+    bad = []
+    for cert in shipped_certificates():
+        chk = prove_certificate(cert, rlimit=rlimit, digest=True)
+        what = f"{cert.family}" + (f" v={cert.chunks}" if cert.chunks else "") + f" ({cert.slice_text()})"
+        if log is not None:
+            log(f"{what}: {'proved' if chk.ok else 'did not check'}, {len(chk.obligations)} obligations, "
+                f"{chk.seconds:.2f} s")
+        if chk.ok:
+            kept[chk.digest] = {"certificate": what, "obligations": len(chk.obligations)}
+        else:
+            bad.append(what)
+    doc = {"about": "Z3's proofs of the shipped all-sizes certificates: digest (sha256 of the exact "
+                    "obligations, as Z3 prints them) -> the certificate; a certificate whose obligations "
+                    "have another digest is proved again at its first use.  Made by `schedverify prove "
+                    "--check-certificates`, checked by .ci/formulas.",
+           "certificates": dict(sorted(kept.items()))}
+    write_atomic(path or RECORDS, json.dumps(doc, sort_keys=True, indent=1) + "\n")
+    return len(kept), bad
