@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 
 import pytest
 from hypothesis import given, settings
@@ -236,3 +237,46 @@ def test_1f1b_with_k_in_flight_is_checked_at_generation(monkeypatch):
     assert generate("1f1b", 5, 9, max_inflight=2).devices == 5
     with pytest.raises(InternalError, match="with at most 2 in flight differs from its certificate on device 0"):
         generate("1f1b", 6, 9, max_inflight=2)
+
+
+def test_a_recorded_proof_counts_only_for_the_very_obligations_it_proved():
+    """certificates/checked.json keeps the digest of each shipped certificate's obligations:
+    the same obligations take the record, a changed certificate is proved again (and here
+    fails), and without records (--recheck) Z3 is asked every time."""
+    from schedverify.certificates.check import load_records
+
+    records = load_records()
+    cert = certificate("gpipe")
+    chk = prove_certificate(cert, records=records)
+    assert chk.ok and chk.recorded and chk.digest in records
+    assert not prove_certificate(cert).recorded  # no records given: Z3 is asked
+    start = cert.start
+
+    def late(o, k, p, m, d, i):  # one t_F later for p >= 30 only
+        s = dict(start(o, k, p, m, d, i))
+        s["t_F"] = o.If(p >= 30, s["t_F"] + 1, s["t_F"])
+        return s
+
+    bad = prove_certificate(dataclasses.replace(cert, start=late), records=records)
+    assert not bad.recorded and not bad.ok and bad.digest not in records
+    code, out, _ = _cli(["prove", "--family", "gpipe", "peak_inflight == m", "--domain", "p >= 2, m >= 1"])
+    assert code == 0 and "proof recorded for these exact obligations (--recheck proves it again)" in out
+    code, out, _ = _cli(["prove", "--family", "gpipe", "peak_inflight == m", "--domain", "p >= 2, m >= 1",
+                         "--recheck"])
+    assert code == 0 and "certificate checked in" in out
+
+
+def test_check_certificates_writes_the_records_whole(tmp_path, monkeypatch):
+    """--check-certificates proves every shipped certificate and writes the digests (here for
+    two certificates, to keep the test short); arguments it does not take are refused."""
+    from schedverify.certificates import check
+
+    monkeypatch.setattr(check, "shipped_certificates", lambda: [certificate("gpipe"), certificate("1f1b")])
+    target = tmp_path / "checked.json"
+    code, out, _ = _cli(["prove", "--check-certificates", "-o", str(target)])
+    assert code == 0 and "2 certificates proved" in out
+    assert set(json.loads(target.read_text())["certificates"]) <= check.load_records()
+    code, _, err = _cli(["prove", "--check-certificates", "proofs/"])
+    assert code == 2 and "takes no claim" in err
+    code, _, err = _cli(["prove", "-o", str(target), "proofs/"])
+    assert code == 2 and "-o applies to --check-certificates" in err
