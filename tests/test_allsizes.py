@@ -246,7 +246,7 @@ def test_the_verdict_is_bounded_by_resource_units_not_by_seconds(store):
     that proves in a fraction of a second gives UNKNOWN and says why."""
     from schedverify.claims.allsizes import judge
 
-    claim = Claim("makespan == (m + p - 1)*(t_F + t_B) + 2*(p - 1)*c", "gpipe")
+    claim = Claim("bubble_ratio == (p - 1)/m", "gpipe", "c == 0")
     assert judge(claim, ALL, store, timeout_s=600).verdict == "PROVED"
     starved = judge(claim, ALL, store, timeout_s=600, rlimit=1)
     assert starved.verdict == "UNKNOWN" and "resource limit reached (1 units)" in starved.reason
@@ -256,7 +256,7 @@ def test_a_proved_form_is_labelled_and_a_changed_one_is_not(monkeypatch):
     from schedverify.formulas import shipped
 
     assert shipped.json_doc("gpipe", "makespan")["domain"]["status"] == "proved for every size in its domain"
-    assert shipped.json_doc("1f1b", "bubble_fraction")["domain"]["status"].startswith("confirmed on p=2..8")
+    assert shipped.json_doc("zb-v", "bubble_fraction")["domain"]["status"].startswith("confirmed on p=2..8")
     real = shipped.proof_record
     monkeypatch.setattr(shipped, "proof_record", lambda f, m, d=None: (
         {**real(f, m, d), "expression": "m + p"} if real(f, m, d) else None))

@@ -49,6 +49,19 @@ DEFAULT_DOMAIN = {"p": (2, 8), "m": (1, 16)}
 _COST = {n: sympy.Symbol(n) for n in COST_SYMBOLS}
 _SIZE = {n: sympy.Symbol(n) for n in ("p", "m", "v", "d", "k")}
 _OPS = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
+_PY_OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b,
+           ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}
+
+
+def _holds(op: str, a, b) -> bool:
+    """``a op b`` for sympy values: two rational numbers are compared as fractions (sympy's
+    relational machinery costs about a millisecond each, and the finite prover asks it at
+    every size), anything else by sympy."""
+    if a.is_Rational and b.is_Rational:
+        return _PY_OPS[op](Fraction(int(a.p), int(a.q)), Fraction(int(b.p), int(b.q)))
+    return bool(_OPS[op](a, b))
+
+
 #: Metrics that depend on the order only, not on costs.
 _NICE = {"t_F": (1, 2, 3), "t_B": (2, 1, 3), "t_I": (1, 2), "t_W": (1, 2), "c": (0, 1)}
 
@@ -418,7 +431,7 @@ def _prove_finite(claim: Claim, timeout_s: float) -> Result:
         for v in vs:
             for m in range(dom["m"][0], dom["m"][1] + 1):
                 at = {_SIZE["p"]: sympy.Integer(p), _SIZE["m"]: sympy.Integer(m)}
-                if any(not bool(_OPS[a.op](a.lhs.xreplace(at), a.rhs.xreplace(at))) for a in size_only):
+                if any(not _holds(a.op, a.lhs.xreplace(at), a.rhs.xreplace(at)) for a in size_only):
                     n_d = len(range(max(0, dom.get("d", (0, p - 1))[0]), min(p - 1, dom.get("d", (0, p - 1))[1]) + 1))
                     res.excluded += len(ks) * (n_d if prep.uses_d else 1)
                     continue
@@ -525,7 +538,7 @@ def _judge(prep: _Prepared, sms: dict, sizes: dict, timeout_s: float, log: list 
     for a in prep.assumptions:
         l, r = a.lhs.xreplace(subs), a.rhs.xreplace(subs)
         if not (l - r).free_symbols:
-            if not bool(_OPS[a.op](l, r)):
+            if not _holds(a.op, l, r):
                 return None
             continue
         if a.op == "==" and l.is_Symbol and l.name in _COST and l not in eqs:
@@ -544,7 +557,7 @@ def _judge(prep: _Prepared, sms: dict, sizes: dict, timeout_s: float, log: list 
     if not diff.has(sympy.Max, sympy.Min):
         diff = sympy.cancel(sympy.together(diff))
         if not diff.free_symbols:
-            holds = bool(_OPS[prep.parsed.op](diff, 0))
+            holds = _holds(prep.parsed.op, diff, sympy.Integer(0))
             return ("holds", None) if holds else ("fails", {"eqs": eqs, "costs": None})
         if prep.parsed.op == "==" and diff == 0:
             return "holds", None
