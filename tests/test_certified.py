@@ -280,3 +280,23 @@ def test_check_certificates_writes_the_records_whole(tmp_path, monkeypatch):
     assert code == 2 and "takes no claim" in err
     code, _, err = _cli(["prove", "-o", str(target), "proofs/"])
     assert code == 2 and "-o applies to --check-certificates" in err
+
+
+@settings(max_examples=30, deadline=None)
+@given(which=st.sampled_from(families()), p=st.integers(1, 12), n=st.integers(1, 20))
+def test_compiled_positions_are_the_certificates(which, p, n):
+    """The generators evaluate each certificate function compiled at the sizes (CodeOps):
+    at every index it gives what the plain Python backend gives."""
+    from schedverify.certificates.base import compiled
+
+    family, chunks = which
+    p, m = _size(family, chunks, p, n if chunks in (None, 1) else max(1, n // 5))
+    cert = covering(family, p, m, chunks).cert
+    o = PyOps()
+    for d in range(p):
+        for kind in cert.kinds:
+            pos = compiled(lambda oo, q, kind=kind, d=d: cert.pos(oo, kind, p, m, d, q))
+            act = compiled(lambda oo, q, kind=kind, d=d: cert.action_at(oo, kind, p, m, d, q))
+            for q in range(cert.count(o, m)):
+                assert pos(q) == cert.pos(o, kind, p, m, d, q)
+                assert tuple(act(q)) == tuple(cert.action_at(o, kind, p, m, d, q))

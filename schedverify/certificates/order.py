@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..errors import InternalError
 from ..model import Action
-from .base import Certificate, PyOps
+from .base import Certificate, PyOps, compiled
 from .needs import chunk_of, stage
 
 _O = PyOps()
@@ -28,24 +28,35 @@ def _where(cert: Certificate, p: int, m: int) -> str:
     return f"{cert.family} at {p} devices, {m} microbatches{v}"
 
 
+def _device(cert: Certificate, kind: str, p: int, m: int, d: int):
+    """(positions, (chunk, microbatch) of each index) of one kind on device d: the
+    certificate's functions compiled at these sizes (base.compiled), evaluated once each."""
+    N = cert.count(_O, m)
+    pos = compiled(lambda o, q: cert.pos(o, kind, p, m, d, q))
+    if cert.action is None:
+        return list(map(pos, range(N))), None
+    action = cert.action
+    act = compiled(lambda o, q: action(o, kind, p, m, d, q))
+    return list(map(pos, range(N))), list(map(act, range(N)))
+
+
 def rows(cert: Certificate, p: int, m: int) -> list[list[Action]]:
     """Every device's order at (p, m): action K(d, q) at position pos(K, p, m, d, q)."""
-    o = _O
-    N = cert.count(o, m)
+    N = cert.count(_O, m)
     n = len(cert.kinds) * N
-    pos, act, placement, v = cert.pos, cert.action, cert.placement, cert.chunks_per_device
+    placement, v = cert.placement, cert.chunks_per_device
     out = []
     for d in range(p):
         row: list[Action | None] = [None] * n
         for kind in cert.kinds:
-            for q in range(N):
-                t = pos(o, kind, p, m, d, q)
-                c, i = (0, q) if act is None else act(o, kind, p, m, d, q)
+            where, acts = _device(cert, kind, p, m, d)
+            for q, t in enumerate(where):
+                c, i = (0, q) if acts is None else acts[q]
                 if not 0 <= t < n or row[t] is not None or not 0 <= i < m:
                     held = "out of range" if not 0 <= t < n else f"taken by {row[t]}"
                     raise InternalError(f"the certificate of {_where(cert, p, m)} puts {kind}{q} of device {d} "
                                         f"at position {t} ({held}): its positions are not a bijection")
-                row[t] = Action(d if act is None else stage(o, placement, v, p, d, c), kind, i)
+                row[t] = Action(d if acts is None else stage(_O, placement, v, p, d, c), kind, i)
         out.append(row)  # every slot is filled: n actions, n slots, no clash
     return out  # type: ignore[return-value]
 
@@ -57,26 +68,28 @@ def verify(schedule, cert: Certificate, p: int, m: int) -> None:
     o = _O
     N = cert.count(o, m)
     n = len(cert.kinds) * N
-    kinds = set(cert.kinds)
-    plain = cert.action is None and cert.index_of is None and cert.placement == "loop"
-    pos = cert.pos
     if len(schedule.order) != p:
         raise InternalError(f"the schedule of {_where(cert, p, m)} has {len(schedule.order)} devices")
     for d, row in enumerate(schedule.order):
         if len(row) != n:
             raise InternalError(f"the schedule of {_where(cert, p, m)} has {len(row)} actions on device {d}, "
                                 f"its certificate {n}")
+        at = {kind: _device(cert, kind, p, m, d) for kind in cert.kinds}
+        index = {} if cert.action is None else {
+            kind: compiled(lambda o, c, i, kind=kind, d=d: cert.index_at(o, kind, p, m, d, c, i), ("c", "i"))
+            for kind in cert.kinds}
         for t, a in enumerate(row):
-            ok = a is not None and a.kind in kinds and a.stage is not None and a.microbatch is not None
-            if ok and plain:  # one stage per device, the index is the microbatch
-                q = a.microbatch
-                ok = a.stage == d and 0 <= q < N and pos(o, a.kind, p, m, d, q) == t
-            elif ok:
-                dd, c = chunk_of(cert.placement, p, a.stage)
-                q = cert.index_at(o, a.kind, p, m, d, c, a.microbatch)
-                ok = (dd == d and stage(o, cert.placement, cert.chunks_per_device, p, d, c) == a.stage
-                      and 0 <= q < N and cert.action_at(o, a.kind, p, m, d, q) == (c, a.microbatch)
-                      and pos(o, a.kind, p, m, d, q) == t)
+            ok = a is not None and a.kind in at and a.stage is not None and a.microbatch is not None
+            if ok:
+                where, acts = at[a.kind]
+                if acts is None:  # one stage per device, the index is the microbatch
+                    q = a.microbatch
+                    ok = a.stage == d and 0 <= q < N and where[q] == t
+                else:
+                    dd, c = chunk_of(cert.placement, p, a.stage)
+                    q = index[a.kind](c, a.microbatch)
+                    ok = (dd == d and stage(o, cert.placement, cert.chunks_per_device, p, d, c) == a.stage
+                          and 0 <= q < N and tuple(acts[q]) == (c, a.microbatch) and where[q] == t)
             if not ok:
                 want = rows(cert, p, m)[d][t]
                 raise InternalError(f"the schedule of {_where(cert, p, m)} differs from its certificate at "
@@ -93,12 +106,15 @@ def gapped_rows(cert: Certificate, p: int, m: int, k: int) -> list[list[Action]]
     """Every device's order of ``cert`` (one stage per device) over the virtual microbatches
     nu(0..m-1), the empty ones left out: the actions of microbatch i in the order of their
     positions pos(K, p, nu(m-1)+1, d, nu(i))."""
-    o = _O
     nu = [virtual_index(p, k, i) for i in range(m)]
     mv = nu[-1] + 1
     out = []
     for d in range(p):
-        keyed = sorted((cert.pos(o, kind, p, mv, d, nu[i]), kind, i) for kind in cert.kinds for i in range(m))
+        keyed = []
+        for kind in cert.kinds:
+            pos = compiled(lambda o, q, kind=kind, d=d: cert.pos(o, kind, p, mv, d, q))
+            keyed += [(pos(nu[i]), kind, i) for i in range(m)]
+        keyed.sort()
         if any(a[0] == b[0] for a, b in zip(keyed, keyed[1:])):
             raise InternalError(f"the certificate of {_where(cert, p, mv)} puts two actions of device {d} "
                                 f"at one position")
