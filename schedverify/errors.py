@@ -73,5 +73,11 @@ class TooComplex(SchedverifyError):
     """An exact max-of-linear-forms grew past its term budget (the caller may take a slice)."""
 
 
+class InternalError(SchedverifyError):
+    """A check of schedverify's own work failed: a bug in schedverify, never the user's
+    input (for instance a generated schedule that is not its family's certificate).  The CLI
+    says so and exits with 70 (``EX_SOFTWARE``)."""
+
+
 class EngineDisagreement(SchedverifyError):
     """``--engine both``: the graph and Z3 engines reached different findings (a bug in one)."""

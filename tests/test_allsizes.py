@@ -17,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedverify.certificates import certificate, certificate_options, families
-from schedverify.certificates.check import crosscheck, prove_certificate
+from schedverify.certificates.check import crosscheck, index_of_action, prove_certificate
 from schedverify.claims import Claim, prove
 from schedverify.claims.allsizes import CertificateStore
 from schedverify.cli import run
+from schedverify.errors import UsageError
 from schedverify.model import B, W
 
 ALL = "p >= 2, m >= 1"
@@ -32,6 +33,14 @@ SIZES = ([(p, m) for p in range(1, 7) for m in range(1, 14)]
 @pytest.fixture(scope="module")
 def store():
     return CertificateStore()
+
+
+def _family_sizes(family, domain):
+    """What the kind line adds for the families on Megatron's table at v >= 2."""
+    if family == "zb-h1" and "v >= 1" in domain:
+        return ", m % p == 0 at v = 2, 3"
+    chunked = family == "interleaved-1f1b" or (family == "zb-h1" and "v == 1" not in domain)
+    return ", m % p == 0" if chunked else ""
 
 
 def _cli(argv):
@@ -112,7 +121,7 @@ def test_a_wrong_order_is_caught():
 def test_true_claims_are_proved_for_all_sizes(text, family, assume, domain, store):
     res = prove(Claim(text, family, assume, domain), store=store)
     assert res.verdict == "PROVED", res.to_json()
-    assert res.kind == f"all sizes in {domain}"
+    assert res.kind == f"all sizes in {domain}" + _family_sizes(family, domain)
 
 
 @pytest.mark.parametrize("text,family,assume,domain,sizes", [
@@ -167,8 +176,13 @@ def test_no_certificate_or_another_cost_slice_is_unknown_with_the_reason(store):
     res = prove(Claim("bubble_ratio == (p - 1)/(v*m)", "interleaved-1f1b", "",
                       "p >= 2, m >= 1, v == 2"), store=store)
     assert res.verdict == "UNKNOWN" and "c == 0" in res.reason
+    # no v in the domain: the generator's default, said so (the kind and the conditions show it)
     res = prove(Claim("peak_inflight <= 2*p*v", "interleaved-1f1b", "", ALL), store=store)
-    assert res.verdict == "UNKNOWN" and "v bounded" in res.reason
+    assert res.verdict == "PROVED" and res.kind == f"all sizes in {ALL}, v == 2, m % p == 0"
+    assert [c for c, _ in res.conditions] == ["v == 2", "m % p == 0"]
+    res = prove(Claim("peak_inflight <= 2*p*v", "interleaved-1f1b", "", "p >= 2, m >= 1, v >= 2"),
+                store=store)
+    assert res.verdict == "UNKNOWN" and "bound v in the domain" in res.reason
     res = prove(Claim("bubble_time == (p - 1)*t_F", "zb-h1", "m >= p", "p >= 2, m >= 1, v == 1"),
                 store=store)
     assert res.verdict == "UNKNOWN" and "c == 0" in res.reason
@@ -232,7 +246,7 @@ def test_the_verdict_is_bounded_by_resource_units_not_by_seconds(store):
     that proves in a fraction of a second gives UNKNOWN and says why."""
     from schedverify.claims.allsizes import judge
 
-    claim = Claim("makespan == (m + p - 1)*(t_F + t_B) + 2*(p - 1)*c", "gpipe")
+    claim = Claim("bubble_ratio == (p - 1)/m", "gpipe", "c == 0")
     assert judge(claim, ALL, store, timeout_s=600).verdict == "PROVED"
     starved = judge(claim, ALL, store, timeout_s=600, rlimit=1)
     assert starved.verdict == "UNKNOWN" and "resource limit reached (1 units)" in starved.reason
@@ -241,8 +255,8 @@ def test_the_verdict_is_bounded_by_resource_units_not_by_seconds(store):
 def test_a_proved_form_is_labelled_and_a_changed_one_is_not(monkeypatch):
     from schedverify.formulas import shipped
 
-    assert shipped.json_doc("gpipe", "makespan")["domain"]["status"] == "proved for all sizes in its domain"
-    assert shipped.json_doc("1f1b", "bubble_fraction")["domain"]["status"].startswith("confirmed on p=2..8")
+    assert shipped.json_doc("gpipe", "makespan")["domain"]["status"] == "proved for every size in its domain"
+    assert shipped.json_doc("zb-v", "bubble_fraction")["domain"]["status"].startswith("confirmed on p=2..8")
     real = shipped.proof_record
     monkeypatch.setattr(shipped, "proof_record", lambda f, m, d=None: (
         {**real(f, m, d), "expression": "m + p"} if real(f, m, d) else None))
@@ -267,7 +281,7 @@ def test_interleaved_timing_is_proved_for_all_sizes(text, store):
     domain (m a multiple of p), so Megatron's bubble claims are proved, not sampled."""
     res = prove(Claim(text, "interleaved-1f1b", "c == 0", INTERLEAVED_DOMAIN), store=store)
     assert res.verdict == "PROVED", res.to_json()
-    assert res.kind == f"all sizes in {INTERLEAVED_DOMAIN}"
+    assert res.kind == f"all sizes in {INTERLEAVED_DOMAIN}, m % p == 0"  # printed: the family's sizes
     assert {res.certificates[f"interleaved-1f1b v={v}"]["slice"] for v in (2, 3, 4)} <= {
         "c == 0", "none needed (the claim reads no timing)"}
 
@@ -303,7 +317,7 @@ def _generated_waits(p, m, v):
 
     cert = certificate("interleaved-1f1b", v)
     sched = build("interleaved-1f1b", p, m, v)
-    index = cert.index(p, m)
+    index = index_of_action(cert, p, m)
     S = sched.stages
     where = {}
     for d, row in enumerate(sched.order):
@@ -388,7 +402,7 @@ def test_interleaved_simulated_makespan_and_starts_obey_the_certificate(p, group
     res = sweep(g, dur, 0)
     assert res.completed
     assert max(res.end) == (v * m + p - 1) * (t_F + t_B)
-    index = cert.index(p, m)
+    index = index_of_action(cert, p, m)
     for d in range(p):
         for j in range(g.starts[d], g.starts[d + 1]):
             a = g.acts[j]
@@ -448,7 +462,7 @@ def test_zb_h1_makespan_at_free_costs_is_proved_for_all_sizes(text, domain, stor
     assume = "c == 0, t_B == t_I + t_W" if "1f1b" in text else "c == 0"
     res = prove(Claim(text, "zb-h1", assume, domain), store=store)
     assert res.verdict == "PROVED", res.to_json()
-    assert res.kind == f"all sizes in {domain}"
+    assert res.kind == f"all sizes in {domain}" + _family_sizes("zb-h1", domain)
     assert all(c["slice"] == "c == 0" for c in res.certificates.values()), res.certificates
 
 
@@ -589,7 +603,7 @@ def test_zb_h1_simulated_makespan_and_starts_obey_the_cones(p, n, v, t_F, t_I, t
     cone, coords, T = _cone_end_at(cert, p, m, costs)
     assert max(res.end) == T
     o = PyOps()
-    index = cert.index(p, m) if cert.index else (lambda a: a.microbatch)
+    index = index_of_action(cert, p, m)
     for j, a in enumerate(g.acts):
         bound = cone.cert.start(o, a.kind, p, m, g.dev[j], index(a))
         assert res.start[j] <= sum(k * coords[x] for x, k in bound.items())
@@ -607,7 +621,7 @@ def test_zb_h1_chunked_dependencies_in_table_indices_are_the_generators(v):
     o = PyOps()
     for p, m in [(1, 2), (2, 2), (2, 6), (3, 3), (3, 9), (4, 8), (5, 15)]:
         sched = build("zb-h1", p, m, v)
-        index = cert.index(p, m)
+        index = index_of_action(cert, p, m)
         where = {(a.kind, a.stage, a.microbatch): (a.kind, d, index(a))
                  for d, row in enumerate(sched.order) for a in row}
 
@@ -661,3 +675,56 @@ def test_a_wrong_chunked_zb_h1_bound_or_peak_is_caught():
     wrong = dataclasses.replace(cert, peak_memory2=lambda o, p, m, d: (peak(o, p, m, d)[0] - 1,
                                                                        peak(o, p, m, d)[1]))
     assert not prove_certificate(wrong).ok and crosscheck(wrong, [(3, 6)])
+
+
+# --------------------------------------------------------------------------- honest verdicts
+
+
+def test_unknown_never_says_confirmed_and_names_the_generators_cap(store):
+    """The closed forms fail only past the generator's device cap: nothing can be simulated
+    there, so the verdict is UNKNOWN, its reason names the cap (not the certificate), and
+    the text does not say "confirmed"."""
+    argv = ["prove", "--family", "1f1b", "makespan == (m + p - 1)*(t_F + t_B) + Max(0, p - 200000)*t_F",
+            "--domain", ALL, "--assume", "c == 0"]
+    code, out, _ = _cli(argv)
+    assert code == 3 and out.startswith("UNKNOWN")
+    assert "confirmed by simulating" not in out and "not confirmed by simulation" in out
+    assert "p=200001, m=1" in out and "cap of 100,000" in out and "SCHEDVERIFY_MAX_DEVICES" in out
+    assert "the certificate or the translation is wrong" not in out
+
+
+@pytest.mark.parametrize("domain", [ALL, "p=2..3,m=1..3"])
+def test_a_division_by_zero_is_refused_by_both_provers_naming_the_size(domain):
+    """Z3 gives x/0 a value and sympy gives zoo: rather than PROVED on one and REFUTED on the
+    other, both refuse the claim at the size where it divides by zero."""
+    text = "peak_inflight(0) + 1/(m - 1) == Min(p, m) + 1/(m - 1)"
+    with pytest.raises(UsageError, match=r"divides by zero at p=2, m=1\b.*\(m - 1 == 0 there\)"):
+        prove(Claim(text, "1f1b", "", domain))
+    code, _, err = _cli(["prove", "--family", "1f1b", text, "--domain", domain])
+    assert code == 2 and "divides by zero at p=2, m=1" in err
+    # away from m = 1 the claim is fine, for all sizes and on a grid
+    assert prove(Claim(text, "1f1b", "", "p >= 2, m >= 2")).verdict == "PROVED"
+    assert prove(Claim(text, "1f1b", "", "p=2..3,m=2..3")).verdict == "PROVED"
+    # a cost that can be zero's divisor too: t_F - t_B is 0 at t_F = t_B
+    with pytest.raises(UsageError, match="divides by zero at p=2, m=1; t_B=1, t_F=1"):
+        prove(Claim("bubble_time/(t_F - t_B) >= 0", "1f1b", "c == 0", "p=2..3,m=1..3"))
+
+
+def test_the_domain_conditions_the_prover_adds_are_printed():
+    code, out, _ = _cli(["prove", "--family", "interleaved-1f1b", "bubble_ratio == (p - 1)/(v*m)",
+                         "--assume", "c == 0", "--domain", "p >= 2, m >= 1, v == 2"])
+    assert code == 0
+    assert "kind: all sizes in p >= 2, m >= 1, v == 2, m % p == 0" in out
+    assert "added to the domain: m % p == 0: the family is generated for m a multiple of p only" in out
+    code, out, _ = _cli(["prove", "--family", "interleaved-1f1b", "bubble_ratio == (p - 1)/(v*m)",
+                         "--assume", "c == 0", "--domain", "p >= 2, m >= 1, v == 2", "--format", "json"])
+    assert json.loads(out)["conditions_added"][0]["condition"] == "m % p == 0"
+
+
+def test_zb_h1_without_v_uses_the_default_chunk_count_of_generate_and_says_so():
+    code, out, _ = _cli(["prove", "--family", "zb-h1", "peak_inflight(d) == Min(p, m)", "--domain", "p>=2, m>=p"])
+    assert code == 0 and "kind: all sizes in p>=2, m>=p, v == 1" in out
+    assert "added to the domain: v == 1: zb-h1's default chunk count, the one `schedverify generate` builds" in out
+    # the finite prover takes the same default
+    res = prove(Claim("peak_inflight(d) == Min(p, m)", "zb-h1", "", "p=2..4,m=1..4"))
+    assert res.verdict == "PROVED" and res.domain["v"] == [1, 1] and res.conditions[0][0] == "v == 1"

@@ -309,12 +309,6 @@ def test_optimum_claims_bad_input_names_the_value(claim, assume, domain, needle)
         prove(Claim(claim, "", assume, domain))
 
 
-def test_optimum_claim_over_an_inequality_domain_is_unknown_with_the_reason():
-    res = prove(Claim("optimal_makespan == 3*(m + p - 1)", "", "t_F == 1, t_B == 2, c == 0",
-                      "p >= 2, m >= 1"))
-    assert res.verdict == "UNKNOWN" and "size by size" in res.reason
-
-
 def test_optimum_catalogue_loads_without_a_family_and_with_its_time_limit(tmp_path):
     claims = load([PROOFS / "optimum.toml"])
     assert claims and all(c.time_limit == 1.5 for c in claims)

@@ -542,15 +542,15 @@ def test_text_output_labels_the_domain_with_what_was_confirmed():
     import io
 
     out = io.StringIO()
-    assert run(["formula", "1f1b", "--metric", "bubble_fraction"], out, io.StringIO()) == 0
+    assert run(["formula", "zb-v", "--metric", "bubble_fraction"], out, io.StringIO()) == 0
     domain = next(line for line in out.getvalue().splitlines() if line.startswith("  domain:"))
-    assert domain.endswith("c >= 0; confirmed on p=2..8, m=1..24")
+    assert domain.endswith("t_W == t_F; confirmed on p=2..8, m=1..24"), domain
     out = io.StringIO()
     assert run(["formula", "1f1b", "--metric", "makespan"], out, io.StringIO()) == 0  # proofs.json
-    assert "c >= 0; proved for all sizes in its domain\n" in out.getvalue()
+    assert "c >= 0; proved for every size in its domain\n" in out.getvalue()
     out = io.StringIO()  # proved at each v it holds for (v = 2, 3), by the bound certificate
     assert run(["formula", "interleaved-1f1b", "--metric", "peak_memory"], out, io.StringIO()) == 0
-    assert "2 <= v <= 3; proved for all sizes in its domain\n" in out.getvalue()
+    assert "2 <= v <= 3; proved for every size in its domain\n" in out.getvalue()
     out = io.StringIO()  # looped-bfs's timing certificate is on c == 0: its form for c >= 0 stays confirmed
     assert run(["formula", "looped-bfs", "--metric", "makespan"], out, io.StringIO()) == 0
     assert "c >= 0; confirmed on p=2..8, m=1..24, v=1..3\n" in out.getvalue()
@@ -560,25 +560,30 @@ def test_at_outside_the_confirmed_range_warns_and_says_so_in_json():
     import io
     import json
 
+    # zb-v has no all-sizes certificate: its form is confirmed on a range, not proved
     err = io.StringIO()
     out = io.StringIO()
-    assert run(["formula", "1f1b", "--metric", "bubble_fraction", "--at", "p=32,m=128"], out,
+    assert run(["formula", "zb-v", "--metric", "bubble_fraction", "--at", "p=32,m=128"], out,
                err) == 0
     assert err.getvalue() == ("warning: p=32, m=128 is outside the confirmed range p=2..8, "
                               "m=1..24: the form is extrapolated\n")
-    assert "formula 31/159, schedule 31/159" in out.getvalue()
+    assert "formula 31/799, schedule 31/799" in out.getvalue()
     out, err = io.StringIO(), io.StringIO()
-    assert run(["formula", "1f1b", "--metric", "bubble_fraction", "--at", "p=32,m=128",
+    assert run(["formula", "zb-v", "--metric", "bubble_fraction", "--at", "p=32,m=128",
                 "--format", "json"], out, err) == 0
     at = json.loads(out.getvalue())["at"]
     assert at["extrapolated"] is True and "extrapolated" in at["warning"]
     assert at["status"] == "confirmed on p=2..8, m=1..24" and err.getvalue() == ""
     out, err = io.StringIO(), io.StringIO()
-    assert run(["formula", "1f1b", "--metric", "bubble_fraction", "--at", "p=8,m=24",
+    assert run(["formula", "zb-v", "--metric", "bubble_fraction", "--at", "p=8,m=24",
                 "--format", "json"], out, err) == 0
     doc = json.loads(out.getvalue())
     assert doc["at"]["extrapolated"] is False and doc["at"]["warning"] is None
     assert doc["domain"]["proved"] is False
+    # a form proved for every size is not extrapolated anywhere
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["formula", "1f1b", "--metric", "bubble_fraction", "--at", "p=32,m=128"], out, err) == 0
+    assert err.getvalue() == "" and "formula 31/159, schedule 31/159" in out.getvalue()
     err = io.StringIO()
     assert run(["formula", "1f1b", "--metric", "makespan", "--at", "p=4,m=8"], io.StringIO(),
                err) == 0
@@ -600,23 +605,23 @@ def test_smallest_m_beyond_the_confirmed_range_warns():
     import io
 
     err, out = io.StringIO(), io.StringIO()
-    assert run(["formula", "1f1b", "--smallest-m-below", "0.05", "--at", "p=4"], out, err) == 0
-    assert "smallest m with bubble_fraction < 0.05 at p=4: 58" in out.getvalue()
-    assert "p=4, m=58 is outside the confirmed range p=2..8, m=1..24" in err.getvalue()
+    assert run(["formula", "zb-v", "--smallest-m-below", "0.01", "--at", "p=4"], out, err) == 0
+    assert "smallest m with bubble_fraction < 0.01 at p=4: 50" in out.getvalue()
+    assert "p=4, m=50 is outside the confirmed range p=2..8, m=1..24" in err.getvalue()
 
 
 def test_proof_status_is_confirmed_until_a_proof_of_that_very_form_is_recorded(monkeypatch):
     from schedverify.formulas import proof_status, shipped
 
-    assert proof_status("1f1b", "bubble_fraction") == "confirmed on p=2..8, m=1..24"
-    assert proof_status("1f1b", "makespan") == "proved for all sizes in its domain"  # proofs.json
+    assert proof_status("zb-v", "bubble_fraction") == "confirmed on p=2..8, m=1..24"
+    assert proof_status("1f1b", "makespan") == "proved for every size in its domain"  # proofs.json
     assert proof_status("v-min", "peak_memory", "d") == "confirmed on p=2..11, m=1..24"
     text = formula("1f1b", "peak_inflight", "d").text()
     records = {"1f1b/peak_inflight(d)": {"expression": text, "by": "test"},
                "1f1b/makespan": {"expression": "a form that is not the shipped one", "by": "test"}}
     monkeypatch.setattr(shipped, "_proofs", lambda path=None: records)
-    assert proof_status("1f1b", "peak_inflight", "d") == "proved for all sizes in its domain"
-    assert proof_status("1f1b", "peak_inflight", 3) == "proved for all sizes in its domain"
+    assert proof_status("1f1b", "peak_inflight", "d") == "proved for every size in its domain"
+    assert proof_status("1f1b", "peak_inflight", 3) == "proved for every size in its domain"
     assert formula("1f1b", "peak_inflight", "d").extrapolated({"p": 64, "m": 512}) is None
     assert proof_status("1f1b", "makespan") == "confirmed on p=2..8, m=1..24"
 

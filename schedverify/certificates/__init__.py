@@ -53,6 +53,30 @@ def _first(family: str, chunks: int | None) -> Certificate | None:
     return {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "zb-h1": ZB_H1, "zb-h2": ZB_H2}.get(family)
 
 
+def covering(family: str, devices: int, microbatches: int, chunks: int | None = None,
+             group_size: int | None = None, max_inflight: int | None = None):
+    """What the family's schedule at these sizes and options is built from
+    (:class:`.order.Source`: its all-sizes certificate, read by :func:`.order.rows`), or
+    None: a group size other than the devices, a chunk count without a certificate, sizes
+    outside the certificate's domain, or a family without one (its generator's own code
+    then)."""
+    from ..generators import FAMILIES
+    from .order import Source
+
+    v = chunks if chunks is not None else FAMILIES[family].default_chunks
+    if family == "interleaved-1f1b" or (family == "zb-h1" and v != 1):
+        if group_size not in (None, devices) or microbatches % devices or microbatches < devices:
+            return None
+    elif group_size is not None:
+        return None
+    cert = _first(family, v)
+    if cert is None or cert.chunks_per_device != (v or 1):
+        return None
+    if max_inflight is not None and max_inflight < devices:
+        return Source(cert, gap=max_inflight) if family == "1f1b" else None
+    return Source(cert)
+
+
 def families() -> tuple[tuple[str, int | None], ...]:
     """(family, chunks) of every certificate."""
     return (("gpipe", None), ("1f1b", None), ("zb-h1", None), ("zb-h1", 2), ("zb-h1", 3),
@@ -61,4 +85,4 @@ def families() -> tuple[tuple[str, int | None], ...]:
             ("looped-bfs", 1), ("looped-bfs", 2), ("looped-bfs", 3), ("looped-bfs", 4))
 
 
-__all__ = ["Certificate", "certificate", "certificate_options", "families"]
+__all__ = ["Certificate", "certificate", "certificate_options", "covering", "families"]

@@ -56,13 +56,9 @@ class PyOps:
     def Not(x):
         return not x
 
-    @staticmethod
-    def Min(a, b):
-        return min(a, b)
-
-    @staticmethod
-    def Max(a, b):
-        return max(a, b)
+    # the builtins themselves: the generators evaluate positions once per action
+    Min = staticmethod(min)
+    Max = staticmethod(max)
 
     @staticmethod
     def Eq(a, b):
@@ -79,6 +75,122 @@ class PyOps:
     @staticmethod
     def cost(name: str):
         raise TypeError(f"the Python backend has no cost symbols ({name}): sizes only")
+
+    @staticmethod
+    def size(name: str):
+        raise TypeError(f"the Python backend has no size symbols ({name}): give the number")
+
+
+class Code:
+    """A Python expression in the index ``q``, as text: what :class:`CodeOps` builds (the
+    sizes are plain integers then, so everything but ``q`` folds to a number)."""
+
+    __slots__ = ("s",)
+    __hash__ = None  # type: ignore[assignment]  # == builds an expression
+
+    def __init__(self, s: str):
+        self.s = s
+
+    @staticmethod
+    def text(x) -> str:
+        return x.s if isinstance(x, Code) else repr(x)
+
+    def _op(self, op: str, other, swap: bool = False):
+        a, b = (other, self) if swap else (self, other)
+        return Code(f"({Code.text(a)} {op} {Code.text(b)})")
+
+    def __add__(self, o): return self._op("+", o)  # noqa: E704
+    def __radd__(self, o): return self._op("+", o, True)  # noqa: E704
+    def __sub__(self, o): return self._op("-", o)  # noqa: E704
+    def __rsub__(self, o): return self._op("-", o, True)  # noqa: E704
+    def __mul__(self, o): return self._op("*", o)  # noqa: E704
+    def __rmul__(self, o): return self._op("*", o, True)  # noqa: E704
+    def __neg__(self): return Code(f"(-{self.s})")  # noqa: E704
+    def __lt__(self, o): return self._op("<", o)  # noqa: E704
+    def __le__(self, o): return self._op("<=", o)  # noqa: E704
+    def __gt__(self, o): return self._op(">", o)  # noqa: E704
+    def __ge__(self, o): return self._op(">=", o)  # noqa: E704
+    def __eq__(self, o): return self._op("==", o)  # noqa: E704
+    def __ne__(self, o): return self._op("!=", o)  # noqa: E704
+
+
+class CodeOps:
+    """Plain Python again, but with the index as a :class:`Code`: one certificate function
+    at fixed sizes becomes the text of a Python function of ``q``, which
+    :func:`compiled` turns into one (the generators evaluate positions once per action:
+    this makes that as cheap as the loops they replaced)."""
+
+    name = "code"
+
+    @staticmethod
+    def If(c, a, b):
+        if isinstance(c, bool):
+            return a if c else b
+        return Code(f"({Code.text(a)} if {Code.text(c)} else {Code.text(b)})")
+
+    @staticmethod
+    def And(*xs):
+        if all(isinstance(x, bool) for x in xs):
+            return all(xs)
+        if any(x is False for x in xs):
+            return False
+        return Code("(" + " and ".join(Code.text(x) for x in xs if x is not True) + ")")
+
+    @staticmethod
+    def Or(*xs):
+        if all(isinstance(x, bool) for x in xs):
+            return any(xs)
+        if any(x is True for x in xs):
+            return True
+        return Code("(" + " or ".join(Code.text(x) for x in xs if x is not False) + ")")
+
+    @staticmethod
+    def Not(x):
+        return (not x) if isinstance(x, bool) else Code(f"(not {x.s})")
+
+    @staticmethod
+    def Min(a, b):
+        if not isinstance(a, Code) and not isinstance(b, Code):
+            return min(a, b)
+        return Code(f"min({Code.text(a)}, {Code.text(b)})")
+
+    @staticmethod
+    def Max(a, b):
+        if not isinstance(a, Code) and not isinstance(b, Code):
+            return max(a, b)
+        return Code(f"max({Code.text(a)}, {Code.text(b)})")
+
+    @staticmethod
+    def Eq(a, b):
+        return a == b
+
+    @staticmethod
+    def Div(a, k: int):
+        return a // k if not isinstance(a, Code) else Code(f"({a.s} // {k})")
+
+    @staticmethod
+    def DivV(a, b):
+        if not isinstance(a, Code) and not isinstance(b, Code):
+            return a // b
+        return Code(f"({Code.text(a)} // {Code.text(b)})")
+
+    @staticmethod
+    def cost(name: str):
+        raise TypeError(f"the Python backend has no cost symbols ({name}): sizes only")
+
+    @staticmethod
+    def size(name: str):
+        raise TypeError(f"the Python backend has no size symbols ({name}): give the number")
+
+
+def compiled(make, names: tuple[str, ...] = ("q",)):
+    """``make(o, *args)`` (a certificate function at fixed sizes, in the backend ``o``) as a
+    Python function of ``names``: its text built with :class:`CodeOps`, compiled once."""
+    value = make(CodeOps, *[Code(n) for n in names])
+    parts = value if isinstance(value, tuple) else (value,)
+    body = ", ".join(Code.text(x) for x in parts)
+    return eval(f"lambda {', '.join(names)}: ({body}{',' if isinstance(value, tuple) else ''})",  # noqa: S307
+                {"__builtins__": {}, "min": min, "max": max})
 
 
 class Z3Ops:
@@ -128,6 +240,10 @@ class Z3Ops:
         it too (Z3 identifies constants by name and sort)."""
         return self.z3.Real(name)
 
+    def size(self, name: str):
+        """A size parameter other than p and m (``k``) as a Z3 integer, the claims' too."""
+        return self.z3.Int(name)
+
 
 class SymOps:
     """sympy expressions (``Piecewise`` for a case split); ``sympy`` is handed over by the
@@ -172,11 +288,35 @@ class SymOps:
     def cost(self, name: str):
         return self.sp.Symbol(name)
 
+    def size(self, name: str):
+        return self.sp.Symbol(name, integer=True)
+
 
 #: ``top`` of a family whose every per-device maximum is on device 0 (the deepest warm-up).
 DEVICE_0_TOPS: Mapping[str, Callable] = MappingProxyType(
     {"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
      "fwd_before_bwd": lambda o, p, m: 0})
+
+
+def run_facts(o, pos, n, dev, lo, hi, kinds):
+    """Z3 facts: device ``dev``'s positions lo..hi hold exactly, of each kind K, the
+    actions K(dev, j0..j0+c-1) for ``kinds[K] = (j0, c)`` (positions increase with the
+    index, an order obligation) and nothing else (the counts fill the range).  ``pos(k,
+    dev, j)``: the position; ``n``: actions of each kind per device."""
+    facts = []
+    for k, (j0, c) in kinds.items():
+        at = lambda j, k=k: pos(k, dev, j)  # noqa: E731
+        facts.append(o.And(j0 >= 0, c >= 0, j0 + c <= n,
+                           o.Or(j0 == 0, at(j0 - 1) < lo),
+                           o.Or(c == 0, o.And(at(j0) >= lo, at(j0 + c - 1) <= hi)),
+                           o.Or(j0 + c == n, at(j0 + c) > hi)))
+    facts.append(sum(c for _, c in kinds.values()) == hi - lo + 1)
+    return o.And(*facts)
+
+
+#: the condition the families on Megatron-LM's table add to a claim's domain, and why
+GROUP_RULE = ("m % p == 0", "the family is generated for m a multiple of p only: its default group "
+              "size is p, and Megatron-LM needs m % group to be 0 or at least p")
 
 
 @dataclass(frozen=True)
@@ -253,11 +393,22 @@ class Certificate:
     count: Callable = staticmethod(lambda o, m: m)
     #: chunks per device the certificate is for (None: the family has one stage per device)
     chunks: int | None = None
-    #: extra conditions the family's generator puts on the sizes (Z3 backend), for claims
+    #: extra conditions the family's generator puts on the sizes (Z3 backend), for claims,
+    #: and their text with the reason (printed with every verdict that adds them)
     family_domain: Callable | None = None
-    #: Python: the index i of a generated action (default: its microbatch)
-    index: Callable | None = None
-    #: the data dependencies (default: one stage per device, stage d on device d)
+    family_domain_text: tuple[str, str] | None = None
+    #: the placement of the chunks: ``"loop"`` (chunk c of device d is stage c*p + d) or
+    #: ``"v"`` (two chunks: stage d, and stage 2p-1-d on the way back); see :mod:`.needs`
+    placement: str = "loop"
+    #: ``action(o, K, p, m, d, q) -> (c, i)``: the chunk (0..v-1) and microbatch of the
+    #: q-th action of kind K on device d (default: chunk 0, microbatch q).  With ``pos``
+    #: this *is* the schedule: :func:`.order.rows` builds it, the generators return it.
+    action: Callable | None = None
+    #: ``index_of(o, K, p, m, d, c, i) -> q``: the inverse of ``action`` (default: i)
+    index_of: Callable | None = None
+    #: the data dependencies in the certificate's indices, a simpler form of those read
+    #: from deps.NEEDS through the placement (:func:`.needs.derived`), which Z3 proves equal;
+    #: None: the derived ones are used as they are
     deps: Callable | None = None
     #: None: ``start`` is exact (the ASAP solution itself).  Otherwise ``start`` is only an
     #: upper bound (a solution of the ASAP *inequalities*, exact at ``last(critical)``) and
@@ -270,6 +421,9 @@ class Certificate:
     #: ``check._nia_solver`` (interleaved 1F1B: its domain m % p == 0 and its table chunks
     #: ``q mod vp`` are nonlinear everywhere, and the general solver times out on them)
     nia_tactic: bool = False
+    #: every obligation is linear integer arithmetic (no division by a size): Z3 checks them
+    #: on one incremental solver, the domain asserted once (1F1B with latency: False)
+    linear: bool = True
     #: a certificate by cost cones (docs/proofs.md section 2, "cones"): ``start`` is None in
     #: ``self`` (which gives the order and the peaks), each cone's bound certificate gives
     #: the timing on its cone, and the cones cover every cost; the makespan is then the
@@ -278,6 +432,22 @@ class Certificate:
     summary: str = ""
     order_argument: str = ""
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def chunks_per_device(self) -> int:
+        return 1 if self.chunks is None else self.chunks
+
+    def action_at(self, o, kind, p, m, d, q):
+        """(chunk, microbatch) of the q-th action of ``kind`` on device d."""
+        if self.action is None:
+            return 0, q
+        return self.action(o, kind, p, m, d, q)
+
+    def index_at(self, o, kind, p, m, d, c, i):
+        """The index q of the action of ``kind`` of chunk c, microbatch i on device d."""
+        if self.index_of is None:
+            return i
+        return self.index_of(o, kind, p, m, d, c, i)
 
     @property
     def timing(self) -> bool:

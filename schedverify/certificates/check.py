@@ -11,10 +11,14 @@ times and peaks with the real generator and the symbolic timeline at concrete si
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..model import B, F, I, W
+from . import needs
 from .base import Certificate, PyOps, Z3Ops
 
 
@@ -32,6 +36,10 @@ class CertificateCheck:
     ok: bool
     obligations: list[Obligation] = field(default_factory=list)
     seconds: float = 0.0
+    #: sha256 of the exact obligations (the formulas Z3 is asked), when it was computed
+    digest: str = ""
+    #: the obligations are the ones a shipped record says Z3 proved (RECORDS): not asked again
+    recorded: bool = False
 
     def failures(self) -> list[Obligation]:
         return [o for o in self.obligations if o.status != "proved"]
@@ -43,18 +51,10 @@ class CertificateCheck:
 
 
 def _deps(cert: Certificate, o, kind, p, m, d, i):
-    """The data dependencies of docs/spec.md 3.4 (deps.NEEDS) for one stage per device,
-    stage d on device d: (condition, (kind, device, microbatch), crosses devices); a
-    certificate with several stages per device gives its own."""
-    if cert.deps is not None:
-        return cert.deps(o, kind, p, m, d, i)
-    if kind == F:
-        return [(d >= 1, (F, d - 1, i), True)]
-    if kind in (B, I):
-        return [(True, (F, d, i), False), (d + 1 < p, (cert.first_backward, d + 1, i), True)]
-    if kind == W:
-        return [(True, (I, d, i), False)]
-    raise ValueError(kind)
+    """The data dependencies of docs/spec.md 3.4, read from deps.NEEDS through the
+    certificate's placement and index maps (:mod:`.needs`): (condition, (kind, device,
+    index), crosses devices)."""
+    return needs.deps(cert, o, kind, p, m, d, i)
 
 
 def _vec(cert: Certificate, form: dict) -> dict:
@@ -86,11 +86,11 @@ def _cone_end(cert: Certificate, o, kind, p, m, d, i) -> dict:
     return out
 
 
-def obligations(cert: Certificate, o, p, m, d, i, *, order: bool = True) -> list[tuple[str, object]]:
-    """Every obligation as (name, formula) in backend ``o`` with free sizes p, m, d, i;
-    each must hold whenever the sizes are in the certificate's domain, 0 <= d < p and
-    0 <= i < m.  ``order=False``: the timing obligations only (a cone's certificate, whose
-    order and peaks are its parent's)."""
+def obligations(cert: Certificate, o, p, m, d, i, j=None, *, order: bool = True) -> list[tuple[str, object]]:
+    """Every obligation as (name, formula) in backend ``o`` with free sizes p, m, d and
+    indices i, j; each must hold whenever the sizes are in the certificate's domain,
+    0 <= d < p and 0 <= i, j < count(m).  ``order=False``: the timing obligations only (a
+    cone's certificate, whose order and peaks are its parent's)."""
     out: list[tuple[str, object]] = []
     N = cert.count(o, m)  # actions of each kind per device
     n_actions = len(cert.kinds) * N
@@ -135,6 +135,7 @@ def obligations(cert: Certificate, o, p, m, d, i, *, order: bool = True) -> list
         _chain_obligations(out, cert, o, p, m, d, i)
     if order:
         _count_obligations(out, cert, o, p, m, d, i, N)
+        _bijection_obligations(out, cert, o, p, m, d, i, j, N)
     for cone in cert.cones:
         out.extend((f"cone {cone.name}: {name}", f)
                    for name, f in obligations(cone.cert, o, p, m, d, i, order=False))
@@ -159,6 +160,39 @@ def _order_obligations(out, cert, o, kind, P, cases, p, m, d, i, N, n_actions):
                         Not(And(cases[a][0], cases[b][0]))))
     out.append((f"order {kind}: positions increase with the microbatch",
                 implies(i + 1 < N, cert.pos(o, kind, p, m, d, i + 1) > P)))
+
+
+def _bijection_obligations(out, cert, o, p, m, d, i, j, N):
+    """The schedule is the certificate's (order.rows): ``pos`` is one-to-one across kinds
+    too (within a kind it increases), so with its range and the count it is a bijection onto
+    the device's positions; ``action`` maps the indices one-to-one onto (chunk, microbatch)
+    pairs, ``index_of`` being its inverse; and the dependencies the other obligations use
+    are those of deps.NEEDS read through the placement."""
+    And, Or, Not = o.And, o.Or, o.Not
+    if j is not None:
+        for a, ka in enumerate(cert.kinds):
+            for kb in cert.kinds[a + 1:]:
+                out.append((f"bijection: pos({ka}, d, i) != pos({kb}, d, j)",
+                            Not(cert.pos(o, ka, p, m, d, i) == cert.pos(o, kb, p, m, d, j))))
+    v = cert.chunks_per_device
+    c0 = cert.action_at(o, cert.kinds[0], p, m, d, i)[0]  # every chunk, as i ranges over the indices
+    for off, fact in needs.placement_facts(o, cert.placement, v, p, d, c0):
+        out.append((f"placement: the neighbours of a stage at offset {off:+d}", fact))
+    for kind in cert.kinds:
+        c, mb = cert.action_at(o, kind, p, m, d, i)
+        out.append((f"action {kind}: index -> (chunk, microbatch) in range, index_of its inverse",
+                    And(c >= 0, c < v, mb >= 0, mb < m, cert.index_at(o, kind, p, m, d, c, mb) == i)))
+        if cert.deps is None:
+            continue
+        mine = cert.deps(o, kind, p, m, d, i)
+        rule = needs.derived(cert, o, kind, p, m, d, i)
+
+        def covered(xs, ys):
+            return And(*[Or(Not(cx), Or(*[And(cy, ty[1] == tx[1], ty[2] == tx[2])
+                                           for cy, ty, _ in ys if ty[0] == tx[0]]))
+                         for cx, tx, _ in xs])
+        out.append((f"deps {kind}: the certificate's are deps.NEEDS's through the placement",
+                    And(covered(mine, rule), covered(rule, mine))))
 
 
 def _makespan_obligations(out, cert, o, p, m, d, N, n_actions):
@@ -253,23 +287,73 @@ def _nia_solver(z3, timeout_s: float, rlimit: int):
     return s
 
 
-def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0,
-                      rlimit: int = 0) -> CertificateCheck:
+#: The shipped records of Z3's proofs of the certificates' obligations (package data):
+#: ``schedverify prove --check-certificates`` writes them, CI proves every certificate again
+#: and compares (.ci/formulas).
+RECORDS = Path(__file__).resolve().parent / "checked.json"
+
+
+def load_records(path: str | Path | None = None) -> frozenset[str]:
+    """The digests of the obligations Z3 proved when the records were made (empty when
+    the file is absent or unreadable: everything is then proved again)."""
+    try:
+        doc = json.loads(Path(path or RECORDS).read_text(encoding="utf-8"))
+        return frozenset(doc["certificates"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return frozenset()
+
+
+def _digest(hyp, obs) -> str:
+    """sha256 of the hypothesis and every obligation (name and Z3 formula, as Z3 prints it):
+    any change to a certificate, to its obligations or to the rules they read changes it."""
+    h = hashlib.sha256(hyp.sexpr().encode())
+    for name, formula in obs:
+        h.update(b"\0" + name.encode() + b"\0" + formula.sexpr().encode())
+    return h.hexdigest()
+
+
+def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0, rlimit: int = 0,
+                      records: frozenset[str] | None = None, digest: bool = False) -> CertificateCheck:
     """Every obligation for every size of the domain, by Z3 (one query each) with at most
     ``timeout_s`` seconds and, when > 0, ``rlimit`` resource units each.  With a resource
     limit the nonlinear tactic gives way to the general solver when it runs out of units,
-    not of seconds, so the outcome does not depend on the machine's speed."""
-    from ..smt.solver import make_solver, z3
+    not of seconds, so the outcome does not depend on the machine's speed.
+
+    ``records`` (digests, :func:`load_records`): when the obligations are exactly ones Z3
+    proved when the records were made, they are not asked again (``recorded``); the checks
+    of the cones, which are quick, always run.  ``digest``: compute the digest anyway (to
+    write records)."""
+    from ..smt.solver import fresh_context, make_solver, z3
 
     t0 = time.perf_counter()
+    fresh_context()  # the same outcome whatever was solved before in the process
     o = Z3Ops()
-    p, m, d, i = z3.Ints("p m d i")
-    hyp = z3.And(cert.in_domain(o, p, m), d >= 0, d < p, i >= 0, i < cert.count(o, m))
+    p, m, d, i, j = z3.Ints("p m d i j")
+    N = cert.count(o, m)
+    hyp = z3.And(cert.in_domain(o, p, m), d >= 0, d < p, i >= 0, i < N, j >= 0, j < N)
     res = CertificateCheck(cert.family, True)
-    for name, formula in obligations(cert, o, p, m, d, i):
+    obs = [(name, z3.BoolVal(f) if isinstance(f, bool) else f) for name, f in obligations(cert, o, p, m, d, i, j)]
+    if records is not None or digest:
+        res.digest = _digest(hyp, obs)
+    if records is not None and res.digest in records:
+        res.recorded = True
+        res.obligations = [Obligation(name, "proved", "Z3's proof recorded") for name, _ in obs]
+        obs = []
+    shared = None  # linear: one incremental solver, the domain asserted once
+    if obs and cert.linear and not cert.nia_tactic:
+        shared = make_solver(timeout_s=timeout_s, logic="QF_LIA", rlimit=rlimit)
+        shared.add(hyp)
+    for name, formula in obs:
         t1 = time.perf_counter()
-        if isinstance(formula, bool):
-            formula = z3.BoolVal(formula)
+        if shared is not None:
+            shared.push()
+            shared.add(z3.Not(formula))
+            r = shared.check()
+            if r == z3.unsat:
+                shared.pop()
+                res.obligations.append(Obligation(name, "proved", seconds=time.perf_counter() - t1))
+                continue
+            shared.pop()  # sat or unknown: asked again on its own, for the model or a verdict
         if cert.nia_tactic:  # its domain (m % p == 0) is nonlinear: QF_LIA cannot read it
             s = _nia_solver(z3, timeout_s if rlimit else min(timeout_s, NIA_TACTIC_S), rlimit)
         else:
@@ -284,7 +368,7 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0,
             ob = Obligation(name, "proved")
         elif r == z3.sat:
             mo = s.model()
-            at = ", ".join(f"{v}={mo.eval(v, model_completion=True)}" for v in (p, m, d, i))
+            at = ", ".join(f"{v}={mo.eval(v, model_completion=True)}" for v in (p, m, d, i, j))
             ob = Obligation(name, "failed", f"fails at {at}")
         else:
             ob = Obligation(name, "unknown", s.reason_unknown())
@@ -298,7 +382,8 @@ def prove_certificate(cert: Certificate, *, timeout_s: float = 30.0,
 
 
 #: what a cone's certificate must share with its parent (whose order Z3 checks)
-_SHARED = ("kinds", "pos", "pred", "deps", "in_domain", "count", "last", "critical")
+_SHARED = ("kinds", "pos", "pred", "deps", "action", "index_of", "placement", "in_domain", "count", "last",
+           "critical")
 
 
 def _cone_checks(cert: Certificate, timeout_s: float, rlimit: int) -> list[Obligation]:
@@ -348,6 +433,18 @@ def _cone_checks(cert: Certificate, timeout_s: float, rlimit: int) -> list[Oblig
     return out
 
 
+def index_of_action(cert: Certificate, p: int, m: int):
+    """Plain Python: the certificate's index q of a generated action (its microbatch, or its
+    place in a table), read through the placement and ``index_of``."""
+    o = PyOps()
+
+    def q(a):
+        d, c = needs.chunk_of(cert.placement, p, a.stage)
+        return cert.index_at(o, a.kind, p, m, d, c, a.microbatch)
+
+    return q
+
+
 def crosscheck(cert: Certificate, sizes) -> list[str]:
     """Compare the certificate with the generator and the symbolic timeline at each
     (p, m): every position, every start time (exact, on the certificate's cost slice), the
@@ -365,7 +462,7 @@ def crosscheck(cert: Certificate, sizes) -> list[str]:
         if cert.timing:
             end, dur = symbolic_timeline(sched, merge=cert.merge)
         om = order_metrics(sched)
-        index = cert.index(p, m) if cert.index else (lambda a: a.microbatch)
+        index = index_of_action(cert, p, m)
         acts = g.acts  # read once: a lazy field (lazy.py)
         for dd in range(p):
             for j in range(g.starts[dd], g.starts[dd + 1]):
@@ -456,3 +553,41 @@ def _cone_mismatch(cert: Certificate, o, p, m, end, dur, g, index) -> list[str]:
         if want not in terms or not all(x <= y for t in terms for x, y in zip(t, want)):
             bad.append(f"p={p},m={m}, cone {cone.name}: the latest end is not the single term {want}")
     return bad
+
+
+def shipped_certificates() -> list[Certificate]:
+    """Every certificate the package ships for which a record is kept: each family's
+    options at each chunk count of :func:`~schedverify.certificates.families`, and
+    interleaved 1F1B's up to v = 8."""
+    from . import certificate_options, families
+    from .interleaved import INTERLEAVED
+
+    certs = [c for fam, v in families() for c in certificate_options(fam, v)]
+    return certs + [INTERLEAVED[v] for v in sorted(INTERLEAVED) if INTERLEAVED[v] not in certs]
+
+
+def write_records(path: str | Path | None = None, *, rlimit: int = 15_000_000,
+                  log=None) -> tuple[int, list[str]]:
+    """Prove every shipped certificate with Z3 (no record taken) and write the digests of
+    those proved, whole or not at all; returns (how many, the ones that did not check)."""
+    from ..io.files import write_atomic
+
+    kept: dict[str, dict] = {}
+    bad = []
+    for cert in shipped_certificates():
+        chk = prove_certificate(cert, rlimit=rlimit, digest=True)
+        what = f"{cert.family}" + (f" v={cert.chunks}" if cert.chunks else "") + f" ({cert.slice_text()})"
+        if log is not None:
+            log(f"{what}: {'proved' if chk.ok else 'did not check'}, {len(chk.obligations)} obligations, "
+                f"{chk.seconds:.2f} s")
+        if chk.ok:
+            kept[chk.digest] = {"certificate": what, "obligations": len(chk.obligations)}
+        else:
+            bad.append(what)
+    doc = {"about": "Z3's proofs of the shipped all-sizes certificates: digest (sha256 of the exact "
+                    "obligations, as Z3 prints them) -> the certificate; a certificate whose obligations "
+                    "have another digest is proved again at its first use.  Made by `schedverify prove "
+                    "--check-certificates`, checked by .ci/formulas.",
+           "certificates": dict(sorted(kept.items()))}
+    write_atomic(path or RECORDS, json.dumps(doc, sort_keys=True, indent=1) + "\n")
+    return len(kept), bad

@@ -147,5 +147,6 @@ ONE_F_ONE_B_LATENCY = Certificate(
     warmup=ONE_F_ONE_B.warmup,
     top=ONE_F_ONE_B.top,
     summary="1F1B with the latency c: its coefficient steps with period p (ceil(i/p))",
+    linear=False,
     order_argument=ONE_F_ONE_B.order_argument,
 )

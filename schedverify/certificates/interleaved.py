@@ -31,7 +31,7 @@ from types import MappingProxyType
 
 from ..formulas.tropical import C_ZERO
 from ..model import B, F
-from .base import DEVICE_0_TOPS, KINDS_FULL, Certificate
+from .base import DEVICE_0_TOPS, GROUP_RULE, KINDS_FULL, Certificate
 
 
 def _make(v: int) -> Certificate:
@@ -51,6 +51,13 @@ def _make(v: int) -> Certificate:
         out = 0
         for k in range(1, v):
             out = out + o.If(r >= k * p, 1, 0)
+        return out
+
+    def below(o, p, ct):
+        """ct * p for a table chunk ct of 0..v-1, as a sum of case splits."""
+        out = 0
+        for k in range(1, v):
+            out = out + o.If(ct >= k, p, 0)
         return out
 
     def pos(o, k, p, m, d, q):
@@ -115,13 +122,18 @@ def _make(v: int) -> Certificate:
         n = N(o, m)
         return o.Min(2 * (p - d - 1) + (v - 1) * p + 1, n), o.Min(w(o, p, m, d), n - 1)
 
-    def index(p, m):
-        from ..generators._build import megatron_schedule_table
+    def action(o, k, p, m, d, q):
+        """(chunk, microbatch) at table index q: group G = q div vp, table chunk
+        (q mod vp) div p, microbatch Gp + q mod p; a backward's chunk is reversed."""
+        g = o.DivV(q, v * p)
+        ct = chunk(o, p, q)
+        i = g * p + within(o, p, q) - below(o, p, ct)
+        return (ct if k == F else v - 1 - ct), i
 
-        table = megatron_schedule_table(m, v, p)
-        fwd = {(i, c): q for q, (i, c) in enumerate(table)}
-        bwd = {(i, v - 1 - c): q for q, (i, c) in enumerate(table)}
-        return lambda a: (fwd if a.kind == F else bwd)[(a.microbatch, a.stage // p)]
+    def index_of(o, k, p, m, d, c, i):
+        ct = c if k == F else v - 1 - c
+        g = o.DivV(i, p)
+        return g * v * p + below(o, p, ct) + i - g * p
 
     return Certificate(
         family="interleaved-1f1b", kinds=KINDS_FULL, costs=("t_F", "t_B"), fixed=(("c", "0"),),
@@ -129,6 +141,7 @@ def _make(v: int) -> Certificate:
         domain=f"p >= 1, m >= p, m % p == 0, v == {v}", chunks=v, count=N,
         in_domain=lambda o, p, m: o.And(p >= 1, m >= p, m - p * o.DivV(m, p) == 0),
         family_domain=lambda o, p, m: m % p == 0,
+        family_domain_text=GROUP_RULE,
         pos=pos, pred=pred, start=start, deps=deps, lower=lower, nia_tactic=True,
         last=lambda o, p, m, d: (B, N(o, m) - 1),
         critical=lambda o, p, m: 0,
@@ -137,7 +150,7 @@ def _make(v: int) -> Certificate:
         peak_memory2=lambda o, p, m, d: (2 * peak(o, p, m, d)[0], peak(o, p, m, d)[1]),
         warmup=lambda o, p, m, d: peak(o, p, m, d)[0],
         top=DEVICE_0_TOPS,
-        index=index,
+        action=action, index_of=index_of,
         summary=(f"v = {v}: 1F1B's pattern over the virtual index, w = min(2(p-d-1) + {v - 1}p, "
                  f"{v}m); starts bounded per coordinate, makespan ({v}m + p - 1)(t_F + t_B)"),
         order_argument=(

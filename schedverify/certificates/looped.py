@@ -65,11 +65,26 @@ def _make(v: int) -> Certificate:
         return {"t_F": p + m - 1 + (v - 1) * MM,
                 "t_B": p - 1 - d + chunks_below(o, m, q, MM) + q - chunks_below(o, m, q, m)}
 
-    def index(p, m):
-        def q(a):
-            c = a.stage // p
-            return c * m + a.microbatch if a.kind == F else (v - 1 - c) * m + (m - 1 - a.microbatch)
-        return q
+    def times(o, c, m):
+        """c * m for a chunk c of 0..v-1, as a sum of case splits (linear for symbolic m)."""
+        out = 0
+        for k in range(1, v):
+            out = out + o.If(c >= k, m, 0)
+        return out
+
+    def action(o, k, p, m, d, q):
+        """(chunk, microbatch) of the q-th forward (chunk q div m) or backward (chunks in
+        reverse, microbatches last-first)."""
+        rev = chunks_below(o, m, q, 1)
+        within = q - chunks_below(o, m, q, m)
+        if k == F:
+            return rev, within
+        return v - 1 - rev, m - 1 - within
+
+    def index_of(o, k, p, m, d, c, i):
+        if k == F:
+            return times(o, c, m) + i
+        return times(o, v - 1 - c, m) + m - 1 - i
 
     return Certificate(
         family="looped-bfs", kinds=KINDS_FULL, costs=("t_F", "t_B"), fixed=(("c", "0"),),
@@ -84,7 +99,7 @@ def _make(v: int) -> Certificate:
         peak_memory2=lambda o, p, m, d: (2 * N(o, m), N(o, m) - 1),
         warmup=lambda o, p, m, d: N(o, m),
         top=DEVICE_0_TOPS,
-        index=index,
+        action=action, index_of=index_of,
         summary=f"v = {v}: each chunk's forwards in turn, then the backwards in reverse",
         order_argument=(
             "generators/interleaved.py looped_bfs(): row d is [F(c*p+d, i) for c in 0..v-1 for i "

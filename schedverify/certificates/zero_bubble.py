@@ -32,7 +32,7 @@ from types import MappingProxyType
 
 from ..formulas.tropical import C_ZERO, UNIT_SPLIT
 from ..model import F, I, W
-from .base import DEVICE_0_TOPS, KINDS_SPLIT, Certificate, Cone
+from .base import DEVICE_0_TOPS, GROUP_RULE, KINDS_SPLIT, Certificate, Cone, run_facts
 
 
 def _order(scale: int):
@@ -174,22 +174,6 @@ def _cone_names(low: str) -> dict:
     return {k: (s if k == low else f"{_COST[k]}-{s}") for k in KINDS_SPLIT}
 
 
-def _run(o, pos, n, dev, lo, hi, kinds):
-    """Z3 facts: device ``dev``'s positions lo..hi hold exactly, of each kind K, the
-    actions K(dev, j0..j0+c-1) for ``kinds[K] = (j0, c)`` (positions increase with the
-    index, an order obligation) and nothing else (the counts fill the range).  ``pos(k,
-    dev, j)``: the position; ``n``: actions of each kind per device."""
-    facts = []
-    for k, (j0, c) in kinds.items():
-        at = lambda j, k=k: pos(k, dev, j)  # noqa: E731
-        facts.append(o.And(j0 >= 0, c >= 0, j0 + c <= n,
-                           o.Or(j0 == 0, at(j0 - 1) < lo),
-                           o.Or(c == 0, o.And(at(j0) >= lo, at(j0 + c - 1) <= hi)),
-                           o.Or(j0 + c == n, at(j0 + c) > hi)))
-    facts.append(sum(c for _, c in kinds.values()) == hi - lo + 1)
-    return o.And(*facts)
-
-
 def _chain(v: int, low: str, cert_of):
     """The chain of waits as long as the makespan on the cone where t_low is the smallest
     cost: Z3 facts (each a wait of docs/spec.md 3.4 read from the certificate's deps, or a
@@ -215,14 +199,14 @@ def _chain(v: int, low: str, cert_of):
             warm = o.Min(v * p, n)
             facts = [
                 ("chain: device 0 starts with F(0,0..(v-1)p)",
-                 _run(o, pos, n, 0, 0, pos(F, 0, f0), {F: (0, f0 + 1), I: (0, 0), W: (0, 0)})),
+                 run_facts(o, pos, n, 0, 0, pos(F, 0, f0), {F: (0, f0 + 1), I: (0, 0), W: (0, 0)})),
                 ("chain: F(d,(v-1)p) waits for F(d-1,(v-1)p), d >= 1",
                  o.Or(d < 1, waits(F, d, f0, (F, d - 1, f0)))),
                 ("chain: I(p-1,0) waits for F(p-1,(v-1)p)", waits(I, p - 1, 0, (F, p - 1, f0))),
                 ("chain: I(d,0) waits for I(d+1,0), d < p-1",
                  o.Or(d >= p - 1, waits(I, d, 0, (I, d + 1, 0)))),
                 ("chain: device 0 from I(0,0) to its end: N - min(vp,N) F, every I and W",
-                 _run(o, pos, n, 0, pos(I, 0, 0), last, {F: (warm, n - warm), I: (0, n), W: (0, n)})),
+                 run_facts(o, pos, n, 0, pos(I, 0, 0), last, {F: (warm, n - warm), I: (0, n), W: (0, n)})),
             ]
             return facts, {F: f0 + p + n - warm, I: p - 1 + n, W: n}
         # F(d-1,0) -> F(d,0) up to p-1, device p-1 from F(p-1,0) to I(p-1,N-1), I(d+1,N-1) ->
@@ -231,7 +215,7 @@ def _chain(v: int, low: str, cert_of):
         head = [
             ("chain: F(d,0) waits for F(d-1,0), d >= 1", o.Or(d < 1, waits(F, d, 0, (F, d - 1, 0)))),
             ("chain: device p-1 from F(p-1,0) to I(p-1,N-1): every F and I, max(0,N-p) W",
-             _run(o, pos, n, p - 1, 0, pos(I, p - 1, n - 1),
+             run_facts(o, pos, n, p - 1, 0, pos(I, p - 1, n - 1),
                   {F: (0, n), I: (0, n), W: (0, o.Max(0, n - p))})),
             ("chain: I(d,N-1) waits for I(d+1,N-1), d < p-1",
              o.Or(d >= p - 1, waits(I, d, n - 1, (I, d + 1, n - 1)))),
@@ -242,7 +226,7 @@ def _chain(v: int, low: str, cert_of):
         e = o.Min(n - 1, p - 1)
         j0 = o.Max(0, n - 1 - e)
         facts = head + [("chain: device min(N,p)-1 after I(e,N-1): the W from max(0, N-1-e) on",
-                         _run(o, pos, n, e, pos(I, e, n - 1) + 1, last,
+                         run_facts(o, pos, n, e, pos(I, e, n - 1) + 1, last,
                               {F: (n, 0), I: (n, 0), W: (j0, n - j0)}))]
         return facts, {F: p - 1 + n, I: n + p - 1 - e, W: o.Max(0, n - p) + n - j0}
 
@@ -365,26 +349,39 @@ def _make_v(v: int) -> Certificate:
                 (d + 1 < p, (I, d + 1, q), True),
                 (o.And(d == p - 1, c >= 1), (I, 0, q - p), p > 1)]
 
-    def index(p, m):
-        from ..generators._build import megatron_schedule_table
+    def below(o, p, ct):
+        """ct * p for a table chunk ct of 0..v-1, as a sum of case splits."""
+        out = 0
+        for k in range(1, v):
+            out = out + o.If(ct >= k, p, 0)
+        return out
 
-        table = megatron_schedule_table(m, v, p)
-        fwd = {(i, c): q for q, (i, c) in enumerate(table)}
-        bwd = {(i, v - 1 - c): q for q, (i, c) in enumerate(table)}
-        return lambda a: (fwd if a.kind == F else bwd)[(a.microbatch, a.stage // p)]
+    def action(o, k, p, m, d, q):
+        """(chunk, microbatch) at table index q, as interleaved 1F1B's (I and W: chunks
+        reversed, as a backward's)."""
+        g = o.DivV(q, v * p)
+        ct = chunk(o, p, q)
+        i = g * p + q - v * p * g - below(o, p, ct)
+        return (ct if k == F else v - 1 - ct), i
+
+    def index_of(o, k, p, m, d, c, i):
+        ct = c if k == F else v - 1 - c
+        g = o.DivV(i, p)
+        return g * v * p + below(o, p, ct) + i - g * p
 
     order = Certificate(
         family="zb-h1", kinds=KINDS_SPLIT, costs=(), fixed=(), duration={},
         domain=f"p >= 1, m >= p, m % p == 0, v == {v}", chunks=v, count=N,
         in_domain=lambda o, p, m: o.And(p >= 1, m >= p, m - p * o.DivV(m, p) == 0),
-        family_domain=lambda o, p, m: m % p == 0, nia_tactic=True,
+        family_domain=lambda o, p, m: m % p == 0,
+        family_domain_text=GROUP_RULE, nia_tactic=True,
         merge=C_ZERO, pos=pos, pred=pred, deps=deps, start=None, last=None, critical=None,
         freed=freed,
         # w + L + 1 = vp in flight at F(w + L), the last forward before the first W
         peak_inflight=lambda o, p, m, d: (v * p, v * p - 1),
         peak_memory2=lambda o, p, m, d: (2 * v * p - d, v * p - 1),
         warmup=lambda o, p, m, d: v * p - d,
-        top=DEVICE_0_TOPS, index=index,
+        top=DEVICE_0_TOPS, action=action, index_of=index_of,
         summary=f"v = {v}: ZB-H1's pattern over the table index, w = {v}p - 1 - d forwards, W lag d",
         order_argument=(
             "generators/zero_bubble.py zb_h1() with chunks = v >= 2 calls "

@@ -4,7 +4,7 @@ Each shipped form (``schedverify/formulas/forms.json``) is read as a claim, ``ME
 FORM`` under the form's cost slice and restricted domain, and judged by the all-sizes prover
 (:func:`schedverify.claims.allsizes.judge`, docs/proofs.md) over ``p >= 2, m >= 1``.  A form
 proved for every size is recorded in ``schedverify/formulas/proofs.json`` with the text that
-was proved, so ``formula`` labels it "proved for all sizes in its domain" while the shipped
+was proved, so ``formula`` labels it "proved for every size in its domain" while the shipped
 text is the same, and falls back to "confirmed on ..." the moment it changes.
 
 A certificate covers one chunk count v at a time, so a form in v is judged at each v it was
@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from .allsizes import DEFAULT_ALL_SIZES, PROVED, CertificateStore, judge
+from .allsizes import DEFAULT_ALL_SIZES, PROVED, CertificateStore, judge, merge_conditions
 from .statement import Claim
 
 
@@ -50,9 +50,11 @@ def prove_forms(families=None, *, log: Callable[[str], None] | None = None) -> d
                           id=f"{family}/{key}")
             chunks = _chunk_counts(doc)
             verdicts = []
+            per_v = []
             for v in chunks:
                 verdict = judge(claim, DEFAULT_ALL_SIZES, store, v=v)
                 verdicts.append(verdict.verdict)
+                per_v.append((v, verdict.conditions))
                 if log is not None:
                     log(f"{family}/{key}{f' (v = {v})' if chunks != [1] else ''}: "
                         f"{verdict.verdict or 'not judged'}"
@@ -60,7 +62,8 @@ def prove_forms(families=None, *, log: Callable[[str], None] | None = None) -> d
                 if verdict.verdict != PROVED:
                     break
             if verdicts == [PROVED] * len(chunks):
-                where = f"{DEFAULT_ALL_SIZES}{', ' + assume if assume else ''}"
+                added = [c for c, _ in merge_conditions(per_v)]
+                where = ", ".join([DEFAULT_ALL_SIZES] + ([assume] if assume else []) + added)
                 if chunks != [1]:
                     where += f", at v = {', '.join(map(str, chunks))}"
                 out[f"{family}/{key}"] = {

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import product
@@ -35,9 +36,9 @@ from sympy.core.function import AppliedUndef
 
 from ..errors import NotDerived, UnsupportedSize, UsageError
 from ..formulas.sizes import family as family_of
-from ..formulas.sizes import has_chunks, metrics_at
+from ..formulas.sizes import default_chunks, has_chunks, metrics_at, order_at
 from ..formulas.tropical import COST_SYMBOLS as TERM_ORDER
-from ..formulas.tropical import NO_COSTS, SizeMetrics
+from ..formulas.tropical import NO_COSTS, OrderMetrics, SizeMetrics
 from ..formulas.values import ORDER_ONLY, metric_value
 from . import optimum as opt
 from .statement import (ALL, COST_SYMBOLS, Claim, OptimumRef, Parsed, optimum_refs, parse_assumptions,
@@ -45,10 +46,22 @@ from .statement import (ALL, COST_SYMBOLS, Claim, OptimumRef, Parsed, optimum_re
 
 PROVED, REFUTED, UNKNOWN = "PROVED", "REFUTED", "UNKNOWN"
 DEFAULT_DOMAIN = {"p": (2, 8), "m": (1, 16)}
-DEFAULT_CHUNKS = (2, 3)
 _COST = {n: sympy.Symbol(n) for n in COST_SYMBOLS}
 _SIZE = {n: sympy.Symbol(n) for n in ("p", "m", "v", "d", "k")}
 _OPS = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
+_PY_OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b,
+           ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}
+
+
+def _holds(op: str, a, b) -> bool:
+    """``a op b`` for sympy values: two rational numbers are compared as fractions (sympy's
+    relational machinery costs about a millisecond each, and the finite prover asks it at
+    every size), anything else by sympy."""
+    if a.is_Rational and b.is_Rational:
+        return _PY_OPS[op](Fraction(int(a.p), int(a.q)), Fraction(int(b.p), int(b.q)))
+    return bool(_OPS[op](a, b))
+
+
 #: Metrics that depend on the order only, not on costs.
 _NICE = {"t_F": (1, 2, 3), "t_B": (2, 1, 3), "t_I": (1, 2), "t_W": (1, 2), "c": (0, 1)}
 
@@ -71,10 +84,14 @@ class Result:
     #: all-sizes REFUTED: why no smaller counterexample exists
     minimal: str = ""
     #: all-sizes: each family's closed forms and its certificate's check
-    forms: dict = field(default_factory=dict)
+    forms: Mapping = field(default_factory=dict)  # a lazy Forms for all-sizes verdicts
     certificates: dict = field(default_factory=dict)
     #: claims about the optimum: what the search established at each size judged
     optima: list = field(default_factory=list)
+    #: conditions the prover added to the domain, each (condition, why)
+    conditions: list = field(default_factory=list)
+    #: all sizes, a claim about the optimum: per optimal_makespan(...), the laws' bounds
+    laws: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         c = self.claim
@@ -84,9 +101,13 @@ class Result:
         if self.minimal:
             extra["minimal"] = self.minimal
         if self.forms:
-            extra["closed_forms"] = self.forms
+            extra["closed_forms"] = dict(self.forms)
         if self.certificates:
             extra["certificates"] = self.certificates
+        if self.conditions:
+            extra["conditions_added"] = [{"condition": c, "why": w} for c, w in self.conditions]
+        if self.laws:
+            extra["laws"] = self.laws
         if self.optima:
             extra["optima"] = {
                 "sizes": len(self.optima),
@@ -145,6 +166,7 @@ class _Prepared:
     uses_k: bool = False
     search_s: float = 20.0  # the search's time limit at each size
     solved: dict = field(default_factory=dict)  # (name, problem) -> Optimum, within one prove
+    conditions: list = field(default_factory=list)  # (condition, why) the prover added
 
 
 def _problem_key(problem: dict) -> tuple:
@@ -173,8 +195,11 @@ def _prepare(claim: Claim, timeout_s: float = 20.0) -> _Prepared:
     dom.update(parse_domain(claim.domain))
     own = {claim.family} if claim.family else set()
     chunky = any(has_chunks(f) for f in set(fams.values()) | own)
+    conditions = []
     if chunky and "v" not in dom:
-        dom["v"] = (DEFAULT_CHUNKS[0], DEFAULT_CHUNKS[1])
+        v0 = _default_v(claim) or 1
+        dom["v"] = (v0, v0)
+        conditions.append(_default_v_condition(claim, v0))
     syms = parsed.symbols | {s for a in assumptions for s in a.symbols}
     for ref in optima.values():
         for e in (ref.memory, ref.chunks):
@@ -187,7 +212,7 @@ def _prepare(claim: Claim, timeout_s: float = 20.0) -> _Prepared:
         merge = NO_COSTS  # no timing needed: skip the symbolic makespan
     search_s = claim.time_limit if claim.time_limit is not None else timeout_s
     return _Prepared(parsed, assumptions, fams, dom, "d" in syms, "v" in dom, merge, optima,
-                     "k" in syms, search_s)
+                     "k" in syms, search_s, conditions=conditions)
 
 
 def _merge(assumptions: list[Parsed]) -> tuple:
@@ -234,16 +259,6 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
     from . import allsizes
 
     t0 = time.perf_counter()
-    if optimum_refs(parse_claim(claim.text)):
-        # the optimum has no closed form to certify: judged size by size on a finite range
-        why = ("a claim about the optimum is judged size by size with the search engine's "
-               "proven optima (no certificate covers the optimum)")
-        if allsizes.is_inequality_domain(claim.domain):
-            return Result(claim, UNKNOWN, {"all sizes": claim.domain}, reason=why + "; give a "
-                          "finite range (p=2..6,m=1..18)", seconds=time.perf_counter() - t0)
-        res = _prove_finite(claim, timeout_s)
-        res.all_sizes_reason = why if all_sizes else ""
-        return res
     if allsizes.is_inequality_domain(claim.domain):
         return _from_all_sizes(claim, claim.domain, store, timeout_s, t0, required=True)
     reason, ext = "", None
@@ -284,6 +299,22 @@ def _first_row(res: Result) -> bool:
     return not ("v" in dom and isinstance(dom["v"], list) and ce.get("v") != dom["v"][0])
 
 
+def _default_v(claim: Claim) -> int | None:
+    """The chunk count a claim is judged at when its domain names none: its family's
+    default (what ``schedverify generate`` builds), or the first family's with chunks."""
+    fams = [claim.family] + sorted({r.family for r in parse_claim(claim.text).refs.values() if r.family})
+    for f in fams:
+        if f and has_chunks(f):
+            return default_chunks(f)
+    return None
+
+
+def _default_v_condition(claim: Claim, v: int) -> tuple[str, str]:
+    fam = claim.family if claim.family and has_chunks(claim.family) else "the family"
+    return (f"v == {v}", f"{fam}'s default chunk count, the one `schedverify generate` builds; "
+                         f"give v in the domain for others")
+
+
 def _extension(claim: Claim):
     """The all-sizes domain a finite grid extends to, or (None, why not)."""
     ranges = parse_domain(claim.domain)
@@ -294,11 +325,14 @@ def _extension(claim: Claim):
              for k in ("p", "m")]
     if "v" not in ranges and any(has_chunks(f) for f in
                                  {claim.family} | {r.family for r in parse_claim(claim.text).refs.values()
-                                                   if r.family}):
-        ranges["v"] = DEFAULT_CHUNKS  # the finite prover's default for families with chunks
+                                                   if r.family} if f):
+        v0 = _default_v(claim) or 1
+        ranges["v"] = (v0, v0)  # the family's default chunk count, as the finite prover takes it
     if "v" in ranges:
         parts.append(f"v == {ranges['v'][0]}" if ranges["v"][0] == ranges["v"][1] else
                      f"v >= {ranges['v'][0]}, v <= {ranges['v'][1]}")
+    if "k" in ranges:  # a free parameter: extended as the sizes are (the assumptions may bound it)
+        parts.append(f"k == {ranges['k'][0]}" if ranges["k"][0] == ranges["k"][1] else f"k >= {ranges['k'][0]}")
     if "d" in ranges:
         parts += [f"d >= {ranges['d'][0]}", f"d <= {ranges['d'][1]}"]
     return ", ".join(parts), ""
@@ -310,9 +344,10 @@ def _from_all_sizes(claim: Claim, domain_text: str, store, timeout_s: float, t0:
 
     store = store if store is not None else allsizes.CertificateStore()
     prep_fams = {claim.family} | {r.family for r in parse_claim(claim.text).refs.values() if r.family}
-    for f in prep_fams:
+    for f in prep_fams - {""}:
         family_of(f)
-    vals, why_not = allsizes.chunk_values(domain_text, has_chunks(claim.family))
+    v0 = _default_v(claim)
+    vals, why_not = allsizes.chunk_values(domain_text, bool(claim.family) and has_chunks(claim.family), v0)
     if vals is None:
         a = allsizes.AllSizes(None, domain_text, reason=why_not)
     elif not vals:
@@ -324,9 +359,12 @@ def _from_all_sizes(claim: Claim, domain_text: str, store, timeout_s: float, t0:
             if parts[-1].verdict is None:
                 break
         a = _over_chunks(parts, vals)
+    if vals and v0 is not None and not any("v" in r.symbols for r in allsizes.parse_size_relations(domain_text)):
+        a.conditions.insert(0, _default_v_condition(claim, v0))
     res = Result(claim, a.verdict or UNKNOWN, {"all sizes": domain_text})
-    res.kind = f"all sizes in {domain_text}"
-    res.forms, res.certificates, res.minimal = a.forms, a.certificates, a.minimal
+    res.conditions = list(a.conditions)
+    res.kind = f"all sizes in {domain_text}" + "".join(f", {c}" for c, _ in res.conditions)
+    res.forms, res.certificates, res.minimal, res.laws = a.forms, a.certificates, a.minimal, a.laws
     if a.verdict is None:
         res.all_sizes_reason = a.reason
         if required:
@@ -344,8 +382,12 @@ def _over_chunks(parts: list, vals: list[int]):
     first = parts[0]
     if len(parts) == 1:
         return first
+    from .allsizes import merge_conditions
+
+    first.conditions = merge_conditions([(v, a.conditions) for v, a in zip(vals, parts)])
     for a in parts[1:]:
-        first.forms.update(a.forms)
+        first.laws.update(a.laws)
+        first.forms.merge(a.forms)
         first.certificates.update(a.certificates)
         first.seconds += a.seconds
     if any(a.verdict is None for a in parts):
@@ -376,15 +418,23 @@ def _prove_finite(claim: Claim, timeout_s: float) -> Result:
     t0 = time.perf_counter()
     prep = _prepare(claim, timeout_s)
     res = Result(claim, PROVED, _domain_json(prep))
+    res.conditions = list(prep.conditions)
     res.kind = "finite range " + ",".join(
         f"{k}={v[0]}..{v[1]}" if isinstance(v, list) else f"{k}={v}" for k, v in res.domain.items())
     unknown: list[str] = []
     dom = prep.domain
     vs = range(dom["v"][0], dom["v"][1] + 1) if prep.uses_v else (None,)
     ks: list[int | None] = list(range(dom["k"][0], dom["k"][1] + 1)) if prep.uses_k else [None]
+    # assumptions on p and m alone exclude a size before its schedule is built
+    size_only = [a for a in prep.assumptions if a.symbols and a.symbols <= {"p", "m"}]
     for p in range(dom["p"][0], dom["p"][1] + 1):
         for v in vs:
             for m in range(dom["m"][0], dom["m"][1] + 1):
+                at = {_SIZE["p"]: sympy.Integer(p), _SIZE["m"]: sympy.Integer(m)}
+                if any(not _holds(a.op, a.lhs.xreplace(at), a.rhs.xreplace(at)) for a in size_only):
+                    n_d = len(range(max(0, dom.get("d", (0, p - 1))[0]), min(p - 1, dom.get("d", (0, p - 1))[1]) + 1))
+                    res.excluded += len(ks) * (n_d if prep.uses_d else 1)
+                    continue
                 try:
                     # the claim's family decides the sizes it supports (a claim about the optimum
                     # alone has every size)
@@ -440,11 +490,13 @@ def _v_for(fam: str, own: str, v: int | None) -> int | None:
     return None if fam != own and not has_chunks(fam) else v
 
 
-def _at(fam: str, p: int, m: int, v: int | None, merge: tuple) -> SizeMetrics:
-    """The family's metrics at (p, m, v); a family without chunks must build v chunks."""
+def _at(fam: str, p: int, m: int, v: int | None, merge: tuple) -> SizeMetrics | OrderMetrics:
+    """The family's metrics at (p, m, v); a family without chunks must build v chunks.  A
+    claim that reads no timing (``merge`` NO_COSTS) gets the order's metrics alone."""
+    at = order_at if merge == NO_COSTS else (lambda f, p_, m_, v_: metrics_at(f, p_, m_, v_, merge))
     if has_chunks(fam):
-        return metrics_at(fam, p, m, v if v is not None else 1, merge)
-    sm = metrics_at(fam, p, m, None, merge)
+        return at(fam, p, m, v if v is not None else 1)
+    sm = at(fam, p, m, None)
     if v is not None and sm.v != v:
         raise UnsupportedSize(f"{fam} has {sm.v} chunk(s) per device, not {v}")
     return sm
@@ -486,7 +538,7 @@ def _judge(prep: _Prepared, sms: dict, sizes: dict, timeout_s: float, log: list 
     for a in prep.assumptions:
         l, r = a.lhs.xreplace(subs), a.rhs.xreplace(subs)
         if not (l - r).free_symbols:
-            if not bool(_OPS[a.op](l, r)):
+            if not _holds(a.op, l, r):
                 return None
             continue
         if a.op == "==" and l.is_Symbol and l.name in _COST and l not in eqs:
@@ -498,13 +550,14 @@ def _judge(prep: _Prepared, sms: dict, sizes: dict, timeout_s: float, log: list 
             eqs = {k: sympy.sympify(x).xreplace(eqs) for k, x in eqs.items()}
         lhs, rhs = lhs.xreplace(eqs), rhs.xreplace(eqs)
         cost_rels = [(op, l.xreplace(eqs), r.xreplace(eqs)) for op, l, r in cost_rels]
+    _refuse_division_by_zero(prep, sms, sizes, eqs, cost_rels, timeout_s)
     if prep.optima:
         return _judge_optimum(prep, lhs, rhs, eqs, cost_rels, sizes, log if log is not None else [])
     diff = lhs - rhs
     if not diff.has(sympy.Max, sympy.Min):
         diff = sympy.cancel(sympy.together(diff))
         if not diff.free_symbols:
-            holds = bool(_OPS[prep.parsed.op](diff, 0))
+            holds = _holds(prep.parsed.op, diff, sympy.Integer(0))
             return ("holds", None) if holds else ("fails", {"eqs": eqs, "costs": None})
         if prep.parsed.op == "==" and diff == 0:
             return "holds", None
@@ -530,6 +583,40 @@ def _judge(prep: _Prepared, sms: dict, sizes: dict, timeout_s: float, log: list 
         return "unknown", f"Z3: {info} (time limit {timeout_s:g} s)"
     return "fails", {"eqs": eqs, "costs": info, "rels": cost_rels, "lhs": lhs, "rhs": rhs,
                      "names": sorted(names)}
+
+
+def _denominators(expr) -> list:
+    """Every divisor in a claim's text: the base of a negative power, the modulus of a Mod."""
+    out = [b.base for b in expr.atoms(sympy.Pow) if b.exp.is_Integer and b.exp < 0]
+    return out + [x.args[1] for x in expr.atoms(sympy.Mod)]
+
+
+def _refuse_division_by_zero(prep: _Prepared, sms: dict, sizes: dict, eqs: dict, cost_rels: list,
+                             timeout_s: float) -> None:
+    """A claim that divides by zero at a size of its domain is refused, naming the size (the
+    all-sizes prover refuses the same claims: Z3 would give x/0 a value, sympy zoo)."""
+    at = _sizes_text({k: x for k, x in sizes.items() if k != "v" or prep.uses_v})
+    for den in _denominators(prep.parsed.lhs) + _denominators(prep.parsed.rhs):
+        val = _instantiate(den, prep, sms, sizes).xreplace(eqs)
+        if not val.free_symbols:
+            if val == 0:
+                raise UsageError(f"the claim divides by zero at {at} ({sympy.sstr(den)} == 0 "
+                                 f"there); narrow the domain or the assumptions")
+            continue
+        from ..smt.costproofs import find_counterexample
+
+        try:
+            goal = ("!=", _tree(val), ("num", Fraction(0)))
+            assumptions = [(op, _tree(l), _tree(r)) for op, l, r in cost_rels]
+        except _Unsupported:
+            continue
+        names = {x.name for x in val.free_symbols}
+        status, info = find_counterexample(goal, assumptions, positive=[n for n in names if n != "c"],
+                                           nonnegative=[n for n in names if n == "c"], timeout_s=timeout_s)
+        if status == "sat":
+            costs = ", ".join(f"{k}={v}" for k, v in sorted(info.items())) if isinstance(info, dict) else ""
+            raise UsageError(f"the claim divides by zero at {at}{'; ' + costs if costs else ''} "
+                             f"({sympy.sstr(den)} == 0 there); narrow the domain or the assumptions")
 
 
 def _judge_optimum(prep: _Prepared, lhs, rhs, eqs: dict, cost_rels: list, sizes: dict,

@@ -23,12 +23,13 @@ import threading
 from typing import TextIO
 from collections.abc import Callable, Sequence
 
-from ..errors import SchedverifyError
+from ..errors import InternalError, SchedverifyError
 
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_UNKNOWN = 3
+EXIT_INTERNAL = 70  # BSD's EX_SOFTWARE: a check of schedverify's own work failed (a bug)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process killed by Ctrl-C
 
 #: Sub-command modules, in the order ``--help`` lists them.
@@ -198,6 +199,10 @@ def _run(argv: list[str], out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     try:
         return args.handler(args, out, err)
+    except InternalError as e:
+        print(f"schedverify {args.command}: internal error: {e} (a bug in schedverify: please report it "
+              f"with the command line)", file=err)
+        return EXIT_INTERNAL
     except SchedverifyError as e:
         print(f"schedverify {args.command}: error: {e}", file=err)
         return EXIT_USAGE

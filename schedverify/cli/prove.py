@@ -28,7 +28,7 @@ def register(sub) -> None:
                     "--family, the arguments are claim files or directories (proofs/), or one "
                     "claim about the optimum alone (optimal_makespan(...), no family's metric).",
     )
-    p.add_argument("args", nargs="+", metavar="CLAIM|PATH",
+    p.add_argument("args", nargs="*", metavar="CLAIM|PATH",
                    help="with --family: the claim, e.g. 'bubble_ratio == (p-1)/m'; "
                         "without: catalogue files or directories, or one claim that reads only "
                         "optimal_makespan(...)")
@@ -47,6 +47,13 @@ def register(sub) -> None:
     p.add_argument("--finite-only", action="store_true",
                    help="for a catalogue: judge each claim on its finite range only (by default a "
                         "claim whose families have certificates is judged for all sizes)")
+    p.add_argument("--recheck", action="store_true",
+                   help="prove every certificate with Z3 again rather than take the shipped record of "
+                        "its proof (certificates/checked.json, kept for the exact obligations)")
+    p.add_argument("--check-certificates", action="store_true",
+                   help="prove every shipped certificate with Z3 and write the records (-o FILE, default "
+                        "the package's checked.json); no claim is judged")
+    p.add_argument("-o", "--output", metavar="FILE", help="with --check-certificates: where to write")
     p.add_argument("--timeout", type=float, default=20.0, metavar="SECONDS",
                    help="Z3 time limit per size (default 20)")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -57,12 +64,21 @@ def run(args, out, err) -> int:
     from ..claims import Claim, prove
     from ..errors import UsageError
 
+    if args.check_certificates:
+        return _check_certificates(args, out, err)
+    if args.output:
+        raise UsageError("-o applies to --check-certificates")
+    if not args.args:
+        raise UsageError("give a claim (with --family) or catalogue files or directories (proofs/)")
     if args.family or _an_optimum_claim(args.args):
         if len(args.args) != 1:
             raise UsageError(f"with --family give exactly one claim (quote it), got {len(args.args)} "
                              f"arguments: {args.args!r}")
         claim = Claim(args.args[0], args.family or "", args.assume, args.domain, source="command line")
-        res = prove(claim, timeout_s=args.timeout, all_sizes=getattr(args, "all_sizes", False))
+        from ..claims.allsizes import CertificateStore
+
+        res = prove(claim, timeout_s=args.timeout, all_sizes=getattr(args, "all_sizes", False),
+                    store=CertificateStore(recheck=args.recheck))
         if args.format == "json":
             print(json.dumps(res.to_json(), ensure_ascii=False), file=out)
         else:
@@ -76,7 +92,7 @@ def run(args, out, err) -> int:
     from ..claims.allsizes import CertificateStore
 
     claims = load(args.args)
-    store = CertificateStore()
+    store = CertificateStore(recheck=args.recheck)
     extend = not getattr(args, "finite_only", False)
     results = [prove(c, timeout_s=args.timeout, all_sizes=extend, store=store) for c in claims]
     if args.format == "json":
@@ -87,6 +103,19 @@ def run(args, out, err) -> int:
     if not changed:
         return EXIT_OK
     return EXIT_UNKNOWN if all(r.verdict == "UNKNOWN" for r in changed) else EXIT_INVALID
+
+
+def _check_certificates(args, out, err) -> int:
+    from ..certificates.check import RECORDS, write_records
+    from ..errors import UsageError
+
+    if args.args or args.family or args.assume or args.domain:
+        raise UsageError("--check-certificates takes no claim, file or --family: it proves the shipped certificates")
+    target = args.output or str(RECORDS)
+    n, bad = write_records(target, log=lambda line: print(f"prove --check-certificates: {line}", file=err))
+    print(f"{n} certificates proved, records written to {target}"
+          + (f"; did not check: {', '.join(bad)}" if bad else ""), file=out)
+    return EXIT_INVALID if bad else EXIT_OK
 
 
 def _an_optimum_claim(args: list[str]) -> bool:
@@ -115,12 +144,22 @@ def _result_text(res) -> str:
              + "; costs t_* > 0, c >= 0 unless assumed otherwise"]
     if res.kind:
         lines.append(f"  kind: {res.kind}")
+    for cond, why in res.conditions:
+        lines.append(f"  added to the domain: {cond}: {why}")
     if res.verdict == "PROVED" and res.kind.startswith("all sizes"):
-        slices = "; ".join(f"{f}: cost slice {x['slice']}, certificate checked in {x['check_seconds']} s"
+        slices = "; ".join(f"{f}: cost slice {x['slice']}, certificate "
+                           + ("proof recorded for these exact obligations (--recheck proves it again)"
+                              if x.get("checked", "").startswith("Z3's proof") else
+                              f"checked in {x['check_seconds']} s")
                            for f, x in res.certificates.items())
-        lines.append(f"  for every size in the domain and every cost allowed ({slices}; docs/proofs.md)")
+        what = [f"of the schedules `schedverify generate` builds ({slices})"] if slices else []
+        what += ["by the laws about the optimum below"] if res.laws else []
+        lines.append(f"  proved for every size in the domain and every cost allowed, {' and '.join(what)}; "
+                     f"docs/proofs.md")
     elif res.verdict == "PROVED":
         lines.append(f"  exactly, at all {res.checked} sizes in the domain, for every cost allowed")
+    for opt, bounds in res.laws.items():
+        lines.append(f"  {opt}: " + "; ".join(f"{b['bound']} bound {b['law']}" for b in bounds))
     if res.counterexample:
         ce = res.counterexample
         sizes = ", ".join(f"{k}={v}" for k, v in ce["sizes"].items())
@@ -131,7 +170,9 @@ def _result_text(res) -> str:
         if ce.get("check_command"):
             lines.append(f"  see it:    {ce['check_command']}")
     if res.minimal:
-        lines.append(f"  smallest: {res.minimal}; confirmed by simulating the schedule there")
+        how = "the search's proven optimum" if res.laws else "simulating the schedule"
+        confirmed = f"; confirmed by {how} there" if res.verdict == "REFUTED" else ""
+        lines.append(f"  smallest: {res.minimal}{confirmed}")
     if res.reason:
         lines.append(f"  reason: {res.reason}")
     elif res.all_sizes_reason:

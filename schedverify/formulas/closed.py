@@ -146,7 +146,7 @@ class Formula:
 
     @property
     def status(self) -> str:
-        """"proved for all sizes in its domain", or "confirmed on p=2..8, m=1..24"."""
+        """"proved for every size in its domain", or "confirmed on p=2..8, m=1..24"."""
         from .shipped import status_text
 
         return status_text(self.proved, self.confirmed, self.conditions)
@@ -406,7 +406,7 @@ def formula(family: str, metric: str, device: int | str | None = None,
 
 
 def proof_status(family: str, metric: str, device: int | str | None = None) -> str:
-    """"proved for all sizes in its domain" when a proof record holds for the shipped form,
+    """"proved for every size in its domain" when a proof record holds for the shipped form,
     else "confirmed on p=2..8, m=1..24" (where it was confirmed exactly against the
     schedules).  Raises what :func:`formula` raises (NotDerived: no form)."""
     return formula(family, metric, device).status

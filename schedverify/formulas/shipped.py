@@ -205,7 +205,7 @@ def range_text(confirmed: dict, conditions) -> str:
 
 def status_text(proved: bool, confirmed: dict, conditions) -> str:
     if proved:
-        return "proved for all sizes in its domain"
+        return "proved for every size in its domain"
     return "confirmed on " + range_text(confirmed, conditions)
 
 

@@ -25,6 +25,11 @@ def has_chunks(name: str) -> bool:
     return bool(getattr(family(name), "chunks", False))
 
 
+def default_chunks(name: str) -> int | None:
+    """The chunk count ``schedverify generate`` builds for the family when none is given."""
+    return family(name).default_chunks
+
+
 @lru_cache(maxsize=1024)
 def build(name: str, p: int, m: int, v: int | None = None):
     """The family's schedule at (p, m[, v]); UnsupportedSize when the family refuses them.

@@ -15,6 +15,7 @@ strictly earlier than its dependant).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from collections.abc import Iterable, Sequence
@@ -238,13 +239,15 @@ def order_metrics(schedule: Schedule) -> OrderMetrics:
 
 
 def _busy(g, D: int, dur: list) -> tuple[Term, ...]:
-    """Each device's busy time: the sum of its actions' duration terms."""
+    """Each device's busy time: the sum of its actions' duration terms (counted by term:
+    a device's actions have only a few distinct ones)."""
     busy = []
     for d in range(D):
-        b = ZERO
-        for i in range(g.starts[d], g.starts[d + 1]):
-            b = add(b, dur[i])
-        busy.append(b)
+        b = [0] * NDIM
+        for t, n in Counter(dur[g.starts[d]:g.starts[d + 1]]).items():
+            for k, x in enumerate(t):
+                b[k] += n * x
+        busy.append(tuple(b))
     return tuple(busy)
 
 

@@ -22,8 +22,11 @@ def _lin(term) -> sympy.Expr:
 
 
 def _max(terms) -> sympy.Expr:
-    forms = [_lin(t) for t in terms]
-    return sympy.Max(*forms) if len(forms) > 1 else forms[0]
+    """max of the linear forms of a pruned tropical polynomial (no term is below another
+    for every cost, so sympy's own pairwise simplification, quadratic in the terms, would
+    find nothing to drop: it is skipped)."""
+    forms = [_lin(t) for t in sorted(terms)]
+    return sympy.Max(*forms, evaluate=False) if len(forms) > 1 else forms[0]
 
 
 def metric_value(sm: SizeMetrics | OrderMetrics, metric: str, device) -> sympy.Expr:

@@ -62,8 +62,28 @@ class Family:
     #: the fewest chunks the generator takes (interleaved 1F1B with one chunk is 1F1B)
     min_chunks: int = 1
 
+    @property
+    def default_chunks(self) -> int | None:
+        """The chunk count the generator builds when none is given (None: the family takes
+        no ``chunks``): what ``schedverify generate`` and ``schedverify prove`` use."""
+        if not self.chunks:
+            return None
+        import inspect
+
+        return inspect.signature(self.generate).parameters["chunks"].default
+
     def __call__(self, devices: int, microbatches: int, **options: Any) -> Schedule:
-        return self.generate(devices, microbatches, **options)
+        """The family's schedule; when an all-sizes certificate covers these sizes, checked
+        against it in O(actions) first (a difference is an InternalError: a bug, never a
+        schedule other than the one ``schedverify prove`` proves things about)."""
+        schedule = self.generate(devices, microbatches, **options)
+        from ..certificates import covering
+
+        source = covering(self.name, devices, microbatches, options.get("chunks"), options.get("group_size"),
+                          options.get("max_inflight"))
+        if source is not None:
+            source.verify(schedule, devices, microbatches)
+        return schedule
 
 
 _GROUP_SIZE = Option("group_size", int, "D",
@@ -75,7 +95,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "D >= 1, M >= 1"),
     Family("1f1b", one_f_one_b,
            "1F1B / PipeDream-Flush (Narayanan et al. 2021): D-d-1 warm-up forwards, then one F one B",
-           "D >= 1, M >= 1"),
+           "D >= 1, M >= 1; --max-inflight K >= 1",
+           options=(Option("max_inflight", int, "D",
+                           "at most this many microbatches in flight per device: 1F1B with D-K empty "
+                           "slots after every K microbatches, the least makespan with that memory"),)),
     Family("interleaved-1f1b", interleaved_1f1b,
            "Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): depth-first over chunks in microbatch groups",
            "V >= 2, D <= group size <= M, M % group size is 0 or >= D (Megatron's rules)",

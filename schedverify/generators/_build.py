@@ -38,6 +38,19 @@ def positive(family: str, **sizes: int) -> None:
                                   f"microbatches make at least {least:,} actions, {cap.over('actions')}")
 
 
+def certified(family: str, devices: int, microbatches: int, *, chunks: int | None = None,
+              group_size: int | None = None, max_inflight: int | None = None) -> list[list[Action]] | None:
+    """Every device's order as the family's all-sizes certificate gives it (its positions and
+    actions, :func:`schedverify.certificates.order.rows`, checked as a bijection while it is
+    built), or None when no certificate covers these sizes and options.  The generators of
+    the certified families return this, so what ``schedverify prove`` proves about the
+    certificate is about the schedule the user gets (docs/proofs.md section 4)."""
+    from ..certificates import covering
+
+    source = covering(family, devices, microbatches, chunks, group_size, max_inflight)
+    return None if source is None else source.rows(devices, microbatches)
+
+
 def phases(
     forwards: Sequence[Work],
     backwards: Sequence[Work],

@@ -8,7 +8,7 @@ device ``s % D``, ``S = D * chunks`` stages.
 from __future__ import annotations
 
 from ..model import B, F, Action, Schedule
-from ._build import assemble, looped_rows, megatron_group, positive, require
+from ._build import assemble, certified, looped_rows, megatron_group, positive, require
 
 
 def interleaved_1f1b(devices: int, microbatches: int, *, chunks: int = 2,
@@ -35,8 +35,10 @@ def interleaved_1f1b(devices: int, microbatches: int, *, chunks: int = 2,
     positive(name, devices=devices, microbatches=microbatches, chunks=chunks)
     require(chunks >= 2, name, f"needs chunks >= 2 (got {chunks}); with one chunk use 1f1b")
     group = megatron_group(name, devices, microbatches, group_size)
-    order = looped_rows(devices, microbatches, chunks, group,
-                        warmup=lambda d: 2 * (devices - d - 1) + (chunks - 1) * group)
+    order = certified(name, devices, microbatches, chunks=chunks, group_size=group)
+    if order is None:  # a group size other than D, or a chunk count without a certificate
+        order = looped_rows(devices, microbatches, chunks, group,
+                            warmup=lambda d: 2 * (devices - d - 1) + (chunks - 1) * group)
     return assemble(name, order, stages=devices * chunks, microbatches=microbatches,
                     metadata={"family": name, "chunks": chunks, "group_size": group})
 
@@ -54,11 +56,13 @@ def looped_bfs(devices: int, microbatches: int, *, chunks: int = 2) -> Schedule:
     """
     name = "looped-bfs"
     positive(name, devices=devices, microbatches=microbatches, chunks=chunks)
-    order = []
-    for d in range(devices):
-        stages = [c * devices + d for c in range(chunks)]
-        row = [Action(s, F, i) for s in stages for i in range(microbatches)]
-        row += [Action(s, B, i) for s in reversed(stages) for i in reversed(range(microbatches))]
-        order.append(row)
+    order = certified(name, devices, microbatches, chunks=chunks)
+    if order is None:  # a chunk count without a certificate (certificates/looped.py: 1..4)
+        order = []
+        for d in range(devices):
+            stages = [c * devices + d for c in range(chunks)]
+            row = [Action(s, F, i) for s in stages for i in range(microbatches)]
+            row += [Action(s, B, i) for s in reversed(stages) for i in reversed(range(microbatches))]
+            order.append(row)
     return assemble(name, order, stages=devices * chunks, microbatches=microbatches,
                     metadata={"family": name, "chunks": chunks})

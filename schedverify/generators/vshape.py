@@ -193,7 +193,8 @@ def _peak(lists: list[list[int]]) -> int:
     for x, t in sorted((x, t) for t, times in enumerate(lists) for x in times):
         assert x != prev, f"two passes in slot {x}"
         if owed and not has_w:
-            run = min(x - prev - 1, owed)
+            run = x - prev - 1
+            run = owed if owed < run else run
             cur -= run
             owed -= run
         if t <= 1:
@@ -228,21 +229,26 @@ def _events(result: list[list[list[int]]]):
 def _eager(result: list[list[list[int]]]) -> list[list[list[int]]]:
     """Start slots of the passes run as soon as possible at unit cost, in slot order."""
     p = len(result)
-    end: dict[tuple[int, int, int], int] = {}
+    # end[d][t][k]: the end slot of a pass already placed (None before: reading one would fail)
+    end: list[list[list]] = [[[None] * len(times) for times in lists] for lists in result]
     last = [0] * p
     starts = [[[0] * len(times) for times in lists] for lists in result]
-    for _x, d, t, k in _events(result):
+    for _x, d, t, k in _events(result):  # the hottest loop of V-Half and V-Min: plain comparisons
         ready = last[d]
         if t in (0, 2) and d > 0:
-            ready = max(ready, end[d - 1, t, k])
+            e = end[d - 1][t][k]
+            ready = e if e > ready else ready
         if t in (1, 3) and d < p - 1:
-            ready = max(ready, end[d + 1, t, k])
+            e = end[d + 1][t][k]
+            ready = e if e > ready else ready
         if 0 < t < _TYPES:
-            ready = max(ready, end[d, t - 1, k])
+            e = end[d][t - 1][k]
+            ready = e if e > ready else ready
         if k > 0:
-            ready = max(ready, end[d, t, k - 1])
+            e = end[d][t][k - 1]
+            ready = e if e > ready else ready
         starts[d][t][k] = ready
-        end[d, t, k] = last[d] = ready + 1
+        end[d][t][k] = last[d] = ready + 1
     return starts
 
 
@@ -282,15 +288,20 @@ def _squeeze(result: list[list[list[int]]], with_w: bool) -> list[list[list[int]
         lists = result[d]
         ready = -1
         if t in (0, 2) and d > 0:
-            ready = max(ready, result[d - 1][t][k])
+            e = result[d - 1][t][k]
+            ready = e if e > ready else ready
         if t in (1, 3) and d < p - 1:
-            ready = max(ready, result[d + 1][t][k])
+            e = result[d + 1][t][k]
+            ready = e if e > ready else ready
         if 0 < t < _TYPES:
-            ready = max(ready, lists[t - 1][k])
+            e = lists[t - 1][k]
+            ready = e if e > ready else ready
         if t == _TYPES:
-            ready = max(ready, sorted(lists[2] + lists[3])[k])
+            e = sorted(lists[2] + lists[3])[k]
+            ready = e if e > ready else ready
         if k > 0:
-            ready = max(ready, lists[t][k - 1])
+            e = lists[t][k - 1]
+            ready = e if e > ready else ready
         placed = x
         if with_w:  # the peak stays within the limit unless an F or f moves: then by one on [y, x)
             cur = inflight[d]

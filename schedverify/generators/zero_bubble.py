@@ -23,15 +23,15 @@ lag on top of Megatron's interleaved order, which is what PyTorch ships as
 from __future__ import annotations
 
 from ..model import Schedule
-from ._build import assemble, looped_rows, megatron_group, phases, positive, require
+from ._build import assemble, certified, looped_rows, megatron_group, positive, require
 
 
 def _zb_handcrafted(name: str, k: int, devices: int, microbatches: int) -> Schedule:
+    """``_build.phases(work, work, k*(D-1-d), w_lag=k*d)`` on every device, built from the
+    family's certificate (certificates/zero_bubble.py), which is that order at every size."""
     positive(name, devices=devices, microbatches=microbatches)
-    order = []
-    for d in range(devices):
-        work = [(d, i) for i in range(microbatches)]
-        order.append(phases(work, work, k * (devices - 1 - d), w_lag=k * d))
+    order = certified(name, devices, microbatches)
+    assert order is not None  # ZB-H1 (one chunk) and ZB-H2 are certified at every size
     return assemble(name, order, stages=devices, microbatches=microbatches,
                     metadata={"family": name})
 
@@ -56,8 +56,10 @@ def zb_h1(devices: int, microbatches: int, *, chunks: int = 1, group_size: int |
     positive(name, devices=devices, microbatches=microbatches, chunks=chunks)
     require(chunks >= 2, name, f"--group-size needs chunks >= 2 (got chunks {chunks})")
     group = megatron_group(name, devices, microbatches, group_size)
-    order = looped_rows(devices, microbatches, chunks, group,
-                        warmup=lambda d: (chunks - 1) * group + devices - 1 - d, w_lag=lambda d: d)
+    order = certified(name, devices, microbatches, chunks=chunks, group_size=group)
+    if order is None:  # a group size other than D, or a chunk count without a certificate
+        order = looped_rows(devices, microbatches, chunks, group,
+                            warmup=lambda d: (chunks - 1) * group + devices - 1 - d, w_lag=lambda d: d)
     return assemble(name, order, stages=devices * chunks, microbatches=microbatches,
                     metadata={"family": name, "chunks": chunks, "group_size": group})
 

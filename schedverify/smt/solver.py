@@ -40,6 +40,15 @@ def _configure() -> None:
     z3.set_param("nlsat.seed", SEED)
 
 
+def fresh_context() -> None:
+    """Let the next Z3 terms live in a new context (terms made before keep theirs alive).
+    How fast Z3 decides a query, and so whether it does within a resource limit, depends on
+    the terms its context has seen (their creation order steers its heuristics): a prover
+    that starts each judgement here gives the same verdict whatever was solved before in
+    the process, so a catalogue's verdicts do not depend on the order of its claims."""
+    z3.z3._main_ctx = None
+
+
 def make_solver(*, timeout_s: float | None = DEFAULT_TIMEOUT_S, rlimit: int = DEFAULT_RLIMIT,
                 logic: str | None = None, unsat_core: bool = False, simple: bool = False,
                 core_minimize: bool = False, arith_solver: int | None = None) -> z3.Solver:

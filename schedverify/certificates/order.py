@@ -1,0 +1,149 @@
+"""A certificate's schedule, built and checked in plain Python (no z3, no sympy).
+
+The certificate of a family *is* its schedule: ``pos`` puts the q-th action of each kind on
+each device at a position, ``action`` says which (chunk, microbatch) it is, and the
+placement gives the stage.  :func:`rows` builds every device's order from them, which is
+what the family's generator returns (``schedverify generate``), so a claim PROVED about the
+certificate is about the schedule a user gets.  Z3 proves, for every size, that ``pos`` is
+a bijection onto each device's positions and ``action`` one onto its (chunk, microbatch)
+pairs (docs/proofs.md section 3); :func:`rows` checks both again as it builds, and
+:func:`verify` checks any schedule against the certificate in O(actions).  A disagreement is
+an :class:`~schedverify.errors.InternalError` (a bug in schedverify), never a wrong schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InternalError
+from ..model import Action
+from .base import Certificate, PyOps, compiled
+from .needs import chunk_of, stage
+
+_O = PyOps()
+
+
+def _where(cert: Certificate, p: int, m: int) -> str:
+    v = "" if cert.chunks is None else f", {cert.chunks} chunks"
+    return f"{cert.family} at {p} devices, {m} microbatches{v}"
+
+
+def _device(cert: Certificate, kind: str, p: int, m: int, d: int):
+    """(positions, (chunk, microbatch) of each index) of one kind on device d: the
+    certificate's functions compiled at these sizes (base.compiled), evaluated once each."""
+    N = cert.count(_O, m)
+    pos = compiled(lambda o, q: cert.pos(o, kind, p, m, d, q))
+    if cert.action is None:
+        return list(map(pos, range(N))), None
+    action = cert.action
+    act = compiled(lambda o, q: action(o, kind, p, m, d, q))
+    return list(map(pos, range(N))), list(map(act, range(N)))
+
+
+def rows(cert: Certificate, p: int, m: int) -> list[list[Action]]:
+    """Every device's order at (p, m): action K(d, q) at position pos(K, p, m, d, q)."""
+    N = cert.count(_O, m)
+    n = len(cert.kinds) * N
+    placement, v = cert.placement, cert.chunks_per_device
+    out = []
+    for d in range(p):
+        row: list[Action | None] = [None] * n
+        for kind in cert.kinds:
+            where, acts = _device(cert, kind, p, m, d)
+            for q, t in enumerate(where):
+                c, i = (0, q) if acts is None else acts[q]
+                if not 0 <= t < n or row[t] is not None or not 0 <= i < m:
+                    held = "out of range" if not 0 <= t < n else f"taken by {row[t]}"
+                    raise InternalError(f"the certificate of {_where(cert, p, m)} puts {kind}{q} of device {d} "
+                                        f"at position {t} ({held}): its positions are not a bijection")
+                row[t] = Action(d if acts is None else stage(_O, placement, v, p, d, c), kind, i)
+        out.append(row)  # every slot is filled: n actions, n slots, no clash
+    return out  # type: ignore[return-value]
+
+
+def verify(schedule, cert: Certificate, p: int, m: int) -> None:
+    """Raise :class:`InternalError` unless ``schedule``'s order is the certificate's at (p, m):
+    each device runs kinds x count actions, and the action at each position has the
+    certificate's position for its index.  O(actions)."""
+    o = _O
+    N = cert.count(o, m)
+    n = len(cert.kinds) * N
+    if len(schedule.order) != p:
+        raise InternalError(f"the schedule of {_where(cert, p, m)} has {len(schedule.order)} devices")
+    for d, row in enumerate(schedule.order):
+        if len(row) != n:
+            raise InternalError(f"the schedule of {_where(cert, p, m)} has {len(row)} actions on device {d}, "
+                                f"its certificate {n}")
+        at = {kind: _device(cert, kind, p, m, d) for kind in cert.kinds}
+        index = {} if cert.action is None else {
+            kind: compiled(lambda o, c, i, kind=kind, d=d: cert.index_at(o, kind, p, m, d, c, i), ("c", "i"))
+            for kind in cert.kinds}
+        for t, a in enumerate(row):
+            ok = a is not None and a.kind in at and a.stage is not None and a.microbatch is not None
+            if ok:
+                where, acts = at[a.kind]
+                if acts is None:  # one stage per device, the index is the microbatch
+                    q = a.microbatch
+                    ok = a.stage == d and 0 <= q < N and where[q] == t
+                else:
+                    dd, c = chunk_of(cert.placement, p, a.stage)
+                    q = index[a.kind](c, a.microbatch)
+                    ok = (dd == d and stage(o, cert.placement, cert.chunks_per_device, p, d, c) == a.stage
+                          and 0 <= q < N and tuple(acts[q]) == (c, a.microbatch) and where[q] == t)
+            if not ok:
+                want = rows(cert, p, m)[d][t]
+                raise InternalError(f"the schedule of {_where(cert, p, m)} differs from its certificate at "
+                                    f"device {d}, position {t}: {a}, the certificate's is {want}")
+
+
+def virtual_index(p: int, k: int, i: int) -> int:
+    """nu(i) = (i div k) p + i mod k: microbatch i's place among the virtual microbatches of
+    1F1B with p - k empty ones after every k (docs/proofs.md, "Laws about the optimum")."""
+    return (i // k) * p + i % k
+
+
+def gapped_rows(cert: Certificate, p: int, m: int, k: int) -> list[list[Action]]:
+    """Every device's order of ``cert`` (one stage per device) over the virtual microbatches
+    nu(0..m-1), the empty ones left out: the actions of microbatch i in the order of their
+    positions pos(K, p, nu(m-1)+1, d, nu(i))."""
+    nu = [virtual_index(p, k, i) for i in range(m)]
+    mv = nu[-1] + 1
+    out = []
+    for d in range(p):
+        keyed = []
+        for kind in cert.kinds:
+            pos = compiled(lambda o, q, kind=kind, d=d: cert.pos(o, kind, p, mv, d, q))
+            keyed += [(pos(nu[i]), kind, i) for i in range(m)]
+        keyed.sort()
+        if any(a[0] == b[0] for a, b in zip(keyed, keyed[1:])):
+            raise InternalError(f"the certificate of {_where(cert, p, mv)} puts two actions of device {d} "
+                                f"at one position")
+        out.append([Action(d, kind, i) for _, kind, i in keyed])
+    return out
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a certified schedule is made of: a certificate, and for 1F1B with at most
+    ``gap`` microbatches in flight (``gap`` < p) the virtual index it is read at."""
+
+    cert: Certificate
+    gap: int | None = None
+
+    def rows(self, p: int, m: int) -> list[list[Action]]:
+        return rows(self.cert, p, m) if self.gap is None else gapped_rows(self.cert, p, m, self.gap)
+
+    def verify(self, schedule, p: int, m: int) -> None:
+        """:func:`verify`, or for a gapped order a comparison with :func:`gapped_rows`;
+        O(actions) either way."""
+        if self.gap is None:
+            verify(schedule, self.cert, p, m)
+            return
+        want = gapped_rows(self.cert, p, m, self.gap)
+        for d, (row, good) in enumerate(zip(schedule.order, want)):
+            if list(row) != good:
+                t = next((t for t, (a, b) in enumerate(zip(row, good)) if a != b), min(len(row), len(good)))
+                raise InternalError(f"the schedule of {_where(self.cert, p, m)} with at most {self.gap} in "
+                                    f"flight differs from its certificate on device {d} at position {t}")
+        if len(schedule.order) != len(want):
+            raise InternalError(f"the schedule of {_where(self.cert, p, m)} has {len(schedule.order)} devices")

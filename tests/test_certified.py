@@ -1,0 +1,302 @@
+"""One source of truth: the schedule ``schedverify generate`` returns is its family's all-sizes
+certificate (docs/proofs.md section 4).
+
+The generators of the certified families build their orders from the certificate's
+positions (certificates/order.py), Z3 proves those positions a bijection and the
+dependencies the ones of deps.NEEDS, and every generation of a certified size is checked
+against the certificate in O(actions).  So a change of a generator that alters its order at
+some size either changes what is proved (the claim fails there) or raises at generation,
+as the plants below show at large sizes only; and the certified orders are the published
+loops (Megatron-LM's 1F1B phases, Zero Bubble's), transcribed here as the reference."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedverify.certificates import certificate, covering, families
+from schedverify.certificates import classic as classic_cert
+from schedverify.certificates.base import PyOps
+from schedverify.certificates.check import index_of_action, prove_certificate
+from schedverify.certificates.needs import derived
+from schedverify.certificates.order import rows, verify
+from schedverify.claims import Claim, prove
+from schedverify.claims.allsizes import CertificateStore
+from schedverify.cli import run
+from schedverify.deps import needs
+from schedverify.errors import InternalError
+from schedverify.generators import FAMILIES, generate
+from schedverify.generators._build import assemble, looped_rows, phases, positive
+from schedverify.model import B, F, Action
+
+
+def _cli(argv):
+    out, err = io.StringIO(), io.StringIO()
+    return run(argv, out, err), out.getvalue(), err.getvalue()
+
+
+def reference(family: str, p: int, m: int, v: int | None = None) -> list[list[Action]]:
+    """The published loops, as the papers and frameworks write them: GPipe's two sweeps,
+    Megatron-LM's 1F1B phases, Zero Bubble's ZB-H1/ZB-H2 (warm-up k(p-1-d), W lag kd),
+    looped BFS, and Megatron's interleaved table (_build.looped_rows, group size p)."""
+    work = lambda d: [(d, i) for i in range(m)]  # noqa: E731
+    if family == "gpipe":
+        return [[Action(d, F, i) for i in range(m)] + [Action(d, B, i) for i in range(m)] for d in range(p)]
+    if family == "1f1b":
+        return [phases(work(d), work(d), p - d - 1) for d in range(p)]
+    if family == "zb-h1" and (v or 1) == 1:
+        return [phases(work(d), work(d), p - 1 - d, w_lag=d) for d in range(p)]
+    if family == "zb-h2":
+        return [phases(work(d), work(d), 2 * (p - 1 - d), w_lag=2 * d) for d in range(p)]
+    if family == "looped-bfs":
+        out = []
+        for d in range(p):
+            stages = [c * p + d for c in range(v)]
+            out.append([Action(s, F, i) for s in stages for i in range(m)]
+                       + [Action(s, B, i) for s in reversed(stages) for i in reversed(range(m))])
+        return out
+    if family == "interleaved-1f1b":
+        return looped_rows(p, m, v, p, warmup=lambda d: 2 * (p - d - 1) + (v - 1) * p)
+    if family == "zb-h1":
+        return looped_rows(p, m, v, p, warmup=lambda d: (v - 1) * p + p - 1 - d, w_lag=lambda d: d)
+    raise AssertionError(family)
+
+
+def _size(family, chunks, p, n):
+    """A size the family's certificate covers: m = n, or n groups of p for the table ones."""
+    if family == "interleaved-1f1b" or (family == "zb-h1" and chunks not in (None, 1)):
+        return p, n * p
+    return p, n
+
+
+@settings(max_examples=40, deadline=None)
+@given(which=st.sampled_from(families()), p=st.integers(1, 32), n=st.integers(1, 60))
+def test_the_generated_schedule_is_the_certificate_and_the_published_loop(which, p, n):
+    family, chunks = which
+    p, m = _size(family, chunks, p, n if chunks in (None, 1) else max(1, n // 8))
+    kw = {} if chunks is None else {"chunks": chunks}
+    sched = generate(family, p, m, **kw)
+    source = covering(family, p, m, chunks)
+    assert source is not None and source.gap is None
+    assert [list(r) for r in sched.order] == rows(source.cert, p, m)
+    assert [list(r) for r in sched.order] == reference(family, p, m, chunks)
+
+
+def _planted_1f1b(devices, microbatches):
+    """The issue's plant: 1F1B with one extra warm-up forward on device 0 when p >= 25, as a
+    generator of its own (Megatron's loop, changed)."""
+    positive("1f1b", devices=devices, microbatches=microbatches)
+    order = []
+    for d in range(devices):
+        work = [(d, i) for i in range(microbatches)]
+        order.append(phases(work, work, devices - d - 1 + (d == 0 and devices >= 25)))
+    return assemble("1f1b", order, stages=devices, microbatches=microbatches, metadata={"family": "1f1b"})
+
+
+def test_a_generator_changed_at_a_large_size_raises_at_generation(monkeypatch):
+    monkeypatch.setitem(FAMILIES, "1f1b", dataclasses.replace(FAMILIES["1f1b"], generate=_planted_1f1b))
+    assert generate("1f1b", 24, 26).devices == 24  # unchanged below p = 25: accepted
+    with pytest.raises(InternalError, match="device 0, position 25: 0F25, the certificate's is 0B0"):
+        generate("1f1b", 25, 26)
+    code, out, err = _cli(["generate", "1f1b", "-D", "25", "-M", "26"])
+    assert code == 70 and out == "" and "internal error" in err and "Traceback" not in err
+    # the finite prover builds its schedules through the same door: no verdict on a wrong one
+    code, out, err = _cli(["prove", "--family", "1f1b", "peak_inflight(0) == Min(p, m)",
+                           "--domain", "p=25..25,m=25..26"])
+    assert code == 70 and "internal error" in err
+
+
+def test_the_certificate_changed_at_a_large_size_is_refused_by_z3(monkeypatch):
+    """The same plant in the one source the generator reads (1F1B's warm-up w on device 0,
+    for p >= 25): the generator returns the changed order, and the certificate no longer
+    checks, at p = 25, so the all-sizes claim is not PROVED."""
+    w = classic_cert._w
+    monkeypatch.setattr(classic_cert, "_w", lambda o, p, m, d: o.If(o.And(p >= 25, d == 0),
+                                                                   o.Min(p - d, m), w(o, p, m, d)))
+    assert generate("1f1b", 25, 26).order[0][25] == Action(0, F, 25)
+    chk = prove_certificate(certificate("1f1b"))
+    assert not chk.ok
+    assert all("p=25" in o.detail or "p=" not in o.detail for o in chk.failures()), chk.failures()
+    res = prove(Claim("peak_inflight(0) == Min(p, m)", "1f1b", "", "p >= 2, m >= 1"), store=CertificateStore())
+    assert res.verdict != "PROVED" and "did not check" in res.reason, res.to_json()
+
+
+def test_positions_that_collide_are_refused_by_z3_and_by_the_builder():
+    """GPipe's backwards moved onto its forwards' positions for p >= 30 (each kind's own
+    chain still consistent): only the bijection obligations see it, and the builder."""
+    cert = certificate("gpipe")
+    pos, pred = cert.pos, cert.pred
+
+    def bad_pos(o, k, p, m, d, i):
+        return o.If(o.And(p >= 30, k == B), i, pos(o, k, p, m, d, i))
+
+    def bad_pred(o, k, p, m, d, i):
+        cases = pred(o, k, p, m, d, i)
+        return [(o.And(p < 30, c), t) for c, t in cases] + (
+            [(o.And(p >= 30, i > 0), (B, i - 1))] if k == B else [])
+
+    bad = dataclasses.replace(cert, pos=bad_pos, pred=bad_pred)
+    names = [o.name for o in prove_certificate(bad).failures()]
+    assert "bijection: pos(F, d, i) != pos(B, d, j)" in names, names
+    assert rows(bad, 29, 3)  # below p = 30 it is GPipe
+    with pytest.raises(InternalError, match="not a bijection"):
+        rows(bad, 30, 3)
+
+
+def test_hand_dependencies_must_be_the_ones_of_deps_needs():
+    """Interleaved 1F1B keeps its dependencies in table indices as a simpler form; Z3
+    proves them equal to deps.NEEDS read through the placement, so one that is off by one
+    for p >= 20 only is refused."""
+    cert = certificate("interleaved-1f1b", 2)
+    good = cert.deps
+
+    def off(o, k, p, m, d, q):
+        return [(c, (t[0], t[1], o.If(o.And(p >= 20, k == F, t[1] == p - 1, d == 0), t[2] + 1, t[2])), x)
+                for c, t, x in good(o, k, p, m, d, q)]
+
+    chk = prove_certificate(dataclasses.replace(cert, deps=off))
+    names = [o.name for o in chk.failures()]
+    assert "deps F: the certificate's are deps.NEEDS's through the placement" in names, names
+
+
+@pytest.mark.parametrize("family,chunks", families())
+def test_derived_dependencies_are_the_schedules_needs(family, chunks):
+    """The needs read from deps.NEEDS through the placement and the index maps
+    (certificates/needs.py) name, at each size, exactly the producers the generated
+    schedule's actions need by deps.needs (the checker's rule)."""
+    o = PyOps()
+    for p, n in [(1, 2), (2, 1), (2, 3), (3, 2), (4, 5), (5, 2)]:
+        p, m = _size(family, chunks, p, n)
+        cert = covering(family, p, m, chunks).cert
+        sched = generate(family, p, m, **({} if chunks is None else {"chunks": chunks}))
+        index = index_of_action(cert, p, m)
+        where = {(a.kind, a.stage, a.microbatch): (a.kind, d, index(a))
+                 for d, row in enumerate(sched.order) for a in row}
+        for d, row in enumerate(sched.order):
+            for a in row:
+                want = sorted(where[(k, s, a.microbatch)] for need, s in needs(a, sched.stages)
+                              for k in need.kinds if (k, s, a.microbatch) in where)
+                got = sorted(t for c, t, _ in derived(cert, o, a.kind, p, m, d, index(a)) if c)
+                assert got == want, (p, m, a)
+
+
+def test_every_generation_of_a_certified_size_is_checked(monkeypatch):
+    """Family.__call__ (generate, the CLI, the finite prover) checks the schedule against its
+    certificate; a schedule that is not it, at any position, is an InternalError."""
+    sched = generate("zb-h1", 4, 8, chunks=2)
+    cert = covering("zb-h1", 4, 8, 2).cert
+    verify(sched, cert, 4, 8)
+    row = list(sched.order[1])
+    row[3], row[4] = row[4], row[3]
+    swapped = sched.with_(order=tuple(tuple(r) for r in (sched.order[0], row) + tuple(sched.order[2:])))
+    with pytest.raises(InternalError, match="device 1, position 3"):
+        verify(swapped, cert, 4, 8)
+    # a group size other than the devices has no certificate: the generator's loop, unchecked
+    assert covering("interleaved-1f1b", 4, 10, 2, group_size=5) is None
+    assert generate("interleaved-1f1b", 4, 10, chunks=2, group_size=5).microbatches == 10
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 12), k=st.integers(1, 12), m=st.integers(1, 40))
+def test_1f1b_with_k_in_flight_is_1f1b_over_the_virtual_index(p, k, m):
+    """--max-inflight K: 1F1B's certified order at nu(0..m-1), nu(i) = (i div K) p + i mod K,
+    the empty virtual microbatches left out; at most min(K, p) in flight on every device."""
+    from schedverify.formulas.tropical import order_metrics
+
+    sched = generate("1f1b", p, m, max_inflight=k)
+    if k >= p:
+        assert sched.order == generate("1f1b", p, m).order
+        return
+    nu = [(i // k) * p + i % k for i in range(m)]
+    real = {x: i for i, x in enumerate(nu)}
+    loop = [[Action(a.stage, a.kind, real[a.microbatch]) for a in row if a.microbatch in real]
+            for row in reference("1f1b", p, nu[-1] + 1)]
+    assert [list(r) for r in sched.order] == loop
+    assert max(order_metrics(sched).peak_inflight) == min(k, p, m)
+
+
+def test_1f1b_with_k_in_flight_is_checked_at_generation(monkeypatch):
+    """A generator that swaps two actions of the gapped order (at p >= 6 only) is refused by
+    the check every generation of a certified size gets."""
+    from schedverify.generators import classic
+
+    real = classic.certified
+
+    def swapped(*args, **kw):
+        out = real(*args, **kw)
+        if args[1] >= 6:
+            out[0][2], out[0][3] = out[0][3], out[0][2]
+        return out
+
+    monkeypatch.setattr(classic, "certified", swapped)
+    assert generate("1f1b", 5, 9, max_inflight=2).devices == 5
+    with pytest.raises(InternalError, match="with at most 2 in flight differs from its certificate on device 0"):
+        generate("1f1b", 6, 9, max_inflight=2)
+
+
+def test_a_recorded_proof_counts_only_for_the_very_obligations_it_proved():
+    """certificates/checked.json keeps the digest of each shipped certificate's obligations:
+    the same obligations take the record, a changed certificate is proved again (and here
+    fails), and without records (--recheck) Z3 is asked every time."""
+    from schedverify.certificates.check import load_records
+
+    records = load_records()
+    cert = certificate("gpipe")
+    chk = prove_certificate(cert, records=records)
+    assert chk.ok and chk.recorded and chk.digest in records
+    assert not prove_certificate(cert).recorded  # no records given: Z3 is asked
+    start = cert.start
+
+    def late(o, k, p, m, d, i):  # one t_F later for p >= 30 only
+        s = dict(start(o, k, p, m, d, i))
+        s["t_F"] = o.If(p >= 30, s["t_F"] + 1, s["t_F"])
+        return s
+
+    bad = prove_certificate(dataclasses.replace(cert, start=late), records=records)
+    assert not bad.recorded and not bad.ok and bad.digest not in records
+    code, out, _ = _cli(["prove", "--family", "gpipe", "peak_inflight == m", "--domain", "p >= 2, m >= 1"])
+    assert code == 0 and "proof recorded for these exact obligations (--recheck proves it again)" in out
+    code, out, _ = _cli(["prove", "--family", "gpipe", "peak_inflight == m", "--domain", "p >= 2, m >= 1",
+                         "--recheck"])
+    assert code == 0 and "certificate checked in" in out
+
+
+def test_check_certificates_writes_the_records_whole(tmp_path, monkeypatch):
+    """--check-certificates proves every shipped certificate and writes the digests (here for
+    two certificates, to keep the test short); arguments it does not take are refused."""
+    from schedverify.certificates import check
+
+    monkeypatch.setattr(check, "shipped_certificates", lambda: [certificate("gpipe"), certificate("1f1b")])
+    target = tmp_path / "checked.json"
+    code, out, _ = _cli(["prove", "--check-certificates", "-o", str(target)])
+    assert code == 0 and "2 certificates proved" in out
+    assert set(json.loads(target.read_text())["certificates"]) <= check.load_records()
+    code, _, err = _cli(["prove", "--check-certificates", "proofs/"])
+    assert code == 2 and "takes no claim" in err
+    code, _, err = _cli(["prove", "-o", str(target), "proofs/"])
+    assert code == 2 and "-o applies to --check-certificates" in err
+
+
+@settings(max_examples=30, deadline=None)
+@given(which=st.sampled_from(families()), p=st.integers(1, 12), n=st.integers(1, 20))
+def test_compiled_positions_are_the_certificates(which, p, n):
+    """The generators evaluate each certificate function compiled at the sizes (CodeOps):
+    at every index it gives what the plain Python backend gives."""
+    from schedverify.certificates.base import compiled
+
+    family, chunks = which
+    p, m = _size(family, chunks, p, n if chunks in (None, 1) else max(1, n // 5))
+    cert = covering(family, p, m, chunks).cert
+    o = PyOps()
+    for d in range(p):
+        for kind in cert.kinds:
+            pos = compiled(lambda oo, q, kind=kind, d=d: cert.pos(oo, kind, p, m, d, q))
+            act = compiled(lambda oo, q, kind=kind, d=d: cert.action_at(oo, kind, p, m, d, q))
+            for q in range(cert.count(o, m)):
+                assert pos(q) == cert.pos(o, kind, p, m, d, q)
+                assert tuple(act(q)) == tuple(cert.action_at(o, kind, p, m, d, q))
