@@ -498,7 +498,8 @@ def resolve(semantics: str, *, torch: str | Release | None = None, p2p: str | No
             added = [r.name for r in releases().values() if name in r.options]
             where = (f" (added in {added[0]})" if rel.is_pytorch else
                      f" ({' and '.join(added)}: PyTorch's _PipelineScheduleRuntime's)")
-            raise UsageError(f"runtime option {name}: {rel.name}'s runtime has no such option" + (where if added else ""))
+            raise UsageError(f"runtime option {name}: {rel.name}'s runtime has no such option"
+                             + (where if added else ""))
     return Runtime(rel, BACKENDS[semantics], layout, nccl or NcclOptions(), opts, (why_release, why_layout))
 
 
