@@ -220,4 +220,9 @@ def main() -> None:
     if code == EXIT_INTERRUPTED:
         with contextlib.suppress(ValueError):  # answered: a further Ctrl-C does not print a traceback
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # A KeyboardInterrupt that left code run from source text (exec or eval of a string, as
+        # sympy's sympify does) sets CPython's unhandled-interrupt flag, answered or not, and
+        # `python -m schedverify` then exits by SIGINT instead of 130; running a string clears
+        # it (Python/pythonrun.c, run_eval_code_obj)
+        exec("")
     sys.exit(code)
