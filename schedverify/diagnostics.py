@@ -230,6 +230,8 @@ class Report:
     #: under torch and torch-nccl, what the check assumed PyTorch runs (the release, the
     #: backend, the communicator layout, the options): a :class:`schedverify.releases.Runtime`
     profile: Any = None
+    #: the schedule checked, so that a report with no timeline (a deadlock) can still be drawn
+    schedule: Any = field(default=None, repr=False, compare=False)
 
     @property
     def is_valid(self) -> bool:

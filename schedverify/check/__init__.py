@@ -225,7 +225,7 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
                          f"1.8e308 with costs {run.costs}); give the costs in a larger unit")
     report = Report(verdict, kept, metrics, truncated,
                     truncated_exact=counted <= MAX_COUNTED, comm_semantics=run.semantics,
-                    warnings=run.warnings, profile=run.rt)
+                    warnings=run.warnings, profile=run.rt, schedule=run.schedule)
     if kept:
         report.warnings += _grammar_hints(schedule)
     report.timeline = run.timeline if run.timeline.completed else None

@@ -145,12 +145,14 @@ def schedule_html(schedule: Schedule, *, costs=None, memory=None, memory_limit=N
 def report_html(report: Report, *, schedule: Schedule | None = None,
                 max_actions: int = MAX_ACTIONS) -> str:
     """``report`` shown: its violations first, then the timeline of the schedule it
-    checked.  A report whose schedule could not run (a deadlock) does not hold the schedule;
-    pass it as ``schedule`` to get the order grid with the cycle drawn."""
+    checked (:attr:`Report.schedule`; or ``schedule``), and for one that could not run (a
+    deadlock), the order grid with the cycle drawn."""
     if not isinstance(report, Report):
         raise UsageError(f"report_html: expected a Report, got {type(report).__name__}")
     if schedule is None and report.timeline is not None:
         schedule = report.timeline.schedule
+    if schedule is None:
+        schedule = report.schedule
     if schedule is None:
         parts = [_headline_report(report), violations_html(report)]
         if report.metrics is not None:

@@ -718,7 +718,7 @@ class _Z3Check:
                 reason = f"invalid; the solver did not finish every rule: {reason}"
         report = Report(verdict, kept, self.metrics(makespan, mem), len(found) - len(kept),
                         engine="z3", reason=reason, comm_semantics=self.semantics,
-                        warnings=list(self.warnings), profile=self.rt)
+                        warnings=list(self.warnings), profile=self.rt, schedule=self.schedule)
         return report
 
     # -- 3.4: a same-device dependency that comes later on the device
