@@ -243,10 +243,14 @@ def _placement_name(schedule: Schedule) -> str | None:
 def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: int | None = None,
          families: Sequence[str] | None = None, chunks: Sequence[int] = (2,),
          search_time: float | None = 10.0, notes: Sequence[str] = (), torch: str | None = None) -> Plan:
-    """Rank every family (and, unless ``search_time`` is None, the search engine's best
-    schedule of each shape in :data:`SEARCH_SHAPES`, within ``search_time`` seconds each) by
-    predicted step time under ``source``'s costs and ``memory_limit`` bytes per device, as
-    PyTorch release ``torch`` runs them (default: the installed one)."""
+    """Rank every family (and, unless ``search_time`` is None or 0, as ``--search-time 0``, the
+    search engine's best schedule of each shape in :data:`SEARCH_SHAPES`, within ``search_time``
+    seconds each) by predicted step time under ``source``'s costs and ``memory_limit`` bytes per
+    device, as PyTorch release ``torch`` runs them (default: the installed one).
+
+    A :class:`UsageError` when no schedule at all can be built for the sizes (more devices than
+    the model has layers, say): that is the question, not the memory limit."""
+    from ..limits import limits
     from ..releases import installed_torch, release
 
     release(torch, installed=installed_torch() if torch is None else None)  # an unknown release: refused first
@@ -255,6 +259,13 @@ def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: 
     for key, value in (("devices", devices), ("microbatches", microbatches)):
         if type(value) is not int or value < 1:
             raise UsageError(f"plan: {key} must be a whole number >= 1, got {value!r}")
+    if search_time is not None and (isinstance(search_time, bool) or not isinstance(search_time, (int, float))
+                                    or not search_time >= 0):
+        raise UsageError(f"plan: search_time must be a number of seconds >= 0 (0 or None skips the search), "
+                         f"got {search_time!r}")
+    if devices > limits().devices:
+        raise UsageError(f"plan: {limits().refusal('devices', devices, 'devices')}")
+    search_time = search_time or None
     found: list[Candidate] = []
     for name, options in family_variants(chunks, families):
         try:
@@ -267,6 +278,9 @@ def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: 
     if search_time is not None:
         found += [_searched(source, devices, microbatches, memory_limit, placement, v, search_time, torch)
                   for placement, v in SEARCH_SHAPES]
+    if found and all(c.status == "refused" for c in found):
+        raise UsageError(f"plan: no schedule can be built for {devices} devices and {microbatches} "
+                         f"microbatches: {_common_reason(found)}")
     order = {"fits": 0, "hangs": 1, "cannot run": 2, "over memory": 3, "invalid": 4, "refused": 5}
     ranked = sorted(found, key=lambda c: (order[c.status], c.step_time if c.step_time is not None
                                           else float("inf"), c.peak or 0))
@@ -275,6 +289,19 @@ def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: 
     if win is not None and win.profile is not None:  # what the winner's numbers assume
         plan = replace(plan, notes=plan.notes + tuple(n for n in win.profile.notes if n not in notes))
     return plan
+
+
+def _common_reason(refused: Sequence[Candidate]) -> str:
+    """The reason most refusals give (without the family's name), and whose it is."""
+    from collections import Counter
+
+    def bare(c: Candidate) -> str:
+        return c.reason.removeprefix(f"{c.name}: ")
+
+    counts = Counter(bare(c) for c in refused)
+    reason, _ = counts.most_common(1)[0]
+    names = [c.label for c in refused if bare(c) == reason]
+    return f"{reason} ({', '.join(names)})"
 
 
 def _searched(source: StageSource, devices: int, microbatches: int, memory_limit: int | None,
