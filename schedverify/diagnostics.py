@@ -243,11 +243,8 @@ class Report:
     def codes(self) -> list[str]:
         return sorted({v.code.code for v in self.violations})
 
-    def _repr_html_(self) -> str:
-        """Jupyter's view: the violations first, then the timeline (render/notebook.py)."""
-        from .render.notebook import report_html
-
-        return report_html(self)
+    # Jupyter's view, ``_repr_html_`` (the violations first, then the timeline), is given to
+    # this class by schedverify/render/notebook.py, which draws it.
 
     def to_json(self) -> dict[str, Any]:
         return {

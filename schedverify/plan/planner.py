@@ -28,19 +28,15 @@ writes it as the CSV torchtitan reads.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import LoweringError, SchedverifyError, UsageError
-from ..model import Costs, MemoryModel, Schedule
+from ..model import Schedule
 from .sources import StageSource
-from .stages import StageProfile
+from .stages import TIME_QUANTUM, StageProfile, quantized  # noqa: F401 - quantized re-exported
 
-#: Durations are planned in whole microseconds: exact integers for every engine (the search
-#: scales costs to integers, and a second's float has a denominator of up to 2**52), and a
-#: resolution far finer than any pass of a model worth pipelining.
-TIME_QUANTUM = 1e-6
 
 
 #: The search engine's shapes a plan tries: (placement, chunks per device).
@@ -116,21 +112,10 @@ class Plan:
                 "candidates": [c.to_json() for c in self.candidates], "notes": list(self.notes)}
 
     def _repr_html_(self) -> str:
-        from ..render.notebook import plan_html
+        """Jupyter's view: the ranked table (:func:`schedverify.plan.table.plan_html`)."""
+        from .table import plan_html
 
         return plan_html(self)
-
-
-def quantized(profile: StageProfile, memory_limit: int | None) -> tuple[Costs, MemoryModel]:
-    """The :class:`Costs` (whole microseconds) and :class:`MemoryModel` (bytes) of a profile."""
-    def us(values: Iterable[float]) -> tuple[int, ...]:
-        return tuple(round(v / TIME_QUANTUM) for v in values)
-
-    costs = Costs(F=us(profile.F), B=us(profile.full_backward), I=us(profile.I), W=us(profile.W),
-                  comm=round(profile.comm / TIME_QUANTUM))
-    memory = MemoryModel(activation=tuple(profile.activation), w=profile.w,
-                         static=profile.static_total, limit=memory_limit, message=profile.message or 0)
-    return costs, memory
 
 
 def family_variants(chunks: Sequence[int] = (2,),

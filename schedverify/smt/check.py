@@ -1304,24 +1304,3 @@ def check_z3(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, 
         budget = Budget(timeout_s)
     return _Z3Check(schedule, costs, memory, memory_limit, comm_semantics, timeout_s,
                     max_violations, nccl, budget, torch, p2p, runtime_options, framework).run()
-
-
-def disagreements(graph: Report, z3: Report) -> list[str]:
-    """How two reports on the same schedule differ in verdict, codes or makespan."""
-    out = []
-    if graph.verdict is not z3.verdict:
-        out.append(f"verdict: graph {graph.verdict}, z3 {z3.verdict}")
-    if graph.codes() != z3.codes():
-        out.append(f"codes: graph {' '.join(graph.codes()) or '-'}, z3 {' '.join(z3.codes()) or '-'}")
-    gm = graph.metrics.makespan if graph.metrics is not None else None
-    zm = z3.metrics.makespan if z3.metrics is not None else None
-    if (gm is None) != (zm is None) or (gm is not None and abs(gm - zm) > 1e-6 * max(1.0, abs(gm))):
-        out.append(f"makespan: graph {gm}, z3 {zm}")
-    return out
-
-
-def run_engine(engine: str, schedule: Schedule, *, timeout_s: float = 60.0, **options) -> Report:
-    """:func:`schedverify.engines.run_engine`, kept here where it was first published."""
-    from ..engines import run_engine as run
-
-    return run(engine, schedule, timeout_s=timeout_s, **options)
