@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import schedverify
 from schedverify import Costs, Verdict, check
-from schedverify.engines import disagreements
+from schedverify.engines import disagreements, run_engine
 from schedverify.runtime import NcclOptions
 from schedverify.strategies import costs, mutations, valid_schedules
 
@@ -255,9 +255,9 @@ def test_transfer_costs_and_latency():
 
 def test_run_engine_forwards_nccl():
     s = csv(*BASE)
-    r = z3check.run_engine("both", s, comm_semantics="torch-nccl", nccl=NcclOptions(buffered_sends=True))
+    r = run_engine("both", s, comm_semantics="torch-nccl", nccl=NcclOptions(buffered_sends=True))
     assert r.is_valid and r.engine == "graph+z3"
-    r = z3check.run_engine("z3", s, comm_semantics="torch-nccl")
+    r = run_engine("z3", s, comm_semantics="torch-nccl")
     assert r.codes() == ["SV405"]
 
 

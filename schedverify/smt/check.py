@@ -603,7 +603,7 @@ class _Z3Check:
         sem, self.rt = runtime_of(schedule, comm_semantics, nccl, torch, p2p, runtime_options, framework)
         self.refusal: str | None = None
         if self.rt is not None and self.rt.options.max_outstanding_sends is not None:
-            from ..lowering import as_loaded  # what the runtime runs of what it loads (9.2)
+            from ..sendwaits import as_loaded  # what the runtime runs of what it loads (9.2)
 
             loaded = as_loaded(schedule, self.rt)
             schedule, self.refusal = loaded.schedule, loaded.refusal
