@@ -160,10 +160,13 @@ def test_every_docs_page_is_in_the_sites_navigation():
     assert pages and not [p for p in pages if f" {p}" not in nav], nav
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason='needs pip install -e ".[docs]"')
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
+                    reason='needs pip install -e ".[docs]"')
 def test_the_site_builds_in_strict_mode(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
                           capture_output=True, text=True, cwd=ROOT, timeout=600,
                           env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
+    api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    assert 'id="schedverify.check.check"' in api and 'id="schedverify.Schedule"' in api  # from the docstrings
