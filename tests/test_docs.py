@@ -170,3 +170,22 @@ def test_the_site_builds_in_strict_mode(tmp_path):
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").is_file()
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     assert 'id="schedverify.check.check"' in api and 'id="schedverify.Schedule"' in api  # from the docstrings
+
+
+_NOTEBOOK = ROOT / "docs" / "tutorials" / "notebook.ipynb"
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("nbclient", "nbformat", "ipykernel")),
+                    reason='needs pip install -e ".[docs]"')
+def test_the_notebook_tutorial_runs_and_shows_each_view():
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(_NOTEBOOK, as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit it without outputs"
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    html = ["".join(o.get("data", {}).get("text/html", "")) for c in nb.cells if c.cell_type == "code"
+            for o in c.outputs]
+    assert any('class="sv-timeline"' in h and "sv-action" in h for h in html)  # the schedule's view
+    assert any('class="sv-cycle"' in h for h in html)  # the deadlocked report draws its cycle
+    assert any('class="schedverify-plan"' in h for h in html)  # the plan's table
