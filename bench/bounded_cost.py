@@ -27,11 +27,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: (name, file name, text): the issue's two files, and others of the same kind
+#: (name, file name, text): two tiny files that name huge sizes, and others of the same kind
 FILES = [
     ("floor: two actions", "floor.csv", "0F0,0B0\n"),
-    ("the issue's 20-byte CSV", "twenty.csv", "0F0,9999999F9999999\n"),
-    ("the issue's 130-byte CSV: an overlap at stage 9,999,999", "overlap.csv",
+    ("a 20-byte CSV naming stage 9,999,999", "twenty.csv", "0F0,9999999F9999999\n"),
+    ("a 130-byte CSV: an overlap at stage 9,999,999", "overlap.csv",
      "0F0,0F1,0F2,0B0,(9999999F0;9999999B1)OVERLAP_F_B,0B1,0B2\n"
      "1F0,1F1,1F2,1B0,1B1,1B2\n0F3,0B3,0F4,0B4,0F5,0B5,0F3,0B3\n2F0,2B0,2F1,2B10\n"),
     ("JSON declaring 10^7 stages and microbatches", "declared.json", json.dumps({

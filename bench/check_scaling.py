@@ -74,7 +74,7 @@ for _ in range(6):
 print(json.dumps({"fresh": totals[0], "warm": min(totals[1:])}))
 """
 
-# the issue's measure: load and check against json.load alone on the same file, in one
+# the measure: load and check against json.load alone on the same file, in one
 # process, alternating, the best of each (neither counts freeing what it made)
 _RATIO_CHILD = r"""
 import gc, json, sys, time

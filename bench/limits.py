@@ -7,7 +7,7 @@ it should be 0) and the answer.
     python bench/limits.py --repeat 3      # the worst of 3 runs per instance
     python bench/limits.py --only search   # the instances whose name contains "search"
 
-The instances are the ones of the issue (search 64x64 with 3 s, 100x100 with 2 s, check
+The instances are the targets of the limits' design (search 64x64 with 3 s, 100x100 with 2 s, check
 --engine z3 --timeout 2 on 64k actions) and a few whose limit runs out inside each phase:
 the warm start and the bounds (memory-limited 64x64 and 100x100), the solver (4x8 v, two
 chunks, memory 2), a minimisation of memory, and the Z3 checker on a smaller schedule.

@@ -10,7 +10,7 @@ see schedverify/smt/search.py), the dependencies of schedverify.deps, one no-ove
 device and a reservoir per device for weighted activation memory (frees at an action's end
 count before an allocation at the same moment, as docs/spec.md section 5's order-based memory).
 
-Instances marked long (8 devices) get ``--long-time-limit`` (the issue's target there is a
+Instances marked long (8 devices) get ``--long-time-limit`` (the target there is a
 result within 5 minutes), the others ``--time-limit``.  The header prints the machine's load
 (``os.getloadavg``): on a shared machine wall-clock seconds inflate, CPU seconds much less
 (CP-SAT runs 2 workers, so its CPU seconds can be twice its wall-clock).

@@ -230,6 +230,8 @@ class Report:
     #: under torch and torch-nccl, what the check assumed PyTorch runs (the release, the
     #: backend, the communicator layout, the options): a :class:`schedverify.releases.Runtime`
     profile: Any = None
+    #: the schedule checked, so that a report with no timeline (a deadlock) can still be drawn
+    schedule: Any = field(default=None, repr=False, compare=False)
 
     @property
     def is_valid(self) -> bool:
@@ -241,11 +243,8 @@ class Report:
     def codes(self) -> list[str]:
         return sorted({v.code.code for v in self.violations})
 
-    def _repr_html_(self) -> str:
-        """Jupyter's view: the violations first, then the timeline (render/notebook.py)."""
-        from .render.notebook import report_html
-
-        return report_html(self)
+    # Jupyter's view, ``_repr_html_`` (the violations first, then the timeline), is given to
+    # this class by schedverify/render/notebook.py, which draws it.
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -3,7 +3,9 @@ and the check options and returns a :class:`~schedverify.diagnostics.Report`.
 
 ``graph`` is the fast checker (:func:`schedverify.check`), ``z3`` the independent SMT
 encoding (:func:`schedverify.smt.check_z3`, which loads z3 when called), ``both`` runs the two
-and compares them.  The CLI's ``--engine`` and :func:`run_engine` look engines up here, so an
+and compares them (:func:`disagreements`).  This module owns the protocol; an engine plugs in
+by being a callable of that shape and knows nothing of the registry (the Z3 engine imports
+nothing from here).  The CLI's ``--engine`` and :func:`run_engine` look engines up here, so an
 engine registered in :data:`ENGINES` is available everywhere at once.
 """
 
@@ -39,8 +41,6 @@ def _z3(schedule: Schedule, *, timeout_s: float = 60.0, **options) -> Report:
 def _both(schedule: Schedule, *, timeout_s: float = 60.0, **options) -> Report:
     """The graph report when the engines agree; :class:`EngineDisagreement` when they do not;
     the Z3 report (verdict UNKNOWN, never valid) when Z3 could not decide."""
-    from .smt.check import disagreements
-
     graph = _graph(schedule, **options)
     z3 = _z3(schedule, timeout_s=timeout_s, **options)
     if z3.verdict is Verdict.UNKNOWN:
@@ -52,6 +52,20 @@ def _both(schedule: Schedule, *, timeout_s: float = 60.0, **options) -> Report:
             f"the graph and z3 engines disagree on {schedule.name or 'the schedule'}: " + "; ".join(diff))
     graph.engine = "graph+z3"
     return graph
+
+
+def disagreements(graph: Report, z3: Report) -> list[str]:
+    """How two reports on the same schedule differ in verdict, codes or makespan."""
+    out = []
+    if graph.verdict is not z3.verdict:
+        out.append(f"verdict: graph {graph.verdict}, z3 {z3.verdict}")
+    if graph.codes() != z3.codes():
+        out.append(f"codes: graph {' '.join(graph.codes()) or '-'}, z3 {' '.join(z3.codes()) or '-'}")
+    gm = graph.metrics.makespan if graph.metrics is not None else None
+    zm = z3.metrics.makespan if z3.metrics is not None else None
+    if (gm is None) != (zm is None) or (gm is not None and abs(gm - zm) > 1e-6 * max(1.0, abs(gm))):
+        out.append(f"makespan: graph {gm}, z3 {zm}")
+    return out
 
 
 #: Every engine by name (read-only).

@@ -462,11 +462,8 @@ class Schedule:
     def with_(self, **changes) -> Schedule:
         return replace(self, **changes)
 
-    def _repr_html_(self) -> str:
-        """Jupyter's view: the checked timeline with its memory panel (render/notebook.py)."""
-        from .render.notebook import schedule_html
-
-        return schedule_html(self)
+    # Jupyter's view, ``_repr_html_`` (the checked timeline with its memory panel), is given to
+    # this class by schedverify/render/notebook.py, which draws it: the model draws nothing.
 
 
 def leaf_rows(order):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import time
 
 import pytest
@@ -196,6 +197,40 @@ def test_bad_options_exit_2(tmp_path):
         assert code == 2, (argv, out, err)
         assert needle in err, (argv, err)
         assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["-5GiB", "-3", "-0.5", "-1e9"])
+def test_a_negative_value_is_read_as_the_value_and_refused_as_negative(tmp_path, value):
+    path = tmp_path / "s.json"
+    path.write_text(doc())
+    code, out, err = run_cli(str(path), "--memory-limit", value)
+    assert code == 2 and out == ""
+    assert err.startswith("usage: schedverify check "), err
+    assert re.search(r"argument --memory-limit: .*(cannot be negative|>= 0), got " + re.escape(repr(value)), err), err
+    assert "expected one argument" not in err
+
+
+@pytest.mark.parametrize("command, misspelt, meant", [
+    (["check", "x.json"], "--memry-limit", "--memory-limit"),
+    (["check", "x.json"], "--max-violatoins", "--max-violations"),
+    (["show", "x.json"], "--widht", "--width"),
+    (["plan", "--model", "m.toml", "--devices", "4"], "--search-tme", "--search-time"),
+    (["search", "--devices", "2", "--microbatches", "2"], "--no-warmstart", "--no-warm-start"),
+])
+def test_a_misspelt_option_gets_the_subcommands_usage_and_a_did_you_mean(command, misspelt, meant):
+    out, err = io.StringIO(), io.StringIO()
+    code = run([*command, misspelt, "3"], out, err)
+    text = err.getvalue()
+    assert code == 2 and out.getvalue() == ""
+    assert text.startswith(f"usage: schedverify {command[0]} "), text
+    assert f"schedverify {command[0]}: error: unrecognized arguments: {misspelt} 3 (did you mean {meant}?)" in text
+
+
+def test_an_unrelated_extra_argument_gets_no_guess():
+    out, err = io.StringIO(), io.StringIO()
+    assert run(["check", "x.json", "--zzzzzzzzzz"], out, err) == 2
+    assert "unrecognized arguments: --zzzzzzzzzz\n" in err.getvalue()
+    assert "did you mean" not in err.getvalue()
 
 
 def test_no_file_is_a_usage_error():

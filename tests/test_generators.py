@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from schedverify import Costs, UnsupportedSize, loads
 from schedverify.cli import run
-from schedverify.cost import timeline
+from schedverify import timeline
 from schedverify.generators import (
     FAMILIES,
     Family,

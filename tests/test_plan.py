@@ -263,3 +263,58 @@ def test_cli_plan_never_writes_onto_its_input(profile_csv):
                         "--search-time", "0", "-o", str(profile_csv))
     assert code == 2 and "is the input file" in err
     assert profile_csv.read_bytes() == before
+
+
+# --------------------------------------------------------------------------- sizes and inputs
+# The library and the command line say the same thing about the same question.
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_search_time_0_skips_the_search_in_the_library_as_on_the_command_line():
+    skipped = planner.plan(model, 4, 8, memory_limit=None, families=["1f1b"], search_time=0)
+    assert skipped == planner.plan(model, 4, 8, memory_limit=None, families=["1f1b"], search_time=None)
+    assert [c.name for c in skipped.candidates] == ["1f1b"]
+    code, out, err = _cli("plan", "--model", str(EXAMPLES / "llama3-8b.toml"), "--devices", "4",
+                          "--families", "1f1b", "--search-time", "0", "--format", "json")
+    assert code in (0, 1), err  # fits or not: 8B on 4 devices is near the limit
+    assert [c["name"] for c in json.loads(out)["candidates"]] == ["1f1b"]
+    for bad in (-1, float("nan"), "10", True):
+        with pytest.raises(UsageError, match="search_time must be a number of seconds >= 0"):
+            planner.plan(model, 4, 8, families=["1f1b"], search_time=bad)
+
+
+@pytest.mark.parametrize("argv, reason", [
+    (["--devices", "33", "--search-time", "0"],
+     "no schedule can be built for 33 devices and 32 microbatches: cannot cut 32 layers into 33 "
+     "layer-holding stages: each stage needs at least one layer (gpipe, 1f1b, "),
+    (["--devices", "33"], "cannot cut 32 layers into 33 layer-holding stages"),  # the search too
+    (["--devices", "100000000"], "100,000,000 devices is over the cap of 100,000 (set SCHEDVERIFY_MAX_DEVICES"),
+])
+def test_sizes_no_schedule_can_have_are_a_usage_error_naming_why(argv, reason):
+    code, out, err = _cli("plan", "--model", str(EXAMPLES / "llama3-8b.toml"), *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("schedverify plan: error: plan: ") and reason in err, err
+    assert "memory limit" not in err and "Traceback" not in err
+
+
+def test_a_plan_where_every_family_is_refused_is_a_usage_error_in_the_library_too():
+    with pytest.raises(UsageError, match=r"no schedule can be built for 3 devices and 8 microbatches: needs an even number of devices.* \(dualpipe, chimera\)$"):
+        planner.plan(model, 3, 8, memory_limit=None, families=["dualpipe", "chimera"], search_time=None)
+
+
+@pytest.mark.parametrize("option", ["--model", "--profile", "--calibration"])
+def test_a_missing_file_or_a_directory_is_named_in_checks_words(tmp_path, option):
+    check_missing = _cli("check", str(tmp_path / "nosuch.json"))[2]
+    assert check_missing.endswith("nosuch.json: no such file\n"), check_missing
+    argv = ["--devices", "4", "--search-time", "0"]
+    if option == "--calibration":
+        argv = ["--model", str(EXAMPLES / "llama3-8b.toml"), *argv]
+    missing = tmp_path / ("nosuch.json" if option == "--calibration" else "nosuch.toml")
+    code, out, err = _cli("plan", option, str(missing), *argv)
+    assert (code, out, err) == (2, "", f"schedverify plan: error: {missing}: no such file\n")
+    folder = tmp_path / ("folder.json" if option == "--calibration" else "folder")
+    folder.mkdir()
+    code, out, err = _cli("plan", option, str(folder), *argv)
+    assert code == 2 and out == "" and err.startswith(f"schedverify plan: error: {folder}: is a directory, not a "), err
+    assert "Errno" not in err

@@ -1,6 +1,7 @@
-"""The README's transcripts are what the commands print today.
+"""The transcripts of the README and of the site's pages (docs/*.md) are what the commands
+print today.
 
-Every fenced block of README.md that starts with ``$ schedverify`` is replayed: each
+Every fenced block of README.md and docs/**/*.md that starts with ``$ schedverify`` is replayed: each
 ``$ schedverify ...`` line is run in process (in a scratch directory holding a copy of
 ``examples/``, so that files the README writes land there), and the lines under it up to the
 next command are its expected output, stdout then stderr or stderr then stdout.  A line that
@@ -23,12 +24,20 @@ from schedverify.cli import run
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 SKIPPED = ("plan",)
 
 
-def _blocks() -> list[tuple[int, list[tuple[str, list[str]]]]]:
-    """(README line, [(command, expected lines), ...]) per block, replayable commands only."""
-    text = README.read_text(encoding="utf-8")
+def _blocks() -> list[tuple[str, list[tuple[str, list[str]]]]]:
+    """("FILE:line", [(command, expected lines), ...]) per block, replayable commands only."""
+    out = []
+    for page in PAGES:
+        out += [(f"{page.relative_to(ROOT)}:{n}", c) for n, c in _page_blocks(page)]
+    return out
+
+
+def _page_blocks(page: Path) -> list[tuple[int, list[tuple[str, list[str]]]]]:
+    text = page.read_text(encoding="utf-8")
     out = []
     for block in re.finditer(r"^```\n(\$ schedverify .*?)^```", text, re.S | re.M):
         first = text.count("\n", 0, block.start(1)) + 1
@@ -54,11 +63,12 @@ def _matches(expected: list[str], got: list[str]) -> bool:
 BLOCKS = _blocks()
 
 
-def test_the_readme_has_transcripts():
-    assert sum(len(c) for _, c in BLOCKS) >= 20, BLOCKS
+def test_the_readme_and_the_site_have_transcripts():
+    assert sum(len(c) for w, c in BLOCKS if w.startswith("README.md:")) >= 20, BLOCKS
+    assert any(w.startswith("docs/index.md:") for w, _ in BLOCKS), BLOCKS
 
 
-@pytest.mark.parametrize("line, commands", BLOCKS, ids=[f"README:{n}" for n, _ in BLOCKS])
+@pytest.mark.parametrize("line, commands", BLOCKS, ids=[w for w, _ in BLOCKS])
 def test_a_readme_transcript_is_what_the_commands_print(line, commands, tmp_path, monkeypatch):
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     monkeypatch.chdir(tmp_path)
@@ -70,6 +80,6 @@ def test_a_readme_transcript_is_what_the_commands_print(line, commands, tmp_path
         printed = (out.getvalue(), err.getvalue())
         assert (_matches(want, "".join(printed).splitlines())
                 or _matches(want, "".join(printed[::-1]).splitlines())), (
-            f"README.md block at line {line}: {command}\n--- README\n" + "\n".join(want)
+            f"{line}: {command}\n--- written\n" + "\n".join(want)
             + "\n--- today\n" + "".join(printed))
-        assert exits in ([], [f"[exit {code}]"]), f"README.md block at line {line}: {command} exits {code}"
+        assert exits in ([], [f"[exit {code}]"]), f"{line}: {command} exits {code}"

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import schedverify as sv
+from schedverify.engines import disagreements
 from schedverify.cli import run
 from schedverify.generators import FAMILIES
 from schedverify.lowering import LoweringError, add_wait_send_budget, lower, retarget, torch_lowering
@@ -48,7 +49,7 @@ def agree(schedule, **options):
     g = sv.check(schedule, **options)
     z = z3check.check_z3(schedule, **options)
     assert z.verdict is not sv.Verdict.UNKNOWN, z.reason
-    assert z3check.disagreements(g, z) == [], ([str(v) for v in g.violations[:4]], [str(v) for v in z.violations[:4]])
+    assert disagreements(g, z) == [], ([str(v) for v in g.violations[:4]], [str(v) for v in z.violations[:4]])
     return g, z
 
 

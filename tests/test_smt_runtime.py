@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import schedverify
 from schedverify import Costs, Verdict, check
+from schedverify.engines import disagreements, run_engine
 from schedverify.runtime import NcclOptions
 from schedverify.strategies import costs, mutations, valid_schedules
 
@@ -45,7 +46,7 @@ def agree(schedule, **options):
     z = check_z3(schedule, **options)
     assert z.engine == "z3"
     assert z.verdict is not Verdict.UNKNOWN, z.reason
-    assert z3check.disagreements(g, z) == [], ([str(v) for v in g.violations[:4]],
+    assert disagreements(g, z) == [], ([str(v) for v in g.violations[:4]],
                                                [str(v) for v in z.violations[:4]])
     for code in LOCATED:
         gl = sorted(str(v.locations[0]) for v in g.violations if v.code.code == code)
@@ -254,9 +255,9 @@ def test_transfer_costs_and_latency():
 
 def test_run_engine_forwards_nccl():
     s = csv(*BASE)
-    r = z3check.run_engine("both", s, comm_semantics="torch-nccl", nccl=NcclOptions(buffered_sends=True))
+    r = run_engine("both", s, comm_semantics="torch-nccl", nccl=NcclOptions(buffered_sends=True))
     assert r.is_valid and r.engine == "graph+z3"
-    r = z3check.run_engine("z3", s, comm_semantics="torch-nccl")
+    r = run_engine("z3", s, comm_semantics="torch-nccl")
     assert r.codes() == ["SV405"]
 
 

@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 from schedverify import Costs, Schedule, check  # noqa: E402
-from schedverify.cost import timeline  # noqa: E402
+from schedverify import timeline  # noqa: E402
 from schedverify.generators import (  # noqa: E402
     gpipe,
     interleaved_1f1b,

@@ -59,12 +59,13 @@ def covering(family: str, devices: int, microbatches: int, chunks: int | None = 
     (:class:`.order.Source`: its all-sizes certificate, read by :func:`.order.rows`), or
     None: a group size other than the devices, a chunk count without a certificate, sizes
     outside the certificate's domain, or a family without one (its generator's own code
-    then)."""
-    from ..generators import FAMILIES
+    then).  ``chunks`` as :func:`families` gives it: None for a family without chunks and
+    for ZB-H1's one-chunk form; the generators pass the chunk count they build (this
+    package reads nothing of theirs: they are built from it)."""
     from .order import Source
 
-    v = chunks if chunks is not None else FAMILIES[family].default_chunks
-    if family == "interleaved-1f1b" or (family == "zb-h1" and v != 1):
+    v = chunks
+    if family == "interleaved-1f1b" or (family == "zb-h1" and v not in (None, 1)):
         if group_size not in (None, devices) or microbatches % devices or microbatches < devices:
             return None
     elif group_size is not None:

@@ -181,7 +181,7 @@ def _chain(v: int, low: str, cert_of):
     ``cert_of()``: the certificate whose order and deps the chain uses."""
 
     def lower(o, p, m, d, i):
-        from .check import _deps
+        from .needs import deps as _deps
 
         cert = cert_of()
         n, last, f0 = v * m, 3 * v * m - 1, (v - 1) * p

@@ -16,7 +16,7 @@ from ..cost.memory import memory_sweep
 from ..cost.timeline import Timeline, order_only_metrics, run_timeline
 from .. import diagnostics as dx
 from ..diagnostics import Report, Verdict, Violation
-from ..errors import InvalidSchedule, UsageError
+from ..errors import DeadlockError, InvalidSchedule, UsageError
 from ..graph import compile_graph, durations_for
 from ..model import Schedule, as_schedule, resolve_costs, resolve_memory
 from ..releases import GLOO, Runtime, runtime_of
@@ -60,7 +60,7 @@ class _Run:
 
     def _budget(self, schedule: Schedule, rt: Runtime) -> Schedule:
         """What the runtime runs with max_outstanding_sends (docs/spec.md 9.2)."""
-        from ..lowering import as_loaded
+        from ..sendwaits import as_loaded
 
         loaded = as_loaded(schedule, rt)
         self.refusal = loaded.refusal
@@ -225,12 +225,32 @@ def check(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, com
                          f"1.8e308 with costs {run.costs}); give the costs in a larger unit")
     report = Report(verdict, kept, metrics, truncated,
                     truncated_exact=counted <= MAX_COUNTED, comm_semantics=run.semantics,
-                    warnings=run.warnings, profile=run.rt)
+                    warnings=run.warnings, profile=run.rt, schedule=run.schedule)
     if kept:
         report.warnings += _grammar_hints(schedule)
     report.timeline = run.timeline if run.timeline.completed else None
     report.runtime = run.runtime
     return report
+
+
+def timeline(schedule: Schedule, *, costs=None, memory=None, comm_semantics: str | None = None) -> Timeline:
+    """The timeline of ``schedule``.  Raises :class:`DeadlockError` when it cannot run.
+
+    It lives here, above the cost model (:mod:`schedverify.cost.timeline`), because under
+    ``torch`` and ``torch-nccl`` the timeline is the checker's run of PyTorch's runtime."""
+    as_schedule(schedule, "timeline")
+    sem = comm_semantics or schedule.comm_semantics or "eager"
+    if sem in ("torch", "torch-nccl"):  # PyTorch's runtime (docs/spec.md 8): the checker runs it
+        report = check(schedule, costs=costs, memory=memory, comm_semantics=sem)
+        if report.timeline is None:
+            raise DeadlockError(f"{schedule.name or 'the schedule'} cannot run to the end under {sem}; "
+                                "run check to see why")
+        return report.timeline
+    g = compile_graph(schedule, comm_semantics=sem)
+    tl, result = run_timeline(g, resolve_costs(schedule, costs), resolve_memory(schedule, memory))
+    if not tl.completed:
+        raise DeadlockError(f"{schedule.name or 'the schedule'} deadlocks; run check to see the cycle")
+    return tl
 
 
 def _grammar_hints(schedule: Schedule) -> list[str]:

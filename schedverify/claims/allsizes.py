@@ -626,7 +626,7 @@ def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, limits,
                        f"p={best['p']}" + (f", none with smaller k at m={best['m']}" if uses_k else "")
                        + (f", none with smaller d at m={best['m']}" if uses_d else ""))
     # confirm by simulating the real schedule at that size
-    from .prover import prove as finite
+    from .finite import prove_finite
 
     dom = f"p={best['p']}..{best['p']},m={best['m']}..{best['m']}"
     from ..formulas.sizes import has_chunks
@@ -637,8 +637,8 @@ def _smallest(out: AllSizes, claim: Claim, env: _Env, base, goal, model, limits,
         dom += f",k={best['k']}..{best['k']}"
     if uses_d:
         dom += f",d={best['d']}..{best['d']}"
-    sim = finite(Claim(claim.text, claim.family, claim.assume, dom, claim.source, claim.id),
-                 timeout_s=limits[0], all_sizes=False)
+    sim = prove_finite(Claim(claim.text, claim.family, claim.assume, dom, claim.source, claim.id),
+                       timeout_s=limits[0])
     at = ", ".join(f"{k}={x}" for k, x in best.items())
     if sim.verdict == REFUTED:
         out.verdict = REFUTED

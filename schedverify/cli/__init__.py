@@ -16,7 +16,9 @@ from __future__ import annotations
 import _thread
 import argparse
 import contextlib
+import difflib
 import importlib
+import re
 import signal
 import sys
 import threading
@@ -42,8 +44,20 @@ class _UsageExit(Exception):
         self.parser = parser
 
 
+#: What a value looks like, though it starts with "-": a negative number, with or without a
+#: unit (``--memory-limit -5GiB``, ``--costs F=-1``), so that it is read as the option's value
+#: (and refused by the option, naming it) and not as an unknown option.
+_NEGATIVE_VALUE = re.compile(r"^-(?:\d|\.\d)[^\s]*$")
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser that reports errors to the caller instead of exiting."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # argparse's own test is -N or -N.N; every version of argparse (3.10 to 3.14) reads it
+        # from this attribute, and no option of ours looks like a negative number
+        self._negative_number_matcher = _NEGATIVE_VALUE
 
     def error(self, message: str):  # noqa: D401
         raise _UsageExit(message, self)
@@ -187,7 +201,9 @@ def _run(argv: list[str], out: TextIO, err: TextIO) -> int:
     parser = build_parser()
     try:
         with contextlib.redirect_stdout(out):  # argparse prints --help and --version there
-            args = parser.parse_args(argv)
+            args, extra = parser.parse_known_args(argv)
+        if extra:  # the sub-command's mistake: its usage, and the option meant
+            _unrecognized(parser, args, extra)
     except _UsageExit as e:
         e.parser.print_usage(err)
         print(f"{e.parser.prog}: error: {e}", file=err)
@@ -208,6 +224,25 @@ def _run(argv: list[str], out: TextIO, err: TextIO) -> int:
         return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK
+
+
+def _unrecognized(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
+    """Raise the usage error for arguments nobody took, from the sub-command's parser when
+    there is one, with a did-you-mean for each misspelt option."""
+    owner = parser
+    if args.command is not None:
+        for action in parser._subparsers._group_actions if parser._subparsers else ():
+            if isinstance(action, argparse._SubParsersAction):
+                owner = action.choices[args.command]
+    known = [o for a in owner._actions for o in a.option_strings if o.startswith("--")]
+    hints = []
+    for word in extra:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.7)
+            if close:
+                hints.append(f"did you mean {close[0]}?")
+    message = f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else "")
+    raise _UsageExit(message, owner)
 
 
 def main() -> None:

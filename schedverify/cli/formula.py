@@ -200,7 +200,7 @@ def _rebuild(args, out, err) -> int:
     import time
 
     from ..errors import UsageError
-    from ..formulas import shipped
+    from ..formulas import rebuild, shipped
     from ..formulas.sizes import family
 
     if args.jobs < 1:
@@ -210,7 +210,7 @@ def _rebuild(args, out, err) -> int:
         family(args.family)
         names = [args.family]
     t0 = time.time()
-    shipped.rebuild(names, args.output, jobs=args.jobs,
+    rebuild.rebuild(names, args.output, jobs=args.jobs,
                     log=lambda msg: print(f"formula --rebuild: {msg}", file=err))
     print(f"formula --rebuild: wrote {args.output or shipped.FORMS} in {time.time() - t0:.0f} s",
           file=err)

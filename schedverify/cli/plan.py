@@ -2,7 +2,8 @@
 and written as the CSV torchtitan runs.
 
 Exit codes: 0 a schedule fits (and was written, with ``-o``), 1 none fits the memory limit
-and runs on torchtitan, 2 usage or input error.
+and runs on torchtitan, 2 usage or input error (sizes no schedule can have, such as more
+devices than the model has layers, are one: the reason is named).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def register(sub) -> None:
                     "limit in bytes; print them ranked by predicted step time, with peak memory per "
                     "device and why a schedule is refused; write the fastest that fits as the CSV "
                     "torchtitan runs (--parallelism.pipeline_parallel_schedule_csv), checked under "
-                    "torch-nccl semantics first. Exit code: 0 a schedule fits, 1 none fits, 2 usage error.",
+                    "torch-nccl semantics first. Exit code: 0 a schedule fits, 1 none fits, 2 usage error "
+                    "(including sizes no schedule can have).",
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", metavar="FILE.toml",

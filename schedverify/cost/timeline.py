@@ -8,10 +8,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import _accel
-from ..errors import DeadlockError
-from ..graph import Graph, SweepResult, compile_graph, durations_for, sweep
+from ..graph import Graph, SweepResult, durations_for, sweep
 from ..lazy import LazyField, Later
-from ..model import Costs, MemoryModel, Schedule, as_schedule, resolve_costs, resolve_memory
+from ..model import Costs, MemoryModel, Schedule
 from .memory import MemoryResult, memory_sweep
 
 
@@ -220,25 +219,6 @@ def run_timeline(graph: Graph, costs: Costs, memory: MemoryModel) -> tuple[Timel
     durations = durations_for(graph, costs)
     result = sweep(graph, durations, costs.comm)
     return Timeline(graph, costs, memory, durations, result), result
-
-
-def timeline(schedule: Schedule, *, costs=None, memory=None, comm_semantics: str | None = None) -> Timeline:
-    """The timeline of ``schedule``.  Raises :class:`DeadlockError` when it cannot run."""
-    as_schedule(schedule, "timeline")
-    sem = comm_semantics or schedule.comm_semantics or "eager"
-    if sem in ("torch", "torch-nccl"):  # PyTorch's runtime (docs/spec.md 8): the checker runs it
-        from ..check import check
-
-        report = check(schedule, costs=costs, memory=memory, comm_semantics=sem)
-        if report.timeline is None:
-            raise DeadlockError(f"{schedule.name or 'the schedule'} cannot run to the end under {sem}; "
-                                "run check to see why")
-        return report.timeline
-    g = compile_graph(schedule, comm_semantics=sem)
-    tl, result = run_timeline(g, resolve_costs(schedule, costs), resolve_memory(schedule, memory))
-    if not tl.completed:
-        raise DeadlockError(f"{schedule.name or 'the schedule'} deadlocks; run check to see the cycle")
-    return tl
 
 
 def order_only_metrics(timeline: Timeline, memory: MemoryResult | None = None) -> Metrics:

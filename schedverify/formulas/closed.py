@@ -19,11 +19,11 @@ from ..errors import UsageError
 from . import fit
 from .derive import (FEATURES, MAX_PIECES, METRICS, SLICES, NotDerived, Piece,
                      derive_part)
+from .shipped import SYMBOL_NAMES
 from .sizes import family as _family
 from .tropical import COST_SYMBOLS
 
-p, m, v, d = sympy.symbols("p m v d")
-t_F, t_B, t_I, t_W, c = sympy.symbols("t_F t_B t_I t_W c")
+p, m, v, d, t_F, t_B, t_I, t_W, c = sympy.symbols(SYMBOL_NAMES)
 COSTS = (t_F, t_B, t_I, t_W, c)
 SYMBOLS = {s.name: s for s in (p, m, v, d, t_F, t_B, t_I, t_W, c)}
 _LOCALS = dict(SYMBOLS)
@@ -397,12 +397,36 @@ def formula(family: str, metric: str, device: int | str | None = None,
     is derived now, only the parts it is made of."""
     _validate(family, metric, device)
     if cost_slice is None:
-        from . import shipped
-
-        f = shipped.formula(family, metric, device)
+        f = _shipped_formula(family, metric, device)
         if f is not None:
             return f
     return derive_formula(family, metric, device, cost_slice)
+
+
+def _shipped_formula(family: str, metric: str, device=None) -> Formula | None:
+    """The shipped form (a Formula), or None when none is shipped; raises NotDerived when the
+    derivation that made the file found no form."""
+    from .shipped import _copy, entry, parse_srepr
+
+    doc = entry(family, metric, device)
+    if doc is None:
+        return None
+    if "not_derived" in doc:
+        raise NotDerived(doc["not_derived"])
+    if device is not None and device != "d":  # one device: assembled from the raw form
+        return assemble(_raw_of(family, metric, doc["raw"]), device)
+    return Formula(family, metric, doc["device"], parse_srepr(doc["srepr"]),
+                   tuple(doc["conditions"]), _copy(doc["confirmed"]), tuple(doc["notes"]),
+                   getattr(_family(family), "domain", ""), tuple(doc["restricted"]),
+                   tuple(doc["cost_slice"]))
+
+
+def _raw_of(family: str, metric: str, doc: dict):
+    from .shipped import _copy, parse_srepr
+
+    return Raw(family, metric, doc["per_device"], parse_srepr(doc["srepr"]),
+               tuple((k, c) for k, c in doc["domains"]), _copy(doc["confirmed"]), doc["chunks"],
+               tuple(doc["slice"]), tuple(doc["slice_failures"]), doc["skipped"])
 
 
 def proof_status(family: str, metric: str, device: int | str | None = None) -> str:

@@ -1,6 +1,6 @@
 """The derived forms that ship with the package: ``forms.json``, made by the derivation itself.
 
-``schedverify formula --rebuild [-o PATH]`` (:func:`rebuild`) derives every metric of every
+``schedverify formula --rebuild [-o PATH]`` (:func:`.rebuild.rebuild`) derives every metric of every
 family and writes them (atomically, sorted keys, one stable text per form), so a cold
 ``formula FAMILY --metric M`` reads its form instead of deriving the whole family; CI
 (``.ci/formulas``) derives them again and fails if the file differs.  Per family and metric
@@ -34,6 +34,9 @@ HERE = Path(__file__).resolve().parent
 FORMS = HERE / "forms.json"
 PROOFS = HERE / "proofs.json"
 FORMAT = 1
+#: The names of the formula symbols (sizes, then costs): the only symbols a shipped form may
+#: hold.  :mod:`.closed` makes its sympy symbols from them, so the two always agree.
+SYMBOL_NAMES = ("p", "m", "v", "d", "t_F", "t_B", "t_I", "t_W", "c")
 
 
 def shipped_keys() -> tuple[tuple[str, str | None], ...]:
@@ -95,7 +98,7 @@ def parse_srepr(text: str):
     Nothing is evaluated as Python code."""
     import sympy
 
-    from .closed import SYMBOLS
+    SYMBOLS = {n: sympy.Symbol(n) for n in SYMBOL_NAMES}
 
     def build(node):
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, str)):
@@ -143,37 +146,9 @@ def same(a, b) -> bool:
             and sympy.latex(a) == sympy.latex(b))
 
 
-def _raw_of(family: str, metric: str, doc: dict):
-    from .closed import Raw
-
-    return Raw(family, metric, doc["per_device"], parse_srepr(doc["srepr"]),
-               tuple((k, c) for k, c in doc["domains"]), _copy(doc["confirmed"]), doc["chunks"],
-               tuple(doc["slice"]), tuple(doc["slice_failures"]), doc["skipped"])
-
-
 def _copy(confirmed: dict) -> dict:
     """A copy of a ``confirmed`` mapping (the loaded file is cached: never handed out)."""
     return {k: list(x) if isinstance(x, list) else x for k, x in confirmed.items()}
-
-
-def formula(family: str, metric: str, device=None):
-    """The shipped form (a Formula), or None when none is shipped; raises NotDerived when the
-    derivation that made the file found no form."""
-    from .closed import Formula, assemble
-    from .derive import NotDerived
-    from .sizes import family as _family
-
-    doc = entry(family, metric, device)
-    if doc is None:
-        return None
-    if "not_derived" in doc:
-        raise NotDerived(doc["not_derived"])
-    if device is not None and device != "d":  # one device: assembled from the raw form
-        return assemble(_raw_of(family, metric, doc["raw"]), device)
-    return Formula(family, metric, doc["device"], parse_srepr(doc["srepr"]),
-                   tuple(doc["conditions"]), _copy(doc["confirmed"]), tuple(doc["notes"]),
-                   getattr(_family(family), "domain", ""), tuple(doc["restricted"]),
-                   tuple(doc["cost_slice"]))
 
 
 def validate(family: str, metric: str, device) -> None:
@@ -259,44 +234,7 @@ def proof_record(family: str, metric: str, device=None) -> dict | None:
     return _proofs().get(f"{family}/{key_of(metric, device)}")
 
 
-# --------------------------------------------------------------------------- writing
-
-
-def _entry_of(family: str, metric: str, device) -> dict:
-    import sympy
-
-    from .closed import assemble, derive_raw
-    from .derive import NotDerived
-
-    per_device = device is not None or metric == "busy"
-    try:
-        raw = derive_raw(family, metric, per_device)
-    except NotDerived as e:
-        return {"not_derived": str(e)}
-    f = assemble(raw, device)
-    out = {"device": f.device, "expression": sympy.sstr(f.expression),
-           "latex": sympy.latex(f.expression),
-           "srepr": sympy.srepr(f.expression), "conditions": list(f.conditions),
-           "confirmed": f.confirmed, "notes": list(f.notes), "restricted": list(f.restricted),
-           "cost_slice": list(f.cost_slice)}
-    if per_device:
-        out["raw"] = {"per_device": raw.per_device, "srepr": sympy.srepr(raw.expression),
-                      "domains": [list(x) for x in raw.domains], "confirmed": raw.confirmed,
-                      "chunks": raw.chunks, "slice": list(raw.slice),
-                      "slice_failures": list(raw.slice_failures), "skipped": raw.skipped}
-    # what is written must read back as the same expression (srepr, text and LaTeX alike:
-    # srepr does not keep the internal order of a sum's terms, which printing sorts anyway)
-    for text, expr in ((out["srepr"], f.expression),
-                       (out.get("raw", {}).get("srepr"), raw.expression)):
-        if text is not None and not same(parse_srepr(text), expr):
-            raise AssertionError(f"{family} {key_of(metric, device)}: srepr does not read back")
-    return out
-
-
-def family_entries(family: str) -> dict:
-    """Every shipped key of ``family``, derived now (the file's entry for it)."""
-    return {key_of(metric, device): _entry_of(family, metric, device)
-            for metric, device in shipped_keys()}
+# --------------------------------------------------------------------------- the file's text (written by .rebuild)
 
 
 def dumps(families: dict) -> str:
@@ -306,54 +244,3 @@ def dumps(families: dict) -> str:
                     "`schedverify formula --rebuild`, checked by .ci/formulas; do not edit",
            "families": families}
     return json.dumps(doc, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
-
-
-def _family_text(family: str) -> str:
-    """One family's entries as JSON text (run in a worker process by :func:`rebuild`)."""
-    return json.dumps(family_entries(family), sort_keys=True)
-
-
-def rebuild(families=None, path: str | Path | None = None, jobs: int = 1, log=None) -> str:
-    """Derive every shipped form of ``families`` (default: every family) and write the file
-    atomically to ``path`` (default: the package's own); returns the text written.  With
-    ``families`` a subset, the other families' entries are kept from the file at ``path``.
-    ``jobs`` > 1 derives families in that many worker processes (the result is the same:
-    each family's derivation depends on nothing but the family)."""
-    import time
-
-    from ..generators import FAMILIES
-    from ..io.files import write_atomic
-
-    target = Path(path) if path else FORMS
-    names = list(families) if families else list(FAMILIES)
-    out: dict = {}
-    if families:
-        try:
-            old = json.loads(target.read_text(encoding="utf-8"))
-            if old.get("format") == FORMAT:
-                out.update(old.get("families", {}))
-        except FileNotFoundError:
-            pass
-    t0 = time.time()
-    if jobs > 1 and len(names) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        # the slowest families first, so the pool's last task is a short one
-        order = sorted(names, key=lambda n: _SLOWEST.index(n) if n in _SLOWEST else len(_SLOWEST))
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for name, text in zip(order, pool.map(_family_text, order)):
-                out[name] = json.loads(text)
-                if log:
-                    log(f"{name}: done at {time.time() - t0:.0f} s")
-    else:
-        for name in names:
-            out[name] = family_entries(name)
-            if log:
-                log(f"{name}: done at {time.time() - t0:.0f} s")
-    text = dumps({k: out[k] for k in sorted(out)})
-    write_atomic(target, text)
-    return text
-
-
-#: The families slowest to derive (README's table), scheduled first.
-_SLOWEST = ("v-min", "v-half", "zb-v", "looped-bfs", "zb-h1", "zb-h2")

@@ -79,7 +79,8 @@ class Family:
         schedule = self.generate(devices, microbatches, **options)
         from ..certificates import covering
 
-        source = covering(self.name, devices, microbatches, options.get("chunks"), options.get("group_size"),
+        source = covering(self.name, devices, microbatches, options.get("chunks", self.default_chunks),
+                          options.get("group_size"),
                           options.get("max_inflight"))
         if source is not None:
             source.verify(schedule, devices, microbatches)

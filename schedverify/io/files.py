@@ -46,8 +46,9 @@ def source_name(path: str | os.PathLike) -> str:
     return "<stdin>" if str(path) == STDIN else str(path)
 
 
-def read_text(path: str | os.PathLike) -> str:
-    """The text of a schedule file (``-``: standard input), or an :class:`InputError`."""
+def read_text(path: str | os.PathLike, what: str = "schedule file") -> str:
+    """The text of a file (``-``: standard input), or an :class:`InputError` in the same words
+    for every kind of file: "no such file", "is a directory, not a ``what``"."""
     if not isinstance(path, (str, os.PathLike)):
         raise UsageError(f"expected a file path, got {path!r} ({type(path).__name__})")
     name = source_name(path)
@@ -60,7 +61,7 @@ def read_text(path: str | os.PathLike) -> str:
     if not p.exists():
         raise InputError("no such file", source=name)
     if p.is_dir():
-        raise InputError("is a directory, not a schedule file", source=name)
+        raise InputError(f"is a directory, not a {what}", source=name)
     try:
         with open(p, "rb") as fh:
             return _read(fh, name)

@@ -336,7 +336,7 @@ def load_calibration(path: str | os.PathLike, model: TransformerModel | None = N
 
     src = str(path)
     try:
-        text = read_text(Path(path))
+        text = read_text(Path(path), "calibration")
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror or e}", source=src) from None
     try:

@@ -28,19 +28,15 @@ writes it as the CSV torchtitan reads.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import LoweringError, SchedverifyError, UsageError
-from ..model import Costs, MemoryModel, Schedule
+from ..model import Schedule
 from .sources import StageSource
-from .stages import StageProfile
+from .stages import TIME_QUANTUM, StageProfile, quantized  # noqa: F401 - quantized re-exported
 
-#: Durations are planned in whole microseconds: exact integers for every engine (the search
-#: scales costs to integers, and a second's float has a denominator of up to 2**52), and a
-#: resolution far finer than any pass of a model worth pipelining.
-TIME_QUANTUM = 1e-6
 
 
 #: The search engine's shapes a plan tries: (placement, chunks per device).
@@ -116,21 +112,10 @@ class Plan:
                 "candidates": [c.to_json() for c in self.candidates], "notes": list(self.notes)}
 
     def _repr_html_(self) -> str:
-        from ..render.notebook import plan_html
+        """Jupyter's view: the ranked table (:func:`schedverify.plan.table.plan_html`)."""
+        from .table import plan_html
 
         return plan_html(self)
-
-
-def quantized(profile: StageProfile, memory_limit: int | None) -> tuple[Costs, MemoryModel]:
-    """The :class:`Costs` (whole microseconds) and :class:`MemoryModel` (bytes) of a profile."""
-    def us(values: Iterable[float]) -> tuple[int, ...]:
-        return tuple(round(v / TIME_QUANTUM) for v in values)
-
-    costs = Costs(F=us(profile.F), B=us(profile.full_backward), I=us(profile.I), W=us(profile.W),
-                  comm=round(profile.comm / TIME_QUANTUM))
-    memory = MemoryModel(activation=tuple(profile.activation), w=profile.w,
-                         static=profile.static_total, limit=memory_limit, message=profile.message or 0)
-    return costs, memory
 
 
 def family_variants(chunks: Sequence[int] = (2,),
@@ -243,10 +228,14 @@ def _placement_name(schedule: Schedule) -> str | None:
 def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: int | None = None,
          families: Sequence[str] | None = None, chunks: Sequence[int] = (2,),
          search_time: float | None = 10.0, notes: Sequence[str] = (), torch: str | None = None) -> Plan:
-    """Rank every family (and, unless ``search_time`` is None, the search engine's best
-    schedule of each shape in :data:`SEARCH_SHAPES`, within ``search_time`` seconds each) by
-    predicted step time under ``source``'s costs and ``memory_limit`` bytes per device, as
-    PyTorch release ``torch`` runs them (default: the installed one)."""
+    """Rank every family (and, unless ``search_time`` is None or 0, as ``--search-time 0``, the
+    search engine's best schedule of each shape in :data:`SEARCH_SHAPES`, within ``search_time``
+    seconds each) by predicted step time under ``source``'s costs and ``memory_limit`` bytes per
+    device, as PyTorch release ``torch`` runs them (default: the installed one).
+
+    A :class:`UsageError` when no schedule at all can be built for the sizes (more devices than
+    the model has layers, say): that is the question, not the memory limit."""
+    from ..limits import limits
     from ..releases import installed_torch, release
 
     release(torch, installed=installed_torch() if torch is None else None)  # an unknown release: refused first
@@ -255,6 +244,13 @@ def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: 
     for key, value in (("devices", devices), ("microbatches", microbatches)):
         if type(value) is not int or value < 1:
             raise UsageError(f"plan: {key} must be a whole number >= 1, got {value!r}")
+    if search_time is not None and (isinstance(search_time, bool) or not isinstance(search_time, (int, float))
+                                    or not search_time >= 0):
+        raise UsageError(f"plan: search_time must be a number of seconds >= 0 (0 or None skips the search), "
+                         f"got {search_time!r}")
+    if devices > limits().devices:
+        raise UsageError(f"plan: {limits().refusal('devices', devices, 'devices')}")
+    search_time = search_time or None
     found: list[Candidate] = []
     for name, options in family_variants(chunks, families):
         try:
@@ -267,6 +263,9 @@ def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: 
     if search_time is not None:
         found += [_searched(source, devices, microbatches, memory_limit, placement, v, search_time, torch)
                   for placement, v in SEARCH_SHAPES]
+    if found and all(c.status == "refused" for c in found):
+        raise UsageError(f"plan: no schedule can be built for {devices} devices and {microbatches} "
+                         f"microbatches: {_common_reason(found)}")
     order = {"fits": 0, "hangs": 1, "cannot run": 2, "over memory": 3, "invalid": 4, "refused": 5}
     ranked = sorted(found, key=lambda c: (order[c.status], c.step_time if c.step_time is not None
                                           else float("inf"), c.peak or 0))
@@ -275,6 +274,19 @@ def plan(source: StageSource, devices: int, microbatches: int, *, memory_limit: 
     if win is not None and win.profile is not None:  # what the winner's numbers assume
         plan = replace(plan, notes=plan.notes + tuple(n for n in win.profile.notes if n not in notes))
     return plan
+
+
+def _common_reason(refused: Sequence[Candidate]) -> str:
+    """The reason most refusals give (without the family's name), and whose it is."""
+    from collections import Counter
+
+    def bare(c: Candidate) -> str:
+        return c.reason.removeprefix(f"{c.name}: ")
+
+    counts = Counter(bare(c) for c in refused)
+    reason, _ = counts.most_common(1)[0]
+    names = [c.label for c in refused if bare(c) == reason]
+    return f"{reason} ({', '.join(names)})"
 
 
 def _searched(source: StageSource, devices: int, microbatches: int, memory_limit: int | None,

@@ -211,7 +211,7 @@ def load_profile(path_or_text: str | os.PathLike, source: str | None = None, *,
     default a ``.csv`` file is CSV, and other text is JSON when it starts with ``{``."""
     if isinstance(path_or_text, str) and ("\n" in path_or_text or path_or_text.lstrip().startswith("{")):
         return loads_profile(path_or_text, source or "<string>", format=format)
-    text = read_text(path_or_text)
+    text = read_text(path_or_text, "profile")
     name = source or source_name(path_or_text)
     if format is None and str(path_or_text).lower().endswith(".csv"):
         format = "csv"
@@ -524,7 +524,7 @@ def load_chrome_trace(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
 
 def _read_trace(path: str | os.PathLike) -> Any:
     name = source_name(path)
-    text = as_text(_read_gzip(path, name), name) if str(path).endswith(".gz") else read_text(path)
+    text = as_text(_read_gzip(path, name), name) if str(path).endswith(".gz") else read_text(path, "trace")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
@@ -546,6 +546,8 @@ def _read_gzip(path: str | os.PathLike, name: str) -> bytes:
             data = fh.read(cap + 1)
     except FileNotFoundError:
         raise InputError("no such file", source=name) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a trace", source=name) from None
     except (OSError, EOFError) as e:
         raise InputError(f"cannot read as gzip: {e}", source=name) from None
     if len(data) > cap:

@@ -8,9 +8,11 @@ units they show.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
+from ..model import Costs, MemoryModel
 
 
 @dataclass(frozen=True)
@@ -73,3 +75,21 @@ class StageProfile:
         static = self.static or (0,) * n
         recv = self.recv_buffers or (0,) * n
         return tuple(a + b for a, b in zip(static, recv))
+
+
+#: Durations are planned in whole microseconds: exact integers for every engine (the search
+#: scales costs to integers, and a second's float has a denominator of up to 2**52), and a
+#: resolution far finer than any pass of a model worth pipelining.
+TIME_QUANTUM = 1e-6
+
+
+def quantized(profile: StageProfile, memory_limit: int | None) -> tuple[Costs, MemoryModel]:
+    """The :class:`Costs` (whole microseconds) and :class:`MemoryModel` (bytes) of a profile."""
+    def us(values: Iterable[float]) -> tuple[int, ...]:
+        return tuple(round(v / TIME_QUANTUM) for v in values)
+
+    costs = Costs(F=us(profile.F), B=us(profile.full_backward), I=us(profile.I), W=us(profile.W),
+                  comm=round(profile.comm / TIME_QUANTUM))
+    memory = MemoryModel(activation=tuple(profile.activation), w=profile.w,
+                         static=profile.static_total, limit=memory_limit, message=profile.message or 0)
+    return costs, memory

@@ -3,8 +3,12 @@ and anything else that shows a plan render (so that they always agree)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..units import format_bytes, format_time
-from .planner import Candidate, Plan
+
+if TYPE_CHECKING:  # the planner shows its plans with this module
+    from .planner import Candidate, Plan
 
 HEADERS = ("rank", "schedule", "stages", "step time", "bubble", "peak memory", "headroom", "status")
 
@@ -79,3 +83,27 @@ def torchtitan_hint(c: Candidate, written: str | None) -> str:
     from .torchtitan import flags
 
     return flags(c, csv)
+
+
+def plan_html(plan: Plan) -> str:
+    """A :class:`~schedverify.plan.planner.Plan` as HTML, what ``Plan._repr_html_`` shows: the
+    ranked table (the winner in bold), why each refused schedule was refused, and the notes;
+    the same rows as the text report, in the cells of :func:`schedverify.render.notebook.table_html`."""
+    from ..render.notebook import escape, table_html
+
+    win = plan.winner
+    found = rows(plan)
+    best = [k for k, c in enumerate(plan.candidates) if c is win]
+    title = f"plan: {plan.devices} pipeline devices, {plan.microbatches} microbatches" + (
+        f", memory limit {format_bytes(plan.memory_limit)}" if plan.memory_limit else "")
+    out = ['<div class="schedverify-plan">', table_html(HEADERS, found, title, highlight=best)]
+    if win is None:
+        out.append("<p>No schedule fits the memory limit and runs on torchtitan.</p>")
+    else:
+        out.append(f"<p>winner: <b>{escape(win.label)}</b>; {escape(torchtitan_hint(win, None))}</p>")
+    refused = [(c.label, c.reason) for c in plan.candidates if not c.fits and c.reason]
+    if refused:
+        out.append(table_html(("schedule", "why not"), refused, "why not"))
+    out += [f"<p>note: {escape(n)}</p>" for n in plan.notes]
+    out.append("</div>")
+    return "\n".join(out)

@@ -4,9 +4,15 @@ that give torchtitan the stage placement the CSV assumes."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import SchedverifyError, UsageError
 from ..model import Schedule
-from .planner import Candidate, quantized
+from .stages import quantized
+
+if TYPE_CHECKING:  # the planner calls this module
+    from .planner import Candidate
+
 
 def checked_csv(candidate: Candidate, where: str = "<csv>") -> tuple[str, Schedule]:
     """(the compute-only CSV torchtitan reads for ``candidate``, the schedule it reads back as),

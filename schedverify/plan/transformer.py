@@ -132,7 +132,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, UsageError
-from ..io.files import parse_toml
+from ..io.files import parse_toml, read_text
 from . import activations as act
 from .activations import BACKENDS, NORMS
 from .hardware import DEVICES, Hardware, hardware_from_table
@@ -845,10 +845,7 @@ def load_model(path_or_text: str | Path, source: str | None = None) -> tuple[Tra
     if isinstance(path_or_text, Path) or ("\n" not in path_or_text and "=" not in path_or_text):
         path = Path(path_or_text)
         src = source or str(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"cannot read: {e}", source=src) from None
+        text = read_text(path, "model file")  # the words `check` uses: "no such file", ...
     else:
         text, src = path_or_text, source or "<string>"
     doc = parse_toml(text, src)

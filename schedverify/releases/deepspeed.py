@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from ..grammar import BATCH, RECV_B, RECV_F, SEND_B, SEND_F, B, F
-from . import STEP_END, Release
+from .base import STEP_END, Release
 
 FRAMEWORK = "deepspeed"
 

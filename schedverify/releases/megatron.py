@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from ..grammar import (BATCH, OVERLAP_F_B, RECV_B, RECV_F, SEND_B, SEND_F, WAIT_SEND_B, WAIT_SEND_F, B, F)
-from . import HANDLE, Release, Switch
+from .base import HANDLE, Release, Switch
 
 FRAMEWORK = "megatron-core"
 

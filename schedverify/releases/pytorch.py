@@ -9,7 +9,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from ..grammar import ALL_KINDS, BATCH, SEND_WAIT_KINDS, WAIT_REDUCE_GRAD
-from . import BY_WAIT, STEP_END, Release, Switch
+from .base import BY_WAIT, STEP_END, Release, Switch
 
 #: ``_ComputationType`` of 2.15: every kind of schedverify's grammar but BATCH (the frameworks'
 #: batch_isend_irecv, docs/spec.md 10); of 2.13 and 2.14: F, I, W, B, OVERLAP_F_B, the four

@@ -145,12 +145,14 @@ def schedule_html(schedule: Schedule, *, costs=None, memory=None, memory_limit=N
 def report_html(report: Report, *, schedule: Schedule | None = None,
                 max_actions: int = MAX_ACTIONS) -> str:
     """``report`` shown: its violations first, then the timeline of the schedule it
-    checked.  A report whose schedule could not run (a deadlock) does not hold the schedule;
-    pass it as ``schedule`` to get the order grid with the cycle drawn."""
+    checked (:attr:`Report.schedule`; or ``schedule``), and for one that could not run (a
+    deadlock), the order grid with the cycle drawn."""
     if not isinstance(report, Report):
         raise UsageError(f"report_html: expected a Report, got {type(report).__name__}")
     if schedule is None and report.timeline is not None:
         schedule = report.timeline.schedule
+    if schedule is None:
+        schedule = report.schedule
     if schedule is None:
         parts = [_headline_report(report), violations_html(report)]
         if report.metrics is not None:
@@ -628,25 +630,21 @@ def _settled(steps: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def plan_html(plan) -> str:
-    """A :class:`~schedverify.plan.planner.Plan` as HTML: the ranked table of
-    :mod:`schedverify.plan.table` (the winner in bold), why each refused schedule was refused,
-    and the notes; the same rows as the text report."""
-    from ..plan import table
+# --------------------------------------------------------------------------- the display hooks
 
-    win = plan.winner
-    rows = table.rows(plan)
-    best = [k for k, c in enumerate(plan.candidates) if c is win]
-    title = f"plan: {plan.devices} pipeline devices, {plan.microbatches} microbatches" + (
-        f", memory limit {table.format_bytes(plan.memory_limit)}" if plan.memory_limit else "")
-    out = ['<div class="schedverify-plan">', table_html(table.HEADERS, rows, title, highlight=best)]
-    if win is None:
-        out.append("<p>No schedule fits the memory limit and runs on torchtitan.</p>")
-    else:
-        out.append(f"<p>winner: <b>{escape(win.label)}</b>; {escape(table.torchtitan_hint(win, None))}</p>")
-    refused = [(c.label, c.reason) for c in plan.candidates if not c.fits and c.reason]
-    if refused:
-        out.append(table_html(("schedule", "why not"), refused, "why not"))
-    out += [f"<p>note: {escape(n)}</p>" for n in plan.notes]
-    out.append("</div>")
-    return "\n".join(out)
+
+def _install_views() -> None:
+    """Give :class:`Schedule` and :class:`Report` their Jupyter view (``_repr_html_``, the
+    method IPython's display looks for).  The model and the diagnostics sit below the
+    renderer and import nothing from it; the renderer, which knows how to draw them, fills
+    their display hook once, when it is imported, which ``import schedverify`` does."""
+    for cls, view in ((Schedule, schedule_html), (Report, report_html)):
+        def _repr_html_(self, _view=view) -> str:
+            return _view(self)
+
+        _repr_html_.__doc__ = f"Jupyter's view of a {cls.__name__} (schedverify/render/notebook.py)."
+        _repr_html_.__qualname__ = f"{cls.__name__}._repr_html_"
+        cls._repr_html_ = _repr_html_  # type: ignore[union-attr]
+
+
+_install_views()

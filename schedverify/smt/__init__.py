@@ -13,7 +13,8 @@ neither does importing this package: z3 is loaded when a check or search first r
   the heuristics it starts from are plain Python, in :mod:`schedverify.search`.
 """
 
-from .check import EngineDisagreement, check_z3, disagreements, run_engine
+from ..engines import disagreements, run_engine
+from .check import EngineDisagreement, check_z3
 from ..search.bounds import lower_bound
 from ..search.problem import Problem, make_problem
 from .search import SearchResult, search

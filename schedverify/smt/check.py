@@ -603,7 +603,7 @@ class _Z3Check:
         sem, self.rt = runtime_of(schedule, comm_semantics, nccl, torch, p2p, runtime_options, framework)
         self.refusal: str | None = None
         if self.rt is not None and self.rt.options.max_outstanding_sends is not None:
-            from ..lowering import as_loaded  # what the runtime runs of what it loads (9.2)
+            from ..sendwaits import as_loaded  # what the runtime runs of what it loads (9.2)
 
             loaded = as_loaded(schedule, self.rt)
             schedule, self.refusal = loaded.schedule, loaded.refusal
@@ -718,7 +718,7 @@ class _Z3Check:
                 reason = f"invalid; the solver did not finish every rule: {reason}"
         report = Report(verdict, kept, self.metrics(makespan, mem), len(found) - len(kept),
                         engine="z3", reason=reason, comm_semantics=self.semantics,
-                        warnings=list(self.warnings), profile=self.rt)
+                        warnings=list(self.warnings), profile=self.rt, schedule=self.schedule)
         return report
 
     # -- 3.4: a same-device dependency that comes later on the device
@@ -1304,24 +1304,3 @@ def check_z3(schedule: Schedule, *, costs=None, memory=None, memory_limit=None, 
         budget = Budget(timeout_s)
     return _Z3Check(schedule, costs, memory, memory_limit, comm_semantics, timeout_s,
                     max_violations, nccl, budget, torch, p2p, runtime_options, framework).run()
-
-
-def disagreements(graph: Report, z3: Report) -> list[str]:
-    """How two reports on the same schedule differ in verdict, codes or makespan."""
-    out = []
-    if graph.verdict is not z3.verdict:
-        out.append(f"verdict: graph {graph.verdict}, z3 {z3.verdict}")
-    if graph.codes() != z3.codes():
-        out.append(f"codes: graph {' '.join(graph.codes()) or '-'}, z3 {' '.join(z3.codes()) or '-'}")
-    gm = graph.metrics.makespan if graph.metrics is not None else None
-    zm = z3.metrics.makespan if z3.metrics is not None else None
-    if (gm is None) != (zm is None) or (gm is not None and abs(gm - zm) > 1e-6 * max(1.0, abs(gm))):
-        out.append(f"makespan: graph {gm}, z3 {zm}")
-    return out
-
-
-def run_engine(engine: str, schedule: Schedule, *, timeout_s: float = 60.0, **options) -> Report:
-    """:func:`schedverify.engines.run_engine`, kept here where it was first published."""
-    from ..engines import run_engine as run
-
-    return run(engine, schedule, timeout_s=timeout_s, **options)
