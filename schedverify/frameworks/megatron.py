@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 
 from ..errors import UsageError
@@ -134,11 +135,11 @@ def framework_functions(version: str | None = None) -> Functions | None:
                          ("get_schedule_table", "get_pp_rank_microbatches")),
                         ("megatron/core/transformer/cuda_graphs.py", ("convert_schedule_table_to_order",))):
         try:
-            source = open(str(dist.locate_file(path)), encoding="utf-8").read()
+            source = Path(str(dist.locate_file(path))).read_text(encoding="utf-8")
         except OSError:
             return None
         tree = ast.parse(source, path)
-        found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+        found: list[ast.stmt] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
         if len(found) != len(names):
             return None
         exec(compile(ast.Module(body=found, type_ignores=[]), path, "exec"), namespace)  # noqa: S102
@@ -313,11 +314,11 @@ def _with_interleaving(rank: int, pp: int, vpp: int, m: int, group: int, fn: Fun
 
     def output(a: Action) -> Action | None:
         """What a forward sends on (None: the last chunk of the last rank has no next)."""
-        c = a.stage // pp
+        c = int(a.stage or 0) // pp
         return None if c == vpp - 1 and last else Action(a.stage, SEND_F, a.microbatch)
 
     def grad(a: Action) -> Action | None:
-        c = a.stage // pp
+        c = int(a.stage or 0) // pp
         return None if c == 0 and first else Action(a.stage, SEND_B, a.microbatch)
 
     def recv_from_previous(k: int, forward: bool) -> tuple[bool, int]:
