@@ -148,7 +148,8 @@ def schedule(stages: int, microbatches: int, version: str = "0.19.8", *,
         stream = get(microbatches, stages, stage)
         for row in stream:
             for name, mb, buffer in row:
-                if buffer is not None and mb is not None and buffer != mb % num_pipe_buffers(microbatches, stages, stage):
+                if buffer is not None and mb is not None \
+                        and buffer != mb % num_pipe_buffers(microbatches, stages, stage):
                     raise UsageError(f"stage {stage}: {name}(buffer_id={buffer}) for microbatch {mb} is not buffer "
                                      f"{mb} % num_pipe_buffers")
         order.append(tuple(Action(stage, KIND[name], mb) for row in stream for name, mb, _ in row if name in KIND))
