@@ -91,10 +91,6 @@ def test_each_ranks_compute_order_is_convert_schedule_table_to_order(overlap, co
     assert checked > 100
 
 
-def _comm(order):
-    return [x for a in order for x in (a.sub if a.kind == BATCH else (a,)) if x.kind in (SEND_F, RECV_F, SEND_B, RECV_B)]
-
-
 def test_batched_calls_are_one_batch_each_in_megatrons_op_order():
     """batch_p2p_comm: every _communicate call one BATCH, its operations in
     _batched_p2p_ops's order (send_prev, recv_prev, send_next, recv_next)."""
@@ -177,7 +173,8 @@ def test_deepspeed_buffers_and_steps():
     assert ds.num_pipe_buffers(1, 4, 0) == 2
     steps = ds.train_steps(4, 2, 0)
     assert steps[3] == [("RecvGrad", 0, 0), ("SendActivation", 1, 1), ("BackwardPass", 0, 0)]
-    assert steps[-1][-3:] == [("ReduceTiedGrads", None, None), ("ReduceGrads", None, None), ("OptimizerStep", None, None)]
+    assert steps[-1][-3:] == [("ReduceTiedGrads", None, None), ("ReduceGrads", None, None),
+                              ("OptimizerStep", None, None)]
 
 
 @settings(max_examples=40)

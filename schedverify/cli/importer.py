@@ -54,7 +54,8 @@ def register(sub) -> None:
 def _no_framework(args, out, err) -> int:
     from ..errors import UsageError
 
-    raise UsageError("import: name a framework: 'schedverify import megatron ...' or 'schedverify import deepspeed ...'")
+    raise UsageError("import: name a framework: 'schedverify import megatron ...' or "
+                     "'schedverify import deepspeed ...'")
 
 
 def build(args):
