@@ -49,6 +49,14 @@ def megatron_sizes():
             yield pp, vpp, m, group
 
 
+def single_ops(vpp: int, overlap: bool) -> dict:
+    """``overlap_p2p_comm`` where the loop takes it (interleaved), else single waited operations
+    (``batch_p2p_comm`` off): megatron-core refuses overlap without interleaving."""
+    if not overlap:
+        return {}
+    return {"overlap_p2p_comm": True} if vpp > 1 else {"batch_p2p_comm": False}
+
+
 def signed(order) -> list[int]:
     """A rank's compute order in convert_schedule_table_to_order's form (+c+1 forward of
     chunk c, -(c+1) backward), from the actions of a schedule of ``pp`` ranks."""
@@ -83,7 +91,7 @@ def test_each_ranks_compute_order_is_convert_schedule_table_to_order(overlap, co
     for pp, vpp, m, group in megatron_sizes():
         if combined and vpp == 1:
             continue
-        s = mg.schedule(pp, vpp, m, group, overlap_p2p_comm=overlap, combined_1f1b=combined, functions=OURS)
+        s = mg.schedule(pp, vpp, m, group, combined_1f1b=combined, functions=OURS, **single_ops(vpp, overlap))
         signed.pp = pp
         for r in range(pp):
             assert signed(s.order[r]) == mg.chunk_order(pp, vpp, m, r, group, combined, functions=OURS), (pp, vpp, m)
@@ -122,7 +130,7 @@ def test_every_imported_megatron_schedule_checks_valid_on_megatrons_loop_but_the
         size, overlap, combined, semantics):
     pp, vpp, m, group = size
     combined = combined and vpp > 1
-    s = mg.schedule(pp, vpp, m, group, overlap_p2p_comm=overlap, combined_1f1b=combined, functions=OURS)
+    s = mg.schedule(pp, vpp, m, group, combined_1f1b=combined, functions=OURS, **single_ops(vpp, overlap))
     g = sv.check(s, comm_semantics=semantics)
     if pp == 2 and vpp > 1 and not overlap and m > 2 or pp == 2 and vpp > 1 and not overlap and g.codes():
         # p2p_communication.py at PP = 2: next_rank == prev_rank, and one batch carries both a
@@ -141,7 +149,7 @@ def test_pp2_interleaved_batched_is_the_crossing_megatron_avoids_with_overlap():
 
 
 def test_both_engines_agree_on_imported_megatron_schedules():
-    for s in (mg.schedule(3, 2, 6, functions=OURS), mg.schedule(4, 1, 5, overlap_p2p_comm=True, functions=OURS),
+    for s in (mg.schedule(3, 2, 6, functions=OURS), mg.schedule(4, 1, 5, batch_p2p_comm=False, functions=OURS),
               mg.schedule(2, 2, 4, functions=OURS), mg.schedule(3, 2, 3, combined_1f1b=True, functions=OURS)):
         g = sv.check(s)
         z = z3check.check_z3(s)
@@ -158,6 +166,8 @@ def test_both_engines_agree_on_imported_megatron_schedules():
     (dict(pp=4, microbatches=0), "microbatches (num_microbatches): expected a whole number >= 1, got 0"),
     (dict(pp=4, microbatches=8, combined_1f1b=True), "interleaved loop only"),
     (dict(pp=4, microbatches=8, microbatch_group_size=4), "only the interleaved loop"),
+    (dict(pp=4, microbatches=8, overlap_p2p_comm=True), "Non-interleaved pipeline parallelism does not support"),
+    (dict(pp=4, vpp=2, microbatches=8, overlap_p2p_comm=True, batch_p2p_comm=True), "Can not use both"),
 ])
 def test_megatrons_refusals_are_usage_errors(kwargs, message):
     with pytest.raises(UsageError) as e:
@@ -240,7 +250,7 @@ def test_megatron_a_swapped_send_recv_pair_hangs_on_nccls_streams():
     """_p2p_ops (batch_p2p_comm off) on the even rank 0 posts send_next before recv_next;
     posted the other way round, its receive waits on the communicator's stream for a gradient
     that rank 1 sends only after it has received the activation queued behind that receive."""
-    s = mg.schedule(4, 1, 6, overlap_p2p_comm=True, functions=OURS)
+    s = mg.schedule(4, 1, 6, batch_p2p_comm=False, functions=OURS)
     row = [str(a) for a in s.order[0]]
     i = row.index("0SEND_F3")
     assert row[i + 1] == "0RECV_B0"
@@ -298,6 +308,34 @@ def test_deepspeeds_own_train_schedule_gives_the_reimplemented_steps_at_every_si
         for stage in range(stages):
             assert DEEPSPEED(m, stages, stage) == ds.train_steps(m, stages, stage), (stages, m, stage)
     assert ds.schedule(4, 8).metadata["order_from"] == "deepspeed 0.19.8's own TrainSchedule"
+
+
+REAL_LOOP_SIZES = [(pp, vpp, m, group) for pp, vpp, m, group in megatron_sizes()
+                   if m <= 9 and (group is None or group == pp + 1)]
+
+
+@pytest.mark.frameworks
+@needs_megatron
+@pytest.mark.parametrize("mode", ["batched", "single", "overlap"])
+def test_megatrons_own_loops_post_what_the_imported_schedule_says(monkeypatch, mode):
+    """megatron-core's forward_backward_pipelining_with(out)_interleaving, run rank by rank
+    against a recording communicator (tests/_megatron_loop.py), compute and call
+    _communicate where the imported schedule says, and wait for the handles it says."""
+    from _megatron_loop import patched, run_rank
+
+    n = 0
+    with patched(monkeypatch):
+        for pp, vpp, m, group in REAL_LOOP_SIZES:
+            if mode == "overlap" and vpp == 1:
+                continue
+            kwargs = {"batched": {}, "single": {"batch_p2p_comm": False},
+                      "overlap": {"overlap_p2p_comm": True}}[mode]
+            s = mg.schedule(pp, vpp, m, group, functions=OURS, **kwargs)
+            for r in range(pp):
+                got = run_rank(pp, vpp, m, r, overlap=mode == "overlap", batch=mode == "batched", group=group)
+                assert list(got) == list(s.order[r]), (pp, vpp, m, group, r)
+            n += 1
+    assert n > 40
 
 
 # ------------------------------------------------------------------ the command line

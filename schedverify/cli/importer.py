@@ -33,6 +33,8 @@ def register(sub) -> None:
                    help="num_layers, to check that P and V divide them as megatron-core requires")
     m.add_argument("--overlap-p2p-comm", action="store_true",
                    help="overlap_p2p_comm (and batch_p2p_comm off): single isend/irecv, waited later")
+    m.add_argument("--no-batch-p2p-comm", action="store_true",
+                   help="batch_p2p_comm off without overlap: single isend/irecv, each call waited")
     m.add_argument("--combined-1f1b", action="store_true",
                    help="overlap_moe_expert_parallel_comm: each steady forward and backward as one OVERLAP_F_B")
     m.add_argument("--version", default="0.19.2", help="the megatron-core release (default 0.19.2)")
@@ -65,6 +67,7 @@ def build(args):
 
         s = megatron.schedule(args.pp, args.vpp, args.microbatches, args.microbatch_group_size,
                               overlap_p2p_comm=args.overlap_p2p_comm, combined_1f1b=args.combined_1f1b,
+                              batch_p2p_comm=not (args.no_batch_p2p_comm or args.overlap_p2p_comm),
                               version=args.version, num_layers=args.num_layers)
     else:
         from ..frameworks import deepspeed

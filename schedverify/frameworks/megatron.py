@@ -291,10 +291,10 @@ def _without_interleaving(rank: int, pp: int, m: int, fn: Functions, batched: bo
 
 
 def _with_interleaving(rank: int, pp: int, vpp: int, m: int, group: int, fn: Functions, overlap_p2p: bool,
-                       combined: bool) -> list[Action]:
+                       combined: bool, batched: bool) -> list[Action]:
     """``forward_backward_pipelining_with_interleaving`` (``overlap_p2p_comm_warmup_flush``
     off, ``deallocate_pipeline_outputs`` off: their defaults)."""
-    me = _Rank(rank, pp, batched=not overlap_p2p)
+    me = _Rank(rank, pp, batched=batched)
     first, last = rank == 0, rank == pp - 1
     table = fn.schedule_table(m, vpp, group)
     chunk_table = [c for _, c in table]
@@ -400,33 +400,43 @@ def _with_interleaving(rank: int, pp: int, vpp: int, m: int, group: int, fn: Fun
 
 def schedule(pp: int, vpp: int = 1, microbatches: int | None = None, microbatch_group_size: int | None = None,
              overlap_p2p_comm: bool = False, combined_1f1b: bool = False, version: str = "0.19.2", *,
-             num_layers: int | None = None, functions: Functions | None = None):
+             batch_p2p_comm: bool | None = None, num_layers: int | None = None, functions: Functions | None = None):
     """The schedule megatron-core ``version`` runs for pipeline size ``pp``, ``vpp`` model
     chunks per rank and ``microbatches`` microbatches: every rank's order, with its
     communication, on that framework's loop (its metadata says which).  ``functions``: the
     functions the order is read from (default: megatron-core's own when installed, else
-    :func:`reimplemented`).  Megatron's own refusals are :class:`UsageError` s."""
+    :func:`reimplemented`).  ``batch_p2p_comm``: default on unless ``overlap_p2p_comm``
+    (megatron-core refuses both on).  Megatron's own refusals are :class:`UsageError` s."""
     from ..model import Schedule
 
     modelled_version(FRAMEWORK, version, RELEASES)
     if microbatches is None:
         raise UsageError("microbatches (num_microbatches): required")
-    for name, flag in (("overlap_p2p_comm", overlap_p2p_comm), ("combined_1f1b", combined_1f1b)):
+    if batch_p2p_comm is None:
+        batch_p2p_comm = not overlap_p2p_comm
+    for name, flag in (("overlap_p2p_comm", overlap_p2p_comm), ("combined_1f1b", combined_1f1b),
+                       ("batch_p2p_comm", batch_p2p_comm)):
         if not isinstance(flag, bool):
             raise UsageError(f"{name}: expected True or False, got {flag!r}")
     group = validate(pp, vpp, microbatches, microbatch_group_size, num_layers)
+    if overlap_p2p_comm and batch_p2p_comm:
+        raise UsageError("megatron-core refuses this: Can not use both overlap_p2p_comm and batch_p2p_comm "
+                         "(schedules.forward_backward_pipelining_with_interleaving)")
+    if overlap_p2p_comm and vpp == 1:
+        raise UsageError("megatron-core refuses this: Non-interleaved pipeline parallelism does not support "
+                         "overlapping p2p communication (schedules.forward_backward_pipelining_without_interleaving)")
     if combined_1f1b and vpp == 1:
         raise UsageError("combined_1f1b (overlap_moe_expert_parallel_comm): megatron-core 0.19.2 runs it in the "
                          "interleaved loop only (vpp > 1)")
     fn = functions or framework_functions(version) or reimplemented()
     if vpp == 1:
-        order = [_without_interleaving(r, pp, microbatches, fn, batched=not overlap_p2p_comm) for r in range(pp)]
+        order = [_without_interleaving(r, pp, microbatches, fn, batched=batch_p2p_comm) for r in range(pp)]
     else:
-        order = [_with_interleaving(r, pp, vpp, microbatches, group, fn, overlap_p2p_comm, combined_1f1b)
-                 for r in range(pp)]
-    p2p = "edge" if overlap_p2p_comm and pp == 2 else "shared"
+        order = [_with_interleaving(r, pp, vpp, microbatches, group, fn, overlap_p2p_comm, combined_1f1b,
+                                    batch_p2p_comm) for r in range(pp)]
+    p2p = "edge" if not batch_p2p_comm and pp == 2 else "shared"
     config = {"pipeline_model_parallel_size": pp, "virtual_pipeline_model_parallel_size": vpp,
-              "num_microbatches": microbatches, "batch_p2p_comm": not overlap_p2p_comm,
+              "num_microbatches": microbatches, "batch_p2p_comm": batch_p2p_comm,
               "overlap_p2p_comm": overlap_p2p_comm, "overlap_moe_expert_parallel_comm": combined_1f1b}
     if vpp > 1:
         config["microbatch_group_size_per_vp_stage"] = group
