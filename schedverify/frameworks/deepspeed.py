@@ -155,7 +155,13 @@ def schedule(stages: int, microbatches: int, version: str = "0.19.8", *,
         order.append(tuple(Action(stage, KIND[name], mb) for row in stream for name, mb, _ in row if name in KIND))
     metadata = {"framework": FRAMEWORK, "version": version, "p2p": "shared", "engine": "PipelineEngine",
                 "schedule": "TrainSchedule", "order_from": source,
-                "num_pipe_buffers": [num_pipe_buffers(microbatches, stages, s) for s in range(stages)]}
+                "num_pipe_buffers": [num_pipe_buffers(microbatches, stages, s) for s in range(stages)],
+                # engine.py: blocking exchanges the order does not show (docs/spec.md 10.5)
+                "outside_order": ["_send_tensor_meta before the first SendActivation of a train_batch "
+                                  "(first_output_send; every one with dynamic_shape), _recv_tensor_meta before "
+                                  "the first RecvActivation (pipe_recv_buf is None): blocking p2p.send/recv, "
+                                  "in the same order on both sides",
+                                  "ReduceTiedGrads, ReduceGrads, OptimizerStep after the last step"]}
     return Schedule(devices=stages, stages=stages, microbatches=microbatches, order=tuple(order),
                     placement=Placement.of("loop", stages, stages),
                     name=f"deepspeed {version} TrainSchedule stages={stages} M={microbatches}",
