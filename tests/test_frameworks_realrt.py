@@ -44,7 +44,11 @@ def run_engine(steps, timeout: float = TIMEOUT) -> tuple[str, float | None]:
     stream = [[[[name, buffer] for name, _, buffer in step] for step in steps(M, STAGES, stage)]
               for stage in range(STAGES)]
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(STAGES),
-               SV_STEPS=json.dumps(stream), SV_MICROBATCHES=str(M), DS_ACCELERATOR="cpu")
+               SV_STEPS=json.dumps(stream), SV_MICROBATCHES=str(M), DS_ACCELERATOR="cpu",
+               # the op DeepSpeed builds on first use, per venv: a build of one venv's is not
+               # another's, and a run killed as hung never leaves a half-built op's lock in a
+               # directory another venv's tier then waits on
+               TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions")))
     procs = [subprocess.Popen([sys.executable, str(WORKER)], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
              for r in range(STAGES)]
