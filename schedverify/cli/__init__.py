@@ -35,7 +35,7 @@ EXIT_INTERNAL = 70  # BSD's EX_SOFTWARE: a check of schedverify's own work faile
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a process killed by Ctrl-C
 
 #: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS = ("check", "generate", "lower", "show", "formula", "prove", "search", "plan", "lint")
+COMMANDS = ("check", "generate", "lower", "show", "formula", "prove", "search", "plan", "lint", "importer")
 
 
 class _UsageExit(Exception):

@@ -1,0 +1,367 @@
+"""schedverify.frameworks: the orders megatron-core 0.19.2 and DeepSpeed 0.19.8 run, with
+their communication, checked on those frameworks' loops (docs/spec.md section 10).
+
+Three tiers: the re-implementations and the loops' communication (always); the same held
+equal to the installed frameworks' own functions at many sizes (marked ``frameworks``,
+skipped unless megatron-core / deepspeed is installed: .ci/frameworks installs them); and
+mutations of the imported orders, flagged as the hang or crossing they cause.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import schedverify as sv
+from schedverify.cli import run
+from schedverify.errors import UsageError
+from schedverify.frameworks import deepspeed as ds
+from schedverify.frameworks import megatron as mg
+from schedverify.grammar import BATCH, OVERLAP_F_B, RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F
+
+z3check = pytest.importorskip("schedverify.smt.check")
+
+MEGATRON = mg.framework_functions("0.19.2")
+DEEPSPEED = ds.framework_steps("0.19.8")
+needs_megatron = pytest.mark.skipif(MEGATRON is None, reason="megatron-core 0.19.2 is not installed")
+needs_deepspeed = pytest.mark.skipif(DEEPSPEED is None, reason="deepspeed 0.19.8 is not installed")
+OURS = mg.reimplemented()
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return run(list(argv), out, err), out.getvalue(), err.getvalue()
+
+
+def megatron_sizes():
+    """Every (pp, vpp, M, group) megatron-core accepts, small enough to run many of."""
+    for pp, vpp, m in itertools.product(range(2, 6), range(1, 4), range(1, 13)):
+        for group in ([None] if vpp == 1 else [None, *range(pp, m + 1)]):
+            try:
+                mg.validate(pp, vpp, m, group, None)
+            except UsageError:
+                continue
+            yield pp, vpp, m, group
+
+
+def single_ops(vpp: int, overlap: bool) -> dict:
+    """``overlap_p2p_comm`` where the loop takes it (interleaved), else single waited operations
+    (``batch_p2p_comm`` off): megatron-core refuses overlap without interleaving."""
+    if not overlap:
+        return {}
+    return {"overlap_p2p_comm": True} if vpp > 1 else {"batch_p2p_comm": False}
+
+
+def signed(order) -> list[int]:
+    """A rank's compute order in convert_schedule_table_to_order's form (+c+1 forward of
+    chunk c, -(c+1) backward), from the actions of a schedule of ``pp`` ranks."""
+    out = []
+    for a in order:
+        for x in a.leaves() if a.kind == OVERLAP_F_B else (a,):
+            if x.kind in (F, B):
+                out.append(x.stage // signed.pp + 1 if x.kind == F else -(x.stage // signed.pp + 1))
+    return out
+
+
+# ------------------------------------------------------------------ megatron: the functions and the loops
+
+
+def test_the_schedule_table_and_warmup_counts_are_megatrons_documented_ones():
+    # schedules.py's own example: PP2 N3 M5 VP2
+    assert mg.get_schedule_table(5, 2, 3) == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (3, 0), (4, 0),
+                                              (3, 1), (4, 1)]
+    # cuda_graphs.convert_schedule_table_to_order's docstring example, warm-up 5
+    assert mg.convert_schedule_table_to_order(5, 2, mg.get_schedule_table(5, 2, 3)) == [
+        1, 1, 1, 2, 2, 2, -2, 1, -2, 1, -2, 2, -1, 2, -1, -1, -2, -2, -1, -1]
+    assert mg.get_pp_rank_microbatches(8, 2, 4, 4, 1, interleaved=True) == (16, False, 8, 8)  # (4-1-1)*2 + 1*4
+    assert mg.get_pp_rank_microbatches(8, 2, 4, 4, 1, interleaved=True, overlap_moe_expert_parallel_comm=True)[2] == 9
+    assert mg.get_pp_rank_microbatches(2, 1, 4, 4, 0, interleaved=False) == (2, True, 2, 0)  # min(pp-r-1, M)
+
+
+@pytest.mark.parametrize("overlap,combined", [(False, False), (True, False), (False, True), (True, True)])
+def test_each_ranks_compute_order_is_convert_schedule_table_to_order(overlap, combined):
+    """The loop's forwards and backwards, rank by rank, are the chunk order Megatron's own
+    convert_schedule_table_to_order gives for that rank's warm-up count."""
+    checked = 0
+    for pp, vpp, m, group in megatron_sizes():
+        if combined and vpp == 1:
+            continue
+        s = mg.schedule(pp, vpp, m, group, combined_1f1b=combined, functions=OURS, **single_ops(vpp, overlap))
+        signed.pp = pp
+        for r in range(pp):
+            assert signed(s.order[r]) == mg.chunk_order(pp, vpp, m, r, group, combined, functions=OURS), (pp, vpp, m)
+        checked += 1
+    assert checked > 100
+
+
+def test_batched_calls_are_one_batch_each_in_megatrons_op_order():
+    """batch_p2p_comm: every _communicate call one BATCH, its operations in
+    _batched_p2p_ops's order (send_prev, recv_prev, send_next, recv_next)."""
+    rank = {SEND_B: 0, RECV_F: 1, SEND_F: 2, RECV_B: 3}
+    s = mg.schedule(4, 2, 8, functions=OURS)
+    assert s.metadata["p2p"] == "shared" and s.metadata["config"]["batch_p2p_comm"] is True
+    batches = [a for row in s.order for a in row if a.kind == BATCH]
+    assert batches and all(a.kind in (F, B, BATCH) for row in s.order for a in row)
+    for a in batches:
+        assert [rank[x.kind] for x in a.sub] == sorted(rank[x.kind] for x in a.sub)
+
+
+def test_overlap_mode_posts_single_ops_in_the_even_odd_order_and_drops_the_last_forward_handle():
+    s = mg.schedule(2, 2, 4, overlap_p2p_comm=True, functions=OURS)
+    assert s.metadata["p2p"] == "edge"  # _p2p_ops at PP = 2: one direction on the WORLD group
+    assert not any(a.kind == BATCH for row in s.order for a in row)
+    sends = [a for row in s.order for a in row if a.kind in (SEND_F, SEND_B)]
+    waits = [a for row in s.order for a in row if a.kind.startswith("WAIT_SEND")]
+    assert 0 < len(waits) < len(sends)  # some handles waited later, some dropped
+    assert sv.check(s).is_valid
+    # rank 1 (odd) posts recv_prev before send_next in one call; rank 0 (even) send_next first
+    odd = [str(a) for a in s.order[1]]
+    assert odd.index("1RECV_F0") < odd.index("1F0")
+
+
+@settings(max_examples=40)
+@given(st.sampled_from(list(megatron_sizes())), st.booleans(), st.booleans(), st.sampled_from(["torch", "torch-nccl"]))
+def test_every_imported_megatron_schedule_checks_valid_on_megatrons_loop_but_the_pp2_batched_crossing(
+        size, overlap, combined, semantics):
+    pp, vpp, m, group = size
+    combined = combined and vpp > 1
+    s = mg.schedule(pp, vpp, m, group, combined_1f1b=combined, functions=OURS, **single_ops(vpp, overlap))
+    g = sv.check(s, comm_semantics=semantics)
+    if pp == 2 and vpp > 1 and not overlap and m > 2 or pp == 2 and vpp > 1 and not overlap and g.codes():
+        # p2p_communication.py at PP = 2: next_rank == prev_rank, and one batch carries both a
+        # send_prev and a send_next to it, which the peer receives as recv_prev, recv_next
+        assert set(g.codes()) == {"SV504"}, g.codes()
+    else:
+        assert g.is_valid, (size, overlap, combined, semantics, [str(v) for v in g.violations[:2]])
+    assert g.profile.release.name == "megatron-core 0.19.2"
+
+
+def test_pp2_interleaved_batched_is_the_crossing_megatron_avoids_with_overlap():
+    crossed = sv.check(mg.schedule(2, 2, 4, functions=OURS))
+    assert crossed.codes()[0] == "SV504"
+    assert "2SEND_B0 is send number 4 from device 0 to device 1" in str(crossed.violations[0])
+    assert sv.check(mg.schedule(2, 2, 4, overlap_p2p_comm=True, functions=OURS)).is_valid
+
+
+def test_both_engines_agree_on_imported_megatron_schedules():
+    for s in (mg.schedule(3, 2, 6, functions=OURS), mg.schedule(4, 1, 5, batch_p2p_comm=False, functions=OURS),
+              mg.schedule(2, 2, 4, functions=OURS), mg.schedule(3, 2, 3, combined_1f1b=True, functions=OURS)):
+        g = sv.check(s)
+        z = z3check.check_z3(s)
+        assert z3check.disagreements(g, z) == [], s.name
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(pp=4, vpp=2, microbatches=3), "should range in [PP=4, M=3]"),
+    (dict(pp=4, vpp=2, microbatches=10), "M=10 mod microbatch_group_size_per_vp_stage=4 is 2"),
+    (dict(pp=4, vpp=1, microbatches=8, num_layers=10), "num_layers 10 is not divisible by pp 4"),
+    (dict(pp=4, vpp=3, microbatches=8, num_layers=8), "do not divide into vpp 3 model chunks"),
+    (dict(pp=4, microbatches=8, version="0.18.0"), "megatron-core '0.18.0' is not modelled; modelled: 0.19.2"),
+    (dict(pp=0, microbatches=8), "expected a whole number >= 2, got 0"),
+    (dict(pp=4, microbatches=0), "microbatches (num_microbatches): expected a whole number >= 1, got 0"),
+    (dict(pp=4, microbatches=8, combined_1f1b=True), "interleaved loop only"),
+    (dict(pp=4, microbatches=8, microbatch_group_size=4), "only the interleaved loop"),
+    (dict(pp=4, microbatches=8, overlap_p2p_comm=True), "Non-interleaved pipeline parallelism does not support"),
+    (dict(pp=4, vpp=2, microbatches=8, overlap_p2p_comm=True, batch_p2p_comm=True), "Can not use both"),
+])
+def test_megatrons_refusals_are_usage_errors(kwargs, message):
+    with pytest.raises(UsageError) as e:
+        mg.schedule(**kwargs)
+    assert message in str(e.value)
+
+
+# ------------------------------------------------------------------ deepspeed
+
+
+def test_deepspeed_buffers_and_steps():
+    assert [ds.num_pipe_buffers(8, 4, s) for s in range(4)] == [4, 3, 2, 2]
+    assert ds.num_pipe_buffers(1, 4, 0) == 2
+    steps = ds.train_steps(4, 2, 0)
+    assert steps[3] == [("RecvGrad", 0, 0), ("SendActivation", 1, 1), ("BackwardPass", 0, 0)]
+    assert steps[-1][-3:] == [("ReduceTiedGrads", None, None), ("ReduceGrads", None, None),
+                              ("OptimizerStep", None, None)]
+
+
+@settings(max_examples=40)
+@given(st.integers(1, 6), st.integers(1, 10), st.sampled_from(["torch", "torch-nccl"]))
+def test_every_imported_deepspeed_schedule_checks_valid_on_its_engine(stages, m, semantics):
+    s = ds.schedule(stages, m, steps=ds.train_steps)
+    assert s.metadata["num_pipe_buffers"] == [ds.num_pipe_buffers(m, stages, i) for i in range(stages)]
+    g = sv.check(s, comm_semantics=semantics)
+    assert g.is_valid, [str(v) for v in g.violations[:2]]
+    assert g.profile.release.name == "deepspeed 0.19.8"
+
+
+def test_deepspeed_refusals():
+    for kwargs, message in ((dict(stages=0, microbatches=2), "stages (num_stages): expected a whole number >= 1"),
+                            (dict(stages=2, microbatches=2, version="0.14.0"), "deepspeed '0.14.0' is not modelled")):
+        with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            ds.schedule(**kwargs)
+
+
+# ------------------------------------------------------------------ mutations, in the frameworks' terms
+
+
+def _mutate(s, device, change):
+    rows = [list(r) for r in s.order]
+    change(rows[device])
+    return s.with_(order=tuple(map(tuple, rows)))
+
+
+def test_deepspeed_a_swapped_send_recv_pair_deadlocks_its_blocking_engine():
+    """Stage 0 running SendActivation(1) before RecvGrad(0): both stages block in a send
+    whose receive the other posts only after its own send completes (dist.send)."""
+    s = ds.schedule(2, 4, steps=ds.train_steps)
+    row = [str(a) for a in s.order[0]]
+    i, j = row.index("0RECV_B0"), row.index("0SEND_F1")
+    assert j == i + 1
+
+    def swap(r):
+        r[i], r[j] = r[j], r[i]
+
+    for semantics in ("torch", "torch-nccl"):
+        g = sv.check(_mutate(s, 0, swap), comm_semantics=semantics)
+        assert g.codes()[0] == "SV402", g.codes()
+        assert any("blocks until it completes" in step for v in g.violations for step in v.witness)
+    z = z3check.check_z3(_mutate(s, 0, swap), comm_semantics="torch")
+    assert z.codes()[0] == "SV402"
+
+
+def test_deepspeed_a_moved_recv_and_a_missing_step_are_flagged():
+    s = ds.schedule(3, 4, steps=ds.train_steps)
+    row = list(s.order[1])
+    k = next(i for i, a in enumerate(row) if a == Action(1, RECV_F, 1))
+
+    def move(r):  # RecvActivation(1) after the ForwardPass it feeds
+        a = r.pop(k)
+        r.insert(k + 1, a)
+
+    assert not sv.check(_mutate(s, 1, move)).is_valid
+    missing = sv.check(_mutate(s, 2, lambda r: r.remove(Action(2, SEND_B, 0))))  # SendGrad(0) dropped
+    assert not missing.is_valid and missing.codes()[0] in ("SV402", "SV201", "SV301"), missing.codes()
+
+
+def test_megatron_a_swapped_send_recv_pair_hangs_on_nccls_streams():
+    """_p2p_ops (batch_p2p_comm off) on the even rank 0 posts send_next before recv_next;
+    posted the other way round, its receive waits on the communicator's stream for a gradient
+    that rank 1 sends only after it has received the activation queued behind that receive."""
+    s = mg.schedule(4, 1, 6, batch_p2p_comm=False, functions=OURS)
+    row = [str(a) for a in s.order[0]]
+    i = row.index("0SEND_F3")
+    assert row[i + 1] == "0RECV_B0"
+
+    def swap(r):
+        r[i], r[i + 1] = r[i + 1], r[i]
+
+    g = sv.check(_mutate(s, 0, swap))
+    assert g.codes()[0] == "SV405", g.codes()
+    assert "0RECV_B0" in str(g.violations[0])
+
+
+def test_megatron_a_batch_before_its_forward_and_a_missing_batch():
+    s = mg.schedule(4, 1, 6, functions=OURS)
+
+    def early(r):  # (0SEND_F0)BATCH posted before 0F0 computes what it sends
+        r[0], r[1] = r[1], r[0]
+
+    assert sv.check(_mutate(s, 0, early)).codes()[0] == "SV401"
+    dropped = sv.check(_mutate(s, 2, lambda r: r.pop(next(i for i, x in enumerate(r) if x.kind == BATCH))))
+    assert not dropped.is_valid
+
+
+# ------------------------------------------------------------------ the framework tier
+
+
+@pytest.mark.frameworks
+@needs_megatron
+def test_megatrons_own_functions_give_the_reimplemented_orders_at_every_size():
+    assert MEGATRON is not None
+    n = 0
+    for pp, vpp, m, group in megatron_sizes():
+        g = pp if group is None else group
+        assert MEGATRON.schedule_table(m, vpp, g) == OURS.schedule_table(m, vpp, g)
+        for r in range(pp):
+            for moe in (False, True):
+                assert (MEGATRON.rank_microbatches(m, vpp, g, pp, r, interleaved=vpp > 1,
+                                                   overlap_moe_expert_parallel_comm=moe)
+                        == OURS.rank_microbatches(m, vpp, g, pp, r, interleaved=vpp > 1,
+                                                  overlap_moe_expert_parallel_comm=moe))
+            assert (mg.chunk_order(pp, vpp, m, r, group, functions=MEGATRON)
+                    == mg.chunk_order(pp, vpp, m, r, group, functions=OURS))
+        assert (mg.schedule(pp, vpp, m, group, functions=MEGATRON).order
+                == mg.schedule(pp, vpp, m, group, functions=OURS).order)
+        n += 1
+    assert n > 250
+    assert "megatron-core 0.19.2's own functions" in mg.schedule(4, 2, 8).metadata["order_from"]
+
+
+@pytest.mark.frameworks
+@needs_deepspeed
+def test_deepspeeds_own_train_schedule_gives_the_reimplemented_steps_at_every_size():
+    assert DEEPSPEED is not None
+    for stages, m in itertools.product(range(1, 9), range(1, 17)):
+        for stage in range(stages):
+            assert DEEPSPEED(m, stages, stage) == ds.train_steps(m, stages, stage), (stages, m, stage)
+    assert ds.schedule(4, 8).metadata["order_from"] == "deepspeed 0.19.8's own TrainSchedule"
+
+
+REAL_LOOP_SIZES = [(pp, vpp, m, group) for pp, vpp, m, group in megatron_sizes()
+                   if m <= 9 and (group is None or group == pp + 1)]
+
+
+@pytest.mark.frameworks
+@needs_megatron
+@pytest.mark.parametrize("mode", ["batched", "single", "overlap"])
+def test_megatrons_own_loops_post_what_the_imported_schedule_says(monkeypatch, mode):
+    """megatron-core's forward_backward_pipelining_with(out)_interleaving, run rank by rank
+    against a recording communicator (tests/_megatron_loop.py), compute and call
+    _communicate where the imported schedule says, and wait for the handles it says."""
+    from _megatron_loop import patched, run_rank
+
+    n = 0
+    with patched(monkeypatch):
+        for pp, vpp, m, group in REAL_LOOP_SIZES:
+            if mode == "overlap" and vpp == 1:
+                continue
+            kwargs = {"batched": {}, "single": {"batch_p2p_comm": False},
+                      "overlap": {"overlap_p2p_comm": True}}[mode]
+            s = mg.schedule(pp, vpp, m, group, functions=OURS, **kwargs)
+            for r in range(pp):
+                got = run_rank(pp, vpp, m, r, overlap=mode == "overlap", batch=mode == "batched", group=group)
+                assert list(got) == list(s.order[r]), (pp, vpp, m, group, r)
+            n += 1
+    assert n > 40
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def test_cli_import_writes_a_schedule_that_check_runs_on_the_framework(tmp_path):
+    path = tmp_path / "m.json"
+    code, out, err = cli("import", "megatron", "--pp", "4", "--vpp", "2", "-M", "8", "-o", str(path))
+    assert code == 0 and not err
+    doc = json.loads(path.read_text())
+    assert doc["metadata"]["framework"] == "megatron-core" and doc["metadata"]["version"] == "0.19.2"
+    code, out, err = cli("check", str(path))
+    assert code == 0 and "megatron-core 0.19.2 over NCCL" in out
+    code, out, _ = cli("import", "deepspeed", "--stages", "2", "-M", "4", "--check", "--backend", "gloo")
+    assert code == 0 and "VALID" in out and "deepspeed 0.19.8 over gloo" in out
+    code, out, _ = cli("import", "megatron", "--pp", "2", "--vpp", "2", "-M", "4", "--check")
+    assert code == 1 and "SV504" in out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["megatron", "--pp", "4", "--vpp", "2", "-M", "3"], "should range in [PP=4, M=3]"),
+    (["megatron", "--pp", "4", "-M", "8", "--num-layers", "6"], "num_layers 6 is not divisible by pp 4"),
+    (["megatron", "--pp", "4", "-M", "8", "--version", "0.1"], "megatron-core '0.1' is not modelled"),
+    (["deepspeed", "--stages", "0", "-M", "4"], "--stages: must be at least 1, got 0"),
+    ([], "name a framework"),
+])
+def test_cli_import_bad_input_is_exit_2_without_a_traceback(argv, message):
+    code, out, err = cli("import", *argv)
+    assert code == 2 and message in err and "Traceback" not in err, err
