@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
-from schedverify.cli import COMMANDS, build_parser  # noqa: E402
+from schedverify.cli import build_parser  # noqa: E402
 from schedverify.diagnostics import CODES  # noqa: E402
 from schedverify.lint import LINT_CODES  # noqa: E402
 
@@ -63,9 +63,9 @@ def cli_page() -> str:
              "`schedverify COMMAND [OPTIONS]`. Exit codes: 0 valid / proved, 1 invalid / refuted / "
              "infeasible, 2 usage or input error, 3 unknown, 130 interrupted.", "",
              "| command | what it does |", "|---|---|"]
-    helps = {a.dest: a.help for a in subs._choices_actions}
-    lines += [f"| [`{name}`](#{name}) | {_cell(helps.get(name, ''))} |" for name in COMMANDS]
-    for name in COMMANDS:
+    helps = {a.dest: a.help for a in subs._choices_actions}  # one per command, in COMMANDS' order
+    lines += [f"| [`{name}`](#{name}) | {_cell(help)} |" for name, help in helps.items()]
+    for name in helps:
         sub = subs.choices[name]
         lines += ["", f"## {name}", "", _cell(sub.description or helps.get(name, "")), "",
                   "| argument | meaning |", "|---|---|"]
