@@ -1,6 +1,6 @@
 """What `schedverify check` costs on files of a few bytes that name huge indices: the time and
 peak memory must follow the file's size, not its largest stage or microbatch index
-(README, "Promises"; the target: the 20-byte and the 130-byte file under 0.5 s and 100 MB).
+(docs/reference/promises.md; the target: the 20-byte and the 130-byte file under 0.5 s and 100 MB).
 
 Each file is checked in a fresh process, five times: the table gives the best time of reading
 and checking it (``run(["check", FILE])``, what ``schedverify check FILE`` runs, after one

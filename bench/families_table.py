@@ -1,4 +1,4 @@
-"""A markdown table of every registered schedule family at one common size (for the README).
+"""A markdown table of every registered schedule family at one common size (for docs/reference/families.md).
 
     python3 bench/families_table.py              # D=4, M=8, F=1 B=2 (I=1 W=1) per device
     python3 bench/families_table.py -D 8 -M 16

@@ -1,4 +1,4 @@
-"""What PyTorch's own lowerings and ours do on gloo and on NCCL: the README's findings table.
+"""What PyTorch's own lowerings and ours do on gloo and on NCCL: the findings table of docs/howto/lower.md.
 
 For each schedule, its compute-only makespan, then PyTorch 2.13's lowering (plain, and with
 ``defer_pp_recv=True``), re-implemented in ``schedverify.lowering`` and held equal to

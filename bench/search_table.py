@@ -116,7 +116,7 @@ def cpsat(p, time_limit: float):
 
 
 def findings(time_limit: float) -> None:
-    """The README's questions, answered by search (D=4, M=8 and 16, split backward).
+    """The questions of docs/howto/search.md, answered by search (D=4, M=8 and 16, split backward).
 
     1. Under 1F1B's memory (its peak, D activations), how close is ZB-H1 to optimal?
     2. Under 2p-1 (2D-1 activations), ZB-H2?
@@ -189,7 +189,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="run only instances whose name contains this")
     ap.add_argument("--no-cpsat", action="store_true")
     ap.add_argument("--findings", action="store_true",
-                    help="answer the README's questions (ZB-H1/ZB-H2 against the optimum) instead")
+                    help="answer docs/howto/search.md's questions (ZB-H1/ZB-H2 against the optimum) instead")
     args = ap.parse_args(argv)
     if args.findings:
         findings(args.time_limit)

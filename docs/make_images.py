@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate the README's schedule pictures: docs/images/<family>.svg for every family in
+"""Regenerate the site's schedule pictures (docs/howto/show.md): docs/images/<family>.svg for every family in
 schedverify.generators.FAMILIES (4 devices, 8 microbatches, 2 chunks where a family takes
 chunks, default costs F=1 B=2 I=1 W=1), plus docs/images/deadlock.svg showing how an
 invalid schedule is drawn.

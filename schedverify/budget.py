@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 #: Seconds past its limit by which a command under a :class:`Budget` answers (documented in
-#: the README; measured by bench/limits.py, held by tests/test_limits.py).
+#: docs/reference/promises.md; measured by bench/limits.py, held by tests/test_limits.py).
 OVERSHOOT_S = 1.0
 
 

@@ -4,7 +4,7 @@ A schedule file is read whole into memory and every action becomes an object, so
 input (``/dev/zero``, a JSON with ten million empty device lists, ``--devices 10000000``)
 would otherwise take the machine's memory before any message.  Each cap is checked before
 the work it bounds, and the message names the number, the cap and the variable that raises
-it (README, "Promises").
+it (docs/reference/promises.md).
 
 The caps are read from the environment at the moment they are needed (no module state):
 

@@ -34,7 +34,7 @@ PlacementSpec = Union[str, Sequence[int]]  # noqa: UP007 - an alias evaluated at
 #: A placement's map (stage -> device, microbatch -> route) longer than this is kept as its
 #: rule and the entries that differ from it (:class:`RuleMap`), not as a tuple of every entry:
 #: a file of 20 bytes can name stage 9,999,999, and what it costs to read must not grow with
-#: that number (README, "Promises").  Shorter ones are tuples, which index fastest.
+#: that number (docs/reference/promises.md).  Shorter ones are tuples, which index fastest.
 DENSE_MAX = 1 << 16
 
 _RULES = ("loop", "v")

@@ -276,7 +276,7 @@ def test_a_claim_about_the_optimum_alone_is_proved_from_the_command_line():
 
 def test_an_unproven_size_makes_the_claim_unknown_not_proved():
     """4x8, two chunks per device in a V, split backward, memory 2, equal costs: the optimum
-    (101, README's search table) takes the search about 30 s to prove; with 0.5 s per size it
+    (101, docs/howto/search.md's table) takes the search about 30 s to prove; with 0.5 s per size it
     is not proven, and the true claim stays UNKNOWN with the reason."""
     res = prove(Claim("optimal_makespan(memory=2, split, chunks=2, placement=v) == 101", "",
                       "t_F == 1, t_I == 1, t_W == 1, c == 0", "p=4..4,m=8..8", time_limit=0.5))

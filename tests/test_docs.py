@@ -1,7 +1,8 @@
 """The documentation says what the code does today: every option of every command is
-documented, the pictures are what docs/make_images.py draws now, the README's counts are
-the suite's, and product text cites published work or a docs section, never an issue of
-this project.  (The README's ``$`` transcripts are replayed by tests/test_readme.py.)"""
+documented, the pictures are what docs/make_images.py draws now, the test count is the
+suite's, the README is a front page whose links lead somewhere, and product text cites
+published work or a docs section, never an issue of this project.  (The ``$`` transcripts of
+the README and of docs/ are replayed by tests/test_readme.py.)"""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ import pytest
 from schedverify.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
-#: the hand-written docs (docs/reference/ is generated from the parsers: it proves nothing here)
-DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if "reference" not in p.parts)]
+#: the pages docs/gen_reference.py and mkdocstrings generate from the code: they prove nothing here
+GENERATED = {ROOT / "docs" / "reference" / n for n in ("cli.md", "codes.md", "api.md")}
+#: the hand-written docs
+DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if p not in GENERATED)]
 
 
 def _docs_text() -> str:
@@ -44,24 +47,68 @@ def test_every_option_of_every_command_is_in_the_docs():
     assert not missing, "in --help but in no doc (README.md, docs/): " + ", ".join(missing)
 
 
-def test_the_readme_counts_the_tests_there_are():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_docs_count_the_tests_there_are():
+    text = (ROOT / "docs" / "explanation" / "testing.md").read_text(encoding="utf-8")
     claimed = re.search(r"runs the whole suite \(about ([\d,]+) tests", text)
-    assert claimed, "the README's Tests section no longer says how many tests there are"
+    assert claimed, "docs/explanation/testing.md no longer says how many tests there are"
     collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                                 str(ROOT / "tests")], capture_output=True, text=True, cwd=ROOT, timeout=600)
     count = re.search(r"^(\d+) tests? collected", collected.stdout, re.M)
     assert count, collected.stdout[-2000:] + collected.stderr[-2000:]
     n, said = int(count.group(1)), int(claimed.group(1).replace(",", ""))
-    assert abs(said - n) <= 0.1 * n, f"the README says about {said:,} tests; pytest collects {n:,}"
+    assert abs(said - n) <= 0.1 * n, f"the docs say about {said:,} tests; pytest collects {n:,}"
 
 
 def test_the_runtime_table_says_it_needs_torch_for_its_rows():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "howto" / "lower.md").read_text(encoding="utf-8")
     paragraphs = [p for p in text.split("\n\n") if "`python bench/runtime_table.py`" in p]
     assert paragraphs
     for p in paragraphs:
         assert "PyTorch 2.13" in p and "without torch" in p, p
+
+
+# --------------------------------------------------------------------------- the front page
+
+README = ROOT / "README.md"
+#: the two set-up lines CI (.ci/run) and users copy: they stay exactly as they are
+SETUP = ('pip install . && schedverify check examples/1f1b.json', 'pip install -e ".[test]" && python -m pytest')
+
+
+def test_the_readme_is_a_front_page_with_the_set_up_commands():
+    text = README.read_text(encoding="utf-8")
+    assert text.count("\n") <= 200, f"README.md has {text.count(chr(10))} lines: the rest belongs on the site"
+    lines = text.splitlines()
+    for command in SETUP:
+        assert command in lines, command
+    assert 'pip install -e ".[docs]" && mkdocs build --strict' in lines  # how to build the site
+    assert "\n$ schedverify check examples/1f1b.json\n" in text  # one example, with its output
+
+
+_LINK = re.compile(r"\]\(([^)#\s]+)(?:#([^)\s]+))?\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The ids MkDocs' toc gives the page's headings (lower case, words joined by '-')."""
+    heads = re.findall(r"^#+ (.*)$", page.read_text(encoding="utf-8"), re.M)
+    return {re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", h).strip().lower()) for h in heads}
+
+
+def test_every_link_of_the_readme_leads_to_a_file_that_is_there():
+    links = _LINK.findall(README.read_text(encoding="utf-8"))
+    assert len(links) >= 20, links
+    broken = [t for t, _ in links if not (ROOT / t).exists()]
+    assert not broken, broken
+    missing = [f"{t}#{a}" for t, a in links if a and a not in _anchors(ROOT / t)]
+    assert not missing, missing
+    # the site's pages: every one is linked from the front page (mkdocs checks the links between them)
+    pages = {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md") if p.name != "index.md"}
+    assert not pages - {t for t, _ in links}, sorted(pages - {t for t, _ in links})
+
+
+def test_the_anchor_reader_reads_headings_as_mkdocs_does():
+    page = ROOT / "docs" / "tutorials" / "first-check.md"
+    assert {"installing", "checking-a-schedule", "what-check-finds"} <= _anchors(page)
+    assert not _LINK.findall("no link here") and _LINK.findall("[a](b.md#c)") == [("b.md", "c")]
 
 
 #: "issue 16", "issue #12", "the issue's ...": this project's issues, which a user cannot see.

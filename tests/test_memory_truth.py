@@ -223,7 +223,7 @@ def test_torchtitan_code_refuses_a_model_it_is_not():
 
 
 def test_the_8b_example_calibrates_as_its_cpu_formula_says():
-    # the README's model, calibrated on this CPU, gives the cpu formula's bytes at its own size
+    # docs/howto/plan.md's model, calibrated on this CPU, gives the cpu formula's bytes at its own size
     from schedverify.plan.transformer import load_model, stage_profile
 
     m, hw = load_model(EXAMPLES / "llama3-8b.toml")

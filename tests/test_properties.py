@@ -504,7 +504,7 @@ def test_generator_signatures_take_sizes_first():
         assert all(p.kind is p.KEYWORD_ONLY for p in params[2:]), name
 
 
-# --------------------------------------------------------------------------- the README example
+# --------------------------------------------------------------------------- docs/howto/strategies.md's example
 
 
 def my_schedule(devices, microbatches):  # stands in for the user's own generator

@@ -1,9 +1,9 @@
-"""The transcripts of the README and of the site's pages (docs/*.md) are what the commands
+"""The transcripts of the README and of the site's pages (docs/**/*.md) are what the commands
 print today.
 
 Every fenced block of README.md and docs/**/*.md that starts with ``$ schedverify`` is replayed: each
 ``$ schedverify ...`` line is run in process (in a scratch directory holding a copy of
-``examples/``, so that files the README writes land there), and the lines under it up to the
+``examples/``, so that files a page writes land there), and the lines under it up to the
 next command are its expected output, stdout then stderr or stderr then stdout.  A line that
 is only ``...`` stands for any number of lines; ``[exit N]`` is the exit code.  A command
 piped into another is left out (the shell is not replayed), and so is ``plan``, whose table
@@ -64,8 +64,12 @@ BLOCKS = _blocks()
 
 
 def test_the_readme_and_the_site_have_transcripts():
-    assert sum(len(c) for w, c in BLOCKS if w.startswith("README.md:")) >= 20, BLOCKS
+    assert any(w.startswith("README.md:") for w, _ in BLOCKS), BLOCKS  # the front page's example
     assert any(w.startswith("docs/index.md:") for w, _ in BLOCKS), BLOCKS
+    assert sum(len(c) for _, c in BLOCKS) >= 30, BLOCKS  # the tutorials' and how-tos' are read too
+    for page in ("tutorials/first-check.md", "tutorials/pytorch.md", "howto/lower.md", "howto/pytorch.md",
+                 "howto/prove.md", "howto/lint.md"):
+        assert any(w.startswith(f"docs/{page}:") for w, _ in BLOCKS), page
 
 
 @pytest.mark.parametrize("line, commands", BLOCKS, ids=[w for w, _ in BLOCKS])

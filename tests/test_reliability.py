@@ -1,6 +1,6 @@
 """The general mechanisms behind "nothing lost, nothing crashes, every limit honoured":
 the atomic writer, bounded reading, the caps of schedverify.limits, one validation point for
-numbers, and input errors that exit 2 without a traceback (README, "Promises").
+numbers, and input errors that exit 2 without a traceback (docs/reference/promises.md).
 
 Each reproducer of the reliability issue is here or in tests/test_bad_input.py; the kernel's
 are in tests/test_kernel.py, the time limits and interrupts in tests/test_limits.py.
@@ -398,7 +398,7 @@ def test_loads_takes_bytes_as_a_file_would_be_read():
 # --------------------------------------------------------------------------- cost bounded by the input
 
 #: What checking a file may cost beyond the interpreter: a constant, and so much per byte of
-#: the file, whatever the indices it names (README, "Promises").  A 1M-action file takes
+#: the file, whatever the indices it names (docs/reference/promises.md).  A 1M-action file takes
 #: about 10 bytes of memory per byte; these bounds are far above that and far below what an
 #: index of 10^7 cost when the work followed it (the issue's 20-byte file: 590 MB, 4.5 s).
 BASE_BYTES, BYTES_PER_BYTE = 16 << 20, 4096

@@ -42,7 +42,7 @@ def register(sub) -> None:
     src.add_argument("--model", metavar="FILE.toml",
                      help="a decoder-only transformer and its hardware (examples/llama3-8b.toml)")
     src.add_argument("--profile", metavar="FILE",
-                     help="measured per-stage times and memory (JSON or CSV; see the README)")
+                     help="measured per-stage times and memory (JSON or CSV; see docs/howto/plan.md)")
     src.add_argument("--trace", metavar="FILE", nargs="+",
                      help="PyTorch profiler Chrome traces of one pipeline step (one per rank)")
     p.add_argument("--devices", type=positive_int, metavar="P",

@@ -97,5 +97,5 @@ def rebuild(families=None, path: str | Path | None = None, jobs: int = 1, log=No
     return text
 
 
-#: The families slowest to derive (README's table), scheduled first.
+#: The families slowest to derive (docs/howto/prove.md's table), scheduled first.
 _SLOWEST = ("v-min", "v-half", "zb-v", "looped-bfs", "zb-h1", "zb-h2")
