@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import schedverify as sv
 from schedverify.cli import run
+from schedverify.engines import disagreements
 from schedverify.errors import UsageError
 from schedverify.frameworks import deepspeed as ds
 from schedverify.frameworks import megatron as mg
@@ -153,7 +154,7 @@ def test_both_engines_agree_on_imported_megatron_schedules():
               mg.schedule(2, 2, 4, functions=OURS), mg.schedule(3, 2, 3, combined_1f1b=True, functions=OURS)):
         g = sv.check(s)
         z = z3check.check_z3(s)
-        assert z3check.disagreements(g, z) == [], s.name
+        assert disagreements(g, z) == [], s.name
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -230,6 +231,47 @@ def test_deepspeed_a_swapped_send_recv_pair_deadlocks_its_blocking_engine():
         assert any("blocks until it completes" in step for v in g.violations for step in v.witness)
     z = z3check.check_z3(_mutate(s, 0, swap), comm_semantics="torch")
     assert z.codes()[0] == "SV402"
+
+
+def test_a_deepspeed_hang_is_reported_as_deepspeeds_instructions():
+    """TrainSchedule(2 microbatches, 2 stages), by hand: stage 0 posts SendActivation(mb 1)
+    at step 3 (RecvGrad(0), SendActivation(1), BackwardPass(0)); stage 1 posts SendGrad(mb 0)
+    at step 3 (SendGrad(0), RecvActivation(1), ForwardPass(1)).  Swapping stage 0's RecvGrad
+    and SendActivation deadlocks those two sends, and the report names them so."""
+    from schedverify.render.text import report_text
+
+    s = ds.schedule(2, 2, steps=ds.train_steps)
+    row = [str(a) for a in s.order[0]]
+    i, j = row.index("0RECV_B0"), row.index("0SEND_F1")
+
+    def swap(r):
+        r[i], r[j] = r[j], r[i]
+
+    bad = _mutate(s, 0, swap)
+    text = report_text("x", bad, sv.check(bad))
+    assert "      deepspeed 0.19.8: stage 0: SendActivation(buffer_id=1), TrainSchedule step 3\n" in text
+    assert "      deepspeed 0.19.8: stage 1: SendGrad(buffer_id=0), TrainSchedule step 3\n" in text
+    name = ds.namer(s)
+    assert name(Action(0, RECV_F, 0)) is None  # stage 0 receives no activation: no instruction
+    assert name(Action(1, B, 1)) == "stage 1: BackwardPass(buffer_id=1), TrainSchedule step 4"
+
+
+def test_a_megatron_crossing_is_reported_as_megatrons_calls():
+    """PP = 2, two chunks, batched: rank 0's chunk 1 sends microbatch 0's input gradient
+    (send_prev) where rank 1's chunk 0 receives microbatch 2's input activation (recv_prev)."""
+    from schedverify.render.text import report_text
+
+    s = mg.schedule(2, 2, 4, functions=OURS)
+    text = report_text("x", s, sv.check(s, max_violations=1))
+    assert "SV504" in text
+    assert "      megatron-core 0.19.2: rank 0, model chunk 1, microbatch 0: send_prev (its input gradient)\n" in text
+    assert "      megatron-core 0.19.2: rank 1, model chunk 0, microbatch 2: recv_prev (its input activation)\n" in text
+    name = mg.namer(s)
+    first_batch = next(a for a in s.order[0] if a.kind == BATCH)
+    assert name(first_batch).startswith("one batch_isend_irecv (_batched_p2p_ops), waited at once: rank 0")
+    unnamed = s.with_(metadata={})  # the same order, no framework named: schedverify's terms only
+    text = report_text("y", unnamed, sv.check(unnamed))
+    assert "INVALID" in text and "send_prev" not in text and "\n      megatron-core" not in text
 
 
 def test_deepspeed_a_moved_recv_and_a_missing_step_are_flagged():

@@ -12,21 +12,26 @@ holds equal to the framework's output.
 
 from __future__ import annotations
 
-from ..errors import UsageError
+from .common import modelled_version, positive
 
 
-def positive(name: str, value, *, least: int = 1) -> int:
-    """``value`` as a whole number >= ``least``, or a :class:`UsageError` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise UsageError(f"{name}: expected a whole number >= {least}, got {value!r}")
-    return value
+def namer(schedule):
+    """A function naming an action of ``schedule`` in the terms of the framework its metadata
+    names (``deepspeed.namer``, ``megatron.namer``), or None when it names none of them: how a
+    report shows a hang's actions as the framework's own instructions."""
+    from ..releases import deepspeed as ds_release
+    from ..releases import megatron as mg_release
+
+    framework = (schedule.metadata or {}).get("framework")
+    if framework == ds_release.FRAMEWORK:
+        from . import deepspeed
+
+        return deepspeed.namer(schedule)
+    if framework == mg_release.FRAMEWORK:
+        from . import megatron
+
+        return megatron.namer(schedule)
+    return None
 
 
-def modelled_version(framework: str, version: str, known) -> str:
-    """``version`` when ``known`` (a release table) models it, else a :class:`UsageError`."""
-    if version not in known:
-        raise UsageError(f"{framework} {version!r} is not modelled; modelled: {', '.join(known)}")
-    return version
-
-
-__all__ = ["modelled_version", "positive"]
+__all__ = ["modelled_version", "namer", "positive"]

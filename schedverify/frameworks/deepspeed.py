@@ -23,7 +23,7 @@ from collections.abc import Callable
 from ..errors import UsageError
 from ..grammar import RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F
 from ..releases.deepspeed import FRAMEWORK, RELEASES
-from . import modelled_version, positive
+from .common import modelled_version, positive
 
 #: An instruction: (its DeepSpeed class name, the microbatch it acts on or None, its buffer id or None).
 Step = tuple[str, "int | None", "int | None"]
@@ -168,4 +168,35 @@ def schedule(stages: int, microbatches: int, version: str = "0.19.8", *,
                     comm_semantics="torch-nccl", metadata=metadata)
 
 
-__all__ = ["KIND", "framework_steps", "num_pipe_buffers", "schedule", "train_steps"]
+def namer(schedule) -> Callable[[Action], str | None]:
+    """What an action of ``schedule`` (a DeepSpeed import, or a file edited from one) is in
+    DeepSpeed's terms: its ``TrainSchedule`` instruction, buffer and step, as in
+    ``stage 0: SendActivation(buffer_id=1), TrainSchedule step 3``.  The step is the one at
+    which ``TrainSchedule`` posts that instruction for that microbatch, wherever the file has
+    moved it; None for an action ``TrainSchedule`` never posts."""
+    stages, m = schedule.stages, schedule.microbatches
+    names = {kind: name for name, kind in KIND.items()}
+    steps: dict[int, dict[tuple[str, int], int]] = {}
+
+    def step_of(stage: int, name: str, mb: int) -> int | None:
+        if stage not in steps:
+            steps[stage] = {(n, b): i for i, row in enumerate(train_steps(m, stages, stage))
+                            for n, b, _ in row if b is not None}
+        return steps[stage].get((name, mb))
+
+    def name(a: Action) -> str | None:
+        if a.sub is not None or a.kind not in names or a.stage is None or a.microbatch is None:
+            return None
+        if not (0 <= a.stage < stages and 0 <= a.microbatch < m):
+            return None
+        instruction = names[a.kind]
+        step = step_of(a.stage, instruction, a.microbatch)
+        if step is None:
+            return None
+        buffer = a.microbatch % num_pipe_buffers(m, stages, a.stage)
+        return f"stage {a.stage}: {instruction}(buffer_id={buffer}), TrainSchedule step {step}"
+
+    return name
+
+
+__all__ = ["KIND", "framework_steps", "namer", "num_pipe_buffers", "schedule", "train_steps"]

@@ -36,9 +36,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..errors import UsageError
-from ..grammar import RECV_B, RECV_F, SEND_B, SEND_F, WAIT_OF, Action, B, F, batch, overlap
+from ..grammar import BATCH, RECV_B, RECV_F, SEND_B, SEND_F, WAIT_OF, Action, B, F, batch, overlap
 from ..releases.megatron import FRAMEWORK, RELEASES
-from . import modelled_version, positive
+from .common import modelled_version, positive
 
 Table = list[tuple[int, int]]
 
@@ -468,5 +468,42 @@ def chunk_order(pp: int, vpp: int, microbatches: int, rank: int, microbatch_grou
     return fn.table_to_order(warm, vpp, table)
 
 
+#: What each kind is in megatron-core's loop (schedules.py, p2p_communication.py).
+_TERMS = {F: "forward_step", B: "backward_step",
+          SEND_F: "send_next (its output activation)", RECV_F: "recv_prev (its input activation)",
+          SEND_B: "send_prev (its input gradient)", RECV_B: "recv_next (its output gradient)",
+          WAIT_OF[SEND_F]: "the wait on send_next's handle", WAIT_OF[SEND_B]: "the wait on send_prev's handle"}
+
+
+def namer(schedule) -> Callable[[Action], str | None]:
+    """What an action of ``schedule`` (a Megatron import, or a file edited from one) is in
+    megatron-core's terms: the rank, model chunk and microbatch of its loop and the call, as
+    in ``rank 1, model chunk 0, microbatch 2: recv_prev (its input activation)``; a BATCH is
+    one ``batch_isend_irecv`` of ``_batched_p2p_ops`` and names its operations.  Stage
+    ``c * pp + r`` is chunk ``c`` of rank ``r`` (placement ``loop``).  None for what the loop
+    has no name for."""
+    pp, chunks = schedule.devices, schedule.stages // max(schedule.devices, 1)
+
+    def one(a: Action) -> str | None:
+        if a.stage is None or a.microbatch is None or a.kind not in _TERMS:
+            return None
+        rank, chunk = a.stage % pp, a.stage // pp
+        where = f"rank {rank}, " + (f"model chunk {chunk}, " if chunks > 1 else "")
+        return f"{where}microbatch {a.microbatch}: {_TERMS[a.kind]}"
+
+    def name(a: Action) -> str | None:
+        if a.sub is None:
+            return one(a)
+        parts = [one(x) for x in a.sub]
+        if any(p is None for p in parts):
+            return None
+        joined = "; ".join(parts)  # type: ignore[arg-type]
+        if a.kind == BATCH:
+            return f"one batch_isend_irecv (_batched_p2p_ops), waited at once: {joined}"
+        return f"one combined_1f1b step: {joined}"
+
+    return name
+
+
 __all__ = ["Functions", "chunk_order", "convert_schedule_table_to_order", "framework_functions",
-           "get_pp_rank_microbatches", "get_schedule_table", "reimplemented", "schedule", "validate"]
+           "get_pp_rank_microbatches", "get_schedule_table", "namer", "reimplemented", "schedule", "validate"]

@@ -123,6 +123,30 @@ def describe(s: Schedule) -> str:
                                   (s.microbatches, "microbatch"), (s.num_actions, "action"))))
 
 
+def _framework_terms(s: Schedule):
+    """For a schedule whose metadata names Megatron-LM or DeepSpeed: a function giving the
+    lines that name a violation's actions in that framework's own terms
+    (:func:`schedverify.frameworks.namer`); else None."""
+    from ..frameworks import namer
+    from ..grammar import read_action
+
+    name = namer(s)
+    if name is None:
+        return None
+    who = printable(f"{s.metadata.get('framework')} {s.metadata.get('version', '')}".strip())
+
+    def lines(locations) -> list[str]:
+        out = []
+        for loc in locations:
+            a = read_action(loc.action)
+            term = name(a) if a is not None else None
+            if term is not None and f"      {who}: {term}" not in out:
+                out.append(f"      {who}: {printable(term)}")
+        return out
+
+    return lines
+
+
 def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: bool = False,
                 max_path: int = 12) -> str:
     s = schedule
@@ -138,6 +162,7 @@ def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: b
         lines.append(f"  runtime: {sem}: {printable(report.profile.describe())}")
     elif sem is not None and (sem in _SEMANTICS_TEXT and (s.has_explicit_comm or sem.startswith("torch"))):
         lines.append(f"  communication: {sem} ({_SEMANTICS_TEXT[sem]})")
+    terms = _framework_terms(s) if report.violations else None
     for v in report.violations:
         lines.append(f"  {v.code.code} {v.code.slug}: {v.locations[0] if v.locations else ''}"
                      f"{': ' if v.locations else ''}{v.message}")
@@ -145,6 +170,8 @@ def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: b
             lines.append(f"      see {loc}")
         for step in v.witness:
             lines.append(f"      {step}")
+        if terms is not None:
+            lines.extend(terms(v.locations))
     if report.truncated:
         lines.append(f"  ... and {least}{report.truncated} more violations (raise --max-violations to see them)")
     for w in report.warnings:
