@@ -233,7 +233,7 @@ def test_deepspeed_a_swapped_send_recv_pair_deadlocks_its_blocking_engine():
     assert z.codes()[0] == "SV402"
 
 
-def test_a_deepspeed_hang_is_reported_as_deepspeeds_instructions():
+def test_a_deepspeed_hang_is_reported_as_deepspeeds_instructions(tmp_path):
     """TrainSchedule(2 microbatches, 2 stages), by hand: stage 0 posts SendActivation(mb 1)
     at step 3 (RecvGrad(0), SendActivation(1), BackwardPass(0)); stage 1 posts SendGrad(mb 0)
     at step 3 (SendGrad(0), RecvActivation(1), ForwardPass(1)).  Swapping stage 0's RecvGrad
@@ -251,6 +251,12 @@ def test_a_deepspeed_hang_is_reported_as_deepspeeds_instructions():
     text = report_text("x", bad, sv.check(bad))
     assert "      deepspeed 0.19.8: stage 0: SendActivation(buffer_id=1), TrainSchedule step 3\n" in text
     assert "      deepspeed 0.19.8: stage 1: SendGrad(buffer_id=0), TrainSchedule step 3\n" in text
+    path = tmp_path / "ds.json"
+    sv.dump(bad, str(path))
+    code, out, _ = cli("check", str(path), "--format", "json")
+    terms = [loc.get("framework_term") for loc in json.loads(out)["violations"][0]["actions"]]
+    assert code == 1 and terms == ["stage 0: SendActivation(buffer_id=1), TrainSchedule step 3",
+                                   "stage 1: SendGrad(buffer_id=0), TrainSchedule step 3"]
     name = ds.namer(s)
     assert name(Action(0, RECV_F, 0)) is None  # stage 0 receives no activation: no instruction
     assert name(Action(1, B, 1)) == "stage 1: BackwardPass(buffer_id=1), TrainSchedule step 4"

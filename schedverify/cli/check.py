@@ -116,6 +116,7 @@ def check_one(path: str, args, out, err) -> int:
                "schedule": {"name": schedule.name, "devices": schedule.devices, "stages": schedule.stages,
                             "microbatches": schedule.microbatches, "actions": schedule.num_actions,
                             "units": schedule.units.to_json() if schedule.units is not None else None}}
+        _add_framework_terms(doc, schedule)
         if lowered:  # what the positions refer to
             doc["schedule"]["order"] = [[str(x) if x is not None else None for x in row] for row in schedule.order]
         print(json.dumps(doc), file=out)
@@ -124,3 +125,18 @@ def check_one(path: str, args, out, err) -> int:
 
         print(report_text(source, schedule, report, show_grid=args.grid), file=out)
     return _EXIT[report.verdict]
+
+
+def _add_framework_terms(doc: dict, schedule) -> None:
+    """Each offending action's name in the terms of the framework the schedule's metadata
+    names (``framework_term``; :func:`schedverify.frameworks.terms`), where it has one."""
+    from ..frameworks import terms
+
+    term = terms(schedule)
+    if term is None:
+        return
+    for v in doc["violations"]:
+        for loc in v["actions"]:
+            t = term(loc["action"])
+            if t is not None:
+                loc["framework_term"] = t

@@ -34,4 +34,21 @@ def namer(schedule):
     return None
 
 
-__all__ = ["modelled_version", "namer", "positive"]
+def terms(schedule):
+    """:func:`namer` on an action's text (``"0SEND_F1"``, as a report's locations give it):
+    a function giving its name in the framework's terms or None; None when the schedule names
+    no framework.  What the text and JSON reports add to each offending action."""
+    from ..grammar import read_action
+
+    name = namer(schedule)
+    if name is None:
+        return None
+
+    def term(text: str) -> str | None:
+        a = read_action(text)
+        return name(a) if a is not None else None
+
+    return term
+
+
+__all__ = ["modelled_version", "namer", "positive", "terms"]

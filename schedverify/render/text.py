@@ -126,22 +126,21 @@ def describe(s: Schedule) -> str:
 def _framework_terms(s: Schedule):
     """For a schedule whose metadata names Megatron-LM or DeepSpeed: a function giving the
     lines that name a violation's actions in that framework's own terms
-    (:func:`schedverify.frameworks.namer`); else None."""
-    from ..frameworks import namer
-    from ..grammar import read_action
+    (:func:`schedverify.frameworks.terms`); else None."""
+    from ..frameworks import terms
 
-    name = namer(s)
-    if name is None:
+    term = terms(s)
+    if term is None:
         return None
     who = printable(f"{s.metadata.get('framework')} {s.metadata.get('version', '')}".strip())
 
     def lines(locations) -> list[str]:
-        out = []
+        out: list[str] = []
         for loc in locations:
-            a = read_action(loc.action)
-            term = name(a) if a is not None else None
-            if term is not None and f"      {who}: {term}" not in out:
-                out.append(f"      {who}: {printable(term)}")
+            t = term(loc.action)
+            line = f"      {who}: {printable(t)}" if t is not None else None
+            if line is not None and line not in out:
+                out.append(line)
         return out
 
     return lines
