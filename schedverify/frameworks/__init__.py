@@ -12,9 +12,6 @@ holds equal to the framework's output.
 
 from __future__ import annotations
 
-from .common import modelled_version, positive
-
-
 def namer(schedule):
     """A function naming an action of ``schedule`` in the terms of the framework its metadata
     names (``deepspeed.namer``, ``megatron.namer``), or None when it names none of them: how a
@@ -51,4 +48,4 @@ def terms(schedule):
     return term
 
 
-__all__ = ["modelled_version", "namer", "positive", "terms"]
+__all__ = ["namer", "terms"]
