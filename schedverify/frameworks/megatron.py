@@ -232,7 +232,8 @@ class _Rank:
         self.order.extend(x for _, x in posted)
         sends = {name: x for name, x in posted if name.startswith("send")}
         if wait:
-            self.order.extend(Action(x.stage, WAIT_OF[x.kind], x.microbatch) for x in sends.values())
+            for x in sends.values():
+                self.wait(x)
             return {}
         return sends
 
