@@ -12,6 +12,11 @@ frameworks' source, cited where each rule is written:
   (a CSV runs on ``_PipelineScheduleRuntime``, loaded with ``_load_csv(path)``, so as a
   compute-only schedule) and ``pipeline_module_split`` (which builds the stages on each
   rank from ``pipeline_parallel_schedule``, not from the CSV).
+- torchtitan 0.3.0, ``torchtitan/trainer.py``: ``Trainer.Config._validate_cuda_graphs``
+  (pipeline parallelism is refused unless ``training.disable_cuda_graphs``) and
+  ``Trainer.pp_forward_backward_step`` (which calls ``step(arg_mbs=..., kwarg_mbs=...,
+  target_mbs=...)``, parameters PyTorch's ``schedules.py`` has from 2.14); the releases
+  modelled are in :data:`TORCHTITAN_RELEASES`.
 - Megatron-LM, ``megatron/core/pipeline_parallel/schedules.py``
   (``forward_backward_pipelining_with_interleaving``) and ``megatron/training/arguments.py``
   (``validate_args``).
@@ -24,6 +29,7 @@ its crafted-schedule test); these are properties of a framework, not of the sche
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +39,8 @@ from .errors import InputError, UsageError
 from .io.actions import LEGACY_HINT, check_grammar
 from .model import B, COMPUTE_KINDS, I, OVERLAP_F_B, W, Schedule, as_schedule, leaf_rows, stage_devices
 
-__all__ = ["LINT_CODES", "TARGETS", "Finding", "lint", "lint_file", "looks_legacy", "torchtitan_schedule"]
+__all__ = ["LINT_CODES", "TARGETS", "TORCHTITAN_RELEASES", "Finding", "TorchtitanRelease", "lint", "lint_file",
+           "looks_legacy", "torchtitan_release", "torchtitan_schedule"]
 
 #: The frameworks a schedule can be linted for.
 TARGETS = ("torchtitan", "megatron", "pytorch")
@@ -82,6 +89,17 @@ RELEASE_DIALECT = _register(
     "2.15 CSV (WAIT_SEND_F, WAIT_SEND_B, WAIT_REDUCE_GRAD) on 2.13 or 2.14, whose _Action.from_str "
     "reads 0WAIT_SEND_F1 as 0W; or a 2.13/2.14 CSV (sends waited at the end of the step) on 2.15, "
     "which refuses a send without its WAIT_SEND and a REDUCE_GRAD without its WAIT_REDUCE_GRAD.")
+TITAN_CUDA_GRAPHS = _register(
+    "SV720", "torchtitan-cuda-graphs", "torchtitan",
+    "torchtitan 0.3.0 captures the forward+backward step in a CUDA graph unless "
+    "training.disable_cuda_graphs is set, and its Trainer.Config._validate_cuda_graphs raises "
+    "ValueError for pipeline_parallel_degree > 1 ('CUDA graphs do not support pipeline "
+    "parallelism yet. Set --training.disable_cuda_graphs.').")
+TITAN_TORCH_RELEASE = _register(
+    "SV721", "torchtitan-torch-release", "torchtitan",
+    "torchtitan 0.3.0's Trainer.pp_forward_backward_step calls schedule.step(arg_mbs=..., "
+    "kwarg_mbs=..., target_mbs=...); PyTorch's step() takes those parameters from 2.14 on, and "
+    "2.13's gives them to the model's forward as keyword arguments (its **kwargs), with no target.")
 MEGATRON_PLACEMENT = _register(
     "SV710", "megatron-placement", "megatron",
     "Megatron-LM's interleaved schedule holds model chunk c of pipeline rank d as stage "
@@ -128,6 +146,99 @@ def _n(n: int, word: str) -> str:
 
 def _finding(code: Code, message: str, fix: str, severity: str = "error") -> Finding:
     return Finding(code, code.slug, message, fix, severity)
+
+
+# ------------------------------------------------------------------ torchtitan's releases
+
+@dataclass(frozen=True)
+class TorchtitanRelease:
+    """What one torchtitan release does with pipeline parallelism that the rules read.
+
+    - ``cuda_graphs_refuse_pp``: ``Trainer.Config._validate_cuda_graphs`` (torchtitan/trainer.py,
+      run by ``Trainer.Config.__post_init__`` and again in ``Trainer.__init__``) raises when
+      ``training.disable_cuda_graphs`` is False (its default, torchtitan/config/configs.py
+      ``Training``) and ``parallelism.pipeline_parallel_degree > 1``.
+    - ``step_needs_torch``: the oldest PyTorch release whose ``step()`` takes the parameters
+      ``Trainer.pp_forward_backward_step`` passes (``arg_mbs``, ``kwarg_mbs``, ``target_mbs``),
+      or None when the release passes whole-batch inputs."""
+
+    version: str
+    cuda_graphs_refuse_pp: bool
+    step_needs_torch: str | None
+
+
+#: The torchtitan releases modelled, oldest first.  0.2.2's ``train.py`` calls
+#: ``pp_schedule.step(inputs, target=labels, losses=...)`` and has no CUDA-graph capture;
+#: 0.3.0's ``trainer.py`` has both rules (read from the wheels on PyPI).
+TORCHTITAN_RELEASES: dict[str, TorchtitanRelease] = {
+    r.version: r for r in (TorchtitanRelease("0.2.2", cuda_graphs_refuse_pp=False, step_needs_torch=None),
+                           TorchtitanRelease("0.3.0", cuda_graphs_refuse_pp=True, step_needs_torch="2.14"))}
+
+
+def _installed(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def torchtitan_release(version: str | None = None, *, installed: str | None = None) -> TorchtitanRelease | None:
+    """The modelled torchtitan release ``version`` names (``"0.3.0"``; an unmodelled one is a
+    :class:`UsageError`), or, when None, the installed torchtitan's (``installed``: its
+    version, as package metadata gives it): None when torchtitan is not installed or its
+    release is not modelled, and then no release-specific rule applies."""
+    if version is not None:
+        if not isinstance(version, str) or version.strip() not in TORCHTITAN_RELEASES:
+            raise UsageError(f"--torchtitan {version!r}: not a modelled torchtitan release; modelled: "
+                             f"{', '.join(TORCHTITAN_RELEASES)}")
+        return TORCHTITAN_RELEASES[version.strip()]
+    if installed is None:
+        return None
+    return TORCHTITAN_RELEASES.get(installed.split("+")[0])
+
+
+def _release_tuple(text: str) -> tuple[int, ...]:
+    m = re.match(r"(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else ()
+
+
+def _torchtitan_release_rules(s: Schedule, titan: TorchtitanRelease | None, disable_cuda_graphs: bool,
+                              torch: str | None) -> Iterator[Finding]:
+    """SV720 and SV721: what ``titan`` refuses whatever the schedule, once it pipelines
+    (``pipeline_parallel_degree`` is the schedule's number of ranks)."""
+    if titan is None or s.devices < 2:
+        return
+    if titan.cuda_graphs_refuse_pp and not disable_cuda_graphs:
+        yield _finding(TITAN_CUDA_GRAPHS,
+                       f"torchtitan {titan.version} with pipeline_parallel_degree = {s.devices} and "
+                       "training.disable_cuda_graphs False (its default): Trainer.Config._validate_cuda_graphs "
+                       "raises ValueError('CUDA graphs do not support pipeline parallelism yet. Set "
+                       "--training.disable_cuda_graphs.') before training starts",
+                       "pass --training.disable_cuda_graphs to torchtitan (or set "
+                       "config.training.disable_cuda_graphs = True in the --config function); then lint "
+                       "with --disable-cuda-graphs")
+    if titan.step_needs_torch is not None:
+        if torch is not None:
+            from .releases import release
+
+            have, why = release(torch)[0].version, f"--torch {torch}"
+        else:
+            installed = _installed("torch")
+            if installed is None:
+                return
+            have, why = installed, "the installed torch"
+        if _release_tuple(have) < _release_tuple(titan.step_needs_torch):
+            yield _finding(TITAN_TORCH_RELEASE,
+                           f"torchtitan {titan.version}'s Trainer.pp_forward_backward_step calls "
+                           "pp_schedule.step(arg_mbs=..., kwarg_mbs=..., target_mbs=...), and PyTorch "
+                           f"{have} ({why}) has no such parameters: its step(*args, target=None, ..., "
+                           "**kwargs) gives them, whole, to every microbatch's forward as keyword arguments, with no "
+                           "target for the loss",
+                           f"run torchtitan {titan.version} on PyTorch {titan.step_needs_torch} or later"
+                           + "".join(f", or torchtitan {r.version} (whole-batch step())"
+                                     for r in TORCHTITAN_RELEASES.values() if r.step_needs_torch is None))
 
 
 # ------------------------------------------------------------------ the schedule, as the rules see it
@@ -443,7 +554,8 @@ def torchtitan_schedule(placement: str | None, stages_per_rank: int) -> str | No
 
 def lint(schedule: Schedule, target: str = "torchtitan", *, pipeline_schedule: str | None = None,
          group_size: int | None = None, num_layers: int | None = None,
-         grammar: str = "torch", torch: str | None = None) -> list[Finding]:
+         grammar: str = "torch", torch: str | None = None, torchtitan: str | None = None,
+         disable_cuda_graphs: bool = False) -> list[Finding]:
     """Everything ``target`` ("torchtitan", "megatron" or "pytorch") will refuse or mishandle
     in ``schedule``, as :class:`Finding` values (empty when it runs as written).
 
@@ -457,6 +569,10 @@ def lint(schedule: Schedule, target: str = "torchtitan", *, pipeline_schedule: s
     - ``grammar``: the grammar the file was read in (``"torch-legacy"`` is itself a finding).
     - ``torch``: the PyTorch release that will run it (default: the installed torch's, else
       the newest modelled, as for :func:`schedverify.check`).
+    - ``torchtitan``: the torchtitan release that will run it (:data:`TORCHTITAN_RELEASES`;
+      default: the installed torchtitan's when modelled, else none, and the release rules
+      SV720 and SV721 are not applied); ``disable_cuda_graphs``: its
+      ``training.disable_cuda_graphs`` is set (``--training.disable_cuda_graphs``).
     """
     as_schedule(schedule, "lint")
     if target not in TARGETS:
@@ -466,6 +582,9 @@ def lint(schedule: Schedule, target: str = "torchtitan", *, pipeline_schedule: s
         if value is not None and (type(value) is not int or value < 1):
             raise UsageError(f"{key} must be a whole number of at least 1, got {value!r}")
     name = _schedule_name(pipeline_schedule, "pipeline_schedule")
+    titan = torchtitan_release(torchtitan, installed=_installed("torchtitan") if torchtitan is None else None)
+    if type(disable_cuda_graphs) is not bool:
+        raise UsageError(f"disable_cuda_graphs must be True or False, got {disable_cuda_graphs!r}")
     ranks = _stage_ranks(schedule)
     out: list[Finding] = []
     if target == "megatron":
@@ -480,6 +599,7 @@ def lint(schedule: Schedule, target: str = "torchtitan", *, pipeline_schedule: s
         out += _stages_per_rank(schedule, cls)
     out += _several_ranks(ranks)
     if target == "torchtitan":
+        out += _torchtitan_release_rules(schedule, titan, disable_cuda_graphs, torch)
         out += _compute_only(schedule)
         out += _torchtitan_placement(schedule, ranks, name or "1F1B")
     return out

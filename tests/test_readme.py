@@ -7,7 +7,9 @@ Every fenced block of README.md and docs/**/*.md that starts with ``$ schedverif
 next command are its expected output, stdout then stderr or stderr then stdout.  A line that
 is only ``...`` stands for any number of lines; ``[exit N]`` is the exit code.  A command
 piped into another is left out (the shell is not replayed), and so is ``plan``, whose table
-depends on how far the search gets in its time limit (tests/test_plan.py checks it).
+depends on how far the search gets in its time limit (tests/test_plan.py checks it), unless it
+plans for Megatron-LM or DeepSpeed (``--framework megatron|deepspeed``: their own schedules, no
+search).
 """
 
 from __future__ import annotations
@@ -46,11 +48,16 @@ def _page_blocks(page: Path) -> list[tuple[int, list[tuple[str, list[str]]]]]:
         commands = []
         for k, nxt in zip(starts, starts[1:] + [len(lines)]):
             argv = shlex.split(lines[k][2:])
-            if "|" not in argv and argv[1] not in SKIPPED:
+            if "|" not in argv and (argv[1] not in SKIPPED or _searchless(argv)):
                 commands.append((lines[k][2:], lines[k + 1:nxt]))
         if commands:
             out.append((first, commands))
     return out
+
+
+def _searchless(argv: list[str]) -> bool:
+    """A ``plan`` for a framework that runs only its own schedules: the same table every time."""
+    return argv[1] == "plan" and any(f"--framework {f}" in " ".join(argv) for f in ("megatron", "deepspeed"))
 
 
 def _matches(expected: list[str], got: list[str]) -> bool:

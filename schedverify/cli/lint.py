@@ -13,7 +13,7 @@ from .common import add_input_options, input_options, positive_int
 
 
 def register(sub) -> None:
-    from ..lint import TARGETS, TORCH_SCHEDULES
+    from ..lint import TARGETS, TORCH_SCHEDULES, TORCHTITAN_RELEASES
 
     p = sub.add_parser(
         "lint", help="say what torchtitan, Megatron-LM or PyTorch will refuse or mishandle",
@@ -36,6 +36,12 @@ def register(sub) -> None:
     p.add_argument("--torch", metavar="RELEASE",
                    help="pytorch, torchtitan: the PyTorch release that will run it (2.13, 2.14 or 2.15; "
                         "default: the installed torch's, else the newest modelled)")
+    p.add_argument("--torchtitan", metavar="VERSION",
+                   help="torchtitan: the release that will run it (" + ", ".join(TORCHTITAN_RELEASES)
+                        + "; default: the installed torchtitan's, else none, and SV720/SV721 are not checked)")
+    p.add_argument("--disable-cuda-graphs", action="store_true",
+                   help="torchtitan: training.disable_cuda_graphs is set (torchtitan's "
+                        "--training.disable_cuda_graphs), which torchtitan 0.3.0 needs for pipeline parallelism")
     add_input_options(p)
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text for people; json prints one object")
@@ -67,6 +73,7 @@ def run(args, out, err) -> int:
     options = input_options(args)
     schedule, findings = lint_file(args.file, args.target, pipeline_schedule=args.pipeline_schedule,
                                    group_size=args.group_size, num_layers=args.num_layers, torch=args.torch,
+                                   torchtitan=args.torchtitan, disable_cuda_graphs=args.disable_cuda_graphs,
                                    **options)
     if args.format == "json":
         print(json.dumps({"file": source, "target": args.target,

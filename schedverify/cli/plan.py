@@ -61,7 +61,15 @@ def register(sub) -> None:
                    help="only these families (default: every family)")
     p.add_argument("--search-time", type=non_negative_float, default=10.0, metavar="S",
                    help="seconds for the search engine, per shape (loop, and v with 2 chunks); 0 skips it")
-    p.add_argument("-o", "--output", metavar="FILE.csv", help="write the winner here, for torchtitan")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the winner here: the .csv torchtitan runs, or with --framework megatron or "
+                        "deepspeed the schedverify/1 .json of the framework's own order (schedverify check "
+                        "re-checks it on that framework's loop)")
+    p.add_argument("--framework", choices=("megatron", "deepspeed", "torchtitan"),
+                   help="rank only what this framework can run, each checked on its own loop, and print what it "
+                        "needs: megatron-core 0.19.2's 1F1B and interleaved 1F1B (V of --chunks) and Megatron-LM's "
+                        "arguments; DeepSpeed 0.19.8's TrainSchedule and its PipelineModule and config; torchtitan "
+                        "0.3.0's schedules (a CSV) and its options (docs/frameworks.md)")
     p.add_argument("--torch", metavar="RELEASE",
                    help="the PyTorch release whose runtime runs the plan (2.13, 2.14 or 2.15; default: the "
                         "installed torch's, else the newest modelled): its lowering, and what its pending "
@@ -109,8 +117,12 @@ def run(args, out, err) -> int:
                 _print_calibration(cal, args, out)
             return EXIT_OK
         raise UsageError("plan: give the pipeline-parallel degree: --devices P")
-    if args.output is not None and not str(args.output).lower().endswith(".csv"):
+    own_loop = args.framework in ("megatron", "deepspeed")
+    if args.output is not None and not own_loop and not str(args.output).lower().endswith(".csv"):
         raise UsageError(f"-o {args.output}: torchtitan reads a .csv file; name the output FILE.csv")
+    if args.output is not None and own_loop and not str(args.output).lower().endswith(".json"):
+        raise UsageError(f"-o {args.output}: with --framework {args.framework}, the winner is written as its "
+                         "schedverify/1 schedule; name the output FILE.json")
     source = from_args(model=args.model, profile=args.profile, trace=args.trace, device=args.device,
                        memory_limit=args.memory_limit, microbatches=args.microbatches, backend=args.backend,
                        calibration=cal, torch=args.torch)
@@ -118,28 +130,53 @@ def run(args, out, err) -> int:
     if microbatches is None:
         raise UsageError("plan: how many microbatches does a step have? give --microbatches M")
     families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
-    result = planner.plan(source.stages, args.devices, microbatches, memory_limit=source.memory_limit,
-                       families=families, chunks=args.chunks,
-                       search_time=args.search_time or None, notes=source.notes, torch=args.torch)
+    if args.framework is not None:
+        from ..plan.frameworks import framework_plan
+
+        result = framework_plan(args.framework, source.stages, args.devices, microbatches,
+                                memory_limit=source.memory_limit, chunks=args.chunks, layers=source.layers,
+                                families=families, search_time=args.search_time or None, notes=source.notes,
+                                torch=args.torch)
+    else:
+        result = planner.plan(source.stages, args.devices, microbatches, memory_limit=source.memory_limit,
+                              families=families, chunks=args.chunks,
+                              search_time=args.search_time or None, notes=source.notes, torch=args.torch)
     written = None
-    if args.output and result.winner is not None:
+    if args.output and result.winner is not None and own_loop:
+        from ..io import dumps
+
+        assert result.winner.schedule is not None  # a framework's candidate that fits has its schedule
+        inputs = tuple(x for x in (args.model, args.profile, *(args.trace or ())) if x)
+        write_output(args.output, dumps(result.winner.schedule), inputs=inputs)
+        written = args.output
+    elif args.output and result.winner is not None:
         text, _ = torchtitan.checked_csv(result.winner, args.output)
         inputs = tuple(x for x in (args.model, args.profile, *(args.trace or ())) if x)
         write_output(args.output, text, inputs=inputs)  # never onto an input
         written = args.output
+    hint = None
+    if args.framework is not None and result.winner is not None:
+        from ..plan.frameworks import arguments
+
+        hint = arguments(args.framework, result.winner, microbatches=microbatches, layers=source.layers,
+                         written=written)
     if args.format == "json":
         doc = result.to_json()
         doc["source"] = source.title
         doc["written"] = written
+        doc["framework"] = args.framework
+        doc["arguments"] = hint
         if cal is not None:
             doc["calibration"] = cal.to_json()
         print(json.dumps(doc), file=out)
     else:
         if cal is not None:
             _print_calibration(cal, args, out)
-        title = (f"plan: {source.title}; {args.devices} pipeline devices, {microbatches} microbatches"
+        who = f"plan for {args.framework}" if args.framework else "plan"
+        title = (f"{who}: {source.title}; {args.devices} pipeline devices, {microbatches} microbatches"
                  + (f"; memory limit {table.format_bytes(source.memory_limit)}" if source.memory_limit else ""))
-        print(table.text(result, title=title, written=written), file=out)
+        print(table.text(result, title=title, written=written, framework=args.framework or "torchtitan",
+                         hint=hint), file=out)
     return EXIT_OK if result.winner is not None else EXIT_INVALID
 
 

@@ -208,7 +208,11 @@ def torchtitan_refusal(schedule: Schedule, placement: str | None) -> str | None:
     if cls is None:
         return (f"torchtitan builds the 'loop' placement, or 'v' with 2 stages per rank; this schedule "
                 f"has {placement or 'another'} placement with {schedule.stages // schedule.devices} per rank")
-    errors = [f for f in lint(schedule, "torchtitan", pipeline_schedule=cls) if f.severity == "error"]
+    from ..lint import TITAN_CUDA_GRAPHS, TITAN_TORCH_RELEASE
+
+    release_rules = (TITAN_CUDA_GRAPHS, TITAN_TORCH_RELEASE)  # the release's, not the schedule's: the options say them
+    errors = [f for f in lint(schedule, "torchtitan", pipeline_schedule=cls)
+              if f.severity == "error" and f.code not in release_rules]
     return None if not errors else f"{errors[0].code.code} {errors[0].message}"
 
 

@@ -26,13 +26,15 @@ StageSource = Union[StageProfile, Callable[[int, bool], StageProfile]]  # noqa: 
 class Source:
     """``stages``: the stage profile (or how to make one for any number of stages);
     ``memory_limit``: bytes per device, or None; ``microbatches``: what the source says a step
-    has, or None; ``title``: one line naming it; ``notes``: what its numbers assume."""
+    has, or None; ``title``: one line naming it; ``notes``: what its numbers assume;
+    ``layers``: the model's transformer layers, when a model is given."""
 
     stages: StageSource
     memory_limit: int | None
     title: str
     microbatches: int | None = None
     notes: tuple[str, ...] = ()
+    layers: int | None = None
 
 
 def _limit(text: str | int | None, device_memory: int | None) -> int | None:
@@ -74,7 +76,7 @@ def from_model(path: str | os.PathLike, *, memory_limit: str | int | None = None
     memory = f"activations calibrated on {cal.device}" if cal is not None else f"activations: backend {model.backend}"
     title = (f"{model.name or os.path.basename(str(path))} on {hw.name} "
              f"({format_bytes(hw.memory)}, {hw.efficiency:.0%} of peak; {memory})")
-    return Source(cut, limit, title, m)
+    return Source(cut, limit, title, m, layers=model.layers)
 
 
 def from_profile(path: str | os.PathLike, *, device: str | None = None,

@@ -3,6 +3,7 @@ and anything else that shows a plan render (so that they always agree)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..units import format_bytes, format_time
@@ -51,8 +52,10 @@ def status(c: Candidate) -> str:
     return text
 
 
-def text(plan: Plan, *, title: str = "", written: str | None = None) -> str:
-    """The plan as the text ``schedverify plan`` prints."""
+def text(plan: Plan, *, title: str = "", written: str | None = None, framework: str = "torchtitan",
+         hint: Sequence[str] | None = None) -> str:
+    """The plan as the text ``schedverify plan`` prints; ``hint``: how to run the winner on
+    ``framework`` (default: torchtitan's options for the CSV)."""
     table = [HEADERS, *rows(plan)]
     widths = [max(len(r[k]) for r in table) for k in range(len(HEADERS))]
     right = {0, 2, 3, 4, 5, 6}
@@ -66,13 +69,13 @@ def text(plan: Plan, *, title: str = "", written: str | None = None) -> str:
         lines += [f"    {label}: {why}" for label, why in reasons]
     win = plan.winner
     if win is None:
-        lines.append("  no schedule fits the memory limit and runs on torchtitan")
+        lines.append(f"  no schedule fits the memory limit and runs on {framework}")
     else:
         lines.append(f"  winner: {win.label}: {format_time(win.step_time or 0)} per step, "
                      f"peak {format_bytes(win.peak or 0)}")
         lines.append("    peak memory per device: " + ", ".join(
             f"{d}: {format_bytes(v)}" for d, v in enumerate(win.peak_memory)))
-        lines.append(f"    {torchtitan_hint(win, written)}")
+        lines += [f"    {h}" for h in (hint if hint is not None else [torchtitan_hint(win, written)])]
     lines += [f"  note: {n}" for n in plan.notes]
     return "\n".join(lines)
 
