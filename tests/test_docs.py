@@ -73,7 +73,7 @@ def test_the_runtime_table_says_it_needs_torch_for_its_rows():
 
 README = ROOT / "README.md"
 #: the two set-up lines CI (.ci/run) and users copy: they stay exactly as they are
-SETUP = ('pip install . && schedverify check examples/1f1b.json', 'pip install -e ".[test]" && python -m pytest')
+SETUP = ('pip install . && schedverify check examples/1f1b.json', 'pip install -e ".[test]" && python -m pytest -n auto')
 
 
 def test_the_readme_is_a_front_page_with_the_set_up_commands():
