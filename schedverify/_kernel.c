@@ -956,6 +956,101 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ scan_csv */
+
+/* scan_csv(text, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None
+ *
+ * A PyTorch schedule CSV (io/csvfmt.py) read straight into parse_rows' columns when every
+ * cell is a plain action: what parse_rows of the rows csv.reader makes of the text (with
+ * strict=True and newline="", as csvfmt._read_rows reads it), without a str or a list per
+ * cell.  Only a strict subset of CSV is taken, one whose rows csv.reader cuts exactly where
+ * this pass does: lines ended by "\n" or "\r\n" (the last one may lack it), cells cut at
+ * every ",", each cell read by parse_cell (so no quote, no space to strip, no empty cell).
+ * csv.reader makes [] of an empty line, and so does this pass: a row without actions.  Any
+ * other byte (a lone "\r", a quote, a space, a character beyond Latin-1) is in some cell,
+ * which parse_cell does not read: the pass declines and csvfmt reads the text with
+ * csv.reader, which gives the same rows or says what is wrong.
+ *
+ * Memory.  Every cell but a row's last ends at a ",", every row at a line end: the text has
+ * at most (commas) + (lines) cells, the columns are allocated for that many (counted in one
+ * pass) and cut to the cells read at the end. */
+static PyObject *
+k_scan_csv(PyObject *self, PyObject *args)
+{
+    PyObject *text, *kinds, *codes = NULL, *stages = NULL, *mbs = NULL, *lengths = NULL, *result = NULL;
+    kinds_t kt;
+    if (!PyArg_ParseTuple(args, "UO!", &text, &PyTuple_Type, &kinds) || !read_kinds(kinds, &kt, "scan_csv"))
+        return NULL;
+    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND)
+        return declined(); /* a character beyond Latin-1: in a cell parse_cell does not read */
+    const char *s = (const char *)PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text), cap = 1, n = 0, p = 0;
+    for (Py_ssize_t q = 0; q < len; q++)
+        cap += s[q] == ',' || s[q] == '\n';
+    if (cap > PY_SSIZE_T_MAX / 8)
+        return declined();
+    long long top_stage = -1, top_mb = -1;
+    if ((lengths = PyList_New(0)) == NULL)
+        goto done;
+    codes = PyBytes_FromStringAndSize(NULL, cap);
+    stages = PyBytes_FromStringAndSize(NULL, cap * 8);
+    mbs = PyBytes_FromStringAndSize(NULL, cap * 8);
+    if (!codes || !stages || !mbs)
+        goto done;
+    char *cd = PyBytes_AS_STRING(codes);
+    long long *st = (long long *)PyBytes_AS_STRING(stages), *mb = (long long *)PyBytes_AS_STRING(mbs);
+    while (p < len) { /* a line: s[p..end), then its terminator */
+        const char *nl = memchr(s + p, '\n', (size_t)(len - p));
+        Py_ssize_t end = nl == NULL ? len : nl - s, next = nl == NULL ? len : end + 1;
+        if (end > p && s[end - 1] == '\r')
+            end--; /* "\r\n": csv.reader's line end too */
+        Py_ssize_t first = n;
+        if (end > p) { /* an empty line is a row without cells, as csv.reader reads it */
+            for (;;) { /* a cell: s[p..c) */
+                const char *comma = memchr(s + p, ',', (size_t)(end - p));
+                Py_ssize_t c = comma == NULL ? end : comma - s;
+                if (n >= cap)
+                    goto not_plain;
+                int code = parse_cell(s + p, c - p, kt.text, kt.len, kt.count, &st[n], &mb[n]);
+                if (code < 0)
+                    goto not_plain;
+                cd[n] = (char)code;
+                if (st[n] > top_stage)
+                    top_stage = st[n];
+                if (mb[n] > top_mb)
+                    top_mb = mb[n];
+                n++;
+                if (comma == NULL)
+                    break;
+                p = c + 1; /* after a ",", a cell (maybe empty: parse_cell declines it) */
+            }
+        }
+        PyObject *l = PyLong_FromSsize_t(n - first);
+        if (l == NULL || PyList_Append(lengths, l) < 0) {
+            Py_XDECREF(l);
+            goto done;
+        }
+        Py_DECREF(l);
+        p = next;
+    }
+    if (_PyBytes_Resize(&codes, n) < 0 || _PyBytes_Resize(&stages, n * 8) < 0 || _PyBytes_Resize(&mbs, n * 8) < 0)
+        goto done; /* _PyBytes_Resize freed the one it could not resize and set it to NULL */
+    PyObject *rows = PyList_AsTuple(lengths);
+    if (rows != NULL) {
+        result = Py_BuildValue("(OOOOLL)", codes, stages, mbs, rows, top_stage, top_mb);
+        Py_DECREF(rows);
+    }
+    goto done;
+not_plain:
+    result = declined();
+done:
+    Py_XDECREF(codes);
+    Py_XDECREF(stages);
+    Py_XDECREF(mbs);
+    Py_XDECREF(lengths);
+    return result;
+}
+
 /* The columns of grammar.PlainRows, checked: n actions, codes below ncodes, one int64 stage
  * and microbatch each (in native byte order, as parse_rows writes them), non-negative
  * lengths summing to n.  0 with ValueError/TypeError set otherwise. */
@@ -2255,6 +2350,8 @@ static PyMethodDef methods[] = {
      "parse_rows(rows, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None."},
     {"scan_order", k_scan_order, METH_VARARGS,
      "scan_order(text, pos, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb, end) | None."},
+    {"scan_csv", k_scan_csv, METH_VARARGS,
+     "scan_csv(text, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None."},
     {"rows_of", k_rows_of, METH_VARARGS,
      "rows_of(codes, stages, mbs, lengths, action_type, kinds) -> tuple: the columns' rows of Actions."},
     {"compile_columns", k_compile_columns, METH_VARARGS,
