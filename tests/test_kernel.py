@@ -930,3 +930,66 @@ def test_format_plain_declines_what_is_not_an_action():
     assert KERNEL.format_plain([(0, "F", 0, None)], [0], Action) is None
     assert KERNEL.format_plain([Action(0, "F", 0)], [0], Action) == ["0F0"]
     assert KERNEL.format_plain([Action(True, "F", 0)], [0], Action) is None  # str(True) is 'True'
+
+
+# --------------------------------------------------------------------------- lower_plain
+
+
+def _lowered(schedule, release):
+    """PyTorch's lowering of ``schedule`` read back from its JSON text (the reader's columns
+    when the kernel reads them), as its rows, or the LoweringError's text."""
+    from schedverify.lowering import LoweringError, torch_lowering
+
+    loaded = schedverify.loads(schedverify.dumps(schedule))
+    try:
+        return torch_lowering(loaded, torch=release).order
+    except LoweringError as e:
+        return f"LoweringError: {e}"
+
+
+def assert_same_lowering(schedule, release="2.13"):
+    """The kernel's lowering (``lower_plain`` over the columns) and lowering.py's passes give
+    the same rows, action for action, or the same error; returns whether the kernel answered."""
+    with spying() as spy:
+        fast = _lowered(schedule, release)
+    with pure_python():
+        slow = _lowered(schedule, release)
+    assert fast == slow
+    return spy.answered.get("lower_plain") == 1
+
+
+compute_only = valid_schedules(overlap=False, idle=False, reduce_grad=False, bidirectional=False)
+
+
+@given(compute_only, st.sampled_from(["2.13", "2.14", "2.15"]))
+def test_kernel_lowering_equals_the_passes(schedule, release):
+    """PyTorch's 2.13/2.14 lowering in the kernel is lowering.py's, action for action (the
+    RESHARDs in the order of CPython's set, as PyTorch's); 2.15 is left to lowering.py."""
+    answered = assert_same_lowering(schedule, release)
+    assert answered == (release != "2.15" and all(schedule.order))  # every rank has an action
+
+
+@given(compute_only.flatmap(lambda s: mutations(s, kinds=("swap", "move", "drop", "duplicate", "change-index"))))
+def test_kernel_lowering_equals_the_passes_on_mutated_schedules(mutation):
+    """Deadlocked compute orders, duplicates, ranks left without actions, indices out of
+    range: the kernel gives the same rows or declines, and lowering.py raises PyTorch's
+    message for both."""
+    assert_same_lowering(mutation.schedule)
+
+
+@pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("gpipe", 3, 5), ("interleaved-1f1b", 2, 4),
+                                        ("zb-h1", 4, 8), ("zb-v", 3, 6), ("looped-bfs", 2, 3)])
+def test_kernel_lowers_the_families(family, d, m):
+    assert assert_same_lowering(generated(family, d, m))
+
+
+def test_kernel_lowering_keeps_pythons_set_order():
+    """Interleaved 1F1B with three chunks on eight ranks: rank 0 holds stages 0, 8 and 16, whose
+    ints share a slot of a set of eight, so RESHARD comes out in CPython's set order (probed,
+    not sorted), which is PyTorch's; the kernel keeps it."""
+    from schedverify.generators import generate
+
+    s = generate("interleaved-1f1b", 8, 8, chunks=3)
+    assert assert_same_lowering(s)
+    resharded = [a.stage for a in _lowered(s, "2.13")[0] if a.kind == "RESHARD"]
+    assert sorted(resharded[-3:]) == [0, 8, 16] and resharded[-3:] != [0, 8, 16]  # not sorted: probed
