@@ -131,9 +131,9 @@ def _lower_columns(schedule: Schedule, release: Release,
     if (kernel is None or cols is None or release.lowering != _KERNEL_PASSES or opts.defer_pp_recv
             or opts.changed() or schedule.placement.is_bidirectional):
         return None
-    rows: tuple[tuple[Action, ...], ...] | None = kernel.lower_plain(cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages,
-                                           schedule.microbatches, tuple(schedule.placement.routes[0]),
-                                           _KERNEL_KINDS, Action)
+    rows: tuple[tuple[Action, ...], ...] | None = kernel.lower_plain(
+        cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages, schedule.microbatches,
+        tuple(schedule.placement.routes[0]), _KERNEL_KINDS, Action)
     return rows
 
 
