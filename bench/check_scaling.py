@@ -20,9 +20,16 @@ Whether the compiled kernel (schedverify/_kernel.c) is in use is printed in the 
     python bench/check_scaling.py                # 10k, 100k, 1M actions
     python bench/check_scaling.py --sizes 10000 --torch-max 100000
     python bench/check_scaling.py --sizes 1000000 --repeat 1 --phases   # where the time goes
-    python bench/check_scaling.py --sizes --runtime-size 100000          # the semantics table only
+    python bench/check_scaling.py --sizes --runtime-size 100000 --csv-sizes  # the semantics table only
+    python bench/check_scaling.py --sizes --runtime-size 0               # the PyTorch CSV table only
 
-The last table checks one lowered schedule (1F1B after PyTorch's lowering, re-implemented in
+The PyTorch CSV table runs the CLI on the same 1F1B as schedverify/1 JSON (``check``, eager)
+and as PyTorch's CSV (``check`` with the defaults: torch-nccl semantics after PyTorch's
+lowering; ``--lowering none``; ``lower``), each in a fresh process, and gives each one's time
+and peak memory over the JSON check's (the targets at 1M compute actions: the default check
+in at most 3x the time and 2x the memory, ``lower`` in at most 5x the time).
+
+The semantics table checks one lowered schedule (1F1B after PyTorch's lowering, re-implemented in
 ``schedverify.lowering``: about 2.7 actions per compute action) under each communication
 semantics, and gives each one's time over eager's on that same file (docs/spec.md 8's
 ``torch`` and ``torch-nccl`` run in pure Python; the kernel builds the graph they share).
@@ -151,6 +158,59 @@ print(json.dumps({"seconds": t1 - t0, "actions_with_comms": n}))
 """
 
 
+# one CLI command in a fresh process, its report discarded: wall time from before the import
+# of schedverify to the exit, and the process's own peak memory
+_CLI_CHILD = r"""
+import contextlib, json, os, sys, time
+t0 = time.perf_counter()
+sys.argv = ["schedverify"] + sys.argv[2:]
+from schedverify.cli import main
+code = 0
+with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code
+wall = time.perf_counter() - t0
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")]
+print(json.dumps({"wall": wall, "rss_mb": int(hwm[0].split()[1]) / 1024 if hwm else 0, "code": code}),
+      file=sys.__stdout__)
+"""
+
+
+def csv_table(args, tmp: str) -> None:
+    """A PyTorch CSV checked with the defaults (torch-nccl semantics, PyTorch's lowering) and
+    lowered (`schedverify lower`, its re-checks and the write), against the same schedule's
+    JSON checked under eager, each in a fresh process through the CLI; the ratios are the
+    targets (at most 3x the time and 2x the memory for the check, 5x the time for lower)."""
+    from schedverify import dump, dumps_csv
+    from schedverify.generators import one_f_one_b
+
+    print(f"\nPyTorch CSV against JSON, whole process through the CLI, 1F1B on {args.devices} devices, "
+          f"best of {args.csv_repeat}")
+    print("| compute actions | command | exit | wall s | peak RSS MB | time / JSON | memory / JSON |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for size in args.csv_sizes:
+        s = one_f_one_b(args.devices, max(1, size // (2 * args.devices)))
+        js, cs, out = (os.path.join(tmp, f"c{size}.{ext}") for ext in ("json", "csv", "lowered.csv"))
+        dump(s, js)
+        with open(cs, "w", encoding="utf-8") as fh:
+            fh.write(dumps_csv(s))
+        commands = [("check s.json", ["check", js]), ("check s.csv --lowering none",
+                    ["check", cs, "--lowering", "none"]), ("check s.csv", ["check", cs]),
+                    ("lower s.csv -o out.csv", ["lower", cs, "-o", out])]
+        base = None
+        for label, argv in commands:
+            runs = [run_child(_CLI_CHILD, cs, 1800, *argv) for _ in range(args.csv_repeat)]
+            r = min((x for x in runs if x is not None), key=lambda x: x["wall"], default=None)
+            if r is None:
+                print(f"| {s.num_actions:,} | `{label}` | - | > 1800 (timed out) | - | - | - |", flush=True)
+                continue
+            base = base or r
+            print(f"| {s.num_actions:,} | `{label}` | {r['code']} | {r['wall']:.2f} | {r['rss_mb']:.0f} | "
+                  f"{r['wall'] / base['wall']:.1f}x | {r['rss_mb'] / base['rss_mb']:.1f}x |", flush=True)
+
+
 def write_schedule(path: str, actions: int, devices: int) -> None:
     sys.path.insert(0, ROOT)
     from schedverify import dump
@@ -210,6 +270,10 @@ def main() -> None:
     ap.add_argument("--torch-max", type=int, default=100_000,
                     help="largest size PyTorch's simulator is timed on (it is quadratic)")
     ap.add_argument("--torch-timeout", type=float, default=300)
+    ap.add_argument("--csv-sizes", type=int, nargs="*", default=[1_000_000], metavar="N",
+                    help="compute actions of the PyTorch CSV table (default 1,000,000, the targets' size); "
+                         "none skips it")
+    ap.add_argument("--csv-repeat", type=int, default=1, help="runs per command of the CSV table")
     ap.add_argument("--phases", action="store_true",
                     help="also print where the time goes, phase by phase, for each size")
     args = ap.parse_args()
@@ -265,6 +329,8 @@ def main() -> None:
                                                 for k, v in ph.items()) + " |", flush=True)
         if args.runtime_size:
             semantics_table(args, tmp)
+        if args.csv_sizes:
+            csv_table(args, tmp)
 
 
 if __name__ == "__main__":

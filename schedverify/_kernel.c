@@ -956,6 +956,101 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ scan_csv */
+
+/* scan_csv(text, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None
+ *
+ * A PyTorch schedule CSV (io/csvfmt.py) read straight into parse_rows' columns when every
+ * cell is a plain action: what parse_rows of the rows csv.reader makes of the text (with
+ * strict=True and newline="", as csvfmt._read_rows reads it), without a str or a list per
+ * cell.  Only a strict subset of CSV is taken, one whose rows csv.reader cuts exactly where
+ * this pass does: lines ended by "\n" or "\r\n" (the last one may lack it), cells cut at
+ * every ",", each cell read by parse_cell (so no quote, no space to strip, no empty cell).
+ * csv.reader makes [] of an empty line, and so does this pass: a row without actions.  Any
+ * other byte (a lone "\r", a quote, a space, a character beyond Latin-1) is in some cell,
+ * which parse_cell does not read: the pass declines and csvfmt reads the text with
+ * csv.reader, which gives the same rows or says what is wrong.
+ *
+ * Memory.  Every cell but a row's last ends at a ",", every row at a line end: the text has
+ * at most (commas) + (lines) cells, the columns are allocated for that many (counted in one
+ * pass) and cut to the cells read at the end. */
+static PyObject *
+k_scan_csv(PyObject *self, PyObject *args)
+{
+    PyObject *text, *kinds, *codes = NULL, *stages = NULL, *mbs = NULL, *lengths = NULL, *result = NULL;
+    kinds_t kt;
+    if (!PyArg_ParseTuple(args, "UO!", &text, &PyTuple_Type, &kinds) || !read_kinds(kinds, &kt, "scan_csv"))
+        return NULL;
+    if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND)
+        return declined(); /* a character beyond Latin-1: in a cell parse_cell does not read */
+    const char *s = (const char *)PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text), cap = 1, n = 0, p = 0;
+    for (Py_ssize_t q = 0; q < len; q++)
+        cap += s[q] == ',' || s[q] == '\n';
+    if (cap > PY_SSIZE_T_MAX / 8)
+        return declined();
+    long long top_stage = -1, top_mb = -1;
+    if ((lengths = PyList_New(0)) == NULL)
+        goto done;
+    codes = PyBytes_FromStringAndSize(NULL, cap);
+    stages = PyBytes_FromStringAndSize(NULL, cap * 8);
+    mbs = PyBytes_FromStringAndSize(NULL, cap * 8);
+    if (!codes || !stages || !mbs)
+        goto done;
+    char *cd = PyBytes_AS_STRING(codes);
+    long long *st = (long long *)PyBytes_AS_STRING(stages), *mb = (long long *)PyBytes_AS_STRING(mbs);
+    while (p < len) { /* a line: s[p..end), then its terminator */
+        const char *nl = memchr(s + p, '\n', (size_t)(len - p));
+        Py_ssize_t end = nl == NULL ? len : nl - s, next = nl == NULL ? len : end + 1;
+        if (end > p && s[end - 1] == '\r')
+            end--; /* "\r\n": csv.reader's line end too */
+        Py_ssize_t first = n;
+        if (end > p) { /* an empty line is a row without cells, as csv.reader reads it */
+            for (;;) { /* a cell: s[p..c) */
+                const char *comma = memchr(s + p, ',', (size_t)(end - p));
+                Py_ssize_t c = comma == NULL ? end : comma - s;
+                if (n >= cap)
+                    goto not_plain;
+                int code = parse_cell(s + p, c - p, kt.text, kt.len, kt.count, &st[n], &mb[n]);
+                if (code < 0)
+                    goto not_plain;
+                cd[n] = (char)code;
+                if (st[n] > top_stage)
+                    top_stage = st[n];
+                if (mb[n] > top_mb)
+                    top_mb = mb[n];
+                n++;
+                if (comma == NULL)
+                    break;
+                p = c + 1; /* after a ",", a cell (maybe empty: parse_cell declines it) */
+            }
+        }
+        PyObject *l = PyLong_FromSsize_t(n - first);
+        if (l == NULL || PyList_Append(lengths, l) < 0) {
+            Py_XDECREF(l);
+            goto done;
+        }
+        Py_DECREF(l);
+        p = next;
+    }
+    if (_PyBytes_Resize(&codes, n) < 0 || _PyBytes_Resize(&stages, n * 8) < 0 || _PyBytes_Resize(&mbs, n * 8) < 0)
+        goto done; /* _PyBytes_Resize freed the one it could not resize and set it to NULL */
+    PyObject *rows = PyList_AsTuple(lengths);
+    if (rows != NULL) {
+        result = Py_BuildValue("(OOOOLL)", codes, stages, mbs, rows, top_stage, top_mb);
+        Py_DECREF(rows);
+    }
+    goto done;
+not_plain:
+    result = declined();
+done:
+    Py_XDECREF(codes);
+    Py_XDECREF(stages);
+    Py_XDECREF(mbs);
+    Py_XDECREF(lengths);
+    return result;
+}
+
 /* The columns of grammar.PlainRows, checked: n actions, codes below ncodes, one int64 stage
  * and microbatch each (in native byte order, as parse_rows writes them), non-negative
  * lengths summing to n.  0 with ValueError/TypeError set otherwise. */
@@ -1045,6 +1140,324 @@ k_rows_of(PyObject *self, PyObject *args)
 fail:
     Py_DECREF(out); /* unset slots are NULL, which tuple dealloc skips */
     return NULL;
+}
+
+/* ------------------------------------------------------------------ lower_plain */
+
+static int read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long long hi, int32_t outside,
+                           int32_t *out);
+
+/* lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds, action_type)
+ *     -> tuple of D tuples of Actions | None
+ *
+ * The twin of lowering.torch_lowering for PyTorch 2.13 and 2.14 without defer_pp_recv
+ * (passes ``unshard_reshard``, ``reduce_grad``, ``send_recv``: lowering.add_unshard_reshard
+ * with three stages resident in a set, add_reduce_grad without waits, add_send_recv) over a
+ * compute-only schedule's columns (grammar.PlainRows): every action F, B, I or W with its
+ * stage below S and its microbatch below M.  ``rank_of`` is the route, S ints in [0, D);
+ * ``kinds`` is grammar.CODED_KINDS then UNSHARD, RESHARD, REDUCE_GRAD (codes 8, 9, 10).
+ * Declined (None): any other code or an index out of range, a rank without actions or a
+ * compute order that makes no progress (lowering.py raises PyTorch's message), and tables
+ * too large for the action count.  The rows are what the Python passes give, action for
+ * action (tests/test_kernel.py holds them equal).
+ *
+ * The resident stages live in a real Python set of the stage ints, added to and discarded
+ * from in PyTorch's sequence, so that RESHARD comes out in CPython's set order, as in
+ * PyTorch (_add_unshard_reshard iterates its set) and in lowering.py, on any CPython.  With
+ * plain actions the stages PyTorch's next_stage_indices finds from action i are the first
+ * three distinct stages from i on, in order of first appearance: one backward pass. */
+#define LOWER_RESIDENT 3
+#define LK_UNSHARD 8
+#define LK_RESHARD 9
+#define LK_REDUCE 10
+#define LK_KINDS 11
+
+typedef struct {
+    signed char *code;
+    long long *st, *mb;
+    Py_ssize_t n, cap;
+} lvec_t;
+
+static int
+lvec_push(lvec_t *v, int code, long long st, long long mb)
+{
+    if (v->n == v->cap) {
+        Py_ssize_t cap = v->cap < 16 ? 16 : v->cap * 2;
+        signed char *c = PyMem_Realloc(v->code, (size_t)cap);
+        if (c == NULL)
+            return 0;
+        v->code = c;
+        long long *s = PyMem_Realloc(v->st, (size_t)cap * sizeof(long long));
+        if (s == NULL)
+            return 0;
+        v->st = s;
+        long long *m = PyMem_Realloc(v->mb, (size_t)cap * sizeof(long long));
+        if (m == NULL)
+            return 0;
+        v->mb = m;
+        v->cap = cap;
+    }
+    v->code[v->n] = (signed char)code;
+    v->st[v->n] = st;
+    v->mb[v->n] = mb;
+    v->n++;
+    return 1;
+}
+
+static void
+lvec_free(lvec_t *v)
+{
+    PyMem_Free(v->code);
+    PyMem_Free(v->st);
+    PyMem_Free(v->mb);
+}
+
+/* The unshard/reshard and reduce-grad passes over one rank's n actions, into *out: 1, 0 with
+ * MemoryError, -1 with another exception set. */
+static int
+lower_bookkeeping(const unsigned char *code, const long long *st, const long long *mb, Py_ssize_t n,
+                  long long M, long long *count, long long (*next)[LOWER_RESIDENT], int *nnext, lvec_t *out)
+{
+    /* next[i]: the first distinct stages from action i on (at most three), nnext[i] of them */
+    for (Py_ssize_t i = n - 1; i >= 0; i--) {
+        int k = 0;
+        next[i][k++] = st[i];
+        if (i + 1 < n)
+            for (int j = 0; j < nnext[i + 1] && k < LOWER_RESIDENT; j++)
+                if (next[i + 1][j] != st[i])
+                    next[i][k++] = next[i + 1][j];
+        nnext[i] = k;
+    }
+    PyObject *active = PySet_New(NULL);
+    if (active == NULL)
+        return -1;
+    int ok = -1;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        /* the resident stages in the set's iteration order (the last step: all of them) */
+        long long in_set[LOWER_RESIDENT * 2];
+        int nin = 0;
+        PyObject *it = PyObject_GetIter(active), *key;
+        if (it == NULL)
+            goto done;
+        while ((key = PyIter_Next(it)) != NULL) {
+            if (nin < LOWER_RESIDENT * 2)
+                in_set[nin++] = PyLong_AsLongLong(key);
+            Py_DECREF(key);
+        }
+        Py_DECREF(it);
+        if (PyErr_Occurred())
+            goto done;
+        int nres = i < n ? nnext[i] : 0;
+        const long long *res = i < n ? next[i] : NULL;
+        for (int e = 0; e < nin; e++) { /* evict: in the set, not among the next stages */
+            int keep = 0;
+            for (int r = 0; r < nres; r++)
+                keep |= res[r] == in_set[e];
+            if (keep)
+                continue;
+            PyObject *s = index_object(in_set[e]);
+            if (s == NULL || PySet_Discard(active, s) < 0) {
+                Py_XDECREF(s);
+                goto done;
+            }
+            Py_DECREF(s);
+            if (!lvec_push(out, LK_RESHARD, in_set[e], -1))
+                goto nomem;
+        }
+        if (i == n)
+            break;
+        for (int r = 0; r < nres; r++) { /* fetch: the next stages not in the set */
+            int have = 0;
+            for (int e = 0; e < nin; e++)
+                have |= res[r] == in_set[e];
+            if (have)
+                continue;
+            PyObject *s = index_object(res[r]);
+            if (s == NULL || PySet_Add(active, s) < 0) {
+                Py_XDECREF(s);
+                goto done;
+            }
+            Py_DECREF(s);
+            if (!lvec_push(out, LK_UNSHARD, res[r], -1))
+                goto nomem;
+        }
+        if (!lvec_push(out, code[i], st[i], mb[i]))
+            goto nomem;
+        if ((code[i] == 1 || code[i] == 3) && ++count[st[i]] == M) /* B or W: the stage's last */
+            if (!lvec_push(out, LK_REDUCE, st[i], -1))
+                goto nomem;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) /* the counts are each rank's own */
+        count[st[i]] = 0;
+    ok = 1;
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    Py_DECREF(active);
+    return ok;
+}
+
+static PyObject *
+k_lower_plain(PyObject *self, PyObject *args)
+{
+    PyObject *codes, *stages, *mbs, *lengths, *rank_o, *kinds, *result = NULL;
+    PyTypeObject *type;
+    long long S, M;
+    if (!PyArg_ParseTuple(args, "SSSO!LLOO!O!", &codes, &stages, &mbs, &PyTuple_Type, &lengths, &S, &M,
+                          &rank_o, &PyTuple_Type, &kinds, &PyType_Type, &type))
+        return NULL;
+    columns_t c;
+    if (!read_columns(codes, stages, mbs, lengths, 256, &c, "lower_plain") || !action_layout(type, "lower_plain"))
+        return NULL;
+    if (PyTuple_GET_SIZE(kinds) != LK_KINDS) {
+        PyErr_SetString(PyExc_ValueError, "lower_plain: eleven kinds");
+        return NULL;
+    }
+    for (int k = 0; k < LK_KINDS; k++)
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(kinds, k))) {
+            PyErr_SetString(PyExc_TypeError, "lower_plain: the kinds must be str");
+            return NULL;
+        }
+    Py_ssize_t D = c.D, n = c.n;
+    if (S <= 0 || M <= 0) {
+        PyErr_SetString(PyExc_ValueError, "lower_plain: S and M must be at least 1");
+        return NULL;
+    }
+    /* the tables: a count per stage, and per rank a bit per (stage, microbatch) and each of
+     * F, B, I, RECV_F, RECV_B (what add_send_recv's ready() asks of a rank's past) */
+    if (D == 0 || S > 2 * n + 1024 || (double)D * (double)S * (double)M * 5.0 > (double)(1LL << 31))
+        return declined();
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (c.code[i] > 3 || c.stage[i] < 0 || c.stage[i] >= S || c.mb[i] < 0 || c.mb[i] >= M)
+            return declined();
+    scratch_t sc = {{0}, 0};
+    lvec_t *mid = NULL, *out = NULL;
+    int32_t *rank = scratch_array(&sc, S, sizeof(int32_t), 0);
+    long long *count = scratch_array(&sc, S, sizeof(long long), 1);
+    long long (*next)[LOWER_RESIDENT] = scratch_array(&sc, n, sizeof(long long[LOWER_RESIDENT]), 0);
+    int *nnext = scratch_array(&sc, n, sizeof(int), 0);
+    Py_ssize_t *head = scratch_array(&sc, D, sizeof(Py_ssize_t), 1);
+    long long bits = D * S * M * 5;
+    unsigned char *seen = scratch_array(&sc, (Py_ssize_t)(bits / 8 + 1), 1, 1);
+    mid = PyMem_Calloc((size_t)D, sizeof(lvec_t));
+    out = PyMem_Calloc((size_t)D, sizeof(lvec_t));
+    if (!rank || !count || !next || !nnext || !head || !seen || !mid || !out) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    int got = read_small_ints(rank_o, S, 0, D, -1, rank);
+    if (got < 0)
+        goto done;
+    if (got == 0)
+        goto not_plain;
+    for (long long s = 0; s < S; s++)
+        if (rank[s] < 0)
+            goto not_plain;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        Py_ssize_t len = PyLong_AsSsize_t(PyTuple_GET_ITEM(lengths, d));
+        if (len == 0)
+            goto not_plain; /* PyTorch's _add_send_recv asserts every rank has an action */
+        int r = lower_bookkeeping(c.code + at, c.stage + at, c.mb + at, len, M, count, next, nnext, &mid[d]);
+        if (r <= 0)
+            goto done;
+        at += len;
+    }
+#define SEEN(d, s, m, k) (((((long long)(d) * S + (s)) * M + (m)) * 5) + (k))
+#define TEST(b) ((seen[(b) >> 3] >> ((b) & 7)) & 1)
+#define MARK(b) (seen[(b) >> 3] |= (unsigned char)(1u << ((b) & 7)))
+    /* the bit of each kind add_send_recv's ready() asks about: F, B, I, RECV_F, RECV_B */
+    static const int seen_kind[LK_KINDS] = {0, 1, 2, -1, -1, 3, -1, 4, -1, -1, -1};
+    Py_ssize_t left = D;
+    while (left > 0) {
+        int progress = 0;
+        for (Py_ssize_t d = 0; d < D; d++) {
+            if (head[d] == mid[d].n)
+                continue;
+            Py_ssize_t h = head[d];
+            int k = mid[d].code[h];
+            long long s = mid[d].st[h], m = mid[d].mb[h];
+            int ready = 1;
+            if (k == 0 && s != 0)
+                ready = TEST(SEEN(d, s, m, 3)) || TEST(SEEN(d, s - 1, m, 0));
+            else if ((k == 1 || k == 2) && s != S - 1)
+                ready = TEST(SEEN(d, s, m, 4)) || TEST(SEEN(d, s + 1, m, 2)) || TEST(SEEN(d, s + 1, m, 1));
+            if (!ready)
+                continue;
+            if (!lvec_push(&out[d], k, s, m))
+                goto nomem;
+            if (seen_kind[k] >= 0)
+                MARK(SEEN(d, s, m, seen_kind[k]));
+            int comm = 0; /* the SEND code, its RECV's code and stage */
+            long long rs = 0;
+            if (k == 0 && s != S - 1 && rank[s + 1] != rank[s])
+                comm = 4, rs = s + 1;
+            else if ((k == 1 || k == 2) && s != 0 && rank[s - 1] != rank[s])
+                comm = 6, rs = s - 1;
+            if (comm) {
+                Py_ssize_t dest = rank[rs];
+                if (!lvec_push(&out[d], comm, s, m) || !lvec_push(&out[dest], comm + 1, rs, m))
+                    goto nomem;
+                MARK(SEEN(dest, rs, m, comm == 4 ? 3 : 4));
+            }
+            if (++head[d] == mid[d].n)
+                left--;
+            progress = 1;
+        }
+        if (!progress)
+            goto not_plain; /* the compute order deadlocks: lowering.py raises PyTorch's message */
+    }
+#undef SEEN
+#undef TEST
+#undef MARK
+    result = PyTuple_New(D);
+    if (result == NULL)
+        goto done;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        PyObject *row = PyTuple_New(out[d].n);
+        if (row == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(result, d, row);
+        for (Py_ssize_t p = 0; p < out[d].n; p++) {
+            PyObject *kind = PyTuple_GET_ITEM(kinds, out[d].code[p]), *a;
+            if (out[d].mb[p] < 0) { /* bookkeeping: no microbatch */
+                PyObject *s = index_object(out[d].st[p]);
+                Py_INCREF(Py_None);
+                a = s ? new_action(type, s, kind, Py_None) : NULL;
+                if (a == NULL) {
+                    Py_XDECREF(s);
+                    Py_DECREF(Py_None);
+                }
+            } else {
+                a = plain_action(type, out[d].st[p], kind, out[d].mb[p]);
+            }
+            if (a == NULL)
+                goto fail;
+            PyTuple_SET_ITEM(row, p, a);
+        }
+    }
+    goto done;
+fail:
+    Py_CLEAR(result);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+    goto done;
+not_plain:
+    result = declined();
+done:
+    if (mid != NULL)
+        for (Py_ssize_t d = 0; d < D; d++)
+            lvec_free(&mid[d]);
+    if (out != NULL)
+        for (Py_ssize_t d = 0; d < D; d++)
+            lvec_free(&out[d]);
+    PyMem_Free(mid);
+    PyMem_Free(out);
+    scratch_free(&sc);
+    return result;
 }
 
 /* ------------------------------------------------------------------ compile_plain */
@@ -2255,6 +2668,10 @@ static PyMethodDef methods[] = {
      "parse_rows(rows, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None."},
     {"scan_order", k_scan_order, METH_VARARGS,
      "scan_order(text, pos, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb, end) | None."},
+    {"lower_plain", k_lower_plain, METH_VARARGS,
+     "lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds, action_type) -> rows | None."},
+    {"scan_csv", k_scan_csv, METH_VARARGS,
+     "scan_csv(text, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None."},
     {"rows_of", k_rows_of, METH_VARARGS,
      "rows_of(codes, stages, mbs, lengths, action_type, kinds) -> tuple: the columns' rows of Actions."},
     {"compile_columns", k_compile_columns, METH_VARARGS,

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any, cast
 
+from . import _accel
 from .errors import LoweringError, UsageError
+from .grammar import CODED_KINDS
 from .model import (
     B,
     F,
@@ -80,6 +82,9 @@ def torch_lowering(schedule: Schedule, *, defer_recv: bool | None = None, torch:
     if schedule.has_explicit_comm:
         raise LoweringError("the schedule already lists SEND/RECV: PyTorch lowers only compute-only "
                             "schedules (format='compute_only')")
+    fast = _lower_columns(schedule, release, opts)
+    if fast is not None:
+        return schedule.with_(order=fast, name=_lowered_name(schedule, release, opts))
     for d, row in enumerate(schedule.order):  # _prepare_schedule_with_comms's own check
         for k, a in enumerate(row):
             if a is not None and a.kind not in (F, B, I, W, OVERLAP_F_B):
@@ -101,8 +106,35 @@ def torch_lowering(schedule: Schedule, *, defer_recv: bool | None = None, torch:
     for name in release.lowering:
         rows = _PASSES[name](rows, ctx)
     order = tuple(tuple(rows[d]) for d in range(schedule.devices))
-    return schedule.with_(order=order, name=f"{schedule.name or 'schedule'} lowered by torch {release.version}"
-                          + (" (defer_pp_recv)" if opts.defer_pp_recv else ""))
+    return schedule.with_(order=order, name=_lowered_name(schedule, release, opts))
+
+
+def _lowered_name(schedule: Schedule, release: Release, opts: RuntimeOptions) -> str:
+    return (f"{schedule.name or 'schedule'} lowered by torch {release.version}"
+            + (" (defer_pp_recv)" if opts.defer_pp_recv else ""))
+
+
+#: the passes the kernel's ``lower_plain`` runs (PyTorch 2.13 and 2.14), when defer_pp_recv is off
+_KERNEL_PASSES = ("unshard_reshard", "reduce_grad", "send_recv", "defer_recv")
+_KERNEL_KINDS = CODED_KINDS + (UNSHARD, RESHARD, REDUCE_GRAD)
+
+
+def _lower_columns(schedule: Schedule, release: Release,
+                   opts: RuntimeOptions) -> tuple[tuple[Action, ...], ...] | None:
+    """The lowered rows from the compiled kernel (``lower_plain``: this module's passes over
+    the reader's columns, action for action), or None: no kernel, no columns (a schedule
+    built from Actions), another release's passes or options, a bidirectional placement, or
+    anything the kernel declines (an index out of range, a rank without actions, a compute
+    order that deadlocks); then the passes below run, and raise PyTorch's messages."""
+    kernel = _accel.kernel
+    cols = schedule.columns
+    if (kernel is None or cols is None or release.lowering != _KERNEL_PASSES or opts.defer_pp_recv
+            or opts.changed() or schedule.placement.is_bidirectional):
+        return None
+    rows: tuple[tuple[Action, ...], ...] | None = kernel.lower_plain(
+        cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages, schedule.microbatches,
+        tuple(schedule.placement.routes[0]), _KERNEL_KINDS, Action)
+    return rows
 
 
 def _release_and_options(torch, options, defer_recv: bool | None) -> tuple[Release, RuntimeOptions]:

@@ -513,6 +513,96 @@ def test_scan_order_reads_what_json_and_parse_rows_read(text):
         assert end == value_end
 
 
+# PyTorch CSV text: rows of cells, mostly plain, joined by "," and a line end of either kind,
+# then, now and then, a character cut out or put in (a quote, a space, an idle slot, a lone
+# carriage return, a non-Latin-1 character): valid files and files csv.reader or the action
+# grammar refuse, or read otherwise
+csv_cells = st.one_of(plain_cells, plain_cells, plain_cells, st.sampled_from(
+    ["", " 0F1", "0F1 ", '"0F1"', "0B" + "9" * 19, "0" * 20 + "1F2", "0REDUCE_GRAD1", "0UNSHARD", "1X1",
+     "(0F0;0B1)OVERLAP_F_B", "\uff10F1", "0F\u0661", "é"]))
+
+
+@st.composite
+def csv_texts(draw):
+    table = draw(st.lists(st.lists(csv_cells, max_size=5), max_size=5))
+    end = draw(st.sampled_from(["\n", "\r\n"]))
+    text = end.join(",".join(row) for row in table) + draw(st.sampled_from(["", end, end + end]))
+    for _ in range(draw(st.integers(0, 2))):
+        at = draw(st.integers(0, len(text)))
+        put = draw(st.sampled_from(["", ",", "\n", "\r", '"', " ", "0", "F", "😀", "\x00"]))
+        text = text[:at] + put + text[at + 1:]
+    return text
+
+
+def _read_csv(text, **options):
+    """The Schedule the CSV reader makes of ``text``, or the InputError's text."""
+    from schedverify.errors import InputError
+    from schedverify.io import csvfmt
+
+    try:
+        return csvfmt.loads(text, "t.csv", **options)
+    except InputError as e:
+        return f"InputError: {e}"
+
+
+@example("0F0,0F1\n1F0,1F1\n", {})
+@example("0F0\r\n\r\n1F0", {})  # an empty line: a device without actions
+@example("0F0\n\n", {})
+@example("0F0,\n1F0", {})  # an idle slot: csv.reader's reader
+@example("0F0\r1F0", {})  # a lone carriage return ends a line for csv.reader: declined
+@example('"0F0",1F0', {})
+@example("0F0 ,1F0", {})
+@example("0F0,1X0\n1F0,1Y0", {})  # two bad cells: one message naming both
+@example("0F" + "9" * 19, {})
+@example("\n", {})
+@example("0F0\x00", {})
+@given(csv_texts(), st.sampled_from([{}, {"devices": 6}, {"stages": 3, "microbatches": 2}, {"placement": "v"},
+                                     {"grammar": "torch-legacy"}]))
+def test_csv_is_read_as_csv_reader_and_parse_row_read_it(text, options):
+    """A PyTorch CSV read by the kernel in one pass (``scan_csv``) gives the Schedule the
+    Python reader (csv.reader, then parse_row) gives, or the same error, word for word; the
+    kernel declines every text that is not rows of plain cells, and then the Python reader
+    answers for both."""
+    with spying() as spy:
+        fast = _read_csv(text, **options)
+    with pure_python():
+        slow = _read_csv(text, **options)
+    assert fast == slow
+    if not isinstance(fast, str) and fast.columns is not None:  # read from the columns
+        assert spy.answered.get("scan_csv") == 1
+        assert fast.order == slow.order and fast.placement == slow.placement
+        assert (fast.devices, fast.stages, fast.microbatches) == (slow.devices, slow.stages, slow.microbatches)
+
+
+@pytest.mark.parametrize("family,d,m", [("1f1b", 4, 16), ("gpipe", 3, 5), ("interleaved-1f1b", 2, 4), ("zb-v", 3, 6)])
+def test_a_pytorch_csv_is_read_into_columns(tmp_path, family, d, m):
+    """A generated schedule's CSV reaches the Schedule as columns scanned from its text, the
+    placement inferred from them, equal to the Python reader's and to the schedule written."""
+    s = generated(family, d, m)
+    path = tmp_path / "s.csv"
+    path.write_text(schedverify.dumps_csv(s))
+    with spying() as spy:
+        fast = schedverify.load(str(path))
+    assert spy.answered.get("scan_csv") == 1 and "parse_row" not in spy.answered
+    with pure_python():
+        slow = schedverify.load(str(path))
+    assert fast.columns is not None and slow.columns is None and fast == slow
+    assert fast.order == s.order and fast.placement == s.placement
+
+
+def test_a_csv_over_the_caps_is_refused_in_the_python_readers_words():
+    """Over the cap on devices or actions the columns are left and the Python reader refuses
+    the file, naming the cap, as it does without the kernel."""
+    from schedverify.limits import limits
+
+    cap = limits()
+    text = "\n".join(["0F0"] * (cap.devices + 1))
+    fast = _read_csv(text)
+    with pure_python():
+        slow = _read_csv(text)
+    assert isinstance(fast, str) and fast == slow and "devices" in fast
+
+
 documents = st.dictionaries(
     st.sampled_from(["format", "name", "order", "devices", "metadata", "x", "é"]),
     st.one_of(st.lists(rows, max_size=3), st.text(max_size=4), st.integers(), st.none(),
@@ -662,6 +752,9 @@ BAD_CALLS = [
     ("scan_order('[]', -1, KINDS8)", "ValueError"),
     ("scan_order(b'[]', 0, KINDS8)", "TypeError"),  # bytes are not a str
     ("scan_order('[]', 0, ('F', 1))", "TypeError"),
+    ("scan_csv(b'0F0', KINDS8)", "TypeError"),  # bytes are not a str
+    ("scan_csv('0F0', ('F', 1))", "TypeError"),
+    ("scan_csv('0F0', KINDS8 * 3)", "ValueError"),  # at most 16 kinds
     ("rows_of(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (2,), Action, KINDS8)", "ValueError"),  # lengths
     ("rows_of(b'\\x09', b'\\x00' * 8, b'\\x00' * 8, (1,), Action, KINDS8)", "ValueError"),  # a code
     ("rows_of(b'\\x00', b'\\x00' * 7, b'\\x00' * 8, (1,), Action, KINDS8)", "ValueError"),  # int64s
@@ -837,3 +930,66 @@ def test_format_plain_declines_what_is_not_an_action():
     assert KERNEL.format_plain([(0, "F", 0, None)], [0], Action) is None
     assert KERNEL.format_plain([Action(0, "F", 0)], [0], Action) == ["0F0"]
     assert KERNEL.format_plain([Action(True, "F", 0)], [0], Action) is None  # str(True) is 'True'
+
+
+# --------------------------------------------------------------------------- lower_plain
+
+
+def _lowered(schedule, release):
+    """PyTorch's lowering of ``schedule`` read back from its JSON text (the reader's columns
+    when the kernel reads them), as its rows, or the LoweringError's text."""
+    from schedverify.lowering import LoweringError, torch_lowering
+
+    loaded = schedverify.loads(schedverify.dumps(schedule))
+    try:
+        return torch_lowering(loaded, torch=release).order
+    except LoweringError as e:
+        return f"LoweringError: {e}"
+
+
+def assert_same_lowering(schedule, release="2.13"):
+    """The kernel's lowering (``lower_plain`` over the columns) and lowering.py's passes give
+    the same rows, action for action, or the same error; returns whether the kernel answered."""
+    with spying() as spy:
+        fast = _lowered(schedule, release)
+    with pure_python():
+        slow = _lowered(schedule, release)
+    assert fast == slow
+    return spy.answered.get("lower_plain") == 1
+
+
+compute_only = valid_schedules(overlap=False, idle=False, reduce_grad=False, bidirectional=False)
+
+
+@given(compute_only, st.sampled_from(["2.13", "2.14", "2.15"]))
+def test_kernel_lowering_equals_the_passes(schedule, release):
+    """PyTorch's 2.13/2.14 lowering in the kernel is lowering.py's, action for action (the
+    RESHARDs in the order of CPython's set, as PyTorch's); 2.15 is left to lowering.py."""
+    answered = assert_same_lowering(schedule, release)
+    assert answered == (release != "2.15" and all(schedule.order))  # every rank has an action
+
+
+@given(compute_only.flatmap(lambda s: mutations(s, kinds=("swap", "move", "drop", "duplicate", "change-index"))))
+def test_kernel_lowering_equals_the_passes_on_mutated_schedules(mutation):
+    """Deadlocked compute orders, duplicates, ranks left without actions, indices out of
+    range: the kernel gives the same rows or declines, and lowering.py raises PyTorch's
+    message for both."""
+    assert_same_lowering(mutation.schedule)
+
+
+@pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("gpipe", 3, 5), ("interleaved-1f1b", 2, 4),
+                                        ("zb-h1", 4, 8), ("zb-v", 3, 6), ("looped-bfs", 2, 3)])
+def test_kernel_lowers_the_families(family, d, m):
+    assert assert_same_lowering(generated(family, d, m))
+
+
+def test_kernel_lowering_keeps_pythons_set_order():
+    """Interleaved 1F1B with three chunks on eight ranks: rank 0 holds stages 0, 8 and 16, whose
+    ints share a slot of a set of eight, so RESHARD comes out in CPython's set order (probed,
+    not sorted), which is PyTorch's; the kernel keeps it."""
+    from schedverify.generators import generate
+
+    s = generate("interleaved-1f1b", 8, 8, chunks=3)
+    assert assert_same_lowering(s)
+    resharded = [a.stage for a in _lowered(s, "2.13")[0] if a.kind == "RESHARD"]
+    assert sorted(resharded[-3:]) == [0, 8, 16] and resharded[-3:] != [0, 8, 16]  # not sorted: probed

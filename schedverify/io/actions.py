@@ -78,6 +78,19 @@ def scan_order(text: str, pos: int) -> tuple[PlainRows, int] | None:
     return None if got is None else (PlainRows(*got[:-1]), got[-1])
 
 
+def scan_csv(text: str) -> PlainRows | None:
+    """A PyTorch CSV's rows of plain actions read straight from the text into columns (the
+    kernel's ``scan_csv``): what :func:`parse_rows` makes of the rows ``csv.reader`` reads,
+    without a str per cell.  None when the kernel is not built or the text is anything
+    else (a quote, a space, an idle slot, a cell that is not plain, a lone carriage
+    return): then ``csv.reader`` and :func:`parse_row` read it, and say what is wrong."""
+    kernel = _accel.kernel
+    if kernel is None:
+        return None
+    got = kernel.scan_csv(text, _PLAIN_KINDS)
+    return None if got is None else PlainRows(*got)
+
+
 def parse_row(cells: list) -> list[Action] | None:
     """Parse a row of plain actions (``3F1``, ``0SEND_B2``: no bookkeeping, no overlap, no
     idle slot) in bulk.  Returns None when any cell needs :func:`parse_action` (which then

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import csv
 import io
+from array import array
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from operator import attrgetter
+from typing import Any
 
 from ..errors import InputError
 from ..limits import limits
 from ..model import (Action, Placement, PlacementSpec, RuleMap, Schedule, as_schedule, infer_sizes, leaf_rows,
                      rule_map, stage_devices)
-from .actions import CellErrors, check_grammar, legacy_rows, parse_row
+from ..grammar import PlainRows
+from .actions import CellErrors, check_grammar, legacy_rows, parse_row, scan_csv
 from .files import as_text
 from .jsonfmt import refuse_huge_index
 
@@ -47,6 +51,47 @@ def loads(
     text = as_text(text, source)
     if not text or text.isspace():  # (text.strip() would copy a large file to say so)
         raise InputError("the file is empty", source=source)
+    # every cell plain: the kernel reads the text into columns in one pass, as csv.reader
+    # and parse_row would read it; over a cap, the reader below refuses it in its words
+    columns = scan_csv(text) if grammar == "torch" else None
+    if columns is not None and (len(columns.lengths) > cap.devices or columns.n > cap.actions):
+        columns = None
+    order: Any
+    if columns is not None:
+        order, rows_read = columns, len(columns.lengths)
+    else:
+        order = _read_order(text, source, cap, grammar)
+        rows_read = len(order)
+    if devices is None:
+        devices = rows_read
+    elif devices < rows_read:
+        raise InputError(f"the file has {rows_read} rows (one per device) but devices is {devices}",
+                         source=source)
+    if columns is not None:
+        order = replace(columns, lengths=columns.lengths + (0,) * (devices - rows_read))
+    else:
+        order += [()] * (devices - rows_read)
+    stages, microbatches = infer_sizes(order, devices, stages, microbatches)
+    if max(stages, microbatches) > cap.size:
+        refuse_huge_index(order.make() if columns is not None else order, source,
+                          lambda d, p: f"row {d + 1}, column {p + 1}")
+    if placement is not None:
+        try:
+            pl = Placement.of(placement, devices, stages)
+        except ValueError as e:
+            raise InputError(str(e), source=source, where="placement") from None
+    else:
+        pl = infer_placement(order, devices, stages, microbatches)
+    if columns is None:
+        order = tuple(order)
+    # a PyTorch CSV is what PyTorch's runtime executes: by default, as it does over NCCL
+    return Schedule(devices, stages, microbatches, order, pl, comm_semantics="torch-nccl",
+                    metadata={"source_format": "pytorch-csv"})
+
+
+def _read_order(text: str, source: str, cap, grammar: str) -> list[tuple[Action | None, ...]]:
+    """The rows of Actions (None: an idle slot) as ``csv.reader`` reads the text, every bad
+    cell named (row, column and text) in one :class:`InputError`."""
     rows = [list(map(str.strip, row)) for row in _read_rows(text, source, cap)]
     if grammar == "torch-legacy":
         rows = legacy_rows(rows, source)
@@ -58,25 +103,7 @@ def loads(
             out = errors.parse(cells, lambda p, d=d: f"row {d + 1}, column {p + 1}")
         order.append(tuple(out))
     errors.raise_any()
-    if devices is None:
-        devices = len(order)
-    elif devices < len(order):
-        raise InputError(f"the file has {len(order)} rows (one per device) but devices is {devices}",
-                         source=source)
-    order += [()] * (devices - len(order))
-    stages, microbatches = infer_sizes(order, devices, stages, microbatches)
-    if max(stages, microbatches) > cap.size:
-        refuse_huge_index(order, source, lambda d, p: f"row {d + 1}, column {p + 1}")
-    if placement is not None:
-        try:
-            pl = Placement.of(placement, devices, stages)
-        except ValueError as e:
-            raise InputError(str(e), source=source, where="placement") from None
-    else:
-        pl = infer_placement(order, devices, stages, microbatches)
-    # a PyTorch CSV is what PyTorch's runtime executes: by default, as it does over NCCL
-    return Schedule(devices, stages, microbatches, tuple(order), pl, comm_semantics="torch-nccl",
-                    metadata={"source_format": "pytorch-csv"})
+    return order
 
 
 def _read_rows(text: str, source: str, cap) -> list[list[str]]:
@@ -114,7 +141,7 @@ def _uniform_placement(order, devices: int, stages: int) -> PlacementSpec | None
     """``"loop"`` or ``"v"`` when every action (with every stage appearing, for ``"v"``)
     sits where that placement puts it: what :func:`infer_placement` would conclude, found
     with one set of stages per row instead of a vote per action."""
-    per_row = [set(map(_STAGE, acts)) for acts in leaf_rows(order)]
+    per_row = _stage_sets(order)
     everything = set().union(*per_row)
     if not all(type(s) is int and 0 <= s < stages for s in everything):
         return None  # None stages (malformed) or out of range: let the vote handle them
@@ -124,6 +151,17 @@ def _uniform_placement(order, devices: int, stages: int) -> PlacementSpec | None
                 spec == "loop" or len(everything) == stages):
             return spec
     return None
+
+
+def _stage_sets(order) -> list[set]:
+    """Each row's set of stages (of its leaves), read off the columns when given so."""
+    if isinstance(order, PlainRows):
+        stages, out, i = array("q", order.stages), [], 0
+        for length in order.lengths:
+            out.append(set(stages[i:i + length]))
+            i += length
+        return out
+    return [set(map(_STAGE, acts)) for acts in leaf_rows(order)]
 
 
 _STAGE = attrgetter("stage")
@@ -141,7 +179,8 @@ def infer_placement(order, devices: int, stages: int, microbatches: int) -> Plac
     uniform = _uniform_placement(order, devices, stages)
     if uniform is not None:
         return Placement.of(uniform, devices, stages)
-    return _vote_placement(order, devices, stages, microbatches)
+    return _vote_placement(order.make() if isinstance(order, PlainRows) else order, devices, stages,
+                           microbatches)
 
 
 def _vote_placement(order, devices: int, stages: int, microbatches: int) -> Placement:
