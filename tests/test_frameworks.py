@@ -23,7 +23,7 @@ from schedverify.engines import disagreements
 from schedverify.errors import UsageError
 from schedverify.frameworks import deepspeed as ds
 from schedverify.frameworks import megatron as mg
-from schedverify.grammar import BATCH, OVERLAP_F_B, RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F
+from schedverify.grammar import BATCH, OVERLAP_F_B, RECV_B, RECV_F, SEND_B, SEND_F, Action, B, F, batch
 
 z3check = pytest.importorskip("schedverify.smt.check")
 
@@ -205,6 +205,109 @@ def test_deepspeed_refusals():
             ds.schedule(**kwargs)
 
 
+# ------------------------------------------------------------------ deepspeed: DualPipeV
+
+
+def dualpipev(stages, m):
+    return ds.schedule(stages, m, dualpipev=True, steps=ds.dualpipev_steps)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 5), st.integers(0, 6), st.sampled_from(["torch", "torch-nccl"]))
+def test_every_dualpipev_import_runs_each_microbatch_down_and_back_and_checks_valid(stages, extra, semantics):
+    """DualPipeVSchedule: rank r holds stages r and 2S-1-r (placement v), runs every
+    microbatch's forward and backward once in each, and posts every send and receive in a
+    BATCH (a CommitP2P); valid on DualPipeVEngine, by both engines."""
+    m = 2 * stages + extra
+    s = dualpipev(stages, m)
+    assert s.stages == 2 * stages and s.metadata["engine"] == "DualPipeVEngine"
+    assert s.metadata["num_pipe_buffers"] == [2 * m] * stages
+    for r, row in enumerate(s.order):
+        assert all(a.kind in (F, B, BATCH) for a in row)
+        for stage in (r, 2 * stages - 1 - r):
+            for kind in (F, B):
+                assert [a.microbatch for a in row if a.kind == kind and a.stage == stage] == list(range(m))
+        ops = [x for a in row if a.kind == BATCH for x in a.sub]
+        # per microbatch and neighbouring rank: an activation and a gradient each way, in each
+        # phase's direction (none at the turn on the last rank)
+        assert len(ops) == 4 * m * ((r > 0) + (r < stages - 1))
+    g = sv.check(s, comm_semantics=semantics)
+    assert g.is_valid, [str(v) for v in g.violations[:2]]
+    assert g.profile.release.name == "deepspeed 0.19.8 DualPipeVEngine"
+    assert disagreements(g, z3check.check_z3(s, comm_semantics=semantics)) == []
+
+
+def test_dualpipev_steps_and_its_batches():
+    """DualPipeVSchedule(4, 2, 0): the opening steps as DeepSpeed 0.19.8 yields them (read
+    from its steps()), and the CommitP2P of step 5 posting four queued operations at once."""
+    steps = ds.dualpipev_steps(4, 2, 0)
+    assert steps[0] == [("CommitP2P", None, None), ("LoadMicroBatch", None, 0), ("ForwardPass", 0, 0),
+                        ("SendActivation", 0, 0)]
+    assert steps[2] == [] and steps[-1][0] == ("CommitP2P", None, None)
+    row = [str(a) for a in dualpipev(2, 4).order[0]]
+    assert row[:4] == ["0F0", "(0SEND_F0)BATCH", "0F1", "(0SEND_F1)BATCH"]
+    assert "(0SEND_F3;3SEND_B1;3RECV_F2;0RECV_B0)BATCH" in row
+
+
+@pytest.mark.parametrize("stages,m", [(2, 3), (4, 7), (1, 1)])
+def test_dualpipev_refuses_fewer_than_twice_the_stages_microbatches(stages, m):
+    message = f"DualPipeV needs at least 2 * stages = {2 * stages} micro-batches (gradient_accumulation_steps), got {m}"
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
+        ds.schedule(stages, m, dualpipev=True)
+    code, _, err = cli("import", "deepspeed", "--stages", str(stages), "-M", str(m), "--dualpipev")
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def _split_commits(s):
+    """Every CommitP2P of every rank split into one per queued operation, in queue order."""
+    return s.with_(order=tuple(tuple(x for a in row for x in ((batch(y) for y in a.sub) if a.kind == BATCH
+                                                              else (a,)))
+                               for row in s.order))
+
+
+def test_dualpipev_split_commits_deadlock_where_the_batch_does_not():
+    """Posted one CommitP2P per operation, rank 0 waits for its activation send to rank 1
+    while rank 1 waits for its own send to rank 0: the opposite sends of one batch no longer
+    go together (gloo: each waits for its receive; NCCL: one stream per rank, in order)."""
+    from schedverify.render.text import report_text
+
+    s = dualpipev(2, 4)
+    bad = _split_commits(s)
+    for semantics in ("torch", "torch-nccl"):
+        g = sv.check(bad, comm_semantics=semantics)
+        assert g.codes()[0] in ("SV402", "SV405"), g.codes()
+        assert disagreements(g, z3check.check_z3(bad, comm_semantics=semantics)) == []
+    text = report_text("x", bad, sv.check(bad, comm_semantics="torch"))
+    assert ("      deepspeed 0.19.8: rank 0: SendGrad(buffer_id=4, phase=1), queued at DualPipeVSchedule step 4, "
+            "posted by the CommitP2P of step 4\n") in text
+    assert ("      deepspeed 0.19.8: rank 1: SendActivation(buffer_id=5, phase=1), queued at DualPipeVSchedule "
+            "step 3, posted by the CommitP2P of step 3\n") in text
+    name = ds.namer(s)
+    first = next(a for a in s.order[0] if a.kind == BATCH and len(a.sub) == 4)
+    assert name(first) == ("rank 0: CommitP2P at DualPipeVSchedule step 5, one batch_isend_irecv waited at once: "
+                           "SendActivation(buffer_id=3, phase=0) (queued at step 5); SendGrad(buffer_id=5, phase=1) "
+                           "(queued at step 5); RecvActivation(buffer_id=6, phase=1) (queued at step 5); "
+                           "RecvGrad(buffer_id=0, phase=0) (queued at step 5)")
+
+
+def test_dualpipev_a_send_outside_its_batch_is_not_what_its_engine_runs():
+    """DualPipeVEngine only queues sends and receives; a bare one is SV103 (both engines),
+    and a BATCH under PipelineEngine, which has no CommitP2P, is SV103 too."""
+    s = dualpipev(2, 4)
+
+    def unbatch(r):
+        i = next(i for i, a in enumerate(r) if a.kind == BATCH)
+        r[i:i + 1] = list(r[i].sub)
+
+    bare = _mutate(s, 0, unbatch)
+    for check in (sv.check, z3check.check_z3):
+        got = check(bare)
+        assert got.codes() == ["SV103"], got.codes()
+    assert "outside every BATCH" in str(sv.check(bare).violations[0])
+    plain = s.with_(metadata={**s.metadata, "engine": "PipelineEngine"})
+    assert "SV103" in sv.check(plain).codes() and "SV103" in z3check.check_z3(plain).codes()
+
+
 # ------------------------------------------------------------------ mutations, in the frameworks' terms
 
 
@@ -356,6 +459,23 @@ def test_deepspeeds_own_train_schedule_gives_the_reimplemented_steps_at_every_si
         for stage in range(stages):
             assert DEEPSPEED(m, stages, stage) == ds.train_steps(m, stages, stage), (stages, m, stage)
     assert ds.schedule(4, 8).metadata["order_from"] == "deepspeed 0.19.8's own TrainSchedule"
+
+
+@pytest.mark.frameworks
+@needs_deepspeed
+def test_deepspeeds_own_dualpipev_schedule_gives_the_reimplemented_steps_at_every_size():
+    own = ds.framework_dualpipev_steps("0.19.8")
+    assert own is not None
+    n = 0
+    for stages in range(1, 9):
+        for m in range(2 * stages, 2 * stages + 13):
+            for stage in range(stages):
+                assert own(m, stages, stage) == ds.dualpipev_steps(m, stages, stage), (stages, m, stage)
+                n += 1
+    assert n == 468  # stages 1..8, M from 2 * stages to 2 * stages + 12, every rank
+    with pytest.raises(UsageError, match="DualPipeV needs at least 2 \\* stages = 8"):
+        own(7, 4, 0)
+    assert ds.schedule(4, 8, dualpipev=True).metadata["order_from"] == "deepspeed 0.19.8's own DualPipeVSchedule"
 
 
 REAL_LOOP_SIZES = [(pp, vpp, m, group) for pp, vpp, m, group in megatron_sizes()

@@ -10,7 +10,7 @@ from ..deps import MATCH, intended_receive
 from ..diagnostics import Location, Violation
 from ..graph import KIND_CODE, NCODES, Graph, explain_wait
 from ..grammar import CODED_KINDS
-from ..model import ALL_KINDS, BATCH, B, BOOKKEEPING_KINDS, F, I, REDUCE_GRAD, SEND_OF, WAIT_OF, W, Action
+from ..model import ALL_KINDS, BATCH, COMM_KINDS, B, BOOKKEEPING_KINDS, F, I, REDUCE_GRAD, SEND_OF, WAIT_OF, W, Action
 from ..releases import Runtime, releases
 from ..runtime import RuntimeResult, SendWaits
 
@@ -390,6 +390,24 @@ def runtime_hangs(g: Graph, result: RuntimeResult) -> Iterator[Violation]:
 # --------------------------------------------------------------------------- docs/spec.md 9
 
 
+def _outside_batches(g: Graph, rt: Runtime) -> Iterator[Violation]:
+    """10.2: under an engine that only queues sends and receives and posts them at a BATCH
+    (DeepSpeed's DualPipeVEngine), a SEND or RECV outside every BATCH is none of what it runs.
+    One violation per device, at its first, counting the others."""
+    inside = {i for b in g.batches for i in b}
+    found: dict[int, list[int]] = {}  # device -> [first i, count]
+    for i, a in enumerate(g.acts):
+        if a.kind in COMM_KINDS and i not in inside:
+            seen = found.setdefault(g.dev[i], [i, 0])
+            seen[1] += 1
+    rel = rt.release
+    for d, (i, count) in sorted(found.items()):
+        more = f"; {count - 1} more on device {d}" if count > 1 else ""
+        yield Violation(dx.NOT_IN_RELEASE, f"{g.acts[i]} is outside every BATCH: {rel.name}'s {rel.runs} only "
+                        "queues a send or receive and posts it with the others at the next CommitP2P (a BATCH), "
+                        f"so it runs no single one; put it in the BATCH that posts it{more}", (loc(g, i),))
+
+
 def release_grammar(g: Graph, rt: Runtime) -> Iterator[Violation]:
     """9.1: every action is of a kind the release's runtime has.  One violation per device and
     kind, at its first action (the runtime stops there), counting the others."""
@@ -400,10 +418,16 @@ def release_grammar(g: Graph, rt: Runtime) -> Iterator[Violation]:
             first.setdefault(g.dev[b[0]], b[0])
         for d, i in sorted(first.items()):
             entry = g.schedule.order[d][g.pos[i]]
-            yield Violation(dx.NOT_IN_RELEASE, f"{entry} is not in {rt.release.name}'s grammar: BATCH is a "
-                            "framework's batch_isend_irecv (Megatron-LM, DeepSpeed), which "
-                            f"{rt.release.name}'s _PipelineScheduleRuntime does not run; check it as that "
-                            "framework runs it", (Location(d, g.pos[i], str(entry)),))
+            if rt.release.is_pytorch:
+                why = (f"is not in {rt.release.name}'s grammar: BATCH is a framework's batch_isend_irecv "
+                       f"(Megatron-LM, DeepSpeed), which {rt.release.name}'s _PipelineScheduleRuntime does not "
+                       "run; check it as that framework runs it")
+            else:
+                why = (f"is not in what {rt.release.name}'s {rt.release.runs} runs "
+                       f"({', '.join(sorted(kinds))}): it has no batched commit")
+            yield Violation(dx.NOT_IN_RELEASE, f"{entry} {why}", (Location(d, g.pos[i], str(entry)),))
+    if rt.release.p2p_in_batch:
+        yield from _outside_batches(g, rt)
     if kinds >= ALL_KINDS:
         return
     # the coded kinds (F, B, I, W, SEND/RECV) are in every PyTorch release, not in every

@@ -38,11 +38,16 @@ def register(sub) -> None:
     m.add_argument("--combined-1f1b", action="store_true",
                    help="overlap_moe_expert_parallel_comm: each steady forward and backward as one OVERLAP_F_B")
     m.add_argument("--version", default="0.19.2", help="the megatron-core release (default 0.19.2)")
-    d = fw.add_parser("deepspeed", help="DeepSpeed's PipelineEngine running TrainSchedule",
-                      description="DeepSpeed's pipeline engine (runtime/pipe/schedule.py: TrainSchedule).")
+    d = fw.add_parser("deepspeed", help="DeepSpeed's PipelineEngine running TrainSchedule (or DualPipeVSchedule)",
+                      description="DeepSpeed's pipeline engine (runtime/pipe/schedule.py: TrainSchedule), or with "
+                                  "--dualpipev its DualPipeVEngine (runtime/pipe/dualpipev.py) running "
+                                  "DualPipeVSchedule.")
     d.add_argument("--stages", type=positive_int, required=True, metavar="S", help="num_stages (one per rank)")
     d.add_argument("-M", "--microbatches", type=positive_int, required=True, metavar="M",
                    help="micro_batches (gradient_accumulation_steps)")
+    d.add_argument("--dualpipev", action="store_true",
+                   help="DualPipeVEngine running DualPipeVSchedule: two stages per rank (placement v), each "
+                        "CommitP2P one BATCH; needs M >= 2 * S")
     d.add_argument("--version", default="0.19.8", help="the DeepSpeed release (default 0.19.8)")
     for q in (m, d):
         q.add_argument("-o", "--output", metavar="FILE", help="write here (overwrites FILE; '-' is standard output)")
@@ -72,7 +77,7 @@ def build(args):
     else:
         from ..frameworks import deepspeed
 
-        s = deepspeed.schedule(args.stages, args.microbatches, version=args.version)
+        s = deepspeed.schedule(args.stages, args.microbatches, version=args.version, dualpipev=args.dualpipev)
     return s.with_(comm_semantics=_BACKENDS[args.backend])
 
 

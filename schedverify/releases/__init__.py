@@ -48,13 +48,24 @@ def frameworks() -> Mapping[str, Mapping[str, Release]]:
                              deepspeed.FRAMEWORK: deepspeed.RELEASES})
 
 
+def framework_engines() -> Mapping[str, Mapping[str, Mapping[str, Release]]]:
+    """The frameworks with more than one engine, each engine's releases by version, the
+    default engine (the one :func:`frameworks` gives) first: DeepSpeed's ``PipelineEngine``
+    and ``DualPipeVEngine``."""
+    from . import deepspeed
+
+    return MappingProxyType({deepspeed.FRAMEWORK: deepspeed.ENGINES})
+
+
 def framework_release(spec: str | Release, version: str | None = None, *,
-                      asked: bool = True) -> tuple[Release, str]:
+                      asked: bool = True, engine: str | None = None) -> tuple[Release, str]:
     """(the release, how it was chosen) of a framework's loop: ``spec`` is ``megatron-core``
     or ``deepspeed``, optionally with ``==<version>`` (or ``version`` given apart; default:
     the newest modelled), or a :class:`Release` of one's own.  ``asked``: the user named
     it (an unmodelled version is then a :class:`UsageError`); else it comes from a schedule's
-    metadata, and an unmodelled version gets the nearest modelled release, said so."""
+    metadata, and an unmodelled version gets the nearest modelled release, said so.
+    ``engine``: the engine a schedule's metadata names (``"DualPipeVEngine"``); one the
+    framework does not have, or None, is its default engine."""
     if isinstance(spec, Release):
         return spec, "as given"
     if not isinstance(spec, str):
@@ -70,7 +81,7 @@ def framework_release(spec: str | Release, version: str | None = None, *,
         raise UsageError(f"--framework {spec!r}: not a modelled framework; modelled: {', '.join(known.values())} "
                          "(PyTorch's own runtime is chosen with --torch)")
     name = known[name.lower()]
-    versions = table[name]
+    versions = framework_engines().get(name, {}).get(engine or "", table[name])
     newest = list(versions.values())[-1]
     how = "as asked" if asked else "named in the schedule's metadata"
     if version is None:
@@ -140,14 +151,16 @@ def release(version: str | Release | None = None, *, installed: str | None = Non
 def resolve(semantics: str, *, torch: str | Release | None = None, p2p: str | None = None,
             nccl: NcclOptions | None = None, options: RuntimeOptions | Mapping | None = None,
             environ: Mapping[str, str] | None = None, installed: str | None = None,
-            framework: str | Release | None = None, layout_hint: tuple[str, str] | None = None) -> Runtime:
+            framework: str | Release | None = None, layout_hint: tuple[str, str] | None = None,
+            engine: str | None = None) -> Runtime:
     """The :class:`Runtime` that ``semantics`` (``torch`` or ``torch-nccl``) means with these
     choices: ``torch`` the release (default: the installed torch's, :func:`release`), or
     ``framework`` a framework's loop instead (:func:`framework_release`), ``p2p`` the layout
     (default: ``layout_hint``, (layout, why), the one a framework's configuration uses; else
     the one the release's switch turns on in ``environ``, the process's environment by
     default; else the release's default), ``options`` the runtime options (a
-    :class:`RuntimeOptions` or a mapping of its fields).  Raises :class:`UsageError` for a
+    :class:`RuntimeOptions` or a mapping of its fields), ``engine`` the framework's engine a
+    schedule's metadata names (:func:`framework_release`).  Raises :class:`UsageError` for a
     choice the release does not offer, naming the release that does."""
     if semantics not in BACKENDS:
         raise UsageError(f"a runtime is PyTorch's over gloo ('torch') or NCCL ('torch-nccl'), got {semantics!r}")
@@ -155,7 +168,7 @@ def resolve(semantics: str, *, torch: str | Release | None = None, p2p: str | No
         if torch is not None:
             raise UsageError(f"--torch {torch!r} chooses PyTorch's _PipelineScheduleRuntime, but --framework "
                              f"{framework!r} runs the framework's own loop: give one of them")
-        rel, why_release = framework_release(framework)
+        rel, why_release = framework_release(framework, engine=engine)
     else:
         if torch is None and installed is None:
             installed = installed_torch()
@@ -221,14 +234,19 @@ def runtime_of(schedule, comm_semantics: str | None, nccl=None, torch: str | Non
         return sem, None
     hint, why = None, None
     meta = schedule.metadata if isinstance(schedule.metadata, Mapping) else {}
+    # the framework's engine the schedule names: DeepSpeed's DualPipeVEngine runs a
+    # DualPipeVSchedule import, its PipelineEngine anything else
+    engine = meta.get("engine") if isinstance(meta.get("engine"), str) else None
     if framework is None and torch is None:
         named = meta.get("framework")
         if isinstance(named, str) and named.lower() in {k.lower() for k in frameworks() if k != PYTORCH}:
             version = meta.get("version")
-            framework, why = framework_release(named, version if isinstance(version, str) else None, asked=False)
+            framework, why = framework_release(named, version if isinstance(version, str) else None, asked=False,
+                                               engine=engine)
     if framework is not None and isinstance(meta.get("p2p"), str):
         hint = (meta["p2p"], "as the framework's configuration runs it (the schedule's metadata)")
-    rt = resolve(sem, torch=torch, p2p=p2p, nccl=nccl, options=options, framework=framework, layout_hint=hint)
+    rt = resolve(sem, torch=torch, p2p=p2p, nccl=nccl, options=options, framework=framework, layout_hint=hint,
+                 engine=engine)
     return sem, rt if why is None else rt.with_(why=(why, *rt.why[1:]))
 
 
@@ -247,5 +265,6 @@ def _options(options) -> RuntimeOptions:
 
 
 __all__ = ["BACKENDS", "BY_WAIT", "DIRECTION", "EDGE", "GLOO", "HANDLE", "LAYOUTS", "NCCL", "PYTORCH", "SHARED",
-           "STEP_END", "Layout", "NcclOptions", "Release", "Runtime", "RuntimeOptions", "Switch", "framework_release",
+           "STEP_END", "Layout", "NcclOptions", "Release", "Runtime", "RuntimeOptions", "Switch", "framework_engines",
+           "framework_release",
            "frameworks", "installed_torch", "release", "releases", "resolve", "runtime_of"]

@@ -193,6 +193,9 @@ class Release:
     #: every SEND and RECV blocks the rank until it completes (``dist.send``/``dist.recv``, as
     #: DeepSpeed's pipeline engine posts them): each is waited for right after it is posted
     blocking_p2p: bool = False
+    #: every SEND and RECV is only queued, and posted by the BATCH that holds it (DualPipeV's
+    #: CommitP2P): one outside a BATCH is not what the engine runs (SV103)
+    p2p_in_batch: bool = False
     #: the gradients are scaled and reduced by a REDUCE_GRAD action of the schedule (PyTorch),
     #: else by the framework after its loop (Megatron-LM's finalize_model_grads, DeepSpeed's
     #: ReduceGrads instruction): a schedule without REDUCE_GRAD is then what it runs
@@ -203,6 +206,10 @@ class Release:
     loss_list: bool = True
     #: what runs the schedule, for the messages: "_PipelineScheduleRuntime", "pipeline loop" ...
     runs: str = "_PipelineScheduleRuntime"
+    #: the framework's engine this table is of when it is not the framework's default one
+    #: (DeepSpeed's "DualPipeVEngine" beside its PipelineEngine; a schedule's metadata names
+    #: it), else "": part of the release's name
+    engine: str = ""
     #: where in the framework's source each value above was read
     sources: tuple[str, ...] = ()
     #: what changed from the release before, in words (docs/spec.md section 9)
@@ -210,7 +217,7 @@ class Release:
 
     @property
     def name(self) -> str:
-        return f"{self.framework} {self.version}"
+        return f"{self.framework} {self.version}" + (f" {self.engine}" if self.engine else "")
 
     @property
     def is_pytorch(self) -> bool:

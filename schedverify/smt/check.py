@@ -787,6 +787,14 @@ class _Z3Check:
                     seen.add((d, BATCH))
                     out.append(Violation(dx.NOT_IN_RELEASE, f"{rel.name}'s runtime has no BATCH action: {a} is "
                                          "a framework's batch_isend_irecv", (Location(d, p, str(a)),)))
+        if rel.p2p_in_batch:  # 10.2: DualPipeVEngine posts sends and receives only at a CommitP2P
+            inside = {e for b in self.ix.batches for e in b}
+            for e, (d, _p, a) in enumerate(self.ix.entries):
+                if a.kind in COMM_KINDS and e not in inside and (d, "outside") not in seen:
+                    seen.add((d, "outside"))
+                    out.append(Violation(dx.NOT_IN_RELEASE, f"{a} is outside every BATCH: {rel.name}'s {rel.runs} "
+                                         "posts sends and receives only at a CommitP2P (a BATCH)",
+                                         (self.ix.loc(e),)))
         for e, (d, _p, a) in enumerate(self.ix.entries):
             bad = next((x for x in (a, *(a.sub or ())) if x.kind in ALL_KINDS and x.kind not in rel.kinds), None)
             if bad is not None and (d, bad.kind) not in seen:
