@@ -1325,8 +1325,10 @@ k_lower_plain(PyObject *self, PyObject *args)
         return NULL;
     }
     /* the tables: a count per stage, and per rank a bit per (stage, microbatch) and each of
-     * F, B, I, RECV_F, RECV_B (what add_send_recv's ready() asks of a rank's past) */
-    if (D == 0 || S > 2 * n + 1024 || (double)D * (double)S * (double)M * 5.0 > (double)(1LL << 31))
+     * F, B, I, RECV_F, RECV_B (what add_send_recv's ready() asks of a rank's past), only when
+     * their bytes follow the action count (a file's cost is its size, not its indices) */
+    if (D == 0 || S > 2 * n + 1024
+        || (double)D * (double)S * (double)M * 5.0 / 8.0 > 64.0 * (double)n + (double)(1 << 20))
         return declined();
     for (Py_ssize_t i = 0; i < n; i++)
         if (c.code[i] > 3 || c.stage[i] < 0 || c.stage[i] >= S || c.mb[i] < 0 || c.mb[i] >= M)

@@ -131,6 +131,8 @@ def _lower_columns(schedule: Schedule, release: Release,
     if (kernel is None or cols is None or release.lowering != _KERNEL_PASSES or opts.defer_pp_recv
             or opts.changed() or schedule.placement.is_bidirectional):
         return None
+    if schedule.stages > 2 * sum(cols.lengths) + 1024:  # as the kernel declines, before the route is
+        return None  # spelled out stage by stage: a file's cost follows its size, not its indices
     rows: tuple[tuple[Action, ...], ...] | None = kernel.lower_plain(
         cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages, schedule.microbatches,
         tuple(schedule.placement.routes[0]), _KERNEL_KINDS, Action)
