@@ -39,12 +39,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_engine(steps, timeout: float = TIMEOUT) -> tuple[str, float | None]:
-    """("done", loss), ("hang", None) or ("error", None) of the two ranks running ``steps``."""
-    stream = [[[[name, buffer] for name, _, buffer in step] for step in steps(M, STAGES, stage)]
-              for stage in range(STAGES)]
+def run_engine(steps, timeout: float = TIMEOUT, dualpipev: bool = False) -> tuple[str, float | None]:
+    """("done", loss), ("hang", None) or ("error", None) of the two ranks running ``steps``
+    (TrainSchedule's (name, microbatch, buffer) on PipelineEngine; with ``dualpipev``,
+    DualPipeVSchedule's (name, phase, buffer) on DualPipeVEngine)."""
+    stream = [[[[name, buffer, phase] if dualpipev else [name, buffer] for name, phase, buffer in step]
+               for step in steps(M, STAGES, stage)] for stage in range(STAGES)]
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(STAGES),
                SV_STEPS=json.dumps(stream), SV_MICROBATCHES=str(M), DS_ACCELERATOR="cpu",
+               SV_DUALPIPEV="1" if dualpipev else "0",
                # the op DeepSpeed builds on first use, per venv: a build of one venv's is not
                # another's, and a run killed as hung never leaves a half-built op's lock in a
                # directory another venv's tier then waits on
@@ -131,3 +134,33 @@ def test_the_verdict_is_what_deepspeeds_engine_does(case, reference_loss):
         assert outcome == "hang", (case, outcome)
     else:
         assert outcome == "error" or outcome == "done" and loss != reference_loss, (case, outcome, loss)
+
+
+def split_commits(m, stages, stage):
+    """DualPipeVSchedule's stream with each send and receive posted by a CommitP2P of its own,
+    right where it is queued: the operations of one batch no longer go together."""
+    rows = []
+    for row in ds.dualpipev_steps(m, stages, stage):
+        rows.append([x for cmd in row for x in ([cmd, (ds.COMMIT, None, None)] if cmd[0] in ds.KIND
+                                                and cmd[0] not in ("ForwardPass", "BackwardPass") else [cmd])])
+    return rows
+
+
+DUALPIPEV_CASES = {"DualPipeVSchedule": ds.dualpipev_steps, "one CommitP2P per operation": split_commits}
+
+
+@pytest.mark.parametrize("case", list(DUALPIPEV_CASES))
+def test_the_verdict_is_what_deepspeeds_dualpipev_engine_does(case, reference_loss):
+    """DualPipeVEngine (a DualPipeVModule of four Linear layers on 2 ranks, M = 4):
+    DualPipeVSchedule's own stream, valid, runs to its end; posting each operation alone
+    deadlocks (SV402 over gloo) and the run hangs until its timeout."""
+    steps = DUALPIPEV_CASES[case]
+    r = sv.check(ds.schedule(STAGES, M, dualpipev=True, steps=steps), comm_semantics="torch")
+    assert r.profile.release.name == "deepspeed 0.19.8 DualPipeVEngine"
+    expected = "valid" if r.is_valid else "hang" if r.codes()[0] == "SV402" else "invalid"
+    assert expected == ("valid" if case == "DualPipeVSchedule" else "hang"), r.codes()
+    outcome, loss = run_engine(steps, dualpipev=True)
+    if expected == "valid":
+        assert outcome == "done" and loss is not None and loss > 0, (case, outcome, loss)
+    else:
+        assert outcome == "hang", (case, outcome)
