@@ -1212,6 +1212,31 @@ lvec_free(lvec_t *v)
     PyMem_Free(v->mb);
 }
 
+/* Each stage of from[0..nfrom) that is not in other[0..nother), in order: added to the set
+ * `active` (add) or discarded from it, and pushed to *out as `code` (UNSHARD or RESHARD).
+ * 1, 0 out of memory (nothing set), -1 with an exception set. */
+static int
+move_stages(PyObject *active, const long long *from, int nfrom, const long long *other, int nother,
+            int add, lvec_t *out, int code)
+{
+    for (int e = 0; e < nfrom; e++) {
+        int found = 0;
+        for (int r = 0; r < nother; r++)
+            found |= other[r] == from[e];
+        if (found)
+            continue;
+        PyObject *s = index_object(from[e]);
+        if (s == NULL || (add ? PySet_Add(active, s) : PySet_Discard(active, s)) < 0) {
+            Py_XDECREF(s);
+            return -1;
+        }
+        Py_DECREF(s);
+        if (!lvec_push(out, code, from[e], -1))
+            return 0;
+    }
+    return 1;
+}
+
 /* The unshard/reshard and reduce-grad passes over one rank's n actions, into *out: 1, 0 with
  * MemoryError, -1 with another exception set. */
 static int
@@ -1249,38 +1274,16 @@ lower_bookkeeping(const unsigned char *code, const long long *st, const long lon
             goto done;
         int nres = i < n ? nnext[i] : 0;
         const long long *res = i < n ? next[i] : NULL;
-        for (int e = 0; e < nin; e++) { /* evict: in the set, not among the next stages */
-            int keep = 0;
-            for (int r = 0; r < nres; r++)
-                keep |= res[r] == in_set[e];
-            if (keep)
-                continue;
-            PyObject *s = index_object(in_set[e]);
-            if (s == NULL || PySet_Discard(active, s) < 0) {
-                Py_XDECREF(s);
-                goto done;
-            }
-            Py_DECREF(s);
-            if (!lvec_push(out, LK_RESHARD, in_set[e], -1))
-                goto nomem;
-        }
+        /* evict: in the set, not among the next stages; then fetch: the next stages not in it */
+        int moved = move_stages(active, in_set, nin, res, nres, 0, out, LK_RESHARD);
+        if (moved == 1 && i < n)
+            moved = move_stages(active, res, nres, in_set, nin, 1, out, LK_UNSHARD);
+        if (moved < 0)
+            goto done;
+        if (moved == 0)
+            goto nomem;
         if (i == n)
             break;
-        for (int r = 0; r < nres; r++) { /* fetch: the next stages not in the set */
-            int have = 0;
-            for (int e = 0; e < nin; e++)
-                have |= res[r] == in_set[e];
-            if (have)
-                continue;
-            PyObject *s = index_object(res[r]);
-            if (s == NULL || PySet_Add(active, s) < 0) {
-                Py_XDECREF(s);
-                goto done;
-            }
-            Py_DECREF(s);
-            if (!lvec_push(out, LK_UNSHARD, res[r], -1))
-                goto nomem;
-        }
         if (!lvec_push(out, code[i], st[i], mb[i]))
             goto nomem;
         if ((code[i] == 1 || code[i] == 3) && ++count[st[i]] == M) /* B or W: the stage's last */
