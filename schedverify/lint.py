@@ -175,15 +175,6 @@ TORCHTITAN_RELEASES: dict[str, TorchtitanRelease] = {
                            TorchtitanRelease("0.3.0", cuda_graphs_refuse_pp=True, step_needs_torch="2.14"))}
 
 
-def _installed(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
-
-
 def torchtitan_release(version: str | None = None, *, installed: str | None = None) -> TorchtitanRelease | None:
     """The modelled torchtitan release ``version`` names (``"0.3.0"``; an unmodelled one is a
     :class:`UsageError`), or, when None, the installed torchtitan's (``installed``: its
@@ -225,7 +216,9 @@ def _torchtitan_release_rules(s: Schedule, titan: TorchtitanRelease | None, disa
 
             have, why = release(torch)[0].version, f"--torch {torch}"
         else:
-            installed = _installed("torch")
+            from .releases import installed_torch
+
+            installed = installed_torch()
             if installed is None:
                 return
             have, why = installed, "the installed torch"
@@ -582,7 +575,9 @@ def lint(schedule: Schedule, target: str = "torchtitan", *, pipeline_schedule: s
         if value is not None and (type(value) is not int or value < 1):
             raise UsageError(f"{key} must be a whole number of at least 1, got {value!r}")
     name = _schedule_name(pipeline_schedule, "pipeline_schedule")
-    titan = torchtitan_release(torchtitan, installed=_installed("torchtitan") if torchtitan is None else None)
+    from .releases import installed_version
+
+    titan = torchtitan_release(torchtitan, installed=installed_version("torchtitan") if torchtitan is None else None)
     if type(disable_cuda_graphs) is not bool:
         raise UsageError(f"disable_cuda_graphs must be True or False, got {disable_cuda_graphs!r}")
     ranks = _stage_ranks(schedule)

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import schedverify.lint as lint_module
+import schedverify.releases as releases_module
 from schedverify import UsageError
 from schedverify.cli import run
 from schedverify.generators import generate
@@ -33,7 +34,7 @@ def codes(findings) -> list[str]:
 def nothing_installed(monkeypatch):
     """Neither torch nor torchtitan installed, unless a test says otherwise: the rules read
     the options, not this machine."""
-    monkeypatch.setattr(lint_module, "_installed", lambda package: None)
+    monkeypatch.setattr(releases_module, "installed_version", lambda package: None)
 
 
 def test_the_codes_are_registered_with_slugs_for_torchtitan():
@@ -78,7 +79,7 @@ def test_the_release_is_the_installed_torchtitans_by_default(monkeypatch):
     s = generate("1f1b", 2, 4)
     assert lint(s, "torchtitan") == []  # not installed, not named: no release assumed
     versions = {"torchtitan": "0.3.0", "torch": "2.13.0+cpu"}
-    monkeypatch.setattr(lint_module, "_installed", versions.get)
+    monkeypatch.setattr(releases_module, "installed_version", versions.get)
     f = codes(lint(s, "torchtitan"))
     assert f == ["SV720", "SV721"]  # the installed torch is the one that runs it
     assert codes(lint(s, "torchtitan", torch="2.15")) == ["SV720"]

@@ -100,17 +100,23 @@ _VERSION = re.compile(r"(\d+)\.(\d+)")
 _ASKED = re.compile(r"(\d+)\.(\d+)(?:\.\d+)?(?:(?:a|b|rc|\.dev|\.post)\d+)?(?:\+[0-9A-Za-z.]+)?")
 
 
+def installed_version(package: str) -> str | None:
+    """The installed ``package``'s version, from its metadata (nothing is imported), or None
+    when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
 def installed_torch(metadata_version=None) -> str | None:
     """The installed ``torch`` package's version, from its metadata (torch is not imported),
     or None when it is not installed.  ``metadata_version``: ``importlib.metadata.version``
     or a stand-in (for tests)."""
     if metadata_version is None:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("torch")
-        except PackageNotFoundError:
-            return None
+        return installed_version("torch")
     return metadata_version("torch")
 
 
@@ -267,4 +273,4 @@ def _options(options) -> RuntimeOptions:
 __all__ = ["BACKENDS", "BY_WAIT", "DIRECTION", "EDGE", "GLOO", "HANDLE", "LAYOUTS", "NCCL", "PYTORCH", "SHARED",
            "STEP_END", "Layout", "NcclOptions", "Release", "Runtime", "RuntimeOptions", "Switch", "framework_engines",
            "framework_release",
-           "frameworks", "installed_torch", "release", "releases", "resolve", "runtime_of"]
+           "frameworks", "installed_torch", "installed_version", "release", "releases", "resolve", "runtime_of"]
