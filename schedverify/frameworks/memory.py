@@ -85,13 +85,15 @@ class FrameworkMemory:
 
     def lines(self) -> list[str]:
         """The report's lines: one head, one per device."""
-        from ..render.text import fmt
+        from ..units import format_bytes
 
         deepspeed = self.devices and self.devices[0].buffers is not None
         who = "stage" if self.runs == "TrainSchedule" else "rank"
-        out = [f"{self.framework} {self.version} memory ({self.runs}): peak per "
-               + ("stage, microbatches in flight (ForwardPass to BackwardPass) and pipe_buffers slots holding a tensor"
-                  if deepspeed else "rank and model chunk, len() of the loop's lists")]
+        out = [f"{self.framework} {self.version} {self.runs} memory, peaks: "
+               + ("num_pipe_buffers (slots reserved), microbatches in flight (ForwardPass to BackwardPass), "
+                  "slots holding inputs and outputs" if self.runs == "TrainSchedule" else
+                  "num_pipe_buffers (slots reserved), microbatches in flight per phase" if deepspeed else
+                  "len() of the loop's lists per rank (per model chunk)")]
         for d in self.devices:
             parts = [f"{d.buffers} num_pipe_buffers" if d.buffers is not None else "",
                      f"{d.in_flight} in flight" if deepspeed else ""]
@@ -102,7 +104,7 @@ class FrameworkMemory:
                     ([f"{s.in_flight} in flight"] if deepspeed else []) + [f"{name} {n}" for name, n in s.held])
                     for k, s in enumerate(d.stages)) + ")"
             if d.activation_bytes is not None:
-                text += f"; activations {fmt(d.activation_bytes)} bytes"
+                text += f"; activations {format_bytes(d.activation_bytes)}"
             out.append(f"  {who} {d.device}: {text}")
         return out
 
@@ -158,7 +160,7 @@ def _deepspeed_train(schedule, device: int, weights) -> DeviceMemory:
             continue
         slot = a.microbatch % nbuf
 
-        def put(name: str) -> None:  # the slot's tensor replaced: one per slot
+        def put(name: str, slot: int = slot) -> None:  # the slot's tensor replaced: one per slot
             p.drop(name, device, slot)
             p.add(name, device, slot)
 
@@ -206,7 +208,8 @@ def _in_flight_only(schedule, device: int, weights, buffers: int | None, lists: 
             own.add(a.stage)
             p.add("input_tensors", a.stage, key)
     if lists:
-        parts = tuple(StageMemory(s, p.stage(names[0], s), tuple((n, p.stage(n, s)) for n in names)) for s in sorted(own))
+        parts = tuple(StageMemory(s, p.stage(names[0], s), tuple((n, p.stage(n, s)) for n in names))
+                      for s in sorted(own))
         held = tuple((n, p.sum_peak[n]) for n in names)
     else:
         parts = tuple(StageMemory(s, p.stage(names[0], s), ()) for s in sorted(own))
