@@ -701,6 +701,33 @@ def test_cli_import_writes_a_schedule_that_check_runs_on_the_framework(tmp_path)
     assert code == 1 and "SV504" in out
 
 
+def test_cli_check_gives_the_memory_in_the_frameworks_terms(tmp_path):
+    from pathlib import Path
+
+    model = str(Path(__file__).parent.parent / "examples" / "llama3-8b.toml")
+    path = tmp_path / "ds.json"
+    assert cli("import", "deepspeed", "--stages", "4", "-M", "8", "-o", str(path))[0] == 0
+    code, out, _ = cli("check", str(path), "--format", "json", "--model", model)
+    doc = json.loads(out)["framework_memory"]
+    assert code == 0 and doc["runs"] == "TrainSchedule"
+    last = doc["devices"][3]
+    assert (last["num_pipe_buffers"], last["in_flight"], last["inputs"], last["outputs"]) == (2, 1, 1, 2)
+    assert last["activation_bytes"] > 0
+    code, out, _ = cli("check", str(path))
+    assert "    stage 3: 2 num_pipe_buffers, 1 in flight, inputs 1, outputs 2\n" in out
+    plain = tmp_path / "gpipe.json"
+    assert cli("generate", "gpipe", "--devices", "2", "--microbatches", "2", "-o", str(plain))[0] == 0
+    code, out, _ = cli("check", str(plain), "--model", model)
+    assert code == 0 and "warning: --model: the schedule's metadata names no framework" in out
+    assert "memory, peaks" not in out
+    code, _, err = cli("check", str(path), "--model", str(tmp_path / "nope.toml"))
+    assert code == 2 and "nope.toml" in err and "Traceback" not in err
+    small = tmp_path / "small.toml"
+    small.write_text(Path(model).read_text().replace("layers = 32", "layers = 2"))
+    code, _, err = cli("check", str(path), "--model", str(small))
+    assert code == 2 and "cannot cut 2 layers into 4 layer-holding stages" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("argv,message", [
     (["megatron", "--pp", "4", "--vpp", "2", "-M", "3"], "should range in [PP=4, M=3]"),
     (["megatron", "--pp", "4", "-M", "8", "--num-layers", "6"], "num_layers 6 is not divisible by pp 4"),
