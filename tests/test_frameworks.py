@@ -625,10 +625,24 @@ def test_deepspeeds_num_pipe_buffers_and_slots_are_its_own_at_every_size():
                                                                            stages, d.device)
             n += 1
     assert n == 16 * 36
+    own_dualpipev = ds.framework_dualpipev_steps("0.19.8")
     for stages in range(1, 6):
-        m = 2 * stages + 1
-        own = module.DualPipeVSchedule(micro_batches=m, stages=stages, stage_id=0)
-        assert {d.buffers for d in memory(ds.schedule(stages, m, dualpipev=True)).devices} == {own.num_pipe_buffers()}
+        for m in range(2 * stages, 2 * stages + 5):
+            got = memory(ds.schedule(stages, m, dualpipev=True))
+            for d in got.devices:
+                own = module.DualPipeVSchedule(micro_batches=m, stages=stages, stage_id=d.device)
+                assert d.buffers == own.num_pipe_buffers() == 2 * m
+                # in flight per phase and per rank, along DeepSpeed's own instruction stream
+                live: dict[int, int] = {0: 0, 1: 0}
+                peaks = {0: 0, 1: 0, "rank": 0}
+                for row in own_dualpipev(m, stages, d.device):
+                    for name, phase, _ in row:
+                        if name in ("ForwardPass", "BackwardPass"):
+                            live[phase] += 1 if name == "ForwardPass" else -1
+                            peaks[phase] = max(peaks[phase], live[phase])
+                            peaks["rank"] = max(peaks["rank"], live[0] + live[1])
+                assert [p.in_flight for p in d.stages] == [peaks[0], peaks[1]], (stages, m, d.device)
+                assert d.in_flight == peaks["rank"]
 
 
 def _list_probe(pp: int, vpp: int, seen: list):
