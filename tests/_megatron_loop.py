@@ -56,9 +56,11 @@ class Tag:
         self.what = what
 
 
-def run_rank(pp, vpp, m, rank, *, overlap=False, batch=None, group=None):
+def run_rank(pp, vpp, m, rank, *, overlap=False, batch=None, group=None, probe=None):
     """The recorded order of ``rank``: a list of ("F"|"B", stage, mb), ("call", dict) and
-    ("wait", request-id) events, then resolved into schedverify actions."""
+    ("wait", request-id) events, then resolved into schedverify actions.  ``probe``: called
+    as ``probe("F" | "B", chunk)`` at each ``forward_step`` and ``backward_step``, from inside
+    the loop's call (it may read the loop's frames)."""
     from megatron.core.model_parallel_config import ModelParallelConfig
     from megatron.core.pipeline_parallel import p2p_communication, schedules
 
@@ -92,6 +94,8 @@ def run_rank(pp, vpp, m, rank, *, overlap=False, batch=None, group=None):
         if isinstance(input_tensor, Tag) and isinstance(input_tensor.what, int):
             recvs[input_tensor.what] = Action(stage, RECV_F, current_microbatch)
         events.append(("compute", Action(stage, F, current_microbatch)))
+        if probe is not None:
+            probe(F, c)
         return Tag((stage, current_microbatch)), 0
 
     def backward_step(input_tensor, output_tensor, output_tensor_grad, config):
@@ -101,6 +105,8 @@ def run_rank(pp, vpp, m, rank, *, overlap=False, batch=None, group=None):
         if isinstance(output_tensor_grad, Tag) and isinstance(output_tensor_grad.what, int):
             recvs[output_tensor_grad.what] = Action(stage, RECV_B, mb)
         events.append(("compute", Action(stage, B, mb)))
+        if probe is not None:
+            probe(B, stage // pp)
         return Tag((stage, mb))
 
     class Request:

@@ -506,6 +506,198 @@ def test_megatrons_own_loops_post_what_the_imported_schedule_says(monkeypatch, m
     assert n > 40
 
 
+# ------------------------------------------------------------------ memory, in the frameworks' terms
+
+
+def _engine_slots(stream, stages: int, stage: int) -> tuple[int, int, int]:
+    """(peak in flight, peak inputs held, peak outputs held) of one stage's TrainSchedule
+    stream (name, microbatch, buffer_id), by PipelineEngine's own rules (engine.py):
+    inputs set by LoadMicroBatch on the first stage and RecvActivation, freed by SendGrad;
+    outputs set by ForwardPass, freed by BackwardPass except on the last stage."""
+    inputs: dict[int, object] = {}
+    outputs: dict[int, object] = {}
+    live: set[int] = set()
+    peak = [0, 0, 0]
+    for row in stream:
+        for name, mb, buf in row:
+            if name == "LoadMicroBatch" and stage == 0 or name == "RecvActivation":
+                inputs[buf] = mb
+            elif name == "SendGrad":
+                inputs.pop(buf)
+            elif name == "ForwardPass":
+                outputs[buf] = mb
+                live.add(mb)
+            elif name == "BackwardPass":
+                live.discard(mb)
+                if stage != stages - 1:
+                    outputs.pop(buf)
+            peak = [max(peak[0], len(live)), max(peak[1], len(inputs)), max(peak[2], len(outputs))]
+    return peak[0], peak[1], peak[2]
+
+
+def test_deepspeed_memory_is_num_pipe_buffers_and_the_engines_slots_at_every_size():
+    from schedverify.frameworks.memory import memory
+
+    for stages, m in itertools.product(range(1, 8), range(1, 13)):
+        got = memory(ds.schedule(stages, m, steps=ds.train_steps))
+        assert got is not None and got.runs == "TrainSchedule"
+        for d in got.devices:
+            stream = ds.train_steps(m, stages, d.device)
+            assert d.buffers == max(2, min(stages - d.device, m))
+            assert (d.in_flight, *(n for _, n in d.held)) == _engine_slots(stream, stages, d.device), (stages, m)
+            # TrainSchedule's in flight is min(stages - stage, M): num_pipe_buffers exceeds it
+            # only where that is 1 (the last stage, or M = 1), as max(2, ...) says
+            assert d.in_flight == min(stages - d.device, m)
+            assert (d.buffers > d.in_flight) == (min(stages - d.device, m) == 1)
+    last = memory(ds.schedule(4, 8)).devices[-1]
+    assert (last.buffers, last.in_flight, dict(last.held)) == (2, 1, {"inputs": 1, "outputs": 2})
+
+
+def test_megatron_memory_counts_the_loops_lists():
+    from schedverify.frameworks.memory import memory
+
+    one = memory(mg.schedule(4, 1, 8))
+    assert [(d.in_flight, dict(d.held)) for d in one.devices] == [
+        (4 - r, {"output_tensors": 4 - r, "input_tensors": 4 - r}) for r in range(4)]
+    over = memory(mg.schedule(4, 2, 8, overlap_p2p_comm=True))
+    r2 = over.devices[2]
+    assert [(s.stage, dict(s.held)) for s in r2.stages] == [
+        (2, {"output_tensors": 7, "input_tensors": 8}), (6, {"output_tensors": 3, "input_tensors": 4})]
+    assert (r2.in_flight, dict(r2.held)["input_tensors"]) == (7, 8)
+    # the activation peak, in flight, is the compute order's: the same with or without the overlap
+    assert [d.in_flight for d in over.devices] == [d.in_flight for d in memory(mg.schedule(4, 2, 8)).devices]
+    from schedverify.generators import generate
+
+    assert memory(generate("gpipe", 2, 4)) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 5), st.integers(1, 3), st.integers(1, 12), st.booleans())
+def test_megatron_in_flight_is_the_signed_orders_peak(pp, vpp, m, overlap):
+    """Per rank, the peak of output_tensors' lengths is the peak, along the signed chunk
+    order, of forwards minus backwards; and no chunk holds more than M, nor input_tensors
+    fewer than output_tensors."""
+    from schedverify.frameworks.memory import memory
+
+    try:
+        s = mg.schedule(pp, vpp, m, functions=OURS, **single_ops(vpp, overlap))
+    except UsageError:
+        return
+    for d in memory(s).devices:
+        order = mg.chunk_order(pp, vpp, m, d.device, functions=OURS)
+        level = list(itertools.accumulate(1 if c > 0 else -1 for c in order))
+        assert d.in_flight == max(level)
+        for part in d.stages:
+            held = dict(part.held)
+            assert part.in_flight == held["output_tensors"] <= held["input_tensors"] <= m
+
+
+def test_memory_in_bytes_weighs_each_stage_by_its_activation():
+    from schedverify.frameworks.memory import memory
+    from schedverify.plan.transformer import TransformerModel, stage_activations
+
+    model = TransformerModel(layers=8, hidden=256, heads=4, ffn=1024, vocab=1000, seq_len=128)
+    act = stage_activations(model, 4)
+    got = memory(ds.schedule(4, 8), model)
+    assert [d.activation_bytes for d in got.devices] == [min(4 - s, 8) * act[s] for s in range(4)]
+    act8 = stage_activations(model, 8)
+    r0 = memory(mg.schedule(4, 2, 8, num_layers=8), model).devices[0]
+    # at its peak rank 0 holds chunk 0's and chunk 1's microbatches: never more than each at its own peak
+    assert r0.activation_bytes <= sum(p.in_flight * act8[p.stage] for p in r0.stages)
+    assert r0.activation_bytes >= max(p.in_flight * act8[p.stage] for p in r0.stages)
+    with pytest.raises(UsageError, match="cannot cut 8 layers into 16"):
+        memory(ds.schedule(16, 4), model)
+
+
+@pytest.mark.frameworks
+@needs_deepspeed
+def test_deepspeeds_num_pipe_buffers_and_slots_are_its_own_at_every_size():
+    from schedverify.frameworks.memory import memory
+
+    module = ds._schedule_module("0.19.8")
+    n = 0
+    for stages, m in itertools.product(range(1, 9), range(1, 17)):
+        got = memory(ds.schedule(stages, m))
+        for d in got.devices:
+            own = module.TrainSchedule(micro_batches=m, stages=stages, stage_id=d.device)
+            assert d.buffers == own.num_pipe_buffers(), (stages, m, d.device)
+            assert (d.in_flight, *(n for _, n in d.held)) == _engine_slots(DEEPSPEED(m, stages, d.device),
+                                                                           stages, d.device)
+            n += 1
+    assert n == 16 * 36
+    own_dualpipev = ds.framework_dualpipev_steps("0.19.8")
+    for stages in range(1, 6):
+        for m in range(2 * stages, 2 * stages + 5):
+            got = memory(ds.schedule(stages, m, dualpipev=True))
+            for d in got.devices:
+                own = module.DualPipeVSchedule(micro_batches=m, stages=stages, stage_id=d.device)
+                assert d.buffers == own.num_pipe_buffers() == 2 * m
+                # in flight per phase and per rank, along DeepSpeed's own instruction stream
+                live: dict[int, int] = {0: 0, 1: 0}
+                peaks = {0: 0, 1: 0, "rank": 0}
+                for row in own_dualpipev(m, stages, d.device):
+                    for name, phase, _ in row:
+                        if name in ("ForwardPass", "BackwardPass"):
+                            live[phase] += 1 if name == "ForwardPass" else -1
+                            peaks[phase] = max(peaks[phase], live[phase])
+                            peaks["rank"] = max(peaks["rank"], live[0] + live[1])
+                assert [p.in_flight for p in d.stages] == [peaks[0], peaks[1]], (stages, m, d.device)
+                assert d.in_flight == peaks["rank"]
+
+
+def _list_probe(pp: int, vpp: int, seen: list):
+    """A probe for tests/_megatron_loop.py: at each forward_step and backward_step, the
+    lengths of the loop's own input_tensors and output_tensors per chunk (read from its
+    frame), the chunk a backward has just popped counted back (its length before the pop)."""
+    import sys
+
+    def probe(kind, chunk):
+        frame = sys._getframe(1)
+        while frame is not None and not {"input_tensors", "output_tensors"} <= frame.f_locals.keys():
+            frame = frame.f_back
+        assert frame is not None
+        lists = frame.f_locals
+        ins, outs = lists["input_tensors"], lists["output_tensors"]
+        if vpp == 1:
+            ins, outs = [ins], [outs]
+        back = [int(kind == B and c == chunk) for c in range(vpp)]
+        seen.append(([len(x) + k for x, k in zip(ins, back)], [len(x) + k for x, k in zip(outs, back)]))
+
+    return probe
+
+
+@pytest.mark.frameworks
+@needs_megatron
+@pytest.mark.parametrize("mode", ["batched", "overlap"])
+def test_megatrons_own_lists_peak_where_the_memory_says(monkeypatch, mode):
+    """megatron-core's own loops, run rank by rank (tests/_megatron_loop.py): the longest
+    input_tensors[chunk] and output_tensors[chunk] (and their sums per rank) are the ones
+    frameworks.memory counts from the imported order."""
+    from _megatron_loop import patched, run_rank
+
+    from schedverify.frameworks.memory import memory
+
+    n = 0
+    with patched(monkeypatch):
+        for pp, vpp, m, group in REAL_LOOP_SIZES:
+            if mode == "overlap" and vpp == 1:
+                continue
+            kwargs = {"overlap_p2p_comm": True} if mode == "overlap" else {}
+            got = memory(mg.schedule(pp, vpp, m, group, functions=OURS, **kwargs))
+            for d in got.devices:
+                seen: list = []
+                run_rank(pp, vpp, m, d.device, overlap=mode == "overlap", batch=mode == "batched", group=group,
+                         probe=_list_probe(pp, vpp, seen))
+                ins = [max(x[0][c] for x in seen) for c in range(vpp)]
+                outs = [max(x[1][c] for x in seen) for c in range(vpp)]
+                assert [dict(p.held)["input_tensors"] for p in d.stages] == ins, (pp, vpp, m, group, d.device)
+                assert [dict(p.held)["output_tensors"] for p in d.stages] == outs, (pp, vpp, m, group, d.device)
+                assert dict(d.held)["input_tensors"] == max(sum(x[0]) for x in seen)
+                assert d.in_flight == dict(d.held)["output_tensors"] == max(sum(x[1]) for x in seen)
+            n += 1
+    assert n > 40
+
+
 # ------------------------------------------------------------------ the command line
 
 
@@ -521,6 +713,33 @@ def test_cli_import_writes_a_schedule_that_check_runs_on_the_framework(tmp_path)
     assert code == 0 and "VALID" in out and "deepspeed 0.19.8 over gloo" in out
     code, out, _ = cli("import", "megatron", "--pp", "2", "--vpp", "2", "-M", "4", "--check")
     assert code == 1 and "SV504" in out
+
+
+def test_cli_check_gives_the_memory_in_the_frameworks_terms(tmp_path):
+    from pathlib import Path
+
+    model = str(Path(__file__).parent.parent / "examples" / "llama3-8b.toml")
+    path = tmp_path / "ds.json"
+    assert cli("import", "deepspeed", "--stages", "4", "-M", "8", "-o", str(path))[0] == 0
+    code, out, _ = cli("check", str(path), "--format", "json", "--model", model)
+    doc = json.loads(out)["framework_memory"]
+    assert code == 0 and doc["runs"] == "TrainSchedule"
+    last = doc["devices"][3]
+    assert (last["num_pipe_buffers"], last["in_flight"], last["inputs"], last["outputs"]) == (2, 1, 1, 2)
+    assert last["activation_bytes"] > 0
+    code, out, _ = cli("check", str(path))
+    assert "    stage 3: 2 num_pipe_buffers, 1 in flight, inputs 1, outputs 2\n" in out
+    plain = tmp_path / "gpipe.json"
+    assert cli("generate", "gpipe", "--devices", "2", "--microbatches", "2", "-o", str(plain))[0] == 0
+    code, out, _ = cli("check", str(plain), "--model", model)
+    assert code == 0 and "warning: --model: the schedule's metadata names no framework" in out
+    assert "memory, peaks" not in out
+    code, _, err = cli("check", str(path), "--model", str(tmp_path / "nope.toml"))
+    assert code == 2 and "nope.toml" in err and "Traceback" not in err
+    small = tmp_path / "small.toml"
+    small.write_text(Path(model).read_text().replace("layers = 32", "layers = 2"))
+    code, _, err = cli("check", str(path), "--model", str(small))
+    assert code == 2 and "cannot cut 2 layers into 4 layer-holding stages" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("argv,message", [

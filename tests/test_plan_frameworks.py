@@ -165,3 +165,28 @@ def test_cli_plan_framework_writes_what_it_ran(tmp_path):
     doc = json.loads(out)
     assert code == 0 and doc["framework"] == "deepspeed" and doc["winner"] == "deepspeed-train-schedule"
     assert "gradient_accumulation_steps = 8" in doc["arguments"][0]
+
+
+def test_cli_plan_framework_gives_the_winners_memory_in_the_frameworks_terms(tmp_path):
+    from pathlib import Path
+
+    from schedverify.frameworks.memory import memory
+    from schedverify.plan.transformer import load_model, stage_activations
+
+    prof = tmp_path / "p.json"
+    from schedverify.plan.profile import dump_profile
+
+    dump_profile(uniform(4), prof)
+    code, out, _ = cli("plan", "--profile", str(prof), "--devices", "4", "--microbatches", "8",
+                       "--framework", "megatron", "--chunks", "1")
+    assert code == 0 and "      rank 0: output_tensors 4, input_tensors 4\n" in out
+    assert "activations" not in out.split("winner:")[1].split("note:")[0]  # no model: counts only
+    model_file = Path(__file__).parent.parent / "examples" / "llama3-8b.toml"
+    code, out, _ = cli("plan", "--model", str(model_file), "--devices", "4", "--microbatches", "8",
+                       "--framework", "deepspeed", "--memory-limit", "1TiB", "--format", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["framework_memory"]["runs"] == "TrainSchedule"
+    model = load_model(model_file)[0]
+    act = stage_activations(model, 4)
+    assert [d["activation_bytes"] for d in doc["framework_memory"]["devices"]] == [(4 - s) * act[s] for s in range(4)]
+    assert doc["framework_memory"] == memory(deepspeed.schedule(4, 8), model).to_json()

@@ -41,6 +41,10 @@ def register(sub) -> None:
                    "marking the actions involved in violations")
     p.add_argument("--max-violations", type=positive_int, default=1000, metavar="N",
                    help="report at most N violations per file (default 1000)")
+    p.add_argument("--model", metavar="FILE.toml",
+                   help="for a schedule imported from Megatron-LM or DeepSpeed: also each device's activation "
+                        "peak in bytes, from this transformer model (plan's model file, docs/memory.md), in the "
+                        "framework's memory lines (docs/frameworks.md)")
     p.add_argument("--list-codes", action="store_true", help="list every violation code and exit")
     p.add_argument("--engine", choices=tuple(ENGINES), default="graph",
                    help="graph (fast, default); z3 (an independent SMT encoding); both (run both, "
@@ -105,6 +109,7 @@ def check_one(path: str, args, out, err) -> int:
         report = run_engine(args.engine, schedule, timeout_s=args.timeout, **opts)  # z3 loads when used
         if note:
             report.warnings.append(note)
+        memory = _framework_memory(schedule, args, report)
     except SchedverifyError as e:
         if args.format == "json":
             print(json.dumps({"file": source, "verdict": "error", "error": str(e),
@@ -117,13 +122,15 @@ def check_one(path: str, args, out, err) -> int:
                             "microbatches": schedule.microbatches, "actions": schedule.num_actions,
                             "units": schedule.units.to_json() if schedule.units is not None else None}}
         _add_framework_terms(doc, schedule)
+        if memory is not None:
+            doc["framework_memory"] = memory.to_json()
         if lowered:  # what the positions refer to
             doc["schedule"]["order"] = [[str(x) if x is not None else None for x in row] for row in schedule.order]
         print(json.dumps(doc), file=out)
     else:
         from ..render.text import report_text
 
-        print(report_text(source, schedule, report, show_grid=args.grid), file=out)
+        print(report_text(source, schedule, report, show_grid=args.grid, framework_memory=memory), file=out)
     return _EXIT[report.verdict]
 
 
@@ -140,3 +147,21 @@ def _add_framework_terms(doc: dict, schedule) -> None:
             t = term(loc["action"])
             if t is not None:
                 loc["framework_term"] = t
+
+
+def _framework_memory(schedule, args, report):
+    """The schedule's memory in the terms of the framework its metadata names
+    (:func:`schedverify.frameworks.memory.memory`), in bytes with ``--model``; None (and, with
+    ``--model``, a warning) when it names none."""
+    from ..frameworks.memory import memory
+
+    model = None
+    if getattr(args, "model", None):
+        from ..plan.transformer import load_model
+
+        model = load_model(args.model)[0]
+    found = memory(schedule, model)
+    if found is None and model is not None:
+        report.warnings.append("--model: the schedule's metadata names no framework whose memory is modelled "
+                               "(megatron-core, deepspeed); the device table's peak memory follows --costs")
+    return found

@@ -160,12 +160,20 @@ def run(args, out, err) -> int:
 
         hint = arguments(args.framework, result.winner, microbatches=microbatches, layers=source.layers,
                          written=written)
+    framework_memory = None
+    if own_loop and result.winner is not None and result.winner.schedule is not None:
+        from ..frameworks.memory import memory
+
+        framework_memory = memory(result.winner.schedule, _model(args)[0] if args.model else None, calibration=cal)
+        if framework_memory is not None and hint is not None:
+            hint = [*hint, *framework_memory.lines()]
     if args.format == "json":
         doc = result.to_json()
         doc["source"] = source.title
         doc["written"] = written
         doc["framework"] = args.framework
         doc["arguments"] = hint
+        doc["framework_memory"] = framework_memory.to_json() if framework_memory is not None else None
         if cal is not None:
             doc["calibration"] = cal.to_json()
         print(json.dumps(doc), file=out)

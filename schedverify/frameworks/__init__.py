@@ -7,7 +7,8 @@ framework, release and communicator layout in the schedule's metadata, so ``chec
 on that framework's loop (:mod:`schedverify.releases`, docs/spec.md section 10).  The order
 comes from the framework's own functions when it is installed (one lazy import door per
 framework, ``framework_functions``), else from the re-implementation here, which a test tier
-holds equal to the framework's output.
+holds equal to the framework's output.  :mod:`.memory` gives what those loops hold (DeepSpeed's
+pipe buffers, Megatron's ``input_tensors`` / ``output_tensors``) along an imported order.
 """
 
 from __future__ import annotations

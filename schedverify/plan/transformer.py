@@ -595,6 +595,31 @@ def weight_share(model: TransformerModel) -> float:
     return float(min(Fraction(1), _layer_weight_grad_bytes(v, o) / _layer_activation(v, o)))
 
 
+def _layer_act(model: TransformerModel, calibration: Calibration | None):
+    if calibration is not None:
+        calibration.check_model(model)
+        return calibration.bytes("layer", model)
+    return _layer_activation(_values(model), _opts(model))
+
+
+def stage_activations(model: TransformerModel, stages: int, *,
+                      calibration: Calibration | None = None) -> tuple[int, ...]:
+    """Bytes autograd keeps for one microbatch on each of ``stages`` stages, from its forward
+    to its backward, per device: the stage's layers, and the embedding or the head where it
+    holds them (the backend's formulas, or ``calibration``'s measured bytes).  No receive
+    buffer (:func:`stage_profile` adds those of PyTorch's runtime).  Raises
+    :class:`UsageError` as :func:`split` does, or when the calibration is another model's."""
+    spans = split(model, stages)
+    layer_act = _layer_act(model, calibration)
+    if calibration is not None:
+        head_act, embed_act = (calibration.bytes(p, model) for p in ("head", "embedding"))
+    else:
+        v, o = _values(model), _opts(model)
+        head_act, embed_act = _head_activation(v, o), _embedding_activation(v, o)
+    return tuple(math.ceil(s.layers * layer_act + (embed_act if s.embedding else 0)
+                           + (head_act if s.head else 0)) for s in spans)
+
+
 def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
                   microbatches: int | None = None, split_backward: bool = False,
                   calibration: Calibration | None = None, torch: str | None = None) -> StageProfile:
@@ -621,15 +646,8 @@ def stage_profile(model: TransformerModel, hardware: Hardware, stages: int, *,
     t = model.tensor_parallel
     rate = hardware.peak_flops * hardware.efficiency
     flops = stage_flops(model, stages)
-    if calibration is not None:
-        calibration.check_model(model)
-        layer_act, head_act, embed_act = (calibration.bytes(p, model) for p in ("layer", "head", "embedding"))
-    else:
-        layer_act = _layer_activation(v, o)
-        head_act = _head_activation(v, o)
-        embed_act = _embedding_activation(v, o)
-    activation = tuple(math.ceil(s.layers * layer_act + (embed_act if s.embedding else 0)
-                                 + (head_act if s.head else 0)) for s in spans)
+    layer_act = _layer_act(model, calibration)
+    activation = stage_activations(model, stages, calibration=calibration)
     per_param = _param_bytes(model)
     static = tuple(math.ceil(p * per_param) for p in stage_params(model, stages))
     m = microbatches if microbatches is not None else model.microbatches
@@ -880,4 +898,4 @@ def load_model(path_or_text: str | Path, source: str | None = None) -> tuple[Tra
 
 __all__ = ["DTYPES", "RECOMPUTE", "SHARDING", "SYMBOL_NAMES", "Passes", "StageSpan", "TransformerModel",
            "boundary_bytes", "formula_values", "kept_table", "layer_activation_formula", "load_model", "model_formulas",
-           "split", "stage_flops", "stage_params", "stage_profile", "symbols", "weight_share"]
+           "split", "stage_activations", "stage_flops", "stage_params", "stage_profile", "symbols", "weight_share"]

@@ -147,7 +147,10 @@ def _framework_terms(s: Schedule):
 
 
 def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: bool = False,
-                max_path: int = 12) -> str:
+                max_path: int = 12, framework_memory=None) -> str:
+    """The text report.  ``framework_memory``: the schedule's memory in its framework's terms
+    (:func:`schedverify.frameworks.memory.memory`; default: computed without a model) where
+    its metadata names one."""
     s = schedule
     what = describe(s)
     source = printable(source)
@@ -190,6 +193,12 @@ def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: b
         else:
             lines.append("  no timing: the schedule cannot run to the end (memory peaks below follow the order)")
         lines.append("  " + device_table(report, s).replace("\n", "\n  "))
+        if framework_memory is None:
+            from ..frameworks.memory import memory
+
+            framework_memory = memory(s)
+        if framework_memory is not None:
+            lines.extend("  " + printable(line) for line in framework_memory.lines())
         if m.critical_path:
             path = list(m.critical_path)
             shown = path if len(path) <= max_path else path[: max_path // 2] + ["..."] + path[-max_path // 2:]
