@@ -141,6 +141,25 @@ plain_action(PyTypeObject *type, long long stage, PyObject *kind, long long mb)
     return a;
 }
 
+/* The Action of a column's entry: plain_action, or (stage, kind, None) for a bookkeeping
+ * entry, whose microbatch column holds -1 (grammar.PlainRows). */
+static PyObject *
+column_action(PyTypeObject *type, long long stage, PyObject *kind, long long mb)
+{
+    if (mb >= 0)
+        return plain_action(type, stage, kind, mb);
+    PyObject *s = index_object(stage);
+    if (s == NULL)
+        return NULL;
+    Py_INCREF(Py_None);
+    PyObject *a = new_action(type, s, kind, Py_None);
+    if (a == NULL) {
+        Py_DECREF(s);
+        Py_DECREF(Py_None);
+    }
+    return a;
+}
+
 /* The kinds a cell may name (a tuple of at most MAX_KINDS str), as C strings; 0 with
  * TypeError/ValueError set otherwise. */
 #define MAX_KINDS 16
@@ -1130,7 +1149,7 @@ k_rows_of(PyObject *self, PyObject *args)
             goto fail;
         PyTuple_SET_ITEM(out, d, row);
         for (Py_ssize_t p = 0; p < len; p++, i++) {
-            PyObject *a = plain_action(type, c.stage[i], PyTuple_GET_ITEM(kinds, c.code[i]), c.mb[i]);
+            PyObject *a = column_action(type, c.stage[i], PyTuple_GET_ITEM(kinds, c.code[i]), c.mb[i]);
             if (a == NULL)
                 goto fail;
             PyTuple_SET_ITEM(row, p, a);
@@ -1147,8 +1166,8 @@ fail:
 static int read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long long hi, int32_t outside,
                            int32_t *out);
 
-/* lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds, action_type)
- *     -> tuple of D tuples of Actions | None
+/* lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds)
+ *     -> (codes, stages, mbs, lengths, top_stage, top_mb) | None
  *
  * The twin of lowering.torch_lowering for PyTorch 2.13 and 2.14 without defer_pp_recv
  * (passes ``unshard_reshard``, ``reduce_grad``, ``send_recv``: lowering.add_unshard_reshard
@@ -1158,8 +1177,9 @@ static int read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long lon
  * ``kinds`` is grammar.CODED_KINDS then UNSHARD, RESHARD, REDUCE_GRAD (codes 8, 9, 10).
  * Declined (None): any other code or an index out of range, a rank without actions or a
  * compute order that makes no progress (lowering.py raises PyTorch's message), and tables
- * too large for the action count.  The rows are what the Python passes give, action for
- * action (tests/test_kernel.py holds them equal).
+ * too large for the action count.  The rows, as columns in the codes of ``kinds`` (a
+ * bookkeeping action's microbatch -1), are what the Python passes give, action for action
+ * (tests/test_kernel.py holds them equal).
  *
  * The resident stages live in a real Python set of the stage ints, added to and discarded
  * from in PyTorch's sequence, so that RESHARD comes out in CPython's set order, as in
@@ -1301,17 +1321,59 @@ done:
     return ok;
 }
 
+/* The lowered rows as the columns of grammar.PlainRows, codes in the order of ``kinds``
+ * (grammar.COLUMN_KINDS; a bookkeeping action's microbatch is -1): (codes, stages, mbs,
+ * lengths, top_stage, top_mb), no Python object per action. */
+static PyObject *
+lowered_columns(const lvec_t *rows, Py_ssize_t D)
+{
+    Py_ssize_t n = 0;
+    for (Py_ssize_t d = 0; d < D; d++)
+        n += rows[d].n;
+    PyObject *codes = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *stages = PyBytes_FromStringAndSize(NULL, 8 * n);
+    PyObject *mbs = PyBytes_FromStringAndSize(NULL, 8 * n);
+    PyObject *lengths = PyTuple_New(D), *result = NULL;
+    if (codes == NULL || stages == NULL || mbs == NULL || lengths == NULL)
+        goto done;
+    char *c = PyBytes_AS_STRING(codes);
+    long long *st = (long long *)PyBytes_AS_STRING(stages), *mb = (long long *)PyBytes_AS_STRING(mbs);
+    long long top_stage = -1, top_mb = -1;
+    Py_ssize_t i = 0;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        PyObject *len = PyLong_FromSsize_t(rows[d].n);
+        if (len == NULL)
+            goto done;
+        PyTuple_SET_ITEM(lengths, d, len);
+        for (Py_ssize_t p = 0; p < rows[d].n; p++, i++) {
+            c[i] = (char)rows[d].code[p];
+            st[i] = rows[d].st[p];
+            mb[i] = rows[d].mb[p];
+            if (st[i] > top_stage)
+                top_stage = st[i];
+            if (mb[i] > top_mb)
+                top_mb = mb[i];
+        }
+    }
+    result = Py_BuildValue("(OOOOLL)", codes, stages, mbs, lengths, top_stage, top_mb);
+done:
+    Py_XDECREF(codes);
+    Py_XDECREF(stages);
+    Py_XDECREF(mbs);
+    Py_XDECREF(lengths);
+    return result;
+}
+
 static PyObject *
 k_lower_plain(PyObject *self, PyObject *args)
 {
     PyObject *codes, *stages, *mbs, *lengths, *rank_o, *kinds, *result = NULL;
-    PyTypeObject *type;
     long long S, M;
-    if (!PyArg_ParseTuple(args, "SSSO!LLOO!O!", &codes, &stages, &mbs, &PyTuple_Type, &lengths, &S, &M,
-                          &rank_o, &PyTuple_Type, &kinds, &PyType_Type, &type))
+    if (!PyArg_ParseTuple(args, "SSSO!LLOO!", &codes, &stages, &mbs, &PyTuple_Type, &lengths, &S, &M,
+                          &rank_o, &PyTuple_Type, &kinds))
         return NULL;
     columns_t c;
-    if (!read_columns(codes, stages, mbs, lengths, 256, &c, "lower_plain") || !action_layout(type, "lower_plain"))
+    if (!read_columns(codes, stages, mbs, lengths, 256, &c, "lower_plain"))
         return NULL;
     if (PyTuple_GET_SIZE(kinds) != LK_KINDS) {
         PyErr_SetString(PyExc_ValueError, "lower_plain: eleven kinds");
@@ -1417,35 +1479,7 @@ k_lower_plain(PyObject *self, PyObject *args)
 #undef SEEN
 #undef TEST
 #undef MARK
-    result = PyTuple_New(D);
-    if (result == NULL)
-        goto done;
-    for (Py_ssize_t d = 0; d < D; d++) {
-        PyObject *row = PyTuple_New(out[d].n);
-        if (row == NULL)
-            goto fail;
-        PyTuple_SET_ITEM(result, d, row);
-        for (Py_ssize_t p = 0; p < out[d].n; p++) {
-            PyObject *kind = PyTuple_GET_ITEM(kinds, out[d].code[p]), *a;
-            if (out[d].mb[p] < 0) { /* bookkeeping: no microbatch */
-                PyObject *s = index_object(out[d].st[p]);
-                Py_INCREF(Py_None);
-                a = s ? new_action(type, s, kind, Py_None) : NULL;
-                if (a == NULL) {
-                    Py_XDECREF(s);
-                    Py_DECREF(Py_None);
-                }
-            } else {
-                a = plain_action(type, out[d].st[p], kind, out[d].mb[p]);
-            }
-            if (a == NULL)
-                goto fail;
-            PyTuple_SET_ITEM(row, p, a);
-        }
-    }
-    goto done;
-fail:
-    Py_CLEAR(result);
+    result = lowered_columns(out, D);
     goto done;
 nomem:
     PyErr_NoMemory();
@@ -1507,7 +1541,8 @@ typedef struct {
  * every such action matched and every input from another device received on the consumer's
  * own device.  ``needs`` is graph._NEEDS_BY_CODE, per code a tuple of (offset, producer
  * codes, recv code or -1), so the rules stay those of deps.NEEDS.  Returns (acts, dev, pos,
- * starts, wait, counts, inversions, code, stage, explicit), or None when the schedule is not
+ * starts, wait, counts, inversions, code, stage, explicit, uncoded, reduce_grads, mb), or
+ * None when the schedule is not
  * such a case (also when its sizes are so much larger than its action count that a dense
  * table would waste memory: the routes are read only after that test, so a placement of
  * ten million stages costs nothing when the kernel declines it). */
@@ -1561,7 +1596,7 @@ read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long long hi, int32
 static PyObject *
 compile_core(PyObject *order, const columns_t *cols, long long S, long long M, PyObject *routes,
              PyObject *mroute, PyObject *needs_o, PyObject *match_o, PyObject *mixed_o, PyObject *kinds,
-             int allow_comm)
+             int allow_comm, int reduce_code)
 {
     int K = (int)PyTuple_GET_SIZE(kinds);
     if (K < 1 || K > MAX_CODES || PyTuple_GET_SIZE(needs_o) != K || PyTuple_GET_SIZE(match_o) != K ||
@@ -1650,9 +1685,13 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     int32_t *route_dev, *mr = NULL, *table, *devs;
     int8_t *code;
     long long *stage, *mbs = NULL, *pos, *starts, *waitc, *inv = NULL;
+    /* the bookkeeping entries of the columns (codes K and up: graph.Graph.uncoded) and
+     * among them the REDUCE_GRADs (code reduce_code: Graph.reduce_grads) */
+    long long *uncoded = NULL, *reduces = NULL;
+    Py_ssize_t nuncoded = 0, nreduces = 0;
     /* the Graph's columns as graph.py's typecodes (COLUMN_TYPES), filled where they lie */
     column_t c_dev = {NULL}, c_pos = {NULL}, c_starts = {NULL}, c_wait = {NULL}, c_code = {NULL},
-             c_stage = {NULL};
+             c_stage = {NULL}, c_mb = {NULL};
     PyObject *acts = NULL, *result = NULL;
     Py_ssize_t ninv = 0, inv_cap = 0;
     int explicit = 0;
@@ -1678,7 +1717,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         goto not_plain;
 
     if (!(code = column_new(&c_code, "b", n)) || !(stage = column_new(&c_stage, "q", n)) ||
-        (!cols && !(mbs = scratch_array(&sc, n, sizeof(long long), 0))) ||
+        !(mbs = column_new(&c_mb, "q", n)) ||
         !(pos = column_new(&c_pos, "q", n)) || !(devs = column_new(&c_dev, "i", n)) ||
         !(starts = column_new(&c_starts, "q", D + 1)) || (order && !(acts = PyList_New(n))))
         goto fail;
@@ -1690,14 +1729,39 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
      * of range, off its placed device), else 1 with its columns filled.  One definition for
      * both front ends (the columns of PlainRows and the rows of Actions). */
 #define PLACE(c, s, m) place_action(i, p, d, (c), (s), (m), S, M, route_dev, mr, allow_comm, is_comm, \
-                                    &explicit, code, stage, mbs, pos, devs, counts)
+                                    &explicit, code, stage, cols ? NULL : mbs, pos, devs, counts)
     if (cols) { /* the columns of grammar.PlainRows: plain actions, no idle slot */
+        if (n > 0)
+            memcpy(mbs, cols->mb, sizeof(long long) * (size_t)n); /* bookkeeping's are -1 */
+        for (Py_ssize_t k = 0; k < n && !uncoded; k++)
+            if (cols->code[k] >= K && (!(uncoded = scratch_array(&sc, n, sizeof(long long), 0)) ||
+                                       !(reduces = scratch_array(&sc, n, sizeof(long long), 0))))
+                goto fail;
         for (Py_ssize_t d = 0; d < D; d++) {
             starts[d] = i;
             Py_ssize_t len = PyLong_AsSsize_t(PyTuple_GET_ITEM(cols->lengths, d));
             for (Py_ssize_t p = 0; p < len; p++, i++) {
-                if (!PLACE(cols->code[i], cols->stage[i], cols->mb[i]))
+                int c = cols->code[i];
+                if (c < K) {
+                    if (!PLACE(c, cols->stage[i], cols->mb[i]))
+                        goto not_plain;
+                    continue;
+                }
+                /* bookkeeping (graph._bookkeeping): a stage in range held by the device on
+                 * some route, no code and no stage in the Graph */
+                long long s = cols->stage[i];
+                int held = 0;
+                for (Py_ssize_t r = 0; r < R && !held && s >= 0 && s < S; r++)
+                    held = route_dev[r * S + s] == d;
+                if (!held)
                     goto not_plain;
+                code[i] = -1;
+                stage[i] = -1;
+                pos[i] = p;
+                devs[i] = (int32_t)d;
+                uncoded[nuncoded++] = i;
+                if (c == reduce_code)
+                    reduces[nreduces++] = i;
             }
         }
     }
@@ -1747,7 +1811,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
 
     /* the table has a slot per (stage, microbatch) for each kind the schedule has (a
      * compute-only 1F1B: F and B, a quarter of the eight); a kind it lacks has no producer */
-    const long long *mb = cols ? cols->mb : mbs; /* each action's microbatch */
+    const long long *mb = mbs; /* each action's microbatch */
     int slot[MAX_CODES], present = 0;
     for (int c = 0; c < K; c++)
         slot[c] = counts[c] ? present++ : -1;
@@ -1756,16 +1820,20 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         goto fail;
     memset(table, 0xff, sizeof(int32_t) * (size_t)table_size); /* -1: no action */
     for (i = 0; i < n; i++) {
+        waitc[i] = n;
+        if (code[i] < 0)
+            continue; /* bookkeeping: no key */
         Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mb[i]) * present + slot[code[i]]);
         if (table[key] != -1)
             goto not_plain; /* a duplicate */
         table[key] = (int32_t)i;
-        waitc[i] = n;
     }
 #define LOOKUP(st, mb, c) (slot[c] < 0 ? -1 : table[((st) * M + (mb)) * present + slot[c]])
 
     for (i = 0; i < n; i++) {
         int c = code[i], found = 0;
+        if (c < 0)
+            continue; /* bookkeeping needs nothing */
         long long s = stage[i], m = mb[i];
         if (explicit && match_code[c] >= 0) { /* a SEND or RECV without its peer */
             long long ps = s + match_off[c];
@@ -1818,6 +1886,9 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         PyObject *inv_l = PyList_New(ninv);
         PyObject *code_l = column_take(&c_code);
         PyObject *stage_l = column_take(&c_stage);
+        PyObject *uncoded_l = list_of_ints(uncoded, nuncoded);
+        PyObject *reduces_l = list_of_ints(reduces, nreduces);
+        PyObject *mb_l = column_take(&c_mb);
         for (Py_ssize_t k = 0; inv_l && k < ninv; k++) {
             PyObject *pair = Py_BuildValue("(LL)", inv[2 * k], inv[2 * k + 1]);
             if (pair == NULL) {
@@ -1826,10 +1897,15 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
             }
             PyList_SET_ITEM(inv_l, k, pair);
         }
-        if (dev_l && pos_l && starts_l && wait_l && counts_l && inv_l && code_l && stage_l) {
-            result = Py_BuildValue("(OOOOOOOOOO)", acts ? acts : Py_None, dev_l, pos_l, starts_l, wait_l,
-                                   counts_l, inv_l, code_l, stage_l, explicit ? Py_True : Py_False);
+        if (dev_l && pos_l && starts_l && wait_l && counts_l && inv_l && code_l && stage_l && uncoded_l &&
+            reduces_l && mb_l) {
+            result = Py_BuildValue("(OOOOOOOOOOOOO)", acts ? acts : Py_None, dev_l, pos_l, starts_l, wait_l,
+                                   counts_l, inv_l, code_l, stage_l, explicit ? Py_True : Py_False, uncoded_l,
+                                   reduces_l, mb_l);
         }
+        Py_XDECREF(mb_l);
+        Py_XDECREF(uncoded_l);
+        Py_XDECREF(reduces_l);
         Py_XDECREF(dev_l);
         Py_XDECREF(pos_l);
         Py_XDECREF(starts_l);
@@ -1855,6 +1931,7 @@ done:
     column_free(&c_wait);
     column_free(&c_code);
     column_free(&c_stage);
+    column_free(&c_mb);
     scratch_free(&sc);
     PyMem_Free(inv); /* grown with PyMem_Realloc, so not a scratch array */
     return result;
@@ -1870,27 +1947,39 @@ k_compile_plain(PyObject *self, PyObject *args)
                           &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type, &match_o,
                           &PyTuple_Type, &mixed_o, &PyTuple_Type, &kinds, &allow_comm))
         return NULL;
-    return compile_core(order, NULL, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm);
+    return compile_core(order, NULL, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm, -1);
 }
 
 /* compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, mixed,
- * kinds, allow_comm): compile_plain over the columns of grammar.PlainRows (codes in
- * graph.KIND_CODE order) instead of rows of Actions; the same result with None for acts
- * (Graph builds them from the schedule's order when it is first asked for them). */
+ * kinds, allow_comm, column_kinds, reduce_code): compile_plain over the columns of
+ * grammar.PlainRows (codes in the order of ``column_kinds``, grammar.COLUMN_KINDS: first
+ * ``kinds``, then bookkeeping kinds, which need nothing and have no code in the Graph)
+ * instead of rows of Actions; the same result with None for acts (Graph builds them from the
+ * schedule's order when it is first asked for them).  A bookkeeping entry whose stage is out
+ * of range or not held by its device declines (the reference reports it); ``reduce_code``
+ * is REDUCE_GRAD's code, whose entries the result lists apart (Graph.reduce_grads). */
 static PyObject *
 k_compile_columns(PyObject *self, PyObject *args)
 {
-    PyObject *codes, *stages, *mbs, *lengths, *routes, *mroute, *needs_o, *match_o, *mixed_o, *kinds;
+    PyObject *codes, *stages, *mbs, *lengths, *routes, *mroute, *needs_o, *match_o, *mixed_o, *kinds,
+        *column_kinds;
     long long S, M;
-    int allow_comm;
-    if (!PyArg_ParseTuple(args, "OOOOLLO!OO!O!O!O!p", &codes, &stages, &mbs, &lengths, &S, &M,
+    int allow_comm, reduce_code;
+    if (!PyArg_ParseTuple(args, "OOOOLLO!OO!O!O!O!pO!i", &codes, &stages, &mbs, &lengths, &S, &M,
                           &PyTuple_Type, &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type,
-                          &match_o, &PyTuple_Type, &mixed_o, &PyTuple_Type, &kinds, &allow_comm))
+                          &match_o, &PyTuple_Type, &mixed_o, &PyTuple_Type, &kinds, &allow_comm,
+                          &PyTuple_Type, &column_kinds, &reduce_code))
         return NULL;
+    Py_ssize_t K = PyTuple_GET_SIZE(kinds), KC = PyTuple_GET_SIZE(column_kinds);
+    if (KC < K || KC > 255 || (reduce_code != -1 && (reduce_code < K || reduce_code >= KC))) {
+        PyErr_SetString(PyExc_ValueError, "compile_columns: the column kinds are the kinds and then bookkeeping");
+        return NULL;
+    }
     columns_t cols;
-    if (!read_columns(codes, stages, mbs, lengths, (int)PyTuple_GET_SIZE(kinds), &cols, "compile_columns"))
+    if (!read_columns(codes, stages, mbs, lengths, (int)KC, &cols, "compile_columns"))
         return NULL;
-    return compile_core(NULL, &cols, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm);
+    return compile_core(NULL, &cols, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm,
+                        reduce_code);
 }
 
 /* ------------------------------------------------------------------ times */
@@ -2213,14 +2302,16 @@ done:
 
 /* ------------------------------------------------------------------ memory_plain */
 
-/* memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit)
+/* memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit[, inert])
  *   -> (peak_inflight, peak_memory, peak_at, over_limit) | None
  *
  * The twin of cost/memory.memory_sweep without a timeline, for plain actions (a code
  * 0..K-1, K the length of ``n_in``): ``alloc``/``free`` are flat tables [code * S + stage]
  * (S = 1: the same for every stage), ``n_in``/``n_out`` per code, ``static`` per device,
- * ``limit`` a number or None.  None when an action is not plain (code -1), when a stage is
- * outside a per-stage table, or a number is not one read_number takes.
+ * ``limit`` a number or None.  None when an action is not plain (code -1; unless ``inert``:
+ * then code -1 is bookkeeping, which allocates and frees nothing and changes no count, as
+ * Python's 0 entries), when a stage is outside a per-stage table, or a number is not one
+ * read_number takes.
  *
  * Exactness.  Python's memory values are floats: each device's sum starts at its static
  * memory, a float (static_memory starts from 0.0; the kernel declines a static that is not
@@ -2242,9 +2333,10 @@ static PyObject *
 k_memory_plain(PyObject *self, PyObject *args)
 {
     PyObject *starts_o, *code_o, *stage_o, *alloc_o, *free_o, *nin_o, *nout_o, *static_o, *limit_o;
-    if (!PyArg_ParseTuple(args, "OOOO!O!OOO!O", &starts_o, &code_o, &stage_o, &PyList_Type,
+    int inert = 0;
+    if (!PyArg_ParseTuple(args, "OOOO!O!OOO!O|p", &starts_o, &code_o, &stage_o, &PyList_Type,
                           &alloc_o, &PyList_Type, &free_o, &nin_o, &nout_o, &PyList_Type,
-                          &static_o, &limit_o))
+                          &static_o, &limit_o, &inert))
         return NULL;
     Py_ssize_t D1 = 0, n = 0, n2 = 0, ni = 0, no = 0;
     scratch_t sc = {{NULL}, 0};
@@ -2283,7 +2375,7 @@ k_memory_plain(PyObject *self, PyObject *args)
             goto done;
         }
     for (Py_ssize_t i = 0; i < n; i++)
-        if (int_at(&code, i) < 0 || (S > 1 && (int_at(&stage, i) < 0 || int_at(&stage, i) >= S)))
+        if (int_at(&code, i) < 0 ? !inert : (S > 1 && (int_at(&stage, i) < 0 || int_at(&stage, i) >= S)))
             goto not_plain;
     for (int c = 0; c < K; c++)
         if (nin[c] > (1 << 20) || nin[c] < -(1 << 20) || nout[c] > (1 << 20) || nout[c] < -(1 << 20))
@@ -2311,10 +2403,11 @@ k_memory_plain(PyObject *self, PyObject *args)
         int any = 0;
         for (long long i = starts[d]; i < starts[d + 1]; i++) {
             long long c = int_at(&code, i);
-            Py_ssize_t k = (Py_ssize_t)(c * S + (S > 1 ? int_at(&stage, i) : 0));
-            double a = alloc[k], f = freed[k];
+            Py_ssize_t k = c < 0 ? 0 : (Py_ssize_t)(c * S + (S > 1 ? int_at(&stage, i) : 0));
+            double a = c < 0 ? 0.0 : alloc[k], f = c < 0 ? 0.0 : freed[k];
+            long long c_in = c < 0 ? 0 : nin[c], c_out = c < 0 ? 0 : nout[c];
             double during = before + a;
-            long long n_during = inflight + nin[c];
+            long long n_during = inflight + c_in;
             if (!any || during > peak) {
                 peak = during;
                 peak_i = i;
@@ -2327,7 +2420,7 @@ k_memory_plain(PyObject *self, PyObject *args)
                 over_value = during;
             }
             before = before + (a - f);
-            inflight = inflight + (nin[c] - nout[c]);
+            inflight = inflight + (c_in - c_out);
         }
         /* Python: peak = max(during, default=static); peak_m = max(peak, static) */
         out->peak_m = (any && st > peak) ? st : (any ? peak : st);
@@ -2542,8 +2635,9 @@ writable_kind(PyObject *kind)
     return PyUnicode_CheckExact(kind) && PyUnicode_IS_ASCII(kind) && PyUnicode_GET_LENGTH(kind) <= MAX_KIND_LEN;
 }
 
-/* The text of the plain action (stage, kind, mb): ``2F5``.  stage, mb >= 0; kind
- * writable_kind (the callers check both). */
+/* The text of the plain action (stage, kind, mb): ``2F5``; ``2UNSHARD`` when mb < 0 (a
+ * bookkeeping entry of the columns).  stage >= 0; kind writable_kind (the callers check
+ * both). */
 static PyObject *
 action_text(long long stage, PyObject *kind, long long mb)
 {
@@ -2551,7 +2645,8 @@ action_text(long long stage, PyObject *kind, long long mb)
     Py_ssize_t len = put_int(buf, stage);
     memcpy(buf + len, PyUnicode_1BYTE_DATA(kind), (size_t)PyUnicode_GET_LENGTH(kind));
     len += PyUnicode_GET_LENGTH(kind);
-    len += put_int(buf + len, mb);
+    if (mb >= 0)
+        len += put_int(buf + len, mb);
     return PyUnicode_FromStringAndSize(buf, len);
 }
 
@@ -2644,7 +2739,7 @@ k_format_columns(PyObject *self, PyObject *args)
                             "format_columns: an index is not an index of the columns");
             goto done;
         }
-        if (col.stage[i] < 0 || col.mb[i] < 0) { /* parse_rows writes none: not a case */
+        if (col.stage[i] < 0 || col.mb[i] < -1) { /* no reader or lowering writes these */
             out = declined();
             goto done;
         }
@@ -2674,14 +2769,14 @@ static PyMethodDef methods[] = {
     {"scan_order", k_scan_order, METH_VARARGS,
      "scan_order(text, pos, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb, end) | None."},
     {"lower_plain", k_lower_plain, METH_VARARGS,
-     "lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds, action_type) -> rows | None."},
+     "lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds) -> columns | None."},
     {"scan_csv", k_scan_csv, METH_VARARGS,
      "scan_csv(text, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None."},
     {"rows_of", k_rows_of, METH_VARARGS,
      "rows_of(codes, stages, mbs, lengths, action_type, kinds) -> tuple: the columns' rows of Actions."},
     {"compile_columns", k_compile_columns, METH_VARARGS,
      "compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, mixed, "
-     "kinds, allow_comm) -> tuple | None."},
+     "kinds, allow_comm, column_kinds, reduce_code) -> tuple | None."},
     {"format_columns", k_format_columns, METH_VARARGS,
      "format_columns(codes, stages, mbs, lengths, indices, kinds) -> list[str] | None."},
     {"compile_plain", k_compile_plain, METH_VARARGS,
@@ -2694,7 +2789,7 @@ static PyMethodDef methods[] = {
     {"durations_plain", k_durations_plain, METH_VARARGS,
      "durations_plain(code, table) -> list: table[code[i]] per action (-1: the last entry)."},
     {"memory_plain", k_memory_plain, METH_VARARGS,
-     "memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit) -> tuple | None."},
+     "memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit[, inert]) -> tuple | None."},
     {"critical_path_plain", k_critical_path_plain, METH_VARARGS,
      "critical_path_plain(starts, wait, start_values, start_floats, end_values, end_floats, comm, "
      "tol) -> list | None."},

@@ -104,7 +104,7 @@ def _stream_label(d: int, key: tuple, by_edge: bool, by_direction: bool, lazy: b
 def match(g: Graph, runtime: Runtime) -> Matching:
     """Pair the SENDs and RECVs of ``g`` positionally, per communicator of ``runtime``'s
     layout and ordered device pair."""
-    n, S, M = g.n, g.schedule.stages, g.schedule.microbatches
+    n, S = g.n, g.schedule.stages
     placement = g.schedule.placement
     layout = runtime.layout
     route = placement.routes[0] if placement.microbatch_route is None else None
@@ -113,12 +113,11 @@ def match(g: Graph, runtime: Runtime) -> Matching:
     unmatched: list[tuple[int, str, int, int]] = []
     sends: dict[tuple, list[int]] = {}
     recvs: dict[tuple, list[int]] = {}
-    acts, dev, code, stage = g.acts, g.dev, g.code, g.stage
+    dev, code, stage, mbs = g.dev, g.code, g.stage, g.mb
     for i in [i for i, c in enumerate(code) if c in _COMM_CODES]:
-        c, mb = code[i], acts[i][2]
-        assert mb is not None  # a SEND/RECV with a code has its microbatch (compile_graph)
+        c, mb = code[i], mbs[i]
         ps = stage[i] + _PEER_OFFSET[c]
-        if not 0 <= ps < S or not 0 <= mb < M:
+        if not 0 <= ps < S or mb < 0:  # (mb: -1 when out of range)
             unmatched.append((i, "no-peer", 0, 0))
             continue
         e = route[ps] if route is not None else placement.device(ps, mb)
@@ -134,7 +133,7 @@ def match(g: Graph, runtime: Runtime) -> Matching:
             partner[s], partner[r] = r, s
             # SEND_F(s,i) is meant for RECV_F(s+1,i), SEND_B(s,i) for RECV_B(s-1,i)
             if (code[r] != code[s] + 1 or stage[r] != stage[s] + _PEER_OFFSET[code[s]]
-                    or acts[r][2] != acts[s][2]):
+                    or mbs[r] != mbs[s]):
                 crossed.append((s, r, k))
         for k, extra in enumerate(islice(ss, len(rs), None), len(rs)):
             unmatched.append((extra, "surplus", k, len(rs)))
@@ -168,12 +167,9 @@ def send_waits(g: Graph) -> SendWaits:
     retires: dict[int, int] = {}
     retired_by: dict[int, int] = {}
     orphans: list[tuple[int, int]] = []
-    M = g.schedule.microbatches
     repeats = {again for _, again in g.duplicates}  # SV202: only a label's first send counts
-    sends = [i for i, c in enumerate(g.code) if c in _SENDS]
-    if sends:
-        acts = g.acts
-        sends = [i for i in sends if 0 <= acts[i][2] < M and i not in repeats]  # type: ignore[operator]  # a coded send has its microbatch; out of range: SV102
+    mbs = g.mb  # -1: out of range (SV102)
+    sends = [i for i, c in enumerate(g.code) if c in _SENDS and mbs[i] >= 0 and i not in repeats]
     if not g.send_waits:
         return SendWaits(retires, retired_by, sends, orphans)
     acts, dev = g.acts, g.dev
@@ -607,19 +603,20 @@ def data_deps(g: Graph, is_comm: list[bool], waits: SendWaits | None = None) -> 
     if not g.explicit_comm:
         return out
     route = placement.routes[0] if placement.microbatch_route is None else None
-    producer, code, stage, acts = g.producer, g.code, g.stage, g.acts
+    producer, code, stage, mbs = g.producer, g.code, g.stage, g.mb
     received = {KIND_CODE[k]: (offset, KIND_CODE[recv]) for k, (offset, recv) in RECEIVED.items()}
-    consumers = (*received, -1)
-    for i in [i for i, c in enumerate(code) if c in consumers]:
+    overlapped = g.overlapped
+    acts = g.acts if overlapped else ()
+    consumers = sorted([i for i, c in enumerate(code) if c in received] + overlapped)
+    for i in consumers:
         c = code[i]
-        sub = acts[i].sub
         leaves: tuple[tuple[int | None, int, int | None], ...]
         if c >= 0:
-            leaves = ((stage[i], c, acts[i][2]),)
-        elif sub is not None:  # OVERLAP_F_B
+            leaves = ((stage[i], c, mbs[i]),)
+        else:  # OVERLAP_F_B
+            sub = acts[i].sub
+            assert sub is not None  # an overlapped entry has its sub-actions
             leaves = tuple((x.stage, KIND_CODE.get(x.kind, -1), x.microbatch) for x in sub)
-        else:
-            continue  # bookkeeping
         for s, k, mb in leaves:
             if type(s) is not int or type(mb) is not int or not (0 <= s < S and 0 <= mb < M):
                 continue
