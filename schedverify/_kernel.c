@@ -244,7 +244,7 @@ exact_int(PyObject *o, int *ok)
 
 /* Scratch arrays.  Each function registers every C array it allocates in its scratch_t and
  * frees them all with one scratch_free on its way out, whichever way it leaves. */
-#define MAX_SCRATCH 16
+#define MAX_SCRATCH 48
 
 typedef struct {
     void *block[MAX_SCRATCH];
@@ -2300,6 +2300,609 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ runtime_plain */
+
+/* runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds,
+ *               nccl, buffered, by_edge, by_direction, lazy)
+ *   -> (start_values, start_floats, end_values, end_floats, ready_values, ready_floats, bind, partner,
+ *       peer_device, lane_of, lanes, makespan, last) | None
+ *
+ * The twin of runtime.simulate (match, data_deps, _Sweep) for the run that ends: PyTorch's
+ * runtime over gloo (``nccl`` 0: one host lane per rank) or NCCL (a compute stream and one
+ * communication stream per communicator, or per peer for a lazily initialised shared group),
+ * on a graph of single actions (``code`` -1 only for bookkeeping, which runs on the host or
+ * compute stream for its duration), one route (``route``: S ints, the rank of each stage),
+ * no BATCH, no WAIT_SEND, no second wait (the caller declines those).  ``received``: per
+ * code, (stage offset of the producer, RECV code) for a kind whose input from another rank
+ * comes through a RECV, else None; ``comm_kinds``: per code, (peer stage offset, is a send,
+ * carries an activation, the code of the action it is meant for) for SEND/RECV, else None.
+ *
+ * It declines (None) whenever the reference would report anything about the run: a SEND or
+ * RECV without a peer stage or a partner (surplus), a matched pair whose labels differ (a
+ * crossing), a lane that never finishes, a message never done, a number read_number does
+ * not take, or ints that could outgrow doubles (bound as in sweep_plain, with each message's
+ * two durations counted).  Otherwise every column is what the reference's RuntimeResult
+ * holds, number for number and type for type (times as graph.Times columns): the operations
+ * are the reference's in its order, a value a float as soon as one operand is.  ``lanes``:
+ * per lane (rank, "host" | "compute" | "comm", the stream's key as runtime._stream_label
+ * reads it, or None); ``makespan`` and ``last``: max(end) as Python gives it, and the first
+ * action that ends then. */
+typedef struct {
+    double v;
+    unsigned char f; /* 1: a float; 0: an int, exactly v */
+} rnum_t;
+
+static inline rnum_t
+rn_add(rnum_t a, rnum_t b)
+{
+    rnum_t r = {a.v + b.v, (unsigned char)(a.f | b.f)};
+    return r;
+}
+
+static inline rnum_t
+rn_sub(rnum_t a, rnum_t b)
+{
+    rnum_t r = {a.v - b.v, (unsigned char)(a.f | b.f)};
+    return r;
+}
+
+static PyObject *
+rn_object(rnum_t x)
+{
+    return x.f ? PyFloat_FromDouble(x.v) : PyLong_FromLongLong((long long)x.v);
+}
+
+#define RT_END 0
+#define RT_READY 1
+#define RT_DONE 2
+
+typedef struct {
+    const unsigned char *is_comm, *is_send;
+    const long long *partner;
+    const rnum_t *dur;
+    rnum_t comm;
+    int buffered;
+    /* the times, in the result's columns: fin (a compute action's end, a SEND/RECV's done)
+     * and ready, each a value and its float flag; state: bit 0 fin known, bit 1 ready known */
+    double *fin_v, *ready_v;
+    unsigned char *fin_f, *ready_f, *state;
+    long long *bind;
+    int32_t *whead, *wnext; /* per action the lanes waiting for its fin, linked */
+    int32_t *stack;
+    Py_ssize_t top;
+} rt_t;
+
+#define RT_HAS_FIN 1
+#define RT_HAS_READY 2
+
+static inline rnum_t
+rt_fin(const rt_t *r, long long i)
+{
+    rnum_t x = {r->fin_v[i], r->fin_f[i]};
+    return x;
+}
+
+static inline rnum_t
+rt_ready(const rt_t *r, long long i)
+{
+    rnum_t x = {r->ready_v[i], r->ready_f[i]};
+    return x;
+}
+
+/* action i's fin is t: the lanes waiting for it go back on the stack */
+static inline void
+rt_set_fin(rt_t *r, long long i, rnum_t t)
+{
+    r->fin_v[i] = t.v;
+    r->fin_f[i] = t.f;
+    r->state[i] |= RT_HAS_FIN;
+    int32_t k = r->whead[i];
+    r->whead[i] = -1;
+    while (k >= 0) {
+        int32_t next = r->wnext[k];
+        r->stack[r->top++] = k;
+        k = next;
+    }
+}
+
+static inline void
+rt_finish(rt_t *r, long long x, rnum_t t, long long via)
+{
+    r->bind[3 * x + RT_DONE] = 3 * via + RT_READY;
+    rt_set_fin(r, x, t);
+}
+
+/* runtime._Sweep._set_ready */
+static void
+rt_set_ready(rt_t *r, long long x, rnum_t t)
+{
+    r->ready_v[x] = t.v;
+    r->ready_f[x] = t.f;
+    r->state[x] |= RT_HAS_READY;
+    long long p = r->partner[x];
+    int sending = r->is_send[x];
+    if (r->buffered && sending)
+        rt_finish(r, x, rn_add(t, r->dur[x].v > r->dur[p].v ? r->dur[x] : r->dur[p]), x);
+    if (!(r->state[p] & RT_HAS_READY))
+        return;
+    long long s = sending ? x : p, rc = sending ? p : x;
+    rnum_t rs = rt_ready(r, s), rr = rt_ready(r, rc);
+    rnum_t delta = r->dur[s].v > r->dur[rc].v ? r->dur[s] : r->dur[rc];
+    if (!(r->state[s] & RT_HAS_FIN))
+        rt_finish(r, s, rn_add(rs.v >= rr.v ? rs : rr, delta), rs.v >= rr.v ? s : rc);
+    rnum_t arrive = rn_add(rs, r->comm);
+    rt_finish(r, rc, rn_add(arrive.v > rr.v ? arrive : rr, delta), arrive.v > rr.v ? s : rc);
+}
+
+static PyObject *
+k_runtime_plain(PyObject *self, PyObject *args)
+{
+    PyObject *starts_o, *code_o, *stage_o, *mb_o, *wait_o, *dur_o, *comm_o, *route_o, *received_o, *kinds_o;
+    int nccl, buffered, by_edge, by_direction, lazy;
+    if (!PyArg_ParseTuple(args, "OOOOOO!OOO!O!ppppp", &starts_o, &code_o, &stage_o, &mb_o, &wait_o,
+                          &PyList_Type, &dur_o, &comm_o, &route_o, &PyTuple_Type, &received_o, &PyTuple_Type,
+                          &kinds_o, &nccl, &buffered, &by_edge, &by_direction, &lazy))
+        return NULL;
+    scratch_t sc = {{NULL}, 0};
+    PyObject *result = NULL, *lanes_l = NULL, *flags[3] = {NULL};
+    Py_ssize_t D1 = 0, n = 0, n2 = 0, n3 = 0, n4 = 0, S = 0;
+    ints_t code_c = {{NULL}}, stage_c = {{NULL}}, mb_c = {{NULL}}, wait_c = {{NULL}};
+    column_t cols[7] = {{NULL}}; /* start, fin, ready (doubles); bind, partner, peer, lane_of */
+    /* (1) the columns and tables, which may run Python code, then every column made here */
+    long long *starts = index_array(&sc, starts_o, &D1, "runtime_plain: starts");
+    if (starts == NULL || !read_ints(&sc, code_o, &code_c, &n, "runtime_plain: code") ||
+        !read_ints(&sc, stage_o, &stage_c, &n2, "runtime_plain: stage") ||
+        !read_ints(&sc, mb_o, &mb_c, &n3, "runtime_plain: mb") ||
+        !read_ints(&sc, wait_o, &wait_c, &n4, "runtime_plain: wait") || !valid_starts(starts, D1, n, "runtime_plain"))
+        goto done;
+    long long *route = index_array(&sc, route_o, &S, "runtime_plain: route");
+    if (route == NULL)
+        goto done;
+    Py_ssize_t D = D1 - 1, K = PyTuple_GET_SIZE(kinds_o);
+    if (n2 != n || n3 != n || n4 != n || PyList_GET_SIZE(dur_o) != n || K < 1 || K > MAX_CODES ||
+        PyTuple_GET_SIZE(received_o) != K || n >= INT32_MAX || D >= (1 << 15)) {
+        PyErr_SetString(PyExc_ValueError, "runtime_plain: the columns' and tables' lengths disagree");
+        goto done;
+    }
+    long long rec_off[MAX_CODES], rec_code[MAX_CODES], peer_off[MAX_CODES], for_code[MAX_CODES];
+    int is_comm_k[MAX_CODES], send_k[MAX_CODES], fwd_k[MAX_CODES], ok = 1;
+    for (Py_ssize_t c = 0; c < K; c++) {
+        PyObject *rv = PyTuple_GET_ITEM(received_o, c), *kv = PyTuple_GET_ITEM(kinds_o, c);
+        rec_code[c] = -1;
+        rec_off[c] = 0;
+        if (rv != Py_None) {
+            ok &= PyTuple_Check(rv) && PyTuple_GET_SIZE(rv) == 2;
+            if (ok) {
+                rec_off[c] = exact_int(PyTuple_GET_ITEM(rv, 0), &ok);
+                rec_code[c] = exact_int(PyTuple_GET_ITEM(rv, 1), &ok);
+                ok &= rec_code[c] >= 0 && rec_code[c] < K && llabs(rec_off[c]) <= MAX_OFFSET;
+            }
+        }
+        is_comm_k[c] = kv != Py_None;
+        send_k[c] = fwd_k[c] = 0;
+        peer_off[c] = 0;
+        for_code[c] = -1;
+        if (kv != Py_None) {
+            ok &= PyTuple_Check(kv) && PyTuple_GET_SIZE(kv) == 4 && PyBool_Check(PyTuple_GET_ITEM(kv, 1)) &&
+                  PyBool_Check(PyTuple_GET_ITEM(kv, 2));
+            if (ok) {
+                peer_off[c] = exact_int(PyTuple_GET_ITEM(kv, 0), &ok);
+                send_k[c] = PyTuple_GET_ITEM(kv, 1) == Py_True;
+                fwd_k[c] = PyTuple_GET_ITEM(kv, 2) == Py_True;
+                for_code[c] = exact_int(PyTuple_GET_ITEM(kv, 3), &ok);
+                ok &= for_code[c] >= 0 && for_code[c] < K && llabs(peer_off[c]) <= MAX_OFFSET;
+            }
+        }
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "runtime_plain: bad kind tables");
+            goto done;
+        }
+    }
+    double *sv = column_new(&cols[0], "d", n), *fv = column_new(&cols[1], "d", n), *rv = column_new(&cols[2], "d", n);
+    long long *bv = column_new(&cols[3], "q", 3 * n), *partner = column_new(&cols[4], "q", n),
+              *peer = column_new(&cols[5], "q", n), *lane_of = column_new(&cols[6], "q", n);
+    for (int q = 0; q < 3; q++)
+        if (!(flags[q] = PyBytes_FromStringAndSize(NULL, n)))
+            goto done;
+    if (!sv || !fv || !rv || !bv || !partner || !peer || !lane_of)
+        goto done;
+    unsigned char *sfp = (unsigned char *)PyBytes_AS_STRING(flags[0]), *ffp = (unsigned char *)PyBytes_AS_STRING(flags[1]),
+                  *rfp = (unsigned char *)PyBytes_AS_STRING(flags[2]);
+    /* (2) from here on nothing is made and nothing is called: the columns read where they
+     * lie (a code -1 is bookkeeping) and checked */
+#define CODE(i) int_at(&code_c, (i))
+#define STAGE(i) int_at(&stage_c, (i))
+#define MB(i) int_at(&mb_c, (i))
+    int32_t *dev = scratch_array(&sc, n, sizeof(int32_t), 0);
+    if (!dev)
+        goto done;
+    for (Py_ssize_t d = 0; d < D; d++)
+        for (long long i = starts[d]; i < starts[d + 1]; i++)
+            dev[i] = (int32_t)d;
+    long long M = 1; /* the microbatches the columns name (mb -1: none, or out of range) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long c = CODE(i), w = int_at(&wait_c, i);
+        if (c < -1 || c >= K || w < 0 || w > n || (c >= 0 && (STAGE(i) < 0 || STAGE(i) >= S))) {
+            PyErr_SetString(PyExc_ValueError, "runtime_plain: a code, stage or wait out of range");
+            goto done;
+        }
+        if (MB(i) >= M)
+            M = MB(i) + 1;
+    }
+    for (Py_ssize_t s = 0; s < S; s++)
+        if (route[s] < 0 || route[s] >= D) {
+            PyErr_SetString(PyExc_ValueError, "runtime_plain: a route entry is not a rank");
+            goto done;
+        }
+    if ((double)S * (double)M > 4.0 * (double)n + 1024.0)
+        goto not_plain; /* a dense RECV table that would not follow the action count */
+    if (PyList_GET_SIZE(dur_o) != n) {
+        PyErr_SetString(PyExc_ValueError, "runtime_plain: one duration per action");
+        goto done;
+    }
+
+    /* durations and comm */
+    rnum_t *dur = scratch_array(&sc, n, sizeof(rnum_t), 0), comm = {0, 0};
+    if (dur == NULL)
+        goto done;
+    if (!read_number(comm_o, &comm.v, &comm.f))
+        goto not_plain;
+    number_cache_t cache = {{NULL}, {0}, {0}, 0};
+    long long bound = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &dur[i].v, &dur[i].f) || !(dur[i].v >= 0))
+            goto not_plain;
+        if (!dur[i].f && (bound += 2 * (long long)dur[i].v) > EXACT_INT_MAX)
+            goto not_plain; /* a message's delta is one of its two durations: counted twice */
+    }
+    if (!comm.f && comm.v != 0) {
+        long long c = (long long)fabs(comm.v);
+        if ((long long)n > (EXACT_INT_MAX - bound) / c)
+            goto not_plain;
+    }
+
+    /* (3) matching (runtime.match): per channel (sender, receiver, direction when the layout
+     * splits it) the k-th send posted meets the k-th receive posted */
+    unsigned char *is_comm = scratch_array(&sc, n, 1, 1), *is_send = scratch_array(&sc, n, 1, 1);
+    long long nch = (long long)D * D * 2;
+    long long *scount = scratch_array(&sc, nch, sizeof(long long), 1), *rcount = scratch_array(&sc, nch, sizeof(long long), 1);
+    if (!is_comm || !is_send || !scount || !rcount)
+        goto done;
+#define CHANNEL(i) ((((long long)(is_send[i] ? dev[i] : peer[i])) * D + (is_send[i] ? peer[i] : dev[i])) * 2 + \
+                    (by_direction && !by_edge ? fwd_k[CODE(i)] : 0))
+    for (Py_ssize_t i = 0; i < n; i++) {
+        partner[i] = -1;
+        peer[i] = -1;
+        long long c = CODE(i);
+        if (c < 0 || !is_comm_k[c])
+            continue;
+        is_comm[i] = 1;
+        is_send[i] = (unsigned char)send_k[c];
+        long long ps = STAGE(i) + peer_off[c];
+        if (ps < 0 || ps >= S || MB(i) < 0)
+            goto not_plain; /* no peer: the reference reports it */
+        peer[i] = route[ps];
+        (is_send[i] ? scount : rcount)[CHANNEL(i)]++;
+    }
+    /* the sends and receives of each channel, in posting order (index order: a channel's
+     * sends are all one rank's, and so are its receives) */
+    long long *soff = scratch_array(&sc, nch + 1, sizeof(long long), 0), *roff = scratch_array(&sc, nch + 1, sizeof(long long), 0);
+    int32_t *sl = scratch_array(&sc, n, sizeof(int32_t), 0), *rl = scratch_array(&sc, n, sizeof(int32_t), 0);
+    if (!soff || !roff || !sl || !rl)
+        goto done;
+    soff[0] = roff[0] = 0;
+    for (long long k = 0; k < nch; k++) {
+        if (scount[k] != rcount[k])
+            goto not_plain; /* a surplus send or receive */
+        soff[k + 1] = soff[k] + scount[k];
+        roff[k + 1] = roff[k] + rcount[k];
+        scount[k] = rcount[k] = 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (is_comm[i]) {
+            long long k = CHANNEL(i);
+            if (is_send[i])
+                sl[soff[k] + scount[k]++] = (int32_t)i;
+            else
+                rl[roff[k] + rcount[k]++] = (int32_t)i;
+        }
+#undef CHANNEL
+    for (long long k = 0; k < nch; k++)
+        for (long long q = soff[k]; q < soff[k + 1]; q++) {
+            long long s = sl[q], r = rl[roff[k] + (q - soff[k])];
+            partner[s] = r;
+            partner[r] = s;
+            if (CODE(r) != for_code[CODE(s)] || STAGE(r) != STAGE(s) + peer_off[CODE(s)] || MB(r) != MB(s))
+                goto not_plain; /* a crossing: the reference reports it */
+        }
+
+    /* (4) the data each compute action waits for (runtime.data_deps): its wait, then the RECV
+     * of its own label for an input from another rank; at most two each */
+    int recv_slot[MAX_CODES], nslots = 0;
+    for (Py_ssize_t c = 0; c < K; c++)
+        recv_slot[c] = -1;
+    for (Py_ssize_t c = 0; c < K; c++)
+        if (rec_code[c] >= 0 && recv_slot[rec_code[c]] < 0) {
+            if (nslots == 2)
+                goto not_plain;
+            recv_slot[rec_code[c]] = nslots++;
+        }
+    int32_t *recv_at = scratch_array(&sc, S * M * (nslots ? nslots : 1), sizeof(int32_t), 0); /* [slot][s][mb] */
+    int32_t *data = scratch_array(&sc, 2 * n, sizeof(int32_t), 0);
+    unsigned char *ndata = scratch_array(&sc, n, 1, 1);
+    if (!recv_at || !data || !ndata)
+        goto done;
+    for (long long k = 0; k < S * M * nslots; k++)
+        recv_at[k] = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long c = CODE(i);
+        if (c >= 0 && recv_slot[c] >= 0 && MB(i) >= 0) {
+            long long key = (recv_slot[c] * S + STAGE(i)) * M + MB(i);
+            if (recv_at[key] < 0)
+                recv_at[key] = (int32_t)i; /* the first of its label (Graph.producer) */
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (is_comm[i])
+            continue;
+        long long w = int_at(&wait_c, i);
+        if (w != n)
+            data[2 * i + ndata[i]++] = (int32_t)w;
+        long long c = CODE(i);
+        if (c < 0 || rec_code[c] < 0 || MB(i) < 0)
+            continue;
+        long long ps = STAGE(i) + rec_off[c];
+        if (ps < 0 || ps >= S || route[ps] == dev[i])
+            continue;
+        long long r = recv_at[(recv_slot[rec_code[c]] * S + STAGE(i)) * M + MB(i)];
+        if (r >= 0 && r < i && dev[r] == dev[i])
+            data[2 * i + ndata[i]++] = (int32_t)r;
+    }
+
+    /* (5) the lanes (runtime._Sweep._build_lanes): gloo, one per rank; NCCL, per rank its
+     * compute stream, then a stream per key in the keys' order */
+    Py_ssize_t L = 0, maxl = nccl ? D * (1 + 2 * D) + 1 : D;
+    long long *lane_dev = scratch_array(&sc, maxl, sizeof(long long), 0), *lane_key = scratch_array(&sc, maxl, sizeof(long long), 0);
+    int *lane_kind = scratch_array(&sc, maxl, sizeof(int), 0); /* 0 host, 1 compute, 2 comm */
+    int32_t *skey = scratch_array(&sc, n, sizeof(int32_t), 0), *lastc = scratch_array(&sc, n, sizeof(int32_t), 0);
+    long long *keymap = scratch_array(&sc, 2 * D * D + 2, sizeof(long long), 0);
+    if (!lane_dev || !lane_key || !lane_kind || !skey || !lastc || !keymap)
+        goto done;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        if (!nccl) {
+            lane_dev[L] = d;
+            lane_kind[L] = 0;
+            lane_key[L] = -1;
+            for (long long i = starts[d]; i < starts[d + 1]; i++)
+                lane_of[i] = L;
+            L++;
+            continue;
+        }
+        Py_ssize_t compute = L++;
+        lane_dev[compute] = d;
+        lane_kind[compute] = 1;
+        lane_key[compute] = -1;
+        long long last = -1, nk = 2 * D * D + 1;
+        for (long long k = 0; k <= nk; k++)
+            keymap[k] = -1;
+        for (long long i = starts[d]; i < starts[d + 1]; i++) {
+            if (!is_comm[i]) {
+                lane_of[i] = compute;
+                last = i;
+                continue;
+            }
+            lastc[i] = (int32_t)last;
+            long long e = peer[i];
+            long long key = by_edge ? (is_send[i] ? (long long)d * D + e : e * D + d)
+                            : by_direction ? fwd_k[CODE(i)]
+                            : lazy ? (d < e ? (long long)d * D + e : e * D + d) : 0;
+            skey[i] = (int32_t)key;
+            keymap[key] = 0;
+        }
+        for (long long k = 0; k <= nk; k++) /* the keys in order: sorted(streams) */
+            if (keymap[k] == 0) {
+                keymap[k] = L;
+                lane_dev[L] = d;
+                lane_kind[L] = 2;
+                lane_key[L] = k;
+                L++;
+            }
+        for (long long i = starts[d]; i < starts[d + 1]; i++)
+            if (is_comm[i])
+                lane_of[i] = keymap[skey[i]];
+    }
+    /* each lane's items, in order */
+    long long *loff = scratch_array(&sc, L + 1, sizeof(long long), 1), *fill = scratch_array(&sc, L, sizeof(long long), 1);
+    int32_t *items = skey; /* the keys are read: their array holds the items now */
+    if (!loff || !fill)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        loff[lane_of[i] + 1]++;
+    for (Py_ssize_t k = 0; k < L; k++)
+        loff[k + 1] += loff[k];
+    for (Py_ssize_t i = 0; i < n; i++)
+        items[loff[lane_of[i]] + fill[lane_of[i]]++] = (int32_t)i;
+
+    /* (6) the sweep (runtime._Sweep.run), until nothing moves */
+    rt_t r;
+    r.is_comm = is_comm;
+    r.is_send = is_send;
+    r.partner = partner;
+    r.dur = dur;
+    r.comm = comm;
+    r.buffered = nccl && buffered;
+    r.fin_v = fv;
+    r.fin_f = ffp;
+    r.ready_v = rv;
+    r.ready_f = rfp;
+    r.bind = bv;
+    r.state = scratch_array(&sc, n, 1, 1);
+    r.whead = scratch_array(&sc, n, sizeof(int32_t), 0);
+    r.wnext = scratch_array(&sc, L, sizeof(int32_t), 0);
+    r.stack = scratch_array(&sc, L, sizeof(int32_t), 0);
+    long long *ptr = scratch_array(&sc, L, sizeof(long long), 0), *source = scratch_array(&sc, L, sizeof(long long), 0);
+    rnum_t *clock = scratch_array(&sc, L, sizeof(rnum_t), 0);
+    unsigned char *blocked = scratch_array(&sc, L, 1, 1);
+    if (!r.state || !r.whead || !r.wnext || !r.stack || !ptr || !source || !clock || !blocked)
+        goto done;
+    for (Py_ssize_t k = 0; k < 3 * n; k++)
+        bv[k] = -1;
+    for (Py_ssize_t k = 0; k < n; k++)
+        r.whead[k] = -1;
+    r.top = 0;
+    for (Py_ssize_t k = L - 1; k >= 0; k--) {
+        ptr[k] = loff[k];
+        clock[k].v = 0;
+        clock[k].f = 0;
+        source[k] = -1;
+        r.stack[r.top++] = (int32_t)k;
+    }
+    while (r.top > 0) {
+        Py_ssize_t k = r.stack[--r.top];
+        long long p = ptr[k], stop = loff[k + 1], src = source[k];
+        rnum_t now = clock[k];
+        long long awaited = -1; /* the action whose fin the lane waits for */
+        while (p < stop) {
+            long long i = items[p];
+            if (is_comm[i]) {
+                if (nccl) {
+                    long long c = lastc[i];
+                    if (c >= 0) { /* the stream waits for the compute posted before it */
+                        if (!(r.state[c] & RT_HAS_FIN)) {
+                            awaited = c;
+                            break;
+                        }
+                        if (fv[c] > now.v) {
+                            now = rt_fin(&r, c);
+                            src = 3 * c + RT_END;
+                        }
+                    }
+                    if (!(r.state[i] & RT_HAS_READY)) {
+                        bv[3 * i + RT_READY] = src;
+                        rt_set_ready(&r, i, now);
+                    }
+                    if (!(r.state[i] & RT_HAS_FIN)) {
+                        awaited = i;
+                        break;
+                    }
+                    if (fv[i] >= now.v) {
+                        now = rt_fin(&r, i);
+                        src = 3 * i + RT_DONE;
+                    }
+                    p++;
+                    continue;
+                }
+                if (!(r.state[i] & RT_HAS_READY)) { /* gloo: posting takes no host time */
+                    bv[3 * i + RT_READY] = src;
+                    rt_set_ready(&r, i, now);
+                }
+                p++;
+                continue;
+            }
+            rnum_t st = now;
+            for (int q = 0; q < ndata[i]; q++) {
+                long long j = data[2 * i + q];
+                if (!(r.state[j] & RT_HAS_FIN)) {
+                    awaited = j;
+                    break;
+                }
+                /* a RECV's done, or a compute action's end plus the latency */
+                rnum_t t = is_comm[j] ? rt_fin(&r, j) : rn_add(rt_fin(&r, j), comm);
+                if (t.v > st.v) {
+                    st = t;
+                    src = 3 * j + (is_comm[j] ? RT_DONE : RT_END);
+                }
+            }
+            if (awaited >= 0)
+                break;
+            bv[3 * i + RT_END] = src;
+            now = rn_add(st, dur[i]);
+            src = 3 * i + RT_END;
+            rt_set_fin(&r, i, now);
+            p++;
+        }
+        ptr[k] = p;
+        clock[k] = now;
+        source[k] = src;
+        blocked[k] = awaited >= 0;
+        if (awaited >= 0) {
+            r.wnext[k] = r.whead[awaited];
+            r.whead[awaited] = (int32_t)k;
+        }
+    }
+    for (Py_ssize_t k = 0; k < L; k++)
+        if (blocked[k])
+            goto not_plain; /* a hang: the reference finds its cycles */
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!(r.state[i] & RT_HAS_FIN))
+            goto not_plain; /* a message never done (a send left pending at the end) */
+#undef CODE
+#undef STAGE
+#undef MB
+
+    /* (7) the results, as columns: no Python object per action.  start: ready for a
+     * SEND/RECV, else fin - duration; ready: a compute action's entry 0 (read as None) */
+    rnum_t top = {0, 0};
+    long long last = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        rnum_t fin = rt_fin(&r, i);
+        rnum_t sta = is_comm[i] ? rt_ready(&r, i) : rn_sub(fin, dur[i]);
+        sv[i] = sta.v;
+        sfp[i] = sta.f;
+        if (!is_comm[i]) {
+            rv[i] = 0;
+            rfp[i] = 0;
+        }
+        if (last < 0 || fin.v > top.v) { /* Python's max: the first of the largest */
+            top = fin;
+            last = i;
+        }
+    }
+    if (!(lanes_l = PyList_New(L)))
+        goto done;
+    for (Py_ssize_t k = 0; k < L; k++) {
+        static const char *kind_name[3] = {"host", "compute", "comm"};
+        long long key = lane_key[k];
+        PyObject *kt;
+        if (lane_kind[k] != 2)
+            kt = (Py_INCREF(Py_None), Py_None);
+        else if (by_edge || (!by_direction && lazy))
+            kt = Py_BuildValue("(LL)", key / D, key % D);
+        else if (by_direction)
+            kt = Py_BuildValue("(L)", key);
+        else
+            kt = PyTuple_New(0);
+        PyObject *lane = kt ? Py_BuildValue("(LsN)", lane_dev[k], kind_name[lane_kind[k]], kt) : NULL;
+        if (lane == NULL)
+            goto done;
+        PyList_SET_ITEM(lanes_l, k, lane);
+    }
+    PyObject *makespan = n ? rn_object(top) : PyLong_FromLong(0);
+    if (makespan == NULL)
+        goto done;
+    PyObject *c[7];
+    for (int q = 0; q < 7; q++)
+        c[q] = column_take(&cols[q]);
+    result = Py_BuildValue("(NONONONNNNONL)", c[0], flags[0], c[1], flags[1], c[2], flags[2], c[3], c[4], c[5],
+                           c[6], lanes_l, makespan, last);
+    goto done;
+not_plain:
+    result = declined();
+done:
+    for (int q = 0; q < 7; q++)
+        column_free(&cols[q]);
+    for (int q = 0; q < 3; q++)
+        Py_XDECREF(flags[q]);
+    Py_XDECREF(lanes_l);
+    release_ints(&code_c);
+    release_ints(&stage_c);
+    release_ints(&mb_c);
+    release_ints(&wait_c);
+    scratch_free(&sc);
+    return result;
+}
+
+
 /* ------------------------------------------------------------------ memory_plain */
 
 /* memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit[, inert])
@@ -2784,6 +3387,10 @@ static PyMethodDef methods[] = {
     {"sweep_plain", k_sweep_plain, METH_VARARGS,
      "sweep_plain(starts, wait, durations, comm) -> (start_values, start_floats, end_values, "
      "end_floats, makespan) | None."},
+    {"runtime_plain", k_runtime_plain, METH_VARARGS,
+     "runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds, nccl, "
+     "buffered, by_edge, by_direction, lazy) -> (start, end, ready as times columns, bind, partner, "
+     "peer_device, lane_of, lanes, makespan, last) | None."},
     {"times_list", k_times_list, METH_VARARGS,
      "times_list(values, floats) -> list: a times column as Python's numbers."},
     {"durations_plain", k_durations_plain, METH_VARARGS,

@@ -1100,3 +1100,88 @@ def test_bookkeeping_off_its_device_in_columns_is_left_to_the_reference():
         g = compile_graph(schedverify.Schedule(2, 2, 1, columns(good, (4, 4)), schedverify.Placement.of("loop", 2, 2)))
     assert g.uncoded == [0, 3, 4, 7] and g.reduce_grads == [3, 7] and list(g.code[:4]) == [-1, 0, 1, -1]
     assert g.kind_of(3) == "REDUCE_GRAD" and g.stage_of(4) == 1 and list(g.mb) == [-1, 0, 0, -1] * 2
+
+
+# --------------------------------------------------------------------------- runtime_plain
+
+RUNTIME_FIELDS = ("start", "end", "bind", "cycles", "stuck", "ready", "is_comm", "lane_of", "lanes", "labels",
+                  "batch_of", "on_nccl", "hangs", "more_hangs")
+
+
+def runtimes():
+    """PyTorch's runtime of each release, over gloo and NCCL, with every layout, both NCCL
+    stream modes and buffered sends."""
+    from schedverify.releases import GLOO, LAYOUTS, NCCL, NcclOptions, Runtime, releases
+
+    pytorch = [r for r in releases().values() if r.is_pytorch]
+    return st.builds(lambda rel, backend, layout, streams, buffered: Runtime(
+        rel, backend, LAYOUTS[layout], NcclOptions(streams, buffered)),
+        st.sampled_from(pytorch), st.sampled_from([GLOO, NCCL]), st.sampled_from(sorted(LAYOUTS)),
+        st.sampled_from(["device", "pair"]), st.booleans())
+
+
+def assert_same_run(schedule, runtime, costs=None) -> bool:
+    """The kernel's run of ``schedule`` on ``runtime`` (runtime_plain) is the reference's,
+    field by field and number for number (types too); returns whether the kernel answered."""
+    from schedverify.runtime import simulate
+
+    g = compile_graph(schedule)
+    c = resolve_costs(schedule, costs)
+    d = durations_for(g, c)
+    with spying() as spy:
+        fast = simulate(g, d, c.comm, runtime)
+    with pure_python():
+        slow = simulate(g, d, c.comm, runtime)
+    path = fast.critical_path()  # before the end times are read: from the run's own last action
+    for name in RUNTIME_FIELDS:
+        a, b = getattr(fast, name), getattr(slow, name)
+        if name in ("start", "end", "ready"):
+            a, b = typed(a), typed(b)
+        if name in ("bind", "lane_of"):
+            a, b = list(a), list(b)  # the compiled run's int columns are arrays
+        assert a == b, name
+    for name in ("partner", "peer_device", "crossed", "unmatched"):
+        assert list(getattr(fast.matching, name)) == list(getattr(slow.matching, name)), name
+    assert path == slow.critical_path()
+    if fast.makespan is not None:
+        assert typed([fast.makespan]) == typed([max(slow.end, default=0)])
+    return "runtime_plain" in spy.answered
+
+
+@given(with_comm, runtimes(), st.data())
+def test_the_kernels_run_is_the_reference_runtimes(schedule, runtime, data):
+    """Positional matching, the streams of each layout, head-of-line blocking and buffered
+    sends in the kernel: the same RuntimeResult as runtime._Sweep on every run it answers,
+    and it answers every run that ends with nothing to report."""
+    from schedverify.runtime import simulate
+
+    answered = assert_same_run(schedule, runtime, data.draw(float_costs()))
+    g = compile_graph(schedule)
+    with pure_python():
+        run = simulate(g, durations_for(g, resolve_costs(schedule, None)), 0, runtime)
+    clean = (g.explicit_comm and schedule.placement.microbatch_route is None and not run.matching.crossed
+             and not run.matching.unmatched and run.completed and not run.cycles)
+    assert answered == clean
+
+
+@given(with_comm.flatmap(lambda s: mutations(s, kinds=("swap", "move", "drop", "duplicate"))), runtimes())
+def test_the_kernels_run_declines_or_equals_the_reference_on_mutated_schedules(mutation, runtime):
+    """Crossed messages, surplus sends, hangs on a stream or on the host: the kernel declines
+    (the reference finds and explains them) or gives the reference's run."""
+    assert_same_run(mutation.schedule, runtime)
+
+
+@pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("interleaved-1f1b", 2, 4), ("zb-h1", 4, 8),
+                                        ("zb-v", 3, 6), ("gpipe", 3, 5)])
+def test_the_kernel_runs_lowered_families_on_every_layout(family, d, m):
+    from schedverify.releases import GLOO, LAYOUTS, NCCL, NcclOptions, Runtime, release
+
+    lowered = _lowered_columns(generated(family, d, m))
+    rel = release("2.14")[0]
+    for backend in (GLOO, NCCL):
+        for layout in LAYOUTS.values():
+            for streams in ("device", "pair"):
+                rt = Runtime(rel, backend, layout, NcclOptions(streams, False))
+                ran = assert_same_run(lowered, rt)
+                hangs = not schedverify.check(lowered, comm_semantics=rt.semantics).is_valid
+                assert ran or hangs, (backend, layout.name, streams)

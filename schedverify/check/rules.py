@@ -354,7 +354,10 @@ def loss_order(g: Graph, rt: Runtime) -> Iterator[Violation]:
     overlapped = set(g.overlapped)
     # the last stage's forwards: plain ones by their columns (an uncoded single action is never
     # one: it would have a code), overlapped ones as leaves
-    for i in [i for i in range(g.n) if (code[i] == f_code and stage[i] == last) or i in overlapped]:
+    # (on the last stage's device alone, when no action is off its device)
+    d = p.routes[0][last]
+    lo, hi = (g.starts[d], g.starts[d + 1]) if not g.wrong_device else (0, g.n)
+    for i in [i for i in range(lo, hi) if (code[i] == f_code and stage[i] == last) or i in overlapped]:
         # the Action only for an overlap or a microbatch out of range (mb -1)
         leaves = g.acts[i].leaves() if code[i] < 0 or mbs[i] < 0 else (Action(last, F, mbs[i]),)
         for x in leaves:
