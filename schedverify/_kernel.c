@@ -141,6 +141,25 @@ plain_action(PyTypeObject *type, long long stage, PyObject *kind, long long mb)
     return a;
 }
 
+/* The Action of a column's entry: plain_action, or (stage, kind, None) for a bookkeeping
+ * entry, whose microbatch column holds -1 (grammar.PlainRows). */
+static PyObject *
+column_action(PyTypeObject *type, long long stage, PyObject *kind, long long mb)
+{
+    if (mb >= 0)
+        return plain_action(type, stage, kind, mb);
+    PyObject *s = index_object(stage);
+    if (s == NULL)
+        return NULL;
+    Py_INCREF(Py_None);
+    PyObject *a = new_action(type, s, kind, Py_None);
+    if (a == NULL) {
+        Py_DECREF(s);
+        Py_DECREF(Py_None);
+    }
+    return a;
+}
+
 /* The kinds a cell may name (a tuple of at most MAX_KINDS str), as C strings; 0 with
  * TypeError/ValueError set otherwise. */
 #define MAX_KINDS 16
@@ -225,7 +244,7 @@ exact_int(PyObject *o, int *ok)
 
 /* Scratch arrays.  Each function registers every C array it allocates in its scratch_t and
  * frees them all with one scratch_free on its way out, whichever way it leaves. */
-#define MAX_SCRATCH 16
+#define MAX_SCRATCH 48
 
 typedef struct {
     void *block[MAX_SCRATCH];
@@ -1130,7 +1149,7 @@ k_rows_of(PyObject *self, PyObject *args)
             goto fail;
         PyTuple_SET_ITEM(out, d, row);
         for (Py_ssize_t p = 0; p < len; p++, i++) {
-            PyObject *a = plain_action(type, c.stage[i], PyTuple_GET_ITEM(kinds, c.code[i]), c.mb[i]);
+            PyObject *a = column_action(type, c.stage[i], PyTuple_GET_ITEM(kinds, c.code[i]), c.mb[i]);
             if (a == NULL)
                 goto fail;
             PyTuple_SET_ITEM(row, p, a);
@@ -1147,8 +1166,8 @@ fail:
 static int read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long long hi, int32_t outside,
                            int32_t *out);
 
-/* lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds, action_type)
- *     -> tuple of D tuples of Actions | None
+/* lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds)
+ *     -> (codes, stages, mbs, lengths, top_stage, top_mb) | None
  *
  * The twin of lowering.torch_lowering for PyTorch 2.13 and 2.14 without defer_pp_recv
  * (passes ``unshard_reshard``, ``reduce_grad``, ``send_recv``: lowering.add_unshard_reshard
@@ -1158,8 +1177,9 @@ static int read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long lon
  * ``kinds`` is grammar.CODED_KINDS then UNSHARD, RESHARD, REDUCE_GRAD (codes 8, 9, 10).
  * Declined (None): any other code or an index out of range, a rank without actions or a
  * compute order that makes no progress (lowering.py raises PyTorch's message), and tables
- * too large for the action count.  The rows are what the Python passes give, action for
- * action (tests/test_kernel.py holds them equal).
+ * too large for the action count.  The rows, as columns in the codes of ``kinds`` (a
+ * bookkeeping action's microbatch -1), are what the Python passes give, action for action
+ * (tests/test_kernel.py holds them equal).
  *
  * The resident stages live in a real Python set of the stage ints, added to and discarded
  * from in PyTorch's sequence, so that RESHARD comes out in CPython's set order, as in
@@ -1301,17 +1321,59 @@ done:
     return ok;
 }
 
+/* The lowered rows as the columns of grammar.PlainRows, codes in the order of ``kinds``
+ * (grammar.COLUMN_KINDS; a bookkeeping action's microbatch is -1): (codes, stages, mbs,
+ * lengths, top_stage, top_mb), no Python object per action. */
+static PyObject *
+lowered_columns(const lvec_t *rows, Py_ssize_t D)
+{
+    Py_ssize_t n = 0;
+    for (Py_ssize_t d = 0; d < D; d++)
+        n += rows[d].n;
+    PyObject *codes = PyBytes_FromStringAndSize(NULL, n);
+    PyObject *stages = PyBytes_FromStringAndSize(NULL, 8 * n);
+    PyObject *mbs = PyBytes_FromStringAndSize(NULL, 8 * n);
+    PyObject *lengths = PyTuple_New(D), *result = NULL;
+    if (codes == NULL || stages == NULL || mbs == NULL || lengths == NULL)
+        goto done;
+    char *c = PyBytes_AS_STRING(codes);
+    long long *st = (long long *)PyBytes_AS_STRING(stages), *mb = (long long *)PyBytes_AS_STRING(mbs);
+    long long top_stage = -1, top_mb = -1;
+    Py_ssize_t i = 0;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        PyObject *len = PyLong_FromSsize_t(rows[d].n);
+        if (len == NULL)
+            goto done;
+        PyTuple_SET_ITEM(lengths, d, len);
+        for (Py_ssize_t p = 0; p < rows[d].n; p++, i++) {
+            c[i] = (char)rows[d].code[p];
+            st[i] = rows[d].st[p];
+            mb[i] = rows[d].mb[p];
+            if (st[i] > top_stage)
+                top_stage = st[i];
+            if (mb[i] > top_mb)
+                top_mb = mb[i];
+        }
+    }
+    result = Py_BuildValue("(OOOOLL)", codes, stages, mbs, lengths, top_stage, top_mb);
+done:
+    Py_XDECREF(codes);
+    Py_XDECREF(stages);
+    Py_XDECREF(mbs);
+    Py_XDECREF(lengths);
+    return result;
+}
+
 static PyObject *
 k_lower_plain(PyObject *self, PyObject *args)
 {
     PyObject *codes, *stages, *mbs, *lengths, *rank_o, *kinds, *result = NULL;
-    PyTypeObject *type;
     long long S, M;
-    if (!PyArg_ParseTuple(args, "SSSO!LLOO!O!", &codes, &stages, &mbs, &PyTuple_Type, &lengths, &S, &M,
-                          &rank_o, &PyTuple_Type, &kinds, &PyType_Type, &type))
+    if (!PyArg_ParseTuple(args, "SSSO!LLOO!", &codes, &stages, &mbs, &PyTuple_Type, &lengths, &S, &M,
+                          &rank_o, &PyTuple_Type, &kinds))
         return NULL;
     columns_t c;
-    if (!read_columns(codes, stages, mbs, lengths, 256, &c, "lower_plain") || !action_layout(type, "lower_plain"))
+    if (!read_columns(codes, stages, mbs, lengths, 256, &c, "lower_plain"))
         return NULL;
     if (PyTuple_GET_SIZE(kinds) != LK_KINDS) {
         PyErr_SetString(PyExc_ValueError, "lower_plain: eleven kinds");
@@ -1417,35 +1479,7 @@ k_lower_plain(PyObject *self, PyObject *args)
 #undef SEEN
 #undef TEST
 #undef MARK
-    result = PyTuple_New(D);
-    if (result == NULL)
-        goto done;
-    for (Py_ssize_t d = 0; d < D; d++) {
-        PyObject *row = PyTuple_New(out[d].n);
-        if (row == NULL)
-            goto fail;
-        PyTuple_SET_ITEM(result, d, row);
-        for (Py_ssize_t p = 0; p < out[d].n; p++) {
-            PyObject *kind = PyTuple_GET_ITEM(kinds, out[d].code[p]), *a;
-            if (out[d].mb[p] < 0) { /* bookkeeping: no microbatch */
-                PyObject *s = index_object(out[d].st[p]);
-                Py_INCREF(Py_None);
-                a = s ? new_action(type, s, kind, Py_None) : NULL;
-                if (a == NULL) {
-                    Py_XDECREF(s);
-                    Py_DECREF(Py_None);
-                }
-            } else {
-                a = plain_action(type, out[d].st[p], kind, out[d].mb[p]);
-            }
-            if (a == NULL)
-                goto fail;
-            PyTuple_SET_ITEM(row, p, a);
-        }
-    }
-    goto done;
-fail:
-    Py_CLEAR(result);
+    result = lowered_columns(out, D);
     goto done;
 nomem:
     PyErr_NoMemory();
@@ -1507,7 +1541,8 @@ typedef struct {
  * every such action matched and every input from another device received on the consumer's
  * own device.  ``needs`` is graph._NEEDS_BY_CODE, per code a tuple of (offset, producer
  * codes, recv code or -1), so the rules stay those of deps.NEEDS.  Returns (acts, dev, pos,
- * starts, wait, counts, inversions, code, stage, explicit), or None when the schedule is not
+ * starts, wait, counts, inversions, code, stage, explicit, uncoded, reduce_grads, mb), or
+ * None when the schedule is not
  * such a case (also when its sizes are so much larger than its action count that a dense
  * table would waste memory: the routes are read only after that test, so a placement of
  * ten million stages costs nothing when the kernel declines it). */
@@ -1561,7 +1596,7 @@ read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long long hi, int32
 static PyObject *
 compile_core(PyObject *order, const columns_t *cols, long long S, long long M, PyObject *routes,
              PyObject *mroute, PyObject *needs_o, PyObject *match_o, PyObject *mixed_o, PyObject *kinds,
-             int allow_comm)
+             int allow_comm, int reduce_code)
 {
     int K = (int)PyTuple_GET_SIZE(kinds);
     if (K < 1 || K > MAX_CODES || PyTuple_GET_SIZE(needs_o) != K || PyTuple_GET_SIZE(match_o) != K ||
@@ -1650,9 +1685,13 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     int32_t *route_dev, *mr = NULL, *table, *devs;
     int8_t *code;
     long long *stage, *mbs = NULL, *pos, *starts, *waitc, *inv = NULL;
+    /* the bookkeeping entries of the columns (codes K and up: graph.Graph.uncoded) and
+     * among them the REDUCE_GRADs (code reduce_code: Graph.reduce_grads) */
+    long long *uncoded = NULL, *reduces = NULL;
+    Py_ssize_t nuncoded = 0, nreduces = 0;
     /* the Graph's columns as graph.py's typecodes (COLUMN_TYPES), filled where they lie */
     column_t c_dev = {NULL}, c_pos = {NULL}, c_starts = {NULL}, c_wait = {NULL}, c_code = {NULL},
-             c_stage = {NULL};
+             c_stage = {NULL}, c_mb = {NULL};
     PyObject *acts = NULL, *result = NULL;
     Py_ssize_t ninv = 0, inv_cap = 0;
     int explicit = 0;
@@ -1678,7 +1717,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         goto not_plain;
 
     if (!(code = column_new(&c_code, "b", n)) || !(stage = column_new(&c_stage, "q", n)) ||
-        (!cols && !(mbs = scratch_array(&sc, n, sizeof(long long), 0))) ||
+        !(mbs = column_new(&c_mb, "q", n)) ||
         !(pos = column_new(&c_pos, "q", n)) || !(devs = column_new(&c_dev, "i", n)) ||
         !(starts = column_new(&c_starts, "q", D + 1)) || (order && !(acts = PyList_New(n))))
         goto fail;
@@ -1690,14 +1729,39 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
      * of range, off its placed device), else 1 with its columns filled.  One definition for
      * both front ends (the columns of PlainRows and the rows of Actions). */
 #define PLACE(c, s, m) place_action(i, p, d, (c), (s), (m), S, M, route_dev, mr, allow_comm, is_comm, \
-                                    &explicit, code, stage, mbs, pos, devs, counts)
+                                    &explicit, code, stage, cols ? NULL : mbs, pos, devs, counts)
     if (cols) { /* the columns of grammar.PlainRows: plain actions, no idle slot */
+        if (n > 0)
+            memcpy(mbs, cols->mb, sizeof(long long) * (size_t)n); /* bookkeeping's are -1 */
+        for (Py_ssize_t k = 0; k < n && !uncoded; k++)
+            if (cols->code[k] >= K && (!(uncoded = scratch_array(&sc, n, sizeof(long long), 0)) ||
+                                       !(reduces = scratch_array(&sc, n, sizeof(long long), 0))))
+                goto fail;
         for (Py_ssize_t d = 0; d < D; d++) {
             starts[d] = i;
             Py_ssize_t len = PyLong_AsSsize_t(PyTuple_GET_ITEM(cols->lengths, d));
             for (Py_ssize_t p = 0; p < len; p++, i++) {
-                if (!PLACE(cols->code[i], cols->stage[i], cols->mb[i]))
+                int c = cols->code[i];
+                if (c < K) {
+                    if (!PLACE(c, cols->stage[i], cols->mb[i]))
+                        goto not_plain;
+                    continue;
+                }
+                /* bookkeeping (graph._bookkeeping): a stage in range held by the device on
+                 * some route, no code and no stage in the Graph */
+                long long s = cols->stage[i];
+                int held = 0;
+                for (Py_ssize_t r = 0; r < R && !held && s >= 0 && s < S; r++)
+                    held = route_dev[r * S + s] == d;
+                if (!held)
                     goto not_plain;
+                code[i] = -1;
+                stage[i] = -1;
+                pos[i] = p;
+                devs[i] = (int32_t)d;
+                uncoded[nuncoded++] = i;
+                if (c == reduce_code)
+                    reduces[nreduces++] = i;
             }
         }
     }
@@ -1747,7 +1811,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
 
     /* the table has a slot per (stage, microbatch) for each kind the schedule has (a
      * compute-only 1F1B: F and B, a quarter of the eight); a kind it lacks has no producer */
-    const long long *mb = cols ? cols->mb : mbs; /* each action's microbatch */
+    const long long *mb = mbs; /* each action's microbatch */
     int slot[MAX_CODES], present = 0;
     for (int c = 0; c < K; c++)
         slot[c] = counts[c] ? present++ : -1;
@@ -1756,16 +1820,20 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         goto fail;
     memset(table, 0xff, sizeof(int32_t) * (size_t)table_size); /* -1: no action */
     for (i = 0; i < n; i++) {
+        waitc[i] = n;
+        if (code[i] < 0)
+            continue; /* bookkeeping: no key */
         Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mb[i]) * present + slot[code[i]]);
         if (table[key] != -1)
             goto not_plain; /* a duplicate */
         table[key] = (int32_t)i;
-        waitc[i] = n;
     }
 #define LOOKUP(st, mb, c) (slot[c] < 0 ? -1 : table[((st) * M + (mb)) * present + slot[c]])
 
     for (i = 0; i < n; i++) {
         int c = code[i], found = 0;
+        if (c < 0)
+            continue; /* bookkeeping needs nothing */
         long long s = stage[i], m = mb[i];
         if (explicit && match_code[c] >= 0) { /* a SEND or RECV without its peer */
             long long ps = s + match_off[c];
@@ -1818,6 +1886,9 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         PyObject *inv_l = PyList_New(ninv);
         PyObject *code_l = column_take(&c_code);
         PyObject *stage_l = column_take(&c_stage);
+        PyObject *uncoded_l = list_of_ints(uncoded, nuncoded);
+        PyObject *reduces_l = list_of_ints(reduces, nreduces);
+        PyObject *mb_l = column_take(&c_mb);
         for (Py_ssize_t k = 0; inv_l && k < ninv; k++) {
             PyObject *pair = Py_BuildValue("(LL)", inv[2 * k], inv[2 * k + 1]);
             if (pair == NULL) {
@@ -1826,10 +1897,15 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
             }
             PyList_SET_ITEM(inv_l, k, pair);
         }
-        if (dev_l && pos_l && starts_l && wait_l && counts_l && inv_l && code_l && stage_l) {
-            result = Py_BuildValue("(OOOOOOOOOO)", acts ? acts : Py_None, dev_l, pos_l, starts_l, wait_l,
-                                   counts_l, inv_l, code_l, stage_l, explicit ? Py_True : Py_False);
+        if (dev_l && pos_l && starts_l && wait_l && counts_l && inv_l && code_l && stage_l && uncoded_l &&
+            reduces_l && mb_l) {
+            result = Py_BuildValue("(OOOOOOOOOOOOO)", acts ? acts : Py_None, dev_l, pos_l, starts_l, wait_l,
+                                   counts_l, inv_l, code_l, stage_l, explicit ? Py_True : Py_False, uncoded_l,
+                                   reduces_l, mb_l);
         }
+        Py_XDECREF(mb_l);
+        Py_XDECREF(uncoded_l);
+        Py_XDECREF(reduces_l);
         Py_XDECREF(dev_l);
         Py_XDECREF(pos_l);
         Py_XDECREF(starts_l);
@@ -1855,6 +1931,7 @@ done:
     column_free(&c_wait);
     column_free(&c_code);
     column_free(&c_stage);
+    column_free(&c_mb);
     scratch_free(&sc);
     PyMem_Free(inv); /* grown with PyMem_Realloc, so not a scratch array */
     return result;
@@ -1870,27 +1947,39 @@ k_compile_plain(PyObject *self, PyObject *args)
                           &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type, &match_o,
                           &PyTuple_Type, &mixed_o, &PyTuple_Type, &kinds, &allow_comm))
         return NULL;
-    return compile_core(order, NULL, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm);
+    return compile_core(order, NULL, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm, -1);
 }
 
 /* compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, mixed,
- * kinds, allow_comm): compile_plain over the columns of grammar.PlainRows (codes in
- * graph.KIND_CODE order) instead of rows of Actions; the same result with None for acts
- * (Graph builds them from the schedule's order when it is first asked for them). */
+ * kinds, allow_comm, column_kinds, reduce_code): compile_plain over the columns of
+ * grammar.PlainRows (codes in the order of ``column_kinds``, grammar.COLUMN_KINDS: first
+ * ``kinds``, then bookkeeping kinds, which need nothing and have no code in the Graph)
+ * instead of rows of Actions; the same result with None for acts (Graph builds them from the
+ * schedule's order when it is first asked for them).  A bookkeeping entry whose stage is out
+ * of range or not held by its device declines (the reference reports it); ``reduce_code``
+ * is REDUCE_GRAD's code, whose entries the result lists apart (Graph.reduce_grads). */
 static PyObject *
 k_compile_columns(PyObject *self, PyObject *args)
 {
-    PyObject *codes, *stages, *mbs, *lengths, *routes, *mroute, *needs_o, *match_o, *mixed_o, *kinds;
+    PyObject *codes, *stages, *mbs, *lengths, *routes, *mroute, *needs_o, *match_o, *mixed_o, *kinds,
+        *column_kinds;
     long long S, M;
-    int allow_comm;
-    if (!PyArg_ParseTuple(args, "OOOOLLO!OO!O!O!O!p", &codes, &stages, &mbs, &lengths, &S, &M,
+    int allow_comm, reduce_code;
+    if (!PyArg_ParseTuple(args, "OOOOLLO!OO!O!O!O!pO!i", &codes, &stages, &mbs, &lengths, &S, &M,
                           &PyTuple_Type, &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type,
-                          &match_o, &PyTuple_Type, &mixed_o, &PyTuple_Type, &kinds, &allow_comm))
+                          &match_o, &PyTuple_Type, &mixed_o, &PyTuple_Type, &kinds, &allow_comm,
+                          &PyTuple_Type, &column_kinds, &reduce_code))
         return NULL;
+    Py_ssize_t K = PyTuple_GET_SIZE(kinds), KC = PyTuple_GET_SIZE(column_kinds);
+    if (KC < K || KC > 255 || (reduce_code != -1 && (reduce_code < K || reduce_code >= KC))) {
+        PyErr_SetString(PyExc_ValueError, "compile_columns: the column kinds are the kinds and then bookkeeping");
+        return NULL;
+    }
     columns_t cols;
-    if (!read_columns(codes, stages, mbs, lengths, (int)PyTuple_GET_SIZE(kinds), &cols, "compile_columns"))
+    if (!read_columns(codes, stages, mbs, lengths, (int)KC, &cols, "compile_columns"))
         return NULL;
-    return compile_core(NULL, &cols, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm);
+    return compile_core(NULL, &cols, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm,
+                        reduce_code);
 }
 
 /* ------------------------------------------------------------------ times */
@@ -2211,16 +2300,621 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ runtime_plain */
+
+/* runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds,
+ *               nccl, buffered, by_edge, by_direction, lazy)
+ *   -> (start_values, start_floats, end_values, end_floats, ready_values, ready_floats, bind, partner,
+ *       peer_device, lane_of, lanes, makespan, last) | None
+ *
+ * The twin of runtime.simulate (match, data_deps, _Sweep) for the run that ends: PyTorch's
+ * runtime over gloo (``nccl`` 0: one host lane per rank) or NCCL (a compute stream and one
+ * communication stream per communicator, or per peer for a lazily initialised shared group),
+ * on a graph of single actions (``code`` -1 only for bookkeeping, which runs on the host or
+ * compute stream for its duration), one route (``route``: S ints, the rank of each stage),
+ * no BATCH, no WAIT_SEND, no second wait (the caller declines those).  ``received``: per
+ * code, (stage offset of the producer, RECV code) for a kind whose input from another rank
+ * comes through a RECV, else None; ``comm_kinds``: per code, (peer stage offset, is a send,
+ * carries an activation, the code of the action it is meant for) for SEND/RECV, else None.
+ *
+ * It declines (None) whenever the reference would report anything about the run: a SEND or
+ * RECV without a peer stage or a partner (surplus), a matched pair whose labels differ (a
+ * crossing), a lane that never finishes, a message never done, a number read_number does
+ * not take, or ints that could outgrow doubles (bound as in sweep_plain, with each message's
+ * two durations counted).  Otherwise every column is what the reference's RuntimeResult
+ * holds, number for number and type for type (times as graph.Times columns): the operations
+ * are the reference's in its order, a value a float as soon as one operand is.  ``lanes``:
+ * per lane (rank, "host" | "compute" | "comm", the stream's key as runtime._stream_label
+ * reads it, or None); ``makespan`` and ``last``: max(end) as Python gives it, and the first
+ * action that ends then. */
+typedef struct {
+    double v;
+    unsigned char f; /* 1: a float; 0: an int, exactly v */
+} rnum_t;
+
+static inline rnum_t
+rn_add(rnum_t a, rnum_t b)
+{
+    rnum_t r = {a.v + b.v, (unsigned char)(a.f | b.f)};
+    return r;
+}
+
+static inline rnum_t
+rn_sub(rnum_t a, rnum_t b)
+{
+    rnum_t r = {a.v - b.v, (unsigned char)(a.f | b.f)};
+    return r;
+}
+
+static PyObject *
+rn_object(rnum_t x)
+{
+    return x.f ? PyFloat_FromDouble(x.v) : PyLong_FromLongLong((long long)x.v);
+}
+
+#define RT_END 0
+#define RT_READY 1
+#define RT_DONE 2
+
+typedef struct {
+    const unsigned char *is_comm, *is_send;
+    const long long *partner;
+    const rnum_t *dur;
+    rnum_t comm;
+    int buffered;
+    /* the times, in the result's columns: fin (a compute action's end, a SEND/RECV's done)
+     * and ready, each a value and its float flag; state: bit 0 fin known, bit 1 ready known */
+    double *fin_v, *ready_v;
+    unsigned char *fin_f, *ready_f, *state;
+    long long *bind;
+    int32_t *whead, *wnext; /* per action the lanes waiting for its fin, linked */
+    int32_t *stack;
+    Py_ssize_t top;
+} rt_t;
+
+#define RT_HAS_FIN 1
+#define RT_HAS_READY 2
+
+static inline rnum_t
+rt_fin(const rt_t *r, long long i)
+{
+    rnum_t x = {r->fin_v[i], r->fin_f[i]};
+    return x;
+}
+
+static inline rnum_t
+rt_ready(const rt_t *r, long long i)
+{
+    rnum_t x = {r->ready_v[i], r->ready_f[i]};
+    return x;
+}
+
+/* action i's fin is t: the lanes waiting for it go back on the stack */
+static inline void
+rt_set_fin(rt_t *r, long long i, rnum_t t)
+{
+    r->fin_v[i] = t.v;
+    r->fin_f[i] = t.f;
+    r->state[i] |= RT_HAS_FIN;
+    int32_t k = r->whead[i];
+    r->whead[i] = -1;
+    while (k >= 0) {
+        int32_t next = r->wnext[k];
+        r->stack[r->top++] = k;
+        k = next;
+    }
+}
+
+static inline void
+rt_finish(rt_t *r, long long x, rnum_t t, long long via)
+{
+    r->bind[3 * x + RT_DONE] = 3 * via + RT_READY;
+    rt_set_fin(r, x, t);
+}
+
+/* runtime._Sweep._set_ready */
+static void
+rt_set_ready(rt_t *r, long long x, rnum_t t)
+{
+    r->ready_v[x] = t.v;
+    r->ready_f[x] = t.f;
+    r->state[x] |= RT_HAS_READY;
+    long long p = r->partner[x];
+    int sending = r->is_send[x];
+    if (r->buffered && sending)
+        rt_finish(r, x, rn_add(t, r->dur[x].v > r->dur[p].v ? r->dur[x] : r->dur[p]), x);
+    if (!(r->state[p] & RT_HAS_READY))
+        return;
+    long long s = sending ? x : p, rc = sending ? p : x;
+    rnum_t rs = rt_ready(r, s), rr = rt_ready(r, rc);
+    rnum_t delta = r->dur[s].v > r->dur[rc].v ? r->dur[s] : r->dur[rc];
+    if (!(r->state[s] & RT_HAS_FIN))
+        rt_finish(r, s, rn_add(rs.v >= rr.v ? rs : rr, delta), rs.v >= rr.v ? s : rc);
+    rnum_t arrive = rn_add(rs, r->comm);
+    rt_finish(r, rc, rn_add(arrive.v > rr.v ? arrive : rr, delta), arrive.v > rr.v ? s : rc);
+}
+
+static PyObject *
+k_runtime_plain(PyObject *self, PyObject *args)
+{
+    PyObject *starts_o, *code_o, *stage_o, *mb_o, *wait_o, *dur_o, *comm_o, *route_o, *received_o, *kinds_o;
+    int nccl, buffered, by_edge, by_direction, lazy;
+    if (!PyArg_ParseTuple(args, "OOOOOO!OOO!O!ppppp", &starts_o, &code_o, &stage_o, &mb_o, &wait_o,
+                          &PyList_Type, &dur_o, &comm_o, &route_o, &PyTuple_Type, &received_o, &PyTuple_Type,
+                          &kinds_o, &nccl, &buffered, &by_edge, &by_direction, &lazy))
+        return NULL;
+    scratch_t sc = {{NULL}, 0};
+    PyObject *result = NULL, *lanes_l = NULL, *flags[3] = {NULL};
+    Py_ssize_t D1 = 0, n = 0, n2 = 0, n3 = 0, n4 = 0, S = 0;
+    ints_t code_c = {{NULL}}, stage_c = {{NULL}}, mb_c = {{NULL}}, wait_c = {{NULL}};
+    column_t cols[7] = {{NULL}}; /* start, fin, ready (doubles); bind, partner, peer, lane_of */
+    /* (1) the columns and tables, which may run Python code, then every column made here */
+    long long *starts = index_array(&sc, starts_o, &D1, "runtime_plain: starts");
+    if (starts == NULL || !read_ints(&sc, code_o, &code_c, &n, "runtime_plain: code") ||
+        !read_ints(&sc, stage_o, &stage_c, &n2, "runtime_plain: stage") ||
+        !read_ints(&sc, mb_o, &mb_c, &n3, "runtime_plain: mb") ||
+        !read_ints(&sc, wait_o, &wait_c, &n4, "runtime_plain: wait") || !valid_starts(starts, D1, n, "runtime_plain"))
+        goto done;
+    long long *route = index_array(&sc, route_o, &S, "runtime_plain: route");
+    if (route == NULL)
+        goto done;
+    Py_ssize_t D = D1 - 1, K = PyTuple_GET_SIZE(kinds_o);
+    if (n2 != n || n3 != n || n4 != n || PyList_GET_SIZE(dur_o) != n || K < 1 || K > MAX_CODES ||
+        PyTuple_GET_SIZE(received_o) != K || n >= INT32_MAX || D >= (1 << 15)) {
+        PyErr_SetString(PyExc_ValueError, "runtime_plain: the columns' and tables' lengths disagree");
+        goto done;
+    }
+    long long rec_off[MAX_CODES], rec_code[MAX_CODES], peer_off[MAX_CODES], for_code[MAX_CODES];
+    int is_comm_k[MAX_CODES], send_k[MAX_CODES], fwd_k[MAX_CODES], ok = 1;
+    for (Py_ssize_t c = 0; c < K; c++) {
+        PyObject *rv = PyTuple_GET_ITEM(received_o, c), *kv = PyTuple_GET_ITEM(kinds_o, c);
+        rec_code[c] = -1;
+        rec_off[c] = 0;
+        if (rv != Py_None) {
+            ok &= PyTuple_Check(rv) && PyTuple_GET_SIZE(rv) == 2;
+            if (ok) {
+                rec_off[c] = exact_int(PyTuple_GET_ITEM(rv, 0), &ok);
+                rec_code[c] = exact_int(PyTuple_GET_ITEM(rv, 1), &ok);
+                ok &= rec_code[c] >= 0 && rec_code[c] < K && llabs(rec_off[c]) <= MAX_OFFSET;
+            }
+        }
+        is_comm_k[c] = kv != Py_None;
+        send_k[c] = fwd_k[c] = 0;
+        peer_off[c] = 0;
+        for_code[c] = -1;
+        if (kv != Py_None) {
+            ok &= PyTuple_Check(kv) && PyTuple_GET_SIZE(kv) == 4 && PyBool_Check(PyTuple_GET_ITEM(kv, 1)) &&
+                  PyBool_Check(PyTuple_GET_ITEM(kv, 2));
+            if (ok) {
+                peer_off[c] = exact_int(PyTuple_GET_ITEM(kv, 0), &ok);
+                send_k[c] = PyTuple_GET_ITEM(kv, 1) == Py_True;
+                fwd_k[c] = PyTuple_GET_ITEM(kv, 2) == Py_True;
+                for_code[c] = exact_int(PyTuple_GET_ITEM(kv, 3), &ok);
+                ok &= for_code[c] >= 0 && for_code[c] < K && llabs(peer_off[c]) <= MAX_OFFSET;
+            }
+        }
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "runtime_plain: bad kind tables");
+            goto done;
+        }
+    }
+    double *sv = column_new(&cols[0], "d", n), *fv = column_new(&cols[1], "d", n), *rv = column_new(&cols[2], "d", n);
+    long long *bv = column_new(&cols[3], "q", 3 * n), *partner = column_new(&cols[4], "q", n),
+              *peer = column_new(&cols[5], "q", n), *lane_of = column_new(&cols[6], "q", n);
+    for (int q = 0; q < 3; q++)
+        if (!(flags[q] = PyBytes_FromStringAndSize(NULL, n)))
+            goto done;
+    if (!sv || !fv || !rv || !bv || !partner || !peer || !lane_of)
+        goto done;
+    unsigned char *sfp = (unsigned char *)PyBytes_AS_STRING(flags[0]), *ffp = (unsigned char *)PyBytes_AS_STRING(flags[1]),
+                  *rfp = (unsigned char *)PyBytes_AS_STRING(flags[2]);
+    /* (2) from here on nothing is made and nothing is called: the columns read where they
+     * lie (a code -1 is bookkeeping) and checked */
+#define CODE(i) int_at(&code_c, (i))
+#define STAGE(i) int_at(&stage_c, (i))
+#define MB(i) int_at(&mb_c, (i))
+    int32_t *dev = scratch_array(&sc, n, sizeof(int32_t), 0);
+    if (!dev)
+        goto done;
+    for (Py_ssize_t d = 0; d < D; d++)
+        for (long long i = starts[d]; i < starts[d + 1]; i++)
+            dev[i] = (int32_t)d;
+    long long M = 1; /* the microbatches the columns name (mb -1: none, or out of range) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long c = CODE(i), w = int_at(&wait_c, i);
+        if (c < -1 || c >= K || w < 0 || w > n || (c >= 0 && (STAGE(i) < 0 || STAGE(i) >= S))) {
+            PyErr_SetString(PyExc_ValueError, "runtime_plain: a code, stage or wait out of range");
+            goto done;
+        }
+        if (MB(i) >= M)
+            M = MB(i) + 1;
+    }
+    for (Py_ssize_t s = 0; s < S; s++)
+        if (route[s] < 0 || route[s] >= D) {
+            PyErr_SetString(PyExc_ValueError, "runtime_plain: a route entry is not a rank");
+            goto done;
+        }
+    if ((double)S * (double)M > 4.0 * (double)n + 1024.0)
+        goto not_plain; /* a dense RECV table that would not follow the action count */
+    if (PyList_GET_SIZE(dur_o) != n) {
+        PyErr_SetString(PyExc_ValueError, "runtime_plain: one duration per action");
+        goto done;
+    }
+
+    /* durations and comm */
+    rnum_t *dur = scratch_array(&sc, n, sizeof(rnum_t), 0), comm = {0, 0};
+    if (dur == NULL)
+        goto done;
+    if (!read_number(comm_o, &comm.v, &comm.f))
+        goto not_plain;
+    number_cache_t cache = {{NULL}, {0}, {0}, 0};
+    long long bound = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &dur[i].v, &dur[i].f) || !(dur[i].v >= 0))
+            goto not_plain;
+        if (!dur[i].f && (bound += 2 * (long long)dur[i].v) > EXACT_INT_MAX)
+            goto not_plain; /* a message's delta is one of its two durations: counted twice */
+    }
+    if (!comm.f && comm.v != 0) {
+        long long c = (long long)fabs(comm.v);
+        if ((long long)n > (EXACT_INT_MAX - bound) / c)
+            goto not_plain;
+    }
+
+    /* (3) matching (runtime.match): per channel (sender, receiver, direction when the layout
+     * splits it) the k-th send posted meets the k-th receive posted */
+    unsigned char *is_comm = scratch_array(&sc, n, 1, 1), *is_send = scratch_array(&sc, n, 1, 1);
+    long long nch = (long long)D * D * 2;
+    long long *scount = scratch_array(&sc, nch, sizeof(long long), 1), *rcount = scratch_array(&sc, nch, sizeof(long long), 1);
+    if (!is_comm || !is_send || !scount || !rcount)
+        goto done;
+#define CHANNEL(i) ((((long long)(is_send[i] ? dev[i] : peer[i])) * D + (is_send[i] ? peer[i] : dev[i])) * 2 + \
+                    (by_direction && !by_edge ? fwd_k[CODE(i)] : 0))
+    for (Py_ssize_t i = 0; i < n; i++) {
+        partner[i] = -1;
+        peer[i] = -1;
+        long long c = CODE(i);
+        if (c < 0 || !is_comm_k[c])
+            continue;
+        is_comm[i] = 1;
+        is_send[i] = (unsigned char)send_k[c];
+        long long ps = STAGE(i) + peer_off[c];
+        if (ps < 0 || ps >= S || MB(i) < 0)
+            goto not_plain; /* no peer: the reference reports it */
+        peer[i] = route[ps];
+        (is_send[i] ? scount : rcount)[CHANNEL(i)]++;
+    }
+    /* the sends and receives of each channel, in posting order (index order: a channel's
+     * sends are all one rank's, and so are its receives) */
+    long long *soff = scratch_array(&sc, nch + 1, sizeof(long long), 0), *roff = scratch_array(&sc, nch + 1, sizeof(long long), 0);
+    int32_t *sl = scratch_array(&sc, n, sizeof(int32_t), 0), *rl = scratch_array(&sc, n, sizeof(int32_t), 0);
+    if (!soff || !roff || !sl || !rl)
+        goto done;
+    soff[0] = roff[0] = 0;
+    for (long long k = 0; k < nch; k++) {
+        if (scount[k] != rcount[k])
+            goto not_plain; /* a surplus send or receive */
+        soff[k + 1] = soff[k] + scount[k];
+        roff[k + 1] = roff[k] + rcount[k];
+        scount[k] = rcount[k] = 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (is_comm[i]) {
+            long long k = CHANNEL(i);
+            if (is_send[i])
+                sl[soff[k] + scount[k]++] = (int32_t)i;
+            else
+                rl[roff[k] + rcount[k]++] = (int32_t)i;
+        }
+#undef CHANNEL
+    for (long long k = 0; k < nch; k++)
+        for (long long q = soff[k]; q < soff[k + 1]; q++) {
+            long long s = sl[q], r = rl[roff[k] + (q - soff[k])];
+            partner[s] = r;
+            partner[r] = s;
+            if (CODE(r) != for_code[CODE(s)] || STAGE(r) != STAGE(s) + peer_off[CODE(s)] || MB(r) != MB(s))
+                goto not_plain; /* a crossing: the reference reports it */
+        }
+
+    /* (4) the data each compute action waits for (runtime.data_deps): its wait, then the RECV
+     * of its own label for an input from another rank; at most two each */
+    int recv_slot[MAX_CODES], nslots = 0;
+    for (Py_ssize_t c = 0; c < K; c++)
+        recv_slot[c] = -1;
+    for (Py_ssize_t c = 0; c < K; c++)
+        if (rec_code[c] >= 0 && recv_slot[rec_code[c]] < 0) {
+            if (nslots == 2)
+                goto not_plain;
+            recv_slot[rec_code[c]] = nslots++;
+        }
+    int32_t *recv_at = scratch_array(&sc, S * M * (nslots ? nslots : 1), sizeof(int32_t), 0); /* [slot][s][mb] */
+    int32_t *data = scratch_array(&sc, 2 * n, sizeof(int32_t), 0);
+    unsigned char *ndata = scratch_array(&sc, n, 1, 1);
+    if (!recv_at || !data || !ndata)
+        goto done;
+    for (long long k = 0; k < S * M * nslots; k++)
+        recv_at[k] = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long c = CODE(i);
+        if (c >= 0 && recv_slot[c] >= 0 && MB(i) >= 0) {
+            long long key = (recv_slot[c] * S + STAGE(i)) * M + MB(i);
+            if (recv_at[key] < 0)
+                recv_at[key] = (int32_t)i; /* the first of its label (Graph.producer) */
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (is_comm[i])
+            continue;
+        long long w = int_at(&wait_c, i);
+        if (w != n)
+            data[2 * i + ndata[i]++] = (int32_t)w;
+        long long c = CODE(i);
+        if (c < 0 || rec_code[c] < 0 || MB(i) < 0)
+            continue;
+        long long ps = STAGE(i) + rec_off[c];
+        if (ps < 0 || ps >= S || route[ps] == dev[i])
+            continue;
+        long long r = recv_at[(recv_slot[rec_code[c]] * S + STAGE(i)) * M + MB(i)];
+        if (r >= 0 && r < i && dev[r] == dev[i])
+            data[2 * i + ndata[i]++] = (int32_t)r;
+    }
+
+    /* (5) the lanes (runtime._Sweep._build_lanes): gloo, one per rank; NCCL, per rank its
+     * compute stream, then a stream per key in the keys' order */
+    Py_ssize_t L = 0, maxl = nccl ? D * (1 + 2 * D) + 1 : D;
+    long long *lane_dev = scratch_array(&sc, maxl, sizeof(long long), 0), *lane_key = scratch_array(&sc, maxl, sizeof(long long), 0);
+    int *lane_kind = scratch_array(&sc, maxl, sizeof(int), 0); /* 0 host, 1 compute, 2 comm */
+    int32_t *skey = scratch_array(&sc, n, sizeof(int32_t), 0), *lastc = scratch_array(&sc, n, sizeof(int32_t), 0);
+    long long *keymap = scratch_array(&sc, 2 * D * D + 2, sizeof(long long), 0);
+    if (!lane_dev || !lane_key || !lane_kind || !skey || !lastc || !keymap)
+        goto done;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        if (!nccl) {
+            lane_dev[L] = d;
+            lane_kind[L] = 0;
+            lane_key[L] = -1;
+            for (long long i = starts[d]; i < starts[d + 1]; i++)
+                lane_of[i] = L;
+            L++;
+            continue;
+        }
+        Py_ssize_t compute = L++;
+        lane_dev[compute] = d;
+        lane_kind[compute] = 1;
+        lane_key[compute] = -1;
+        long long last = -1, nk = 2 * D * D + 1;
+        for (long long k = 0; k <= nk; k++)
+            keymap[k] = -1;
+        for (long long i = starts[d]; i < starts[d + 1]; i++) {
+            if (!is_comm[i]) {
+                lane_of[i] = compute;
+                last = i;
+                continue;
+            }
+            lastc[i] = (int32_t)last;
+            long long e = peer[i];
+            long long key = by_edge ? (is_send[i] ? (long long)d * D + e : e * D + d)
+                            : by_direction ? fwd_k[CODE(i)]
+                            : lazy ? (d < e ? (long long)d * D + e : e * D + d) : 0;
+            skey[i] = (int32_t)key;
+            keymap[key] = 0;
+        }
+        for (long long k = 0; k <= nk; k++) /* the keys in order: sorted(streams) */
+            if (keymap[k] == 0) {
+                keymap[k] = L;
+                lane_dev[L] = d;
+                lane_kind[L] = 2;
+                lane_key[L] = k;
+                L++;
+            }
+        for (long long i = starts[d]; i < starts[d + 1]; i++)
+            if (is_comm[i])
+                lane_of[i] = keymap[skey[i]];
+    }
+    /* each lane's items, in order */
+    long long *loff = scratch_array(&sc, L + 1, sizeof(long long), 1), *fill = scratch_array(&sc, L, sizeof(long long), 1);
+    int32_t *items = skey; /* the keys are read: their array holds the items now */
+    if (!loff || !fill)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++)
+        loff[lane_of[i] + 1]++;
+    for (Py_ssize_t k = 0; k < L; k++)
+        loff[k + 1] += loff[k];
+    for (Py_ssize_t i = 0; i < n; i++)
+        items[loff[lane_of[i]] + fill[lane_of[i]]++] = (int32_t)i;
+
+    /* (6) the sweep (runtime._Sweep.run), until nothing moves */
+    rt_t r;
+    r.is_comm = is_comm;
+    r.is_send = is_send;
+    r.partner = partner;
+    r.dur = dur;
+    r.comm = comm;
+    r.buffered = nccl && buffered;
+    r.fin_v = fv;
+    r.fin_f = ffp;
+    r.ready_v = rv;
+    r.ready_f = rfp;
+    r.bind = bv;
+    r.state = scratch_array(&sc, n, 1, 1);
+    r.whead = scratch_array(&sc, n, sizeof(int32_t), 0);
+    r.wnext = scratch_array(&sc, L, sizeof(int32_t), 0);
+    r.stack = scratch_array(&sc, L, sizeof(int32_t), 0);
+    long long *ptr = scratch_array(&sc, L, sizeof(long long), 0), *source = scratch_array(&sc, L, sizeof(long long), 0);
+    rnum_t *clock = scratch_array(&sc, L, sizeof(rnum_t), 0);
+    unsigned char *blocked = scratch_array(&sc, L, 1, 1);
+    if (!r.state || !r.whead || !r.wnext || !r.stack || !ptr || !source || !clock || !blocked)
+        goto done;
+    for (Py_ssize_t k = 0; k < 3 * n; k++)
+        bv[k] = -1;
+    for (Py_ssize_t k = 0; k < n; k++)
+        r.whead[k] = -1;
+    r.top = 0;
+    for (Py_ssize_t k = L - 1; k >= 0; k--) {
+        ptr[k] = loff[k];
+        clock[k].v = 0;
+        clock[k].f = 0;
+        source[k] = -1;
+        r.stack[r.top++] = (int32_t)k;
+    }
+    while (r.top > 0) {
+        Py_ssize_t k = r.stack[--r.top];
+        long long p = ptr[k], stop = loff[k + 1], src = source[k];
+        rnum_t now = clock[k];
+        long long awaited = -1; /* the action whose fin the lane waits for */
+        while (p < stop) {
+            long long i = items[p];
+            if (is_comm[i]) {
+                if (nccl) {
+                    long long c = lastc[i];
+                    if (c >= 0) { /* the stream waits for the compute posted before it */
+                        if (!(r.state[c] & RT_HAS_FIN)) {
+                            awaited = c;
+                            break;
+                        }
+                        if (fv[c] > now.v) {
+                            now = rt_fin(&r, c);
+                            src = 3 * c + RT_END;
+                        }
+                    }
+                    if (!(r.state[i] & RT_HAS_READY)) {
+                        bv[3 * i + RT_READY] = src;
+                        rt_set_ready(&r, i, now);
+                    }
+                    if (!(r.state[i] & RT_HAS_FIN)) {
+                        awaited = i;
+                        break;
+                    }
+                    if (fv[i] >= now.v) {
+                        now = rt_fin(&r, i);
+                        src = 3 * i + RT_DONE;
+                    }
+                    p++;
+                    continue;
+                }
+                if (!(r.state[i] & RT_HAS_READY)) { /* gloo: posting takes no host time */
+                    bv[3 * i + RT_READY] = src;
+                    rt_set_ready(&r, i, now);
+                }
+                p++;
+                continue;
+            }
+            rnum_t st = now;
+            for (int q = 0; q < ndata[i]; q++) {
+                long long j = data[2 * i + q];
+                if (!(r.state[j] & RT_HAS_FIN)) {
+                    awaited = j;
+                    break;
+                }
+                /* a RECV's done, or a compute action's end plus the latency */
+                rnum_t t = is_comm[j] ? rt_fin(&r, j) : rn_add(rt_fin(&r, j), comm);
+                if (t.v > st.v) {
+                    st = t;
+                    src = 3 * j + (is_comm[j] ? RT_DONE : RT_END);
+                }
+            }
+            if (awaited >= 0)
+                break;
+            bv[3 * i + RT_END] = src;
+            now = rn_add(st, dur[i]);
+            src = 3 * i + RT_END;
+            rt_set_fin(&r, i, now);
+            p++;
+        }
+        ptr[k] = p;
+        clock[k] = now;
+        source[k] = src;
+        blocked[k] = awaited >= 0;
+        if (awaited >= 0) {
+            r.wnext[k] = r.whead[awaited];
+            r.whead[awaited] = (int32_t)k;
+        }
+    }
+    for (Py_ssize_t k = 0; k < L; k++)
+        if (blocked[k])
+            goto not_plain; /* a hang: the reference finds its cycles */
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!(r.state[i] & RT_HAS_FIN))
+            goto not_plain; /* a message never done (a send left pending at the end) */
+#undef CODE
+#undef STAGE
+#undef MB
+
+    /* (7) the results, as columns: no Python object per action.  start: ready for a
+     * SEND/RECV, else fin - duration; ready: a compute action's entry 0 (read as None) */
+    rnum_t top = {0, 0};
+    long long last = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        rnum_t fin = rt_fin(&r, i);
+        rnum_t sta = is_comm[i] ? rt_ready(&r, i) : rn_sub(fin, dur[i]);
+        sv[i] = sta.v;
+        sfp[i] = sta.f;
+        if (!is_comm[i]) {
+            rv[i] = 0;
+            rfp[i] = 0;
+        }
+        if (last < 0 || fin.v > top.v) { /* Python's max: the first of the largest */
+            top = fin;
+            last = i;
+        }
+    }
+    if (!(lanes_l = PyList_New(L)))
+        goto done;
+    for (Py_ssize_t k = 0; k < L; k++) {
+        static const char *kind_name[3] = {"host", "compute", "comm"};
+        long long key = lane_key[k];
+        PyObject *kt;
+        if (lane_kind[k] != 2)
+            kt = (Py_INCREF(Py_None), Py_None);
+        else if (by_edge || (!by_direction && lazy))
+            kt = Py_BuildValue("(LL)", key / D, key % D);
+        else if (by_direction)
+            kt = Py_BuildValue("(L)", key);
+        else
+            kt = PyTuple_New(0);
+        PyObject *lane = kt ? Py_BuildValue("(LsN)", lane_dev[k], kind_name[lane_kind[k]], kt) : NULL;
+        if (lane == NULL)
+            goto done;
+        PyList_SET_ITEM(lanes_l, k, lane);
+    }
+    PyObject *makespan = n ? rn_object(top) : PyLong_FromLong(0);
+    if (makespan == NULL)
+        goto done;
+    PyObject *c[7];
+    for (int q = 0; q < 7; q++)
+        c[q] = column_take(&cols[q]);
+    result = Py_BuildValue("(NONONONNNNONL)", c[0], flags[0], c[1], flags[1], c[2], flags[2], c[3], c[4], c[5],
+                           c[6], lanes_l, makespan, last);
+    goto done;
+not_plain:
+    result = declined();
+done:
+    for (int q = 0; q < 7; q++)
+        column_free(&cols[q]);
+    for (int q = 0; q < 3; q++)
+        Py_XDECREF(flags[q]);
+    Py_XDECREF(lanes_l);
+    release_ints(&code_c);
+    release_ints(&stage_c);
+    release_ints(&mb_c);
+    release_ints(&wait_c);
+    scratch_free(&sc);
+    return result;
+}
+
+
 /* ------------------------------------------------------------------ memory_plain */
 
-/* memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit)
+/* memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit[, inert])
  *   -> (peak_inflight, peak_memory, peak_at, over_limit) | None
  *
  * The twin of cost/memory.memory_sweep without a timeline, for plain actions (a code
  * 0..K-1, K the length of ``n_in``): ``alloc``/``free`` are flat tables [code * S + stage]
  * (S = 1: the same for every stage), ``n_in``/``n_out`` per code, ``static`` per device,
- * ``limit`` a number or None.  None when an action is not plain (code -1), when a stage is
- * outside a per-stage table, or a number is not one read_number takes.
+ * ``limit`` a number or None.  None when an action is not plain (code -1; unless ``inert``:
+ * then code -1 is bookkeeping, which allocates and frees nothing and changes no count, as
+ * Python's 0 entries), when a stage is outside a per-stage table, or a number is not one
+ * read_number takes.
  *
  * Exactness.  Python's memory values are floats: each device's sum starts at its static
  * memory, a float (static_memory starts from 0.0; the kernel declines a static that is not
@@ -2242,9 +2936,10 @@ static PyObject *
 k_memory_plain(PyObject *self, PyObject *args)
 {
     PyObject *starts_o, *code_o, *stage_o, *alloc_o, *free_o, *nin_o, *nout_o, *static_o, *limit_o;
-    if (!PyArg_ParseTuple(args, "OOOO!O!OOO!O", &starts_o, &code_o, &stage_o, &PyList_Type,
+    int inert = 0;
+    if (!PyArg_ParseTuple(args, "OOOO!O!OOO!O|p", &starts_o, &code_o, &stage_o, &PyList_Type,
                           &alloc_o, &PyList_Type, &free_o, &nin_o, &nout_o, &PyList_Type,
-                          &static_o, &limit_o))
+                          &static_o, &limit_o, &inert))
         return NULL;
     Py_ssize_t D1 = 0, n = 0, n2 = 0, ni = 0, no = 0;
     scratch_t sc = {{NULL}, 0};
@@ -2283,7 +2978,7 @@ k_memory_plain(PyObject *self, PyObject *args)
             goto done;
         }
     for (Py_ssize_t i = 0; i < n; i++)
-        if (int_at(&code, i) < 0 || (S > 1 && (int_at(&stage, i) < 0 || int_at(&stage, i) >= S)))
+        if (int_at(&code, i) < 0 ? !inert : (S > 1 && (int_at(&stage, i) < 0 || int_at(&stage, i) >= S)))
             goto not_plain;
     for (int c = 0; c < K; c++)
         if (nin[c] > (1 << 20) || nin[c] < -(1 << 20) || nout[c] > (1 << 20) || nout[c] < -(1 << 20))
@@ -2311,10 +3006,11 @@ k_memory_plain(PyObject *self, PyObject *args)
         int any = 0;
         for (long long i = starts[d]; i < starts[d + 1]; i++) {
             long long c = int_at(&code, i);
-            Py_ssize_t k = (Py_ssize_t)(c * S + (S > 1 ? int_at(&stage, i) : 0));
-            double a = alloc[k], f = freed[k];
+            Py_ssize_t k = c < 0 ? 0 : (Py_ssize_t)(c * S + (S > 1 ? int_at(&stage, i) : 0));
+            double a = c < 0 ? 0.0 : alloc[k], f = c < 0 ? 0.0 : freed[k];
+            long long c_in = c < 0 ? 0 : nin[c], c_out = c < 0 ? 0 : nout[c];
             double during = before + a;
-            long long n_during = inflight + nin[c];
+            long long n_during = inflight + c_in;
             if (!any || during > peak) {
                 peak = during;
                 peak_i = i;
@@ -2327,7 +3023,7 @@ k_memory_plain(PyObject *self, PyObject *args)
                 over_value = during;
             }
             before = before + (a - f);
-            inflight = inflight + (nin[c] - nout[c]);
+            inflight = inflight + (c_in - c_out);
         }
         /* Python: peak = max(during, default=static); peak_m = max(peak, static) */
         out->peak_m = (any && st > peak) ? st : (any ? peak : st);
@@ -2542,8 +3238,9 @@ writable_kind(PyObject *kind)
     return PyUnicode_CheckExact(kind) && PyUnicode_IS_ASCII(kind) && PyUnicode_GET_LENGTH(kind) <= MAX_KIND_LEN;
 }
 
-/* The text of the plain action (stage, kind, mb): ``2F5``.  stage, mb >= 0; kind
- * writable_kind (the callers check both). */
+/* The text of the plain action (stage, kind, mb): ``2F5``; ``2UNSHARD`` when mb < 0 (a
+ * bookkeeping entry of the columns).  stage >= 0; kind writable_kind (the callers check
+ * both). */
 static PyObject *
 action_text(long long stage, PyObject *kind, long long mb)
 {
@@ -2551,7 +3248,8 @@ action_text(long long stage, PyObject *kind, long long mb)
     Py_ssize_t len = put_int(buf, stage);
     memcpy(buf + len, PyUnicode_1BYTE_DATA(kind), (size_t)PyUnicode_GET_LENGTH(kind));
     len += PyUnicode_GET_LENGTH(kind);
-    len += put_int(buf + len, mb);
+    if (mb >= 0)
+        len += put_int(buf + len, mb);
     return PyUnicode_FromStringAndSize(buf, len);
 }
 
@@ -2644,7 +3342,7 @@ k_format_columns(PyObject *self, PyObject *args)
                             "format_columns: an index is not an index of the columns");
             goto done;
         }
-        if (col.stage[i] < 0 || col.mb[i] < 0) { /* parse_rows writes none: not a case */
+        if (col.stage[i] < 0 || col.mb[i] < -1) { /* no reader or lowering writes these */
             out = declined();
             goto done;
         }
@@ -2674,14 +3372,14 @@ static PyMethodDef methods[] = {
     {"scan_order", k_scan_order, METH_VARARGS,
      "scan_order(text, pos, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb, end) | None."},
     {"lower_plain", k_lower_plain, METH_VARARGS,
-     "lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds, action_type) -> rows | None."},
+     "lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds) -> columns | None."},
     {"scan_csv", k_scan_csv, METH_VARARGS,
      "scan_csv(text, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None."},
     {"rows_of", k_rows_of, METH_VARARGS,
      "rows_of(codes, stages, mbs, lengths, action_type, kinds) -> tuple: the columns' rows of Actions."},
     {"compile_columns", k_compile_columns, METH_VARARGS,
      "compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, mixed, "
-     "kinds, allow_comm) -> tuple | None."},
+     "kinds, allow_comm, column_kinds, reduce_code) -> tuple | None."},
     {"format_columns", k_format_columns, METH_VARARGS,
      "format_columns(codes, stages, mbs, lengths, indices, kinds) -> list[str] | None."},
     {"compile_plain", k_compile_plain, METH_VARARGS,
@@ -2689,12 +3387,16 @@ static PyMethodDef methods[] = {
     {"sweep_plain", k_sweep_plain, METH_VARARGS,
      "sweep_plain(starts, wait, durations, comm) -> (start_values, start_floats, end_values, "
      "end_floats, makespan) | None."},
+    {"runtime_plain", k_runtime_plain, METH_VARARGS,
+     "runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds, nccl, "
+     "buffered, by_edge, by_direction, lazy) -> (start, end, ready as times columns, bind, partner, "
+     "peer_device, lane_of, lanes, makespan, last) | None."},
     {"times_list", k_times_list, METH_VARARGS,
      "times_list(values, floats) -> list: a times column as Python's numbers."},
     {"durations_plain", k_durations_plain, METH_VARARGS,
      "durations_plain(code, table) -> list: table[code[i]] per action (-1: the last entry)."},
     {"memory_plain", k_memory_plain, METH_VARARGS,
-     "memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit) -> tuple | None."},
+     "memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit[, inert]) -> tuple | None."},
     {"critical_path_plain", k_critical_path_plain, METH_VARARGS,
      "critical_path_plain(starts, wait, start_values, start_floats, end_values, end_floats, comm, "
      "tol) -> list | None."},

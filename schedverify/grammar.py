@@ -68,6 +68,9 @@ COSTED_KINDS = (F, B, I, W, OVERLAP_F_B, SEND_F, RECV_F, SEND_B, RECV_B)
 CODED_KINDS = (F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B)
 KIND_CODE = {k: c for c, k in enumerate(CODED_KINDS)}
 NCODES = len(CODED_KINDS)
+#: The kinds a code of :class:`PlainRows` names: the coded kinds, then the bookkeeping kinds
+#: PyTorch's lowering adds (which need nothing and have no code in a compiled graph).
+COLUMN_KINDS = CODED_KINDS + (UNSHARD, RESHARD, REDUCE_GRAD)
 
 
 class Action(NamedTuple):
@@ -100,15 +103,18 @@ Rows = tuple[tuple["Action | None", ...], ...]
 
 @dataclass(frozen=True, eq=False)
 class PlainRows(Later[Rows]):
-    """Rows of plain actions (each one F, B, I, W, SEND or RECV with its indices; no idle
-    slot, no overlap, no bookkeeping) as columns: what a reader hands a Schedule when the
-    compiled kernel parsed every cell (:func:`schedverify.io.actions.parse_rows`).  The
-    engines read the columns; :meth:`make` builds the rows of Actions when
-    ``schedule.order`` is first read (:mod:`schedverify.lazy`).
+    """Rows of plain actions (each one F, B, I, W, SEND or RECV with its indices, or one
+    UNSHARD, RESHARD or REDUCE_GRAD with its stage; no idle slot, no overlap) as columns:
+    what a reader hands a Schedule when the compiled kernel parsed every cell
+    (:func:`schedverify.io.actions.parse_rows`), and what the kernel's lowering gives
+    (:func:`schedverify.lowering.torch_lowering`).  The engines read the columns;
+    :meth:`make` builds the rows of Actions when ``schedule.order`` is first read
+    (:mod:`schedverify.lazy`).
 
-    ``codes``: per action, its kind's index in :data:`CODED_KINDS` (one byte each);
-    ``stages``, ``mbs``: its stage and microbatch (native int64 each); ``lengths``: the
-    actions of each row; ``top_stage``, ``top_mb``: the largest indices (-1: no action)."""
+    ``codes``: per action, its kind's index in :data:`COLUMN_KINDS` (one byte each; a reader
+    writes only those of :data:`CODED_KINDS`); ``stages``, ``mbs``: its stage and microbatch
+    (native int64 each; -1, no microbatch, for bookkeeping); ``lengths``: the actions of each
+    row; ``top_stage``, ``top_mb``: the largest indices (-1: no action)."""
 
     codes: bytes
     stages: bytes
@@ -125,10 +131,10 @@ class PlainRows(Later[Rows]):
         kernel = _accel.kernel
         if kernel is not None:
             rows: Rows = kernel.rows_of(self.codes, self.stages, self.mbs, self.lengths, Action,
-                                        CODED_KINDS)
+                                        COLUMN_KINDS)
             return rows
         stages, mbs = array("q", self.stages), array("q", self.mbs)
-        acts = [Action(s, CODED_KINDS[c], m) for c, s, m in zip(self.codes, stages, mbs)]
+        acts = [Action(s, COLUMN_KINDS[c], m if m >= 0 else None) for c, s, m in zip(self.codes, stages, mbs)]
         out, i = [], 0
         for length in self.lengths:
             out.append(tuple(acts[i:i + length]))
@@ -139,11 +145,17 @@ class PlainRows(Later[Rows]):
         """``str`` of the actions at these indices (device-major, as the rows run)."""
         kernel = _accel.kernel
         got = (kernel.format_columns(self.codes, self.stages, self.mbs, self.lengths, indices,
-                                     CODED_KINDS) if kernel is not None else None)
+                                     COLUMN_KINDS) if kernel is not None else None)
         if got is not None:
             return got
         stages, mbs = memoryview(self.stages).cast("q"), memoryview(self.mbs).cast("q")
-        return [f"{stages[i]}{CODED_KINDS[self.codes[i]]}{mbs[i]}" for i in indices]
+        return [f"{stages[i]}{COLUMN_KINDS[self.codes[i]]}{mbs[i] if mbs[i] >= 0 else ''}" for i in indices]
+
+    @property
+    def has_comm(self) -> bool:
+        """Whether any action is a SEND or RECV (codes 4 to 7)."""
+        codes = self.codes
+        return any(codes.find(bytes((c,))) >= 0 for c in range(KIND_CODE[SEND_F], NCODES))
 
 
 def overlap(forward: Action, backward: Action) -> Action:

@@ -14,7 +14,9 @@ One definition, two implementations:
   :mod:`schedverify._accel`), for the common case only: every action a single F, B, I, W,
   SEND or RECV in range, on its placed device, no duplicate, no pair mixing B with I/W, at
   most one wait on another device, and (under eager semantics) every SEND/RECV matched and
-  received.  It declines anything else, so the facts it leaves empty are empty.
+  received; over a schedule's columns also UNSHARD, RESHARD and REDUCE_GRAD on
+  a device holding their stage (what PyTorch's lowering adds).  It declines anything else,
+  so the facts it leaves empty are empty.
 
 Both build the same frozen Graph, every field with the same meaning whichever built it;
 tests/test_graph.py and tests/test_kernel.py hold them equal field by field.
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import _accel
 from . import deps as rules
-from .grammar import CODED_KINDS, KIND_CODE, NCODES
+from .grammar import CODED_KINDS, COLUMN_KINDS, KIND_CODE, NCODES
 from .lazy import LazyField, Later, given
 from .model import (
     B,
@@ -107,6 +109,8 @@ class Graph:
     #: int stage in range and a microbatch, else -1 (overlaps, bookkeeping, malformed ones)
     code: array[int]
     stage: array[int]  # the stage of each action with a code, else -1
+    #: the microbatch of each action with a code when it is an int in range, else -1
+    mb: array[int]
     #: wait[i]: the first action on another device that action i needs, or n (none).  A
     #: need on the same device that comes earlier is implied by device order and not kept.
     wait: array[int]
@@ -135,16 +139,58 @@ class Graph:
     @cached_property
     def producer(self) -> dict[int, int]:
         """key -> the first action that runs that leaf, over every well-formed leaf in range.
-        Derived from ``acts`` on first use, the same way for every graph (the reference
-        hands over the very index it built; tests/test_graph.py derives it again)."""
+        Derived on first use, the same way for every graph, from the columns (``code``,
+        ``stage``, ``mb``) and the leaves of the overlaps (the reference hands over the very
+        index it built; tests/test_graph.py derives it again)."""
         S, M = self.schedule.stages, self.schedule.microbatches
-        out: dict[int, int] = {}
-        for i, a in enumerate(self.acts):
-            for x in _leaves(a) or ():  # a bookkeeping action has no key
+        code, stage, mb = self.code, self.stage, self.mb
+        coded = [i for i in range(self.n) if code[i] >= 0 and mb[i] >= 0]
+        keys = [(stage[i] * M + mb[i]) * NCODES + code[i] for i in coded]
+        out = dict(zip(reversed(keys), reversed(coded)))  # the first of each key wins
+        acts = self.acts if self.overlapped else ()
+        for i in self.overlapped:
+            for x in _leaves(acts[i]) or ():
                 key = _leaf_key(x, S, M)
-                if key >= 0 and key not in out:
+                if key >= 0 and out.get(key, i) >= i:
                     out[key] = i
         return out
+
+    def stage_of(self, i: int) -> Any:
+        """The stage action ``i`` names, coded or not (a bookkeeping action's too; None for
+        an overlap), read off the schedule's columns when it was given so."""
+        if self.code[i] >= 0:
+            return self.stage[i]
+        cols = self.schedule.columns
+        if cols is not None:
+            return memoryview(cols.stages).cast("q")[i]
+        return self.acts[i].stage
+
+    def kind_of(self, i: int) -> str:
+        """The kind of action ``i`` (an overlap's or a batch's own kind), read off the
+        schedule's columns when it was given so."""
+        if self.code[i] >= 0:
+            return CODED_KINDS[self.code[i]]
+        cols = self.schedule.columns
+        if cols is not None:
+            return COLUMN_KINDS[cols.codes[i]]
+        return self.acts[i].kind
+
+    @property
+    def uncoded_leaves(self) -> list[int]:
+        """Every i without a code that may run leaves of a kind with a cost or a memory
+        effect (an overlap, a malformed action): ``uncoded``, but none for a schedule given
+        as columns, whose uncoded entries are all bookkeeping."""
+        return self.uncoded if self.schedule.columns is None else []
+
+    @cached_property
+    def overlapped(self) -> list[int]:
+        """Every i of an entry with sub-actions (an OVERLAP_F_B, well-formed or not), in
+        order: the only entries without a code that run leaves.  A schedule given as columns
+        has none, so its Actions are not made to find that out."""
+        if self.schedule.columns is not None:
+            return []
+        acts = self.acts
+        return [i for i in self.uncoded if acts[i].sub is not None]
 
     @cached_property
     def waits(self) -> list[tuple[int, ...]]:
@@ -191,12 +237,14 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
         rules_args = (schedule.stages, schedule.microbatches, tuple(pl.routes), pl.microbatch_route,
                       _NEEDS_BY_CODE, _MATCH_BY_CODE, _MIXED_BY_CODE, _KINDS_BY_CODE, comm_semantics == "eager")
         cols = schedule.columns
-        columns = (kernel.compile_columns(cols.codes, cols.stages, cols.mbs, cols.lengths, *rules_args)
+        columns = (kernel.compile_columns(cols.codes, cols.stages, cols.mbs, cols.lengths, *rules_args,
+                                          COLUMN_KINDS, COLUMN_KINDS.index(REDUCE_GRAD))
                    if cols is not None else kernel.compile_plain(schedule.order, *rules_args))
         if columns is not None:  # it declined every schedule with a fact it leaves empty
-            acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit = columns
+            acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit, uncoded, reduces, mb = columns
             return Graph(schedule, explicit, False, cast(list, _ActsOf(schedule)) if acts is None else acts,
-                         dev, pos, starts, code, stage, wait, {}, counts, inversions=inversions)
+                         dev, pos, starts, code, stage, mb, wait, {}, counts, inversions=inversions,
+                         uncoded=uncoded, reduce_grads=reduces)
     explicit = schedule.has_explicit_comm
     return _reference(schedule, explicit, explicit and comm_semantics == "rendezvous")
 
@@ -234,12 +282,12 @@ def _reference(schedule: Schedule, explicit: bool, rendezvous: bool) -> Graph:
         dev.extend([d] * len(kept))
         pos.extend(kept)
     starts.append(len(acts))
-    code, stage, producer = _index(schedule, acts, dev, facts)
+    code, stage, mb, producer = _index(schedule, acts, dev, facts)
     wait, more_waits = _link(schedule, acts, dev, starts, code, stage, producer, explicit, rendezvous, facts)
     if explicit:
         facts.unmatched_comm = _unmatched_comm(schedule, acts, producer)
     g = Graph(schedule, explicit, rendezvous, acts, array("i", dev), array("q", pos), array("q", starts),
-              array("b", code), array("q", stage), array("q", wait), more_waits, **vars(facts))
+              array("b", code), array("q", stage), array("q", mb), array("q", wait), more_waits, **vars(facts))
     # _index built Graph.producer's very value on its way (tests/test_graph.py derives it
     # again and compares): hand it to the cached property rather than derive it twice
     g.__dict__["producer"] = producer
@@ -312,8 +360,8 @@ def _leaf_key(x: Action, S: int, M: int) -> int:
 
 
 def _index(schedule: Schedule, acts: list[Action], dev: list[int],
-           facts: _Facts) -> tuple[list[int], list[int], dict[int, int]]:
-    """Each action's kind code and stage, the producer index (see Graph.producer), and the
+           facts: _Facts) -> tuple[list[int], list[int], list[int], dict[int, int]]:
+    """Each action's kind code, stage and microbatch, the producer index (see Graph.producer), and the
     facts about actions one by one: malformed, out of range, duplicate, misplaced, mixing
     B with I/W (docs/spec.md 3.1-3.3)."""
     S, M = schedule.stages, schedule.microbatches
@@ -322,6 +370,7 @@ def _index(schedule: Schedule, acts: list[Action], dev: list[int],
     n = len(acts)
     code = [-1] * n
     stage = [-1] * n
+    mbs = [-1] * n
     producer: dict[int, int] = {}
     counts, uncoded, malformed = facts.counts, facts.uncoded, facts.malformed
     for i, a in enumerate(acts):
@@ -330,6 +379,8 @@ def _index(schedule: Schedule, acts: list[Action], dev: list[int],
         if c >= 0:
             code[i] = c
             stage[i] = s  # type: ignore[assignment]  # c >= 0: s is an int
+            if type(mb) is int and 0 <= mb < M:
+                mbs[i] = mb
         else:
             uncoded.append(i)
             if sub is None and kind in BOOKKEEPING_KINDS:
@@ -365,7 +416,7 @@ def _index(schedule: Schedule, acts: list[Action], dev: list[int],
             expected = (routes[mroute[lmb]] if mroute is not None else routes[0])[ls]
             if expected != dev[i]:
                 facts.wrong_device.append((i, x, expected))
-    return code, stage, producer
+    return code, stage, mbs, producer
 
 
 def _bookkeeping(schedule: Schedule, i: int, a: Action, d: int, facts: _Facts) -> None:
@@ -679,7 +730,7 @@ def durations_for(g: Graph, costs) -> list[float]:
         S = g.schedule.stages
         table = [[per_stage(v, s) for s in range(S)] for v in values]
         out = [table[c][s] if c >= 0 else 0 for c, s in zip(g.code, g.stage)]
-    for i in g.uncoded:  # an overlap, bookkeeping, a malformed action: read the action
+    for i in g.uncoded_leaves:  # an overlap, a malformed action: read the action
         try:
             out[i] = costs.of(g.acts[i])
         except (IndexError, TypeError):

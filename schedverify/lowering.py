@@ -29,7 +29,7 @@ from typing import Any, cast
 
 from . import _accel
 from .errors import LoweringError, UsageError
-from .grammar import CODED_KINDS
+from .grammar import COLUMN_KINDS, PlainRows
 from .model import (
     B,
     F,
@@ -116,16 +116,15 @@ def _lowered_name(schedule: Schedule, release: Release, opts: RuntimeOptions) ->
 
 #: the passes the kernel's ``lower_plain`` runs (PyTorch 2.13 and 2.14), when defer_pp_recv is off
 _KERNEL_PASSES = ("unshard_reshard", "reduce_grad", "send_recv", "defer_recv")
-_KERNEL_KINDS = CODED_KINDS + (UNSHARD, RESHARD, REDUCE_GRAD)
 
 
-def _lower_columns(schedule: Schedule, release: Release,
-                   opts: RuntimeOptions) -> tuple[tuple[Action, ...], ...] | None:
+def _lower_columns(schedule: Schedule, release: Release, opts: RuntimeOptions) -> PlainRows | None:
     """The lowered rows from the compiled kernel (``lower_plain``: this module's passes over
-    the reader's columns, action for action), or None: no kernel, no columns (a schedule
-    built from Actions), another release's passes or options, a bidirectional placement, or
-    anything the kernel declines (an index out of range, a rank without actions, a compute
-    order that deadlocks); then the passes below run, and raise PyTorch's messages."""
+    the reader's columns, action for action), as columns again, so that checking the lowered
+    schedule builds no Action; or None: no kernel, no columns (a schedule built from
+    Actions), another release's passes or options, a bidirectional placement, or anything
+    the kernel declines (an index out of range, a rank without actions, a compute order that
+    deadlocks); then the passes below run, and raise PyTorch's messages."""
     kernel = _accel.kernel
     cols = schedule.columns
     if (kernel is None or cols is None or release.lowering != _KERNEL_PASSES or opts.defer_pp_recv
@@ -133,10 +132,9 @@ def _lower_columns(schedule: Schedule, release: Release,
         return None
     if schedule.stages > 2 * sum(cols.lengths) + 1024:  # as the kernel declines, before the route is
         return None  # spelled out stage by stage: a file's cost follows its size, not its indices
-    rows: tuple[tuple[Action, ...], ...] | None = kernel.lower_plain(
-        cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages, schedule.microbatches,
-        tuple(schedule.placement.routes[0]), _KERNEL_KINDS, Action)
-    return rows
+    got = kernel.lower_plain(cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages,
+                             schedule.microbatches, tuple(schedule.placement.routes[0]), COLUMN_KINDS)
+    return None if got is None else PlainRows(*got)
 
 
 def _release_and_options(torch, options, defer_recv: bool | None) -> tuple[Release, RuntimeOptions]:

@@ -454,8 +454,8 @@ class Schedule:
 
     @property
     def has_explicit_comm(self) -> bool:
-        if (cols := self.columns) is not None:  # codes 4.. are SEND_F, RECV_F, SEND_B, RECV_B
-            return cols.n > 0 and max(cols.codes) >= KIND_CODE[SEND_F]
+        if (cols := self.columns) is not None:
+            return cols.has_comm
         kinds = set(map(_kind_of, filter(None, chain.from_iterable(self.order))))
         return not kinds.isdisjoint(COMM_KINDS | {BATCH})
 

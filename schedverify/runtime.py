@@ -33,10 +33,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import TYPE_CHECKING, Any
 
+from . import _accel
 from .deps import MATCH, RECEIVED, intended_receive  # noqa: F401 - intended_receive re-exported
 from .errors import UsageError
-from .graph import KIND_CODE, NCODES, Graph
+from .grammar import CODED_KINDS
+from .graph import KIND_CODE, NCODES, Graph, Times
+from .lazy import LazyField, Later
 from .model import RECV_B, RECV_F, SEND_B, SEND_F, SEND_OF, SEND_WAIT_KINDS
 from .releases import NcclOptions, Runtime  # noqa: F401 - NcclOptions re-exported (its public home)
 
@@ -104,7 +108,7 @@ def _stream_label(d: int, key: tuple, by_edge: bool, by_direction: bool, lazy: b
 def match(g: Graph, runtime: Runtime) -> Matching:
     """Pair the SENDs and RECVs of ``g`` positionally, per communicator of ``runtime``'s
     layout and ordered device pair."""
-    n, S, M = g.n, g.schedule.stages, g.schedule.microbatches
+    n, S = g.n, g.schedule.stages
     placement = g.schedule.placement
     layout = runtime.layout
     route = placement.routes[0] if placement.microbatch_route is None else None
@@ -113,12 +117,11 @@ def match(g: Graph, runtime: Runtime) -> Matching:
     unmatched: list[tuple[int, str, int, int]] = []
     sends: dict[tuple, list[int]] = {}
     recvs: dict[tuple, list[int]] = {}
-    acts, dev, code, stage = g.acts, g.dev, g.code, g.stage
+    dev, code, stage, mbs = g.dev, g.code, g.stage, g.mb
     for i in [i for i, c in enumerate(code) if c in _COMM_CODES]:
-        c, mb = code[i], acts[i][2]
-        assert mb is not None  # a SEND/RECV with a code has its microbatch (compile_graph)
+        c, mb = code[i], mbs[i]
         ps = stage[i] + _PEER_OFFSET[c]
-        if not 0 <= ps < S or not 0 <= mb < M:
+        if not 0 <= ps < S or mb < 0:  # (mb: -1 when out of range)
             unmatched.append((i, "no-peer", 0, 0))
             continue
         e = route[ps] if route is not None else placement.device(ps, mb)
@@ -134,7 +137,7 @@ def match(g: Graph, runtime: Runtime) -> Matching:
             partner[s], partner[r] = r, s
             # SEND_F(s,i) is meant for RECV_F(s+1,i), SEND_B(s,i) for RECV_B(s-1,i)
             if (code[r] != code[s] + 1 or stage[r] != stage[s] + _PEER_OFFSET[code[s]]
-                    or acts[r][2] != acts[s][2]):
+                    or mbs[r] != mbs[s]):
                 crossed.append((s, r, k))
         for k, extra in enumerate(islice(ss, len(rs), None), len(rs)):
             unmatched.append((extra, "surplus", k, len(rs)))
@@ -159,8 +162,24 @@ class SendWaits:
 
     retires: dict[int, int]
     retired_by: dict[int, int]
-    unretired: list[int]
+    if TYPE_CHECKING:
+        unretired: list[int]
+    else:  # made when read (only a release that retires sends by WAIT_SEND reads it)
+        unretired: LazyField[list[int]] = LazyField()
     orphans: list[tuple[int, int]]
+
+
+class _Sends(Later[list[int]]):
+    """The sends of ``g`` that can be retired: in range, each label's first."""
+
+    def __init__(self, g: Graph):
+        self.g = g
+
+    def make(self) -> list[int]:
+        g = self.g
+        repeats = {again for _, again in g.duplicates}  # SV202: only a label's first send counts
+        mbs = g.mb  # -1: out of range (SV102)
+        return [i for i, c in enumerate(g.code) if c in _SENDS and mbs[i] >= 0 and i not in repeats]
 
 
 def send_waits(g: Graph) -> SendWaits:
@@ -168,14 +187,10 @@ def send_waits(g: Graph) -> SendWaits:
     retires: dict[int, int] = {}
     retired_by: dict[int, int] = {}
     orphans: list[tuple[int, int]] = []
-    M = g.schedule.microbatches
-    repeats = {again for _, again in g.duplicates}  # SV202: only a label's first send counts
-    sends = [i for i, c in enumerate(g.code) if c in _SENDS]
-    if sends:
-        acts = g.acts
-        sends = [i for i in sends if 0 <= acts[i][2] < M and i not in repeats]  # type: ignore[operator]  # a coded send has its microbatch; out of range: SV102
     if not g.send_waits:
-        return SendWaits(retires, retired_by, sends, orphans)
+        unretired: Any = _Sends(g)  # a recipe for the field (lazy.py)
+        return SendWaits(retires, retired_by, unretired, orphans)
+    sends = _Sends(g).make()
     acts, dev = g.acts, g.dev
     pending: dict[tuple, int] = {}
     last: dict[tuple, int] = {}
@@ -231,13 +246,20 @@ class RuntimeResult:
     (every stuck lane).  ``bind[3 * i + event]`` is the event (packed the same way) that set
     event ``event`` of action ``i`` (-1: time 0), from which the critical path follows."""
 
-    start: list[float]
-    end: list[float]
-    bind: list[int]
+    if TYPE_CHECKING:  # to mypy plain fields; at run time the lazy descriptors (no default)
+        start: list[float]
+        end: list[float]
+    else:  # the compiled run gives them as graph.Times columns, made into lists when read
+        start: LazyField[list[float]] = LazyField()
+        end: LazyField[list[float]] = LazyField()
+    bind: list[int]  # (or an array of them, from the compiled run)
     cycles: list[list[Wait]]
     stuck: list[Wait]
     matching: Matching
-    ready: list  # per SEND/RECV its ready time, None if it never became ready
+    if TYPE_CHECKING:
+        ready: list
+    else:  # per SEND/RECV its ready time, None if it never became ready (and for compute)
+        ready: LazyField[list] = LazyField()
     is_comm: list[bool]
     #: the lane of each action, and each lane's device and stream: "host" (torch), "compute"
     #: or "comm" (torch-nccl; with ``peer``: the device whose messages it carries, or -1)
@@ -252,6 +274,10 @@ class RuntimeResult:
     #: the first MAX_CYCLES cycles explained (:class:`Hang`), and whether there are more
     hangs: tuple[Hang, ...] = ()
     more_hangs: bool = False
+    #: max(end, default=0), and the first action that ends then, when the run that made the
+    #: times knew them (the compiled one): then neither needs the list of end times
+    makespan: float | None = field(default=None, compare=False)
+    last: int | None = field(default=None, compare=False)
 
     @property
     def completed(self) -> bool:
@@ -259,9 +285,11 @@ class RuntimeResult:
 
     def critical_path(self) -> list[int]:
         """The actions whose events set one another's times, from time 0 to the last event."""
-        if not self.end:
+        if self.last is None and not self.end:
             return []
-        last = max(range(len(self.end)), key=self.end.__getitem__)
+        last = self.last if self.last is not None else max(range(len(self.end)), key=self.end.__getitem__)
+        if last < 0:
+            return []
         key = 3 * last + (DONE if self.is_comm[last] else END)
         path: list[int] = []
         while key >= 0:  # each binder was known before what it bound: no cycle
@@ -279,9 +307,71 @@ def simulate(g: Graph, durations: list[float], comm: float, runtime: Runtime,
     of one release over gloo or NCCL), docs/spec.md 8.4 and 9."""
     if not isinstance(runtime, Runtime):
         raise UsageError(f"runtime must be a schedverify.releases.Runtime, got {type(runtime).__name__}")
+    native = _native(g, durations, comm, runtime, matching, waits)
+    if native is not None:
+        return native
     m = matching if matching is not None else match(g, runtime)
     w = waits if waits is not None else send_waits(g)
     return _Sweep(g, durations, comm, runtime, m, w).run()
+
+
+#: per kind code, for the kernel: (stage offset of the producer, RECV code) of an input that
+#: comes through a RECV from another rank (deps.RECEIVED), and (peer stage offset, is a send,
+#: carries an activation, the code it is meant for) of each SEND/RECV (deps.MATCH)
+_RECEIVED_BY_CODE = tuple((RECEIVED[k][0], KIND_CODE[RECEIVED[k][1]]) if k in RECEIVED else None
+                          for k in CODED_KINDS)
+_COMM_BY_CODE = tuple((_PEER_OFFSET[c], _IS_SEND[c], _FORWARD[c], KIND_CODE[MATCH[k][0]]) if c in _COMM_CODES
+                      else None for c, k in enumerate(CODED_KINDS))
+
+
+def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | None,
+            waits: SendWaits | None) -> RuntimeResult | None:
+    """The compiled kernel's run (``runtime_plain``), for a PyTorch runtime on a graph of
+    single actions with one route, no BATCH, no WAIT_SEND and nothing else for the checker
+    to report about it, when the run ends: the RuntimeResult the sweep below gives, field
+    for field.  None otherwise (then the sweep runs, and finds what the kernel declined)."""
+    kernel = _accel.kernel
+    rel = runtime.release
+    if (kernel is None or type(durations) is not list or not g.explicit_comm or g.more_waits or g.batches
+            or g.send_waits or rel.blocking_p2p or g.schedule.placement.microbatch_route is not None
+            or g.uncoded_leaves or g.duplicates or g.wrong_device or g.inversions or g.missing_recv
+            or g.unmatched_comm or (waits is not None and waits.retires)):
+        return None
+    nccl = runtime.on_nccl
+    layout = runtime.layout
+    got = kernel.runtime_plain(g.starts, g.code, g.stage, g.mb, g.wait, durations, comm,
+                               tuple(g.schedule.placement.routes[0]), _RECEIVED_BY_CODE, _COMM_BY_CODE,
+                               nccl, nccl and runtime.nccl.buffered_sends, layout.by_edge, layout.by_direction,
+                               runtime.lazy)
+    if got is None:
+        return None
+    sv, sf, fv, ff, rv, rf, bind, partner, peer_device, lane_of, lanes, makespan, last = got
+    kinds, labels = [], []
+    for d, stream, key in lanes:
+        if stream == "comm":
+            label, peer = _stream_label(d, key, layout.by_edge, layout.by_direction, runtime.lazy)
+        else:
+            label, peer = ("host" if stream == "host" else "compute stream"), -1
+        kinds.append((d, stream, peer))
+        labels.append(label)
+    m = matching if matching is not None else Matching(partner, peer_device, [], [])
+    is_comm = list(map(_IS_COMM.__getitem__, g.code))
+    start: Any = Times(sv, sf)  # recipes for the list fields (lazy.py)
+    finish: Any = Times(fv, ff)
+    ready: Any = _Ready(Times(rv, rf), is_comm)
+    return RuntimeResult(start, finish, bind, [], [], m, ready, is_comm, lane_of, kinds, labels, {}, nccl,
+                         makespan=makespan, last=last)
+
+
+class _Ready(Later[list]):
+    """The ready times of the compiled run: the column's value for a SEND/RECV, None for the
+    rest (docs: RuntimeResult.ready)."""
+
+    def __init__(self, times: Times, is_comm: list[bool]):
+        self.times, self.is_comm = times, is_comm
+
+    def make(self) -> list:
+        return [t if c else None for t, c in zip(self.times.make(), self.is_comm)]
 
 
 class _Sweep:
@@ -607,19 +697,20 @@ def data_deps(g: Graph, is_comm: list[bool], waits: SendWaits | None = None) -> 
     if not g.explicit_comm:
         return out
     route = placement.routes[0] if placement.microbatch_route is None else None
-    producer, code, stage, acts = g.producer, g.code, g.stage, g.acts
+    producer, code, stage, mbs = g.producer, g.code, g.stage, g.mb
     received = {KIND_CODE[k]: (offset, KIND_CODE[recv]) for k, (offset, recv) in RECEIVED.items()}
-    consumers = (*received, -1)
-    for i in [i for i, c in enumerate(code) if c in consumers]:
+    overlapped = g.overlapped
+    acts = g.acts if overlapped else ()
+    consumers = sorted([i for i, c in enumerate(code) if c in received] + overlapped)
+    for i in consumers:
         c = code[i]
-        sub = acts[i].sub
         leaves: tuple[tuple[int | None, int, int | None], ...]
         if c >= 0:
-            leaves = ((stage[i], c, acts[i][2]),)
-        elif sub is not None:  # OVERLAP_F_B
+            leaves = ((stage[i], c, mbs[i]),)
+        else:  # OVERLAP_F_B
+            sub = acts[i].sub
+            assert sub is not None  # an overlapped entry has its sub-actions
             leaves = tuple((x.stage, KIND_CODE.get(x.kind, -1), x.microbatch) for x in sub)
-        else:
-            continue  # bookkeeping
         for s, k, mb in leaves:
             if type(s) is not int or type(mb) is not int or not (0 <= s < S and 0 <= mb < M):
                 continue

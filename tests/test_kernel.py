@@ -20,7 +20,7 @@ import os
 from contextlib import contextmanager
 
 import pytest
-from hypothesis import example, given, strategies as st
+from hypothesis import assume, example, given, strategies as st
 
 import schedverify
 from schedverify import _accel
@@ -30,7 +30,7 @@ from schedverify.generators import FAMILIES
 from schedverify.graph import Graph, compile_graph, durations_for, sweep
 from schedverify.errors import ActionSyntaxError
 from schedverify.io.actions import parse_action, parse_row
-from schedverify.model import Costs, MemoryModel, resolve_costs, resolve_memory
+from schedverify.model import B, I, W, Costs, MemoryModel, resolve_costs, resolve_memory
 from schedverify.strategies import mutations, valid_schedules
 
 from _helpers import generated, pure_python
@@ -399,7 +399,7 @@ def _bare_graph(starts, wait):
     n = starts[-1]
     dev = [d for d in range(len(starts) - 1) for _ in range(starts[d], starts[d + 1])]
     return Graph(schedverify.Schedule.build([["0F0"]]), False, False, [None] * n, dev, [0] * n, starts,
-                 [-1] * n, [-1] * n, wait, {}, [0] * 8)
+                 [-1] * n, [-1] * n, [-1] * n, wait, {}, [0] * 8)
 
 
 huge = st.integers(2**50, 2**70)
@@ -764,9 +764,15 @@ BAD_CALLS = [
     ("format_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), [1], KINDS8)", "IndexError"),
     ("format_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), [0], (1,))", "TypeError"),
     ("compile_columns(b'\\x08', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
-     "((),) * 8, (None,) * 8, (), KINDS8, True)", "ValueError"),  # a code beyond 7
+     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8, -1)", "ValueError"),  # a code beyond 7
+    ("compile_columns(b'\\x0b', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
+     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS11, 10)", "ValueError"),  # beyond the column kinds
+    ("compile_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
+     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8[:7], -1)", "ValueError"),  # fewer column kinds
+    ("compile_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
+     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS11, 3)", "ValueError"),  # REDUCE_GRAD a coded kind
     ("compile_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (0,), 1, 1, ((0,),), None, "
-     "((),) * 8, (None,) * 8, (), KINDS8, True)", "ValueError"),  # lengths sum to 0, not 1
+     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8, -1)", "ValueError"),  # lengths sum to 0, not 1
     ("compile_plain(((Action(0, 'F', 0),),), 1, 1, ((0,),), None, "
      "tuple(((0, (99,), -1),) for _ in range(8)), (None,) * 8, (), KINDS8, True)", "ValueError"),
     ("compile_plain(((Action(0, 'F', 0),),), 1, 1, ((0,),), None, "
@@ -875,6 +881,7 @@ def test_inconsistent_arguments_raise_instead_of_crashing(call, error):
         "from schedverify.model import Action\n"
         f"M8 = {M8!r}\n"
         "KINDS8 = ('F', 'B', 'I', 'W', 'SEND_F', 'RECV_F', 'SEND_B', 'RECV_B')\n"
+        "KINDS11 = KINDS8 + ('UNSHARD', 'RESHARD', 'REDUCE_GRAD')\n"
         "from array import array\n"
         "T0, T1 = (array('d', [0.0]), b'\\x00'), (array('d', [1.0]), b'\\x01')  # times columns\n"
         f"{HOSTILE}\n"
@@ -993,3 +1000,188 @@ def test_kernel_lowering_keeps_pythons_set_order():
     assert assert_same_lowering(s)
     resharded = [a.stage for a in _lowered(s, "2.13")[0] if a.kind == "RESHARD"]
     assert sorted(resharded[-3:]) == [0, 8, 16] and resharded[-3:] != [0, 8, 16]  # not sorted: probed
+
+
+def _lowered_columns(schedule, release="2.13"):
+    """``schedule`` read back from its JSON text and lowered by the kernel, as columns (None
+    when the kernel declined: then lowering.py's rows are the schedule)."""
+    from schedverify.lowering import LoweringError, torch_lowering
+
+    try:
+        lowered = torch_lowering(schedverify.loads(schedverify.dumps(schedule)), torch=release)
+    except LoweringError:
+        return None
+    return lowered if lowered.columns is not None else None
+
+
+def assert_same_lowered_check(lowered, semantics, costs=None):
+    """A lowered schedule held as columns compiles in the kernel to the reference's graph,
+    field by field, and checks under ``semantics`` as the pure-Python check of its rows does,
+    without making an Action; returns which kernel functions answered."""
+    from schedverify.grammar import PlainRows
+
+    made = []
+    real = PlainRows.make
+    PlainRows.make = lambda self: made.append(1) or real(self)
+    try:
+        with spying() as spy:
+            g = compile_graph(lowered)
+            fast = schedverify.check(lowered, costs=costs, comm_semantics=semantics)
+            fast_json = fast.to_json()
+    finally:
+        PlainRows.make = real
+    valid = fast.is_valid
+    rows = dataclasses.replace(lowered, order=lowered.order)  # the same schedule as rows of Actions
+    assert rows.columns is None
+    with pure_python():
+        g2 = compile_graph(rows)
+        slow = schedverify.check(rows, costs=costs, comm_semantics=semantics)
+    for name in GRAPH_FIELDS:
+        if name != "acts":
+            assert getattr(g, name) == getattr(g2, name), name
+    assert g.acts == g2.acts
+    assert fast_json == slow.to_json()
+    # compiled from its columns, a valid check names only its critical path's actions: no
+    # Action is made
+    assert not made or not valid or "compile_columns" not in spy.answered
+    return spy.answered
+
+
+@given(compute_only, st.sampled_from(["torch", "torch-nccl"]), st.data())
+def test_a_lowered_schedule_is_checked_from_its_columns_as_python_checks_its_rows(schedule, semantics, data):
+    """PyTorch's lowering in the kernel gives columns (UNSHARD, RESHARD and REDUCE_GRAD among
+    them), which the kernel compiles as the reference compiles the rows: the same graph and
+    the same report under PyTorch's runtime semantics."""
+    lowered = _lowered_columns(schedule)
+    assume(lowered is not None)
+    answered = assert_same_lowered_check(lowered, semantics, data.draw(float_costs()))
+    kinds = {a.kind for row in schedule.order for a in row}
+    # the kernel compiles any lowered schedule but one that has both B and I/W (it does not
+    # find which pair mixes them: the reference does)
+    assert ("compile_columns" in answered) == (B not in kinds or kinds.isdisjoint({I, W}))
+
+
+@pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("interleaved-1f1b", 2, 4), ("zb-h1", 4, 8),
+                                        ("zb-v", 3, 6), ("gpipe", 3, 5)])
+def test_a_lowered_family_is_checked_without_making_actions(family, d, m):
+    lowered = _lowered_columns(generated(family, d, m))
+    assert lowered is not None
+    answered = assert_same_lowered_check(lowered, "torch-nccl")
+    assert {"compile_columns", "memory_plain", "format_columns"} <= answered.keys()  # columns: lower_plain's
+
+
+def test_bookkeeping_off_its_device_in_columns_is_left_to_the_reference():
+    """An UNSHARD of a stage its device does not hold, or of a stage out of range, held as
+    columns: the kernel declines, and the reference reports it as it does for rows."""
+    from array import array
+
+    from schedverify.grammar import COLUMN_KINDS, PlainRows
+
+    def columns(entries, lengths):
+        codes = bytes(COLUMN_KINDS.index(k) for _, k, _ in entries)
+        stages = array("q", [s for s, _, _ in entries]).tobytes()
+        mbs = array("q", [-1 if m is None else m for _, _, m in entries]).tobytes()
+        top_stage = max(s for s, _, _ in entries)
+        top_mb = max(-1 if m is None else m for _, _, m in entries)
+        return PlainRows(codes, stages, mbs, tuple(lengths), top_stage, top_mb)
+
+    good = [(0, "UNSHARD", None), (0, "F", 0), (0, "B", 0), (0, "REDUCE_GRAD", None),
+            (1, "UNSHARD", None), (1, "F", 0), (1, "B", 0), (1, "REDUCE_GRAD", None)]
+    for entries, answered in ((good, True), ([(1, "UNSHARD", None)] + good[1:], False)):
+        rows = columns(entries, (4, 4))
+        s = schedverify.Schedule(2, 2, 1, rows, schedverify.Placement.of("loop", 2, 2))
+        with spying() as spy:
+            report = schedverify.check(s)
+        assert ("compile_columns" in spy.answered) == answered
+        with pure_python():
+            assert report.to_json() == schedverify.check(dataclasses.replace(s, order=s.order)).to_json()
+        assert report.is_valid == answered
+    with spying() as spy:
+        g = compile_graph(schedverify.Schedule(2, 2, 1, columns(good, (4, 4)), schedverify.Placement.of("loop", 2, 2)))
+    assert g.uncoded == [0, 3, 4, 7] and g.reduce_grads == [3, 7] and list(g.code[:4]) == [-1, 0, 1, -1]
+    assert g.kind_of(3) == "REDUCE_GRAD" and g.stage_of(4) == 1 and list(g.mb) == [-1, 0, 0, -1] * 2
+
+
+# --------------------------------------------------------------------------- runtime_plain
+
+RUNTIME_FIELDS = ("start", "end", "bind", "cycles", "stuck", "ready", "is_comm", "lane_of", "lanes", "labels",
+                  "batch_of", "on_nccl", "hangs", "more_hangs")
+
+
+def runtimes():
+    """PyTorch's runtime of each release, over gloo and NCCL, with every layout, both NCCL
+    stream modes and buffered sends."""
+    from schedverify.releases import GLOO, LAYOUTS, NCCL, NcclOptions, Runtime, releases
+
+    pytorch = [r for r in releases().values() if r.is_pytorch]
+    return st.builds(lambda rel, backend, layout, streams, buffered: Runtime(
+        rel, backend, LAYOUTS[layout], NcclOptions(streams, buffered)),
+        st.sampled_from(pytorch), st.sampled_from([GLOO, NCCL]), st.sampled_from(sorted(LAYOUTS)),
+        st.sampled_from(["device", "pair"]), st.booleans())
+
+
+def assert_same_run(schedule, runtime, costs=None) -> bool:
+    """The kernel's run of ``schedule`` on ``runtime`` (runtime_plain) is the reference's,
+    field by field and number for number (types too); returns whether the kernel answered."""
+    from schedverify.runtime import simulate
+
+    g = compile_graph(schedule)
+    c = resolve_costs(schedule, costs)
+    d = durations_for(g, c)
+    with spying() as spy:
+        fast = simulate(g, d, c.comm, runtime)
+    with pure_python():
+        slow = simulate(g, d, c.comm, runtime)
+    path = fast.critical_path()  # before the end times are read: from the run's own last action
+    for name in RUNTIME_FIELDS:
+        a, b = getattr(fast, name), getattr(slow, name)
+        if name in ("start", "end", "ready"):
+            a, b = typed(a), typed(b)
+        if name in ("bind", "lane_of"):
+            a, b = list(a), list(b)  # the compiled run's int columns are arrays
+        assert a == b, name
+    for name in ("partner", "peer_device", "crossed", "unmatched"):
+        assert list(getattr(fast.matching, name)) == list(getattr(slow.matching, name)), name
+    assert path == slow.critical_path()
+    if fast.makespan is not None:
+        assert typed([fast.makespan]) == typed([max(slow.end, default=0)])
+    return "runtime_plain" in spy.answered
+
+
+@given(with_comm, runtimes(), st.data())
+def test_the_kernels_run_is_the_reference_runtimes(schedule, runtime, data):
+    """Positional matching, the streams of each layout, head-of-line blocking and buffered
+    sends in the kernel: the same RuntimeResult as runtime._Sweep on every run it answers,
+    and it answers every run that ends with nothing to report."""
+    from schedverify.runtime import simulate
+
+    answered = assert_same_run(schedule, runtime, data.draw(float_costs()))
+    g = compile_graph(schedule)
+    with pure_python():
+        run = simulate(g, durations_for(g, resolve_costs(schedule, None)), 0, runtime)
+    clean = (g.explicit_comm and schedule.placement.microbatch_route is None and not run.matching.crossed
+             and not run.matching.unmatched and run.completed and not run.cycles)
+    assert answered == clean
+
+
+@given(with_comm.flatmap(lambda s: mutations(s, kinds=("swap", "move", "drop", "duplicate"))), runtimes())
+def test_the_kernels_run_declines_or_equals_the_reference_on_mutated_schedules(mutation, runtime):
+    """Crossed messages, surplus sends, hangs on a stream or on the host: the kernel declines
+    (the reference finds and explains them) or gives the reference's run."""
+    assert_same_run(mutation.schedule, runtime)
+
+
+@pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("interleaved-1f1b", 2, 4), ("zb-h1", 4, 8),
+                                        ("zb-v", 3, 6), ("gpipe", 3, 5)])
+def test_the_kernel_runs_lowered_families_on_every_layout(family, d, m):
+    from schedverify.releases import GLOO, LAYOUTS, NCCL, NcclOptions, Runtime, release
+
+    lowered = _lowered_columns(generated(family, d, m))
+    rel = release("2.14")[0]
+    for backend in (GLOO, NCCL):
+        for layout in LAYOUTS.values():
+            for streams in ("device", "pair"):
+                rt = Runtime(rel, backend, layout, NcclOptions(streams, False))
+                ran = assert_same_run(lowered, rt)
+                hangs = not schedverify.check(lowered, comm_semantics=rt.semantics).is_valid
+                assert ran or hangs, (backend, layout.name, streams)

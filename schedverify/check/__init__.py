@@ -18,7 +18,7 @@ from .. import diagnostics as dx
 from ..diagnostics import Report, Verdict, Violation
 from ..errors import DeadlockError, InvalidSchedule, UsageError
 from ..graph import compile_graph, durations_for
-from ..model import Schedule, as_schedule, resolve_costs, resolve_memory
+from ..model import COMM_KINDS, Schedule, as_schedule, resolve_costs, resolve_memory
 from ..releases import GLOO, Runtime, runtime_of
 from ..runtime import RuntimeResult, send_waits, simulate
 from . import rules
@@ -108,7 +108,10 @@ class _Run:
         g = self.graph
         durations = durations_for(g, self.costs)
         result = simulate(g, durations, self.costs.comm, rt, waits=self.waits)
-        compute = [0 if c else d for c, d in zip(result.is_comm, durations)]  # busy = compute only
+        costs = self.costs
+        # busy = compute only (the durations themselves when SEND/RECV cost the int 0)
+        compute = durations if all(type(v) is int and v == 0 for v in (getattr(costs, k) for k in COMM_KINDS)) \
+            else [0 if c else d for c, d in zip(result.is_comm, durations)]
         self.timeline = Timeline(g, self.costs, self.memory_model, compute, result, result.critical_path,
                                  retired_by=self._retired_by())
         self.runtime, self.hangs = result, result

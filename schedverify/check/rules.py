@@ -173,16 +173,22 @@ def ordered(g: Graph) -> Iterator[Violation]:
             (loc(g, i), loc(g, j)),
         )
     reduce_after = {}
-    acts = g.acts if g.reduce_grads else ()  # read once, and only when needed: a lazy field
+    code, stage, backward = g.code, g.stage, {KIND_CODE[B], KIND_CODE[I], KIND_CODE[W]}
+    overlapped = set(g.overlapped)
+
+    def runs_backward(k: int, s: int) -> bool:
+        """Whether entry k runs a backward (B, I or W) of stage s, read off the columns but
+        for an overlap (the Actions of a file read as columns are not made for this)."""
+        if code[k] >= 0:
+            return code[k] in backward and stage[k] == s
+        return k in overlapped and any(x.stage == s and x.kind in (B, I, W) for x in g.acts[k].leaves())
+
     for i in g.reduce_grads:
-        d, s = g.dev[i], acts[i].stage
+        d, s = g.dev[i], g.stage_of(i)
         key = (d, s)
-        if key not in reduce_after:
-            reduce_after[key] = max(
-                (k for k in range(g.starts[d], g.starts[d + 1])
-                 if any(x.stage == s and x.kind in (B, I, W) for x in acts[k].leaves())),
-                default=-1,
-            )
+        if key not in reduce_after:  # the last backward of stage s on device d, or -1
+            reduce_after[key] = next((k for k in range(g.starts[d + 1] - 1, g.starts[d] - 1, -1)
+                                      if runs_backward(k, s)), -1)
         last = reduce_after[key]
         if last > i:
             yield Violation(
@@ -344,10 +350,17 @@ def loss_order(g: Graph, rt: Runtime) -> Iterator[Violation]:
     last = g.schedule.stages - 1
     seen = 0
     f_code = KIND_CODE[F]
-    stage, code = g.stage, g.code
-    # the last stage's forwards: plain ones by their columns, overlapped ones (code -1) as leaves
-    for i in [i for i in range(g.n) if (code[i] == f_code and stage[i] == last) or code[i] < 0]:
-        for x in g.acts[i].leaves():
+    stage, code, mbs = g.stage, g.code, g.mb
+    overlapped = set(g.overlapped)
+    # the last stage's forwards: plain ones by their columns (an uncoded single action is never
+    # one: it would have a code), overlapped ones as leaves
+    # (on the last stage's device alone, when no action is off its device)
+    d = p.routes[0][last]
+    lo, hi = (g.starts[d], g.starts[d + 1]) if not g.wrong_device else (0, g.n)
+    for i in [i for i in range(lo, hi) if (code[i] == f_code and stage[i] == last) or i in overlapped]:
+        # the Action only for an overlap or a microbatch out of range (mb -1)
+        leaves = g.acts[i].leaves() if code[i] < 0 or mbs[i] < 0 else (Action(last, F, mbs[i]),)
+        for x in leaves:
             if x.kind != F or x.stage != last or type(x.microbatch) is not int:
                 continue
             if x.microbatch != seen:
@@ -436,11 +449,13 @@ def release_grammar(g: Graph, rt: Runtime) -> Iterator[Violation]:
     scan = sorted(g.uncoded + [i for i, c in enumerate(g.code) if c in absent]) if absent else g.uncoded
     if not scan:
         return
-    acts = g.acts
     rel = rt.release
     found: dict[tuple[int, str], list] = {}  # (device, kind) -> [first i, its leaf, count]
+    overlapped = set(g.overlapped)
     for i in scan:
-        a = acts[i]
+        if i not in overlapped and g.kind_of(i) in kinds:
+            continue  # a single action of the release's (no Action made for a file read as columns)
+        a = g.acts[i]
         for x in (a, *(a.sub or ())):
             if x.kind in ALL_KINDS and x.kind not in kinds:
                 seen = found.setdefault((g.dev[i], x.kind), [i, x, 0])

@@ -83,8 +83,9 @@ def per_action_effects(g: Graph, model: MemoryModel) -> list[list]:
     at = g.code if width == 1 else [c * width + s if c >= 0 else -1 for c, s in zip(g.code, g.stage)]
     cols = [list(map((alloc + [0]).__getitem__, at)), list(map((free + [0]).__getitem__, at)),
             list(map((n_in + [0]).__getitem__, g.code)), list(map((n_out + [0]).__getitem__, g.code))]
-    acts = g.acts if g.uncoded else ()  # read once, and only when needed: a lazy field
-    for i in g.uncoded:
+    uncoded = g.uncoded_leaves
+    acts = g.acts if uncoded else ()  # read once, and only when needed: a lazy field
+    for i in uncoded:
         total: list[float] = [0, 0, 0, 0]
         for x in acts[i].leaves():
             if x.kind in (F, B, I, W) and type(x.stage) is int and 0 <= x.stage < S:
@@ -121,8 +122,8 @@ def memory_sweep(g: Graph, model: MemoryModel, start=None, end=None, *,
     messages = retired_by is not None and bool(model.message)
     if kernel is not None and start is None and not messages:
         peaks = kernel.memory_plain(g.starts, g.code, g.stage, *_effect_tables(model),
-                                    static, limit)
-        if peaks is not None:  # no overlap or bookkeeping action: one kind code each
+                                    static, limit, not g.uncoded_leaves)
+        if peaks is not None:  # one kind code each, or bookkeeping (no effect) where told
             return MemoryResult(static, *peaks)
     alloc, free, n_in, n_out = per_action_effects(g, model)
     if messages:

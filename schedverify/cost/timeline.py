@@ -96,6 +96,9 @@ class TimedRun(Protocol):
     @property
     def completed(self) -> bool: ...
 
+    @property
+    def makespan(self) -> float | None: ...  # max(end, default=0) when the run knew it, else None
+
 
 class Timeline:
     """The as-soon-as-possible execution of a schedule under given costs."""
@@ -135,8 +138,8 @@ class Timeline:
 
     @cached_property
     def makespan(self) -> float:
-        run = self._run  # the compiled sweep knows it: no list of end times made to find it
-        known = run.makespan if isinstance(run, SweepResult) else None
+        run = self._run  # the compiled sweep or run knows it: no list of end times made to find it
+        known = run.makespan
         return known if known is not None else max(self.end, default=0)
 
     def busy(self) -> list[float]:
