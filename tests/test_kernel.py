@@ -781,6 +781,18 @@ BAD_CALLS = [
      "((),) * 8, (None,) * 8, ((1, 9),), KINDS8, True)", "ValueError"),  # a mixed pair's code beyond 7
     ("compile_plain(((Action(0, 'F', 0),),), 1, 1, ((0,),), None, ((),) * 17, (None,) * 17, (), "
      "KINDS8 * 2 + ('X',), True)", "ValueError"),  # at most 16 kinds
+    ("runtime_plain([0, 1], [0], [0], [0], [1, 1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
+     "False, False, False)", "ValueError"),  # a wait column longer than the codes
+    ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, ((1, 1, True, 5),) + (None,) * 7, "
+     "False, False, False, False, False)", "ValueError"),  # is_send not a bool
+    ("runtime_plain([0, 1], [9], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
+     "False, False, False)", "ValueError"),  # a code beyond the tables
+    ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (3,), (None,) * 8, (None,) * 8, False, False, "
+     "False, False, False)", "ValueError"),  # a route entry that is not a rank
+    ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
+     "False, False, False)[12]", "returned 0"),  # one F on one rank: the last action is 0
+    ("runtime_plain([0, 1], [0], [0], [0], [1], ['x'], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
+     "False, False, False)", "returned None"),  # a duration that is not a number: declined
     # hostile arguments: Python code that runs inside the call (an iterator, the collector's
     # callbacks, __index__) and changes or refuses what the kernel reads.  Each once read
     # freed or NULL item storage (ASan, UBSan; signal 11 without them).
