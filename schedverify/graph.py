@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import _accel
 from . import deps as rules
-from .grammar import CODED_KINDS, COLUMN_KINDS, KIND_CODE, NCODES
+from .grammar import CODED_KINDS, COLUMN_KINDS, COSTED_KINDS, KIND_CODE, NCODES
 from .lazy import LazyField, Later, given
 from .model import (
     B,
@@ -175,12 +175,17 @@ class Graph:
             return COLUMN_KINDS[cols.codes[i]]
         return self.acts[i].kind
 
-    @property
+    @cached_property
     def uncoded_leaves(self) -> list[int]:
         """Every i without a code that may run leaves of a kind with a cost or a memory
-        effect (an overlap, a malformed action): ``uncoded``, but none for a schedule given
-        as columns, whose uncoded entries are all bookkeeping."""
-        return self.uncoded if self.schedule.columns is None else []
+        effect (an overlap; a malformed or out-of-range action of a costed kind), in order:
+        ``uncoded`` without the single actions of other kinds (bookkeeping, waits), whose
+        duration and memory effects are 0; none for a schedule given as columns, whose
+        uncoded entries are all bookkeeping (so no Action is made to find that out)."""
+        if self.schedule.columns is not None:
+            return []
+        acts = self.acts if self.uncoded else ()
+        return [i for i in self.uncoded if acts[i].sub is not None or acts[i].kind in COSTED_KINDS]
 
     @cached_property
     def overlapped(self) -> list[int]:
