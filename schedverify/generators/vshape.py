@@ -47,8 +47,23 @@ def zb_v(devices: int, microbatches: int) -> Schedule:
     gap from its first action to its last when ``M >= 2D-1``.  Domain: any ``D >= 1``,
     ``M >= 1``.  Peak in flight on device ``d``: ``min(2D, 2M, M+1+d)`` chunk activations,
     at most 1F1B's ``D`` full stages.
+
+    The order is the loop of :func:`zb_v_rows`; for ``M >= 2D-1`` every generation is
+    checked against the family's all-sizes certificate (certificates/vshape.py, these
+    phases in closed form), so what ``schedverify prove`` proves there is about this order.
     """
     positive("zb-v", devices=devices, microbatches=microbatches)
+    order = zb_v_rows(devices, microbatches)
+    return assemble(
+        "zb-v", order, stages=2 * devices, microbatches=microbatches, placement="v",
+        metadata={"family": "zb-v", "devices": devices, "microbatches": microbatches,
+                  "chunks": 2},
+    )
+
+
+def zb_v_rows(devices: int, microbatches: int) -> list[list[Action]]:
+    """Every device's order of ZB-V by the paper's loop (the phases of :func:`zb_v`), built
+    for ``max(M, 2D-1)`` microbatches with those ``>= M`` dropped."""
     n = max(2 * devices - 1, microbatches)
     order = []
     for d in range(devices):
@@ -102,11 +117,7 @@ def zb_v(devices: int, microbatches: int) -> Schedule:
             wgt(0)
         # every action here has its microbatch (the None test is for the type checker)
         order.append([a for a in row if a.microbatch is not None and a.microbatch < microbatches])
-    return assemble(
-        "zb-v", order, stages=2 * devices, microbatches=microbatches, placement="v",
-        metadata={"family": "zb-v", "devices": devices, "microbatches": microbatches,
-                  "chunks": 2},
-    )
+    return order
 
 
 # --------------------------------------------------------------------------- V-Half, V-Min
