@@ -126,43 +126,34 @@ def _pos(o, k, p, m, d, q):
             q < 2 * m - 2 * d, s5 + 2 * d + 1 + 2 * (q - (2 * m - p - d)), 6 * m - 2 * d + q - (2 * m - 2 * d)))))
 
 
-def _pred_ci(o, k, p, m, d, c, i):
-    """The action just before (k, c, i) on device d: disjoint cases (condition, (kind,
-    chunk, microbatch)); none for f0(0), the device's first action."""
-    a = 2 * (p - d) - 1
-    And = o.And
-    c0, c1 = c == 0, c == 1
-    if k == F:
-        return [(And(c0, i > 0, i < a), (F, 0, i - 1)),
-                (And(c0, i >= a, i < 2 * p - d - 1), (F, 1, i - a)),
-                (And(c0, i >= 2 * p - d - 1), (W, 1, i - p)),
-                (And(c1, i < d), (F, 0, a + i - 1)),
-                (And(c1, i == d, i < p), (F, 0, 2 * p - d - 2)),
-                (And(c1, i > d, i < p), (W, 1, i - d - 1)),
-                (And(c1, i >= p), (W, 0, i - p))]
-    if k == I:
-        return [(And(c0, i < m - p, i < m - 2 * p + d + 1), (F, 0, 2 * p - d - 1 + i)),
-                (And(c0, i < m - p, i >= m - 2 * p + d + 1), (W, 1, p - d - 1 + i)),
-                (And(c0, i >= m - p, i < m - p + d, i == m - p), (W, 1, m - d - 1)),
-                (And(c0, i > m - p, i < m - p + d), (I, 1, i + p - d - 1)),
-                (And(c0, i == m - p + d, d > 0), (I, 1, m - 1)),
-                (And(c0, i == m - p + d, d == 0), (W, 1, m - 1)),
-                (And(c0, i > m - p + d), (W, 0, i - d - 1)),
-                (And(c1, i < m - d), (F, 1, i + d)),
-                (And(c1, i >= m - d), (I, 0, i - p + d))]
-    return [(And(c0, i < m - p), (I, 0, i)),
-            (And(c0, i >= m - p, i < m - d), (I, 0, i + d)),
-            (And(c0, i == m - d, i >= m - p), (W, 1, m - 1)),
-            (And(c0, i > m - d, i >= m - p), (W, 0, i - 1)),
-            (And(c1, i < m - d), (I, 1, i)),
-            (And(c1, i == m - d), (W, 0, m - d - 1)),
-            (And(c1, i > m - d), (W, 1, i - 1))]
-
-
 def _pred(o, k, p, m, d, q):
-    c, i = _action(o, k, p, m, d, q)
-    return [(cond, (k2, _index_of(o, k2, p, m, d, c2, i2)))
-            for cond, (k2, c2, i2) in _pred_ci(o, k, p, m, d, c, i)]
+    """The action just before the q-th action of kind k on device d, as disjoint cases
+    (condition, (kind, index)); none for F(0), the device's first action.  Forwards: one
+    after another up to phase 3; then the W just before (phase 3's triples end in w1, phase
+    4's rounds in w1 and, after f0 i0 w0, the f1).  I: its own forward (phases 3, 4 while
+    chunk 0 has forwards), else the W before it or, in phases 5-6, the I or W before it.  W:
+    its own I (phases 3-4 right after it, phase 6 two places after I(q + 2d)), then the W
+    before it."""
+    k0 = m - 2 * p + d + 1
+    b4 = 3 * p - d - 1  # the first forward of phase 4
+    And = o.And
+    if k == F:
+        return [(And(q > 0, q <= 2 * p - 1), (F, q - 1)),
+                (And(q > 2 * p - 1, q < b4 + 2 * k0), (W, q - 2 * p)),
+                (q >= b4 + 2 * k0, (W, p - d + 2 * (q - b4 - k0)))]
+    if k == I:
+        lo = p - d + 2 * k0  # phase 4 from iteration k0 on
+        r = q - (p - d)
+        odd = r - 2 * o.Div(r, 2) == 1
+        return [(q < lo, (F, q + 2 * p - 1)),
+                (And(q >= lo, q < 2 * m - p - d, o.Not(odd)), (W, q - 1)),
+                (And(q >= lo, q < 2 * m - p - d, odd), (F, b4 + k0 + o.Div(r, 2))),
+                (q == 2 * m - p - d, (W, q - 1)),
+                (And(q > 2 * m - p - d, q <= 2 * m - p + d), (I, q - 1)),
+                (q > 2 * m - p + d, (W, q - 2 * d - 1))]
+    return [(q < 2 * m - p - d, (I, q)),
+            (And(q >= 2 * m - p - d, q < 2 * m - 2 * d), (I, q + 2 * d)),
+            (q >= 2 * m - 2 * d, (W, q - 1))]
 
 
 def _freed(o, k, p, m, d, q):
