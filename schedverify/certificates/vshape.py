@@ -1,7 +1,7 @@
 """Certificate of ZB-V (generators/vshape.py ``zb_v``) for m >= 2p - 1.
 
 V placement (``placement = "v"``, two chunks): device d holds stage d (chunk 0) and stage
-2p-1-d (chunk 1).  With m >= 2p - 1 no microbatch is dropped and device d runs six phases
+2p-1-d (chunk 1).  With m >= 2p - 1 no microbatch is dropped and device d runs seven phases
 (f0/f1, i0/i1, w0/w1: the forward, input and weight gradient of chunk 0/1), with
 a = 2(p-d) - 1, k0 = m - 2p + d + 1 and K = m - p:
 
@@ -183,7 +183,7 @@ ZB_V = Certificate(
     top=DEVICE_0_TOPS,
     count=lambda o, m: 2 * m, chunks=2, placement="v",
     action=_action, index_of=_index_of,
-    summary="m >= 2p - 1: six phases per device (warm-up, f1 i1 w1, f0 i0 w0 f1 i1 w1, cool-down), "
+    summary="m >= 2p - 1: seven phases per device (warm-up, f1 i1 w1, f0 i0 w0 f1 i1 w1, cool-down), "
             "no wait after the first action at unit costs",
     order_argument=(
         "generators/vshape.py zb_v() with m >= 2p - 1 builds the order for m microbatches and drops "
