@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedverify.certificates import certificate, certificate_options, families
+from schedverify.certificates.base import PyOps
 from schedverify.certificates.check import crosscheck, index_of_action, prove_certificate
 from schedverify.claims import Claim, prove
 from schedverify.claims.allsizes import CertificateStore
@@ -67,7 +68,11 @@ def test_certificate_matches_the_generator_and_timeline(family, chunks, which):
         (p, n * p) for p in range(2, 7) for n in range(1, 5)] + [(9, 18), (13, 13), (20, 40)]
     if chunks and chunks > 2:
         sizes = sizes[::3]
-    assert crosscheck(certificate_options(family, chunks)[which], sizes) == []
+    cert = certificate_options(family, chunks)[which]
+    if family == "zb-v":  # m >= 2p - 1, where no microbatch is dropped
+        sizes = [(p, 2 * p - 1 + k) for p in range(1, 8) for k in (0, 1, 2, 5)] + [(9, 30), (20, 41), (24, 50)]
+    assert all(cert.in_domain(PyOps, p, m) for p, m in sizes)
+    assert crosscheck(cert, sizes) == []
 
 
 def test_a_wrong_start_time_is_caught_with_its_size():
@@ -170,8 +175,11 @@ def test_grid_claims_are_extended_and_pinned_ones_stay_finite(store):
 
 
 def test_no_certificate_or_another_cost_slice_is_unknown_with_the_reason(store):
-    res = prove(Claim("peak_inflight <= 2*p", "zb-v", "", ALL), store=store)
+    res = prove(Claim("peak_inflight <= 2*p", "v-half", "", ALL), store=store)
     assert res.verdict == "UNKNOWN" and "no all-sizes certificate" in res.reason
+    # ZB-V's certificate is for m >= 2p - 1 only (below, microbatches are dropped)
+    res = prove(Claim("peak_inflight <= 2*p", "zb-v", "", ALL), store=store)
+    assert res.verdict == "UNKNOWN" and res.reason == "the domain is not inside the certificate's (p >= 1, m >= 2*p - 1)"
     # interleaved 1F1B's timing holds on c == 0: without it there is no all-sizes verdict
     res = prove(Claim("bubble_ratio == (p - 1)/(v*m)", "interleaved-1f1b", "",
                       "p >= 2, m >= 1, v == 2"), store=store)
@@ -728,3 +736,64 @@ def test_zb_h1_without_v_uses_the_default_chunk_count_of_generate_and_says_so():
     # the finite prover takes the same default
     res = prove(Claim("peak_inflight(d) == Min(p, m)", "zb-h1", "", "p=2..4,m=1..4"))
     assert res.verdict == "PROVED" and res.domain["v"] == [1, 1] and res.conditions[0][0] == "v == 1"
+
+
+# --------------------------------------------------------------------------- ZB-V
+
+
+ZB_V_ABOVE = "c == 0, t_I == t_F, t_W == t_F, m >= 2*p - 1"
+
+
+@pytest.mark.parametrize("text", [
+    "makespan == (6*m + p - 1)*t_F",
+    "bubble_ratio == (p - 1)/(6*m)",
+    "peak_memory/2 == peak_memory@1f1b",
+    "peak_inflight(d) == 2*p",
+    "fwd_before_bwd(d) == 2*p",
+])
+def test_zb_v_above_2p_minus_1_is_proved_for_all_sizes(text, store):
+    """m >= 2p - 1: ZB-V's certificate (every device busy from its first action to its last
+    at unit costs; 2p chunk activations, 1F1B's p stages), for every p."""
+    res = prove(Claim(text, "zb-v", ZB_V_ABOVE, ALL), store=store)
+    assert res.verdict == "PROVED", res.to_json()
+    assert res.kind == f"all sizes in {ALL}" and "zb-v v=2" in res.certificates and not res.below
+
+
+def test_zb_v_false_past_the_grid_is_refuted_at_the_smallest_size(store):
+    """A bubble bound that holds on the grid (p <= 6) and fails from p = 8 on: the smallest
+    counterexample, confirmed by simulating the schedule there."""
+    res = prove(Claim("bubble_ratio <= 1/m", "zb-v", ZB_V_ABOVE, ALL), store=store)
+    assert res.verdict == "REFUTED", res.to_json()
+    assert res.counterexample["sizes"] == {"p": 8, "m": 15, "v": 2}  # v: ZB-V's two chunks
+    assert res.minimal.startswith("no counterexample with smaller p in the domain")
+
+
+def test_zb_v_grid_claims_split_where_the_certificate_ends(store):
+    """The catalogue's ZB-V claims with --all-sizes: one whose assumptions keep m >= 2p - 1 is
+    judged for every size; one over every m is split, every size with m >= 2p - 1 and the grid
+    below (no certificate where microbatches are dropped); a refutation is the whole grid's,
+    as without the split."""
+    cat = {c.id: c for c in _catalogue("zb-v")}
+    same = prove(cat["vzb-zero-same-memory"], all_sizes=True, store=store)
+    assert same.verdict == "PROVED" and same.kind == "all sizes in p >= 2, m >= 1" and not same.below
+    split = prove(cat["zb-v-memory-1x"], all_sizes=True, store=store)
+    assert split.verdict == "PROVED", split.to_json()
+    assert split.below == "p=2..6,m=1..16 where m < 2*p - 1"
+    assert split.kind == "all sizes in p >= 2, m >= 1, m >= 2*p - 1; finite range p=2..6,m=1..16 where m < 2*p - 1"
+    assert split.checked == 30 and split.excluded == 50 and split.to_json()["finite_part"] == split.below
+    zero = prove(cat["zb-v-zero"], all_sizes=True, store=store)
+    assert zero.verdict == "REFUTED" and zero.kind == "all sizes in p >= 2, m >= 1" and not zero.below
+    assert zero.counterexample["sizes"]["p"] == 2 and zero.counterexample["sizes"]["m"] == 1
+    # false below m = 2p - 1 only: the whole grid judges it, no split
+    low = prove(Claim("peak_inflight == 2*p", "zb-v", "", "p=2..6,m=1..16"), all_sizes=True, store=store)
+    assert low.verdict == "REFUTED" and not low.below
+    assert low.counterexample["sizes"]["p"] == 2 and low.counterexample["sizes"]["m"] == 1
+
+
+def test_a_split_verdict_says_which_sizes_are_finite():
+    code, out, _ = _cli(["prove", "--family", "zb-v", "peak_memory/2 <= peak_memory@1f1b",
+                         "--domain", "p=2..6,m=1..16", "--all-sizes"])
+    assert code == 0
+    assert "kind: all sizes in p >= 2, m >= 1, m >= 2*p - 1; finite range p=2..6,m=1..16 where m < 2*p - 1" in out
+    assert "proved for every size of the all-sizes part (p >= 2, m >= 1, m >= 2*p - 1)" in out
+    assert "and exactly at all 30 sizes of the finite range p=2..6,m=1..16 where m < 2*p - 1 (no certificate there)" in out

@@ -32,7 +32,7 @@ from schedverify.deps import needs
 from schedverify.errors import InternalError
 from schedverify.generators import FAMILIES, generate
 from schedverify.generators._build import assemble, looped_rows, phases, positive
-from schedverify.model import B, F, Action
+from schedverify.model import B, F, I, W, Action
 
 
 def _cli(argv):
@@ -64,13 +64,48 @@ def reference(family: str, p: int, m: int, v: int | None = None) -> list[list[Ac
         return looped_rows(p, m, v, p, warmup=lambda d: 2 * (p - d - 1) + (v - 1) * p)
     if family == "zb-h1":
         return looped_rows(p, m, v, p, warmup=lambda d: (v - 1) * p + p - 1 - d, w_lag=lambda d: d)
+    if family == "zb-v":
+        return _zb_v_phases(p, m)
     raise AssertionError(family)
+
+
+def _zb_v_phases(p: int, m: int) -> list[list[Action]]:
+    """ZB-V for m >= 2p - 1 (Qi et al. 2024, section 6; PyTorch's ScheduleZBVZeroBubble) as
+    its phases, written out: on device d, with f/i/w the chunk's F/I/W (chunk 0 = stage d,
+    chunk 1 = stage 2p-1-d), 2(p-d)-1 f0; d pairs f1 f0; p-d triples f1 i1 w1; m-p rounds
+    [f0] i0 w0 f1 i1 w1 (f0 while chunk 0 has forwards left); d pairs i0 i1; p-d pairs
+    i0 w0; the deferred w1, then w0."""
+    out = []
+    for d in range(p):
+        s0, s1 = d, 2 * p - 1 - d
+
+        def f(c, i, kind=F, s0=s0, s1=s1):
+            return Action(s1 if c else s0, kind, i)
+
+        a = 2 * (p - d) - 1
+        row = [f(0, i) for i in range(a)]
+        for j in range(d):
+            row += [f(1, j), f(0, a + j)]
+        for j in range(p - d):
+            row += [f(1, d + j), f(1, j, I), f(1, j, W)]
+        for k in range(m - p):
+            row += [f(0, 2 * p - d - 1 + k)] if 2 * p - d - 1 + k < m else []
+            row += [f(0, k, I), f(0, k, W), f(1, p + k), f(1, p - d + k, I), f(1, p - d + k, W)]
+        for j in range(d):
+            row += [f(0, m - p + j, I), f(1, m - d + j, I)]
+        for j in range(p - d):
+            row += [f(0, m - p + d + j, I), f(0, m - p + j, W)]
+        row += [f(1, m - d + j, W) for j in range(d)] + [f(0, m - d + j, W) for j in range(d)]
+        out.append(row)
+    return out
 
 
 def _size(family, chunks, p, n):
     """A size the family's certificate covers: m = n, or n groups of p for the table ones."""
     if family == "interleaved-1f1b" or (family == "zb-h1" and chunks not in (None, 1)):
         return p, n * p
+    if family == "zb-v":  # m >= 2p - 1: no microbatch dropped
+        return p, 2 * p - 2 + n
     return p, n
 
 
@@ -123,6 +158,60 @@ def test_the_certificate_changed_at_a_large_size_is_refused_by_z3(monkeypatch):
     assert not chk.ok
     assert all("p=25" in o.detail or "p=" not in o.detail for o in chk.failures()), chk.failures()
     res = prove(Claim("peak_inflight(0) == Min(p, m)", "1f1b", "", "p >= 2, m >= 1"), store=CertificateStore())
+    assert res.verdict != "PROVED" and "did not check" in res.reason, res.to_json()
+
+
+def _planted_zb_v(devices, microbatches):
+    """ZB-V's loop with device 0's first chunk-1 W run before its I when p >= 25 (the two
+    actions of phase 3's first triple swapped), as a generator of its own."""
+    from schedverify.generators.vshape import zb_v_rows
+
+    order = zb_v_rows(devices, microbatches)
+    if devices >= 25:
+        row = order[0]
+        t = 2 * devices  # f1(0) is at 2p - 1, i1(0) right after it
+        row[t], row[t + 1] = row[t + 1], row[t]
+    return assemble("zb-v", order, stages=2 * devices, microbatches=microbatches, placement="v",
+                    metadata={"family": "zb-v"})
+
+
+def test_a_zb_v_generator_changed_at_a_large_size_raises_at_generation(monkeypatch):
+    monkeypatch.setitem(FAMILIES, "zb-v", dataclasses.replace(FAMILIES["zb-v"], generate=_planted_zb_v))
+    assert generate("zb-v", 24, 47).devices == 24  # unchanged below p = 25: accepted
+    with pytest.raises(InternalError, match="device 0, position 50: 49W0, the certificate's is 49I0"):
+        generate("zb-v", 25, 49)
+    # below m = 2p - 1 no certificate covers the size: the loop's order is returned unchecked
+    from schedverify.generators.vshape import zb_v_rows
+
+    assert list(generate("zb-v", 25, 48).order[0]) != zb_v_rows(25, 48)[0]
+    code, out, err = _cli(["prove", "--family", "zb-v", "peak_memory/2 <= peak_memory@1f1b",
+                           "--domain", "p=25..25,m=49..49"])
+    assert code == 70 and out == "" and "internal error" in err and "Traceback" not in err
+
+
+def test_the_zb_v_certificate_changed_at_a_large_size_is_refused_by_z3(monkeypatch):
+    """The same swap written into the certificate (I and W of device 0's first chunk-1
+    triple, for p >= 25): Z3 finds it at some p >= 25 only, and the all-sizes claim that
+    read the certificate is no longer PROVED."""
+    import re
+
+    from schedverify.certificates import vshape as vshape_cert
+
+    good = vshape_cert.ZB_V
+    pos = good.pos
+
+    def swapped(o, k, p, m, d, q):
+        at = pos(o, k, p, m, d, q)
+        big = o.And(p >= 25, d == 0, q == 0)
+        return o.If(big, at + (1 if k == I else -1), at) if k in (I, W) else at
+
+    monkeypatch.setattr(vshape_cert, "ZB_V", dataclasses.replace(good, pos=swapped))
+    chk = prove_certificate(certificate("zb-v"))
+    assert not chk.ok
+    sizes = [int(x) for o in chk.failures() for x in re.findall(r"\bp=(\d+)", o.detail)]
+    assert sizes and min(sizes) >= 25, chk.failures()
+    res = prove(Claim("peak_memory/2 == peak_memory@1f1b", "zb-v", "m >= 2*p", "p >= 2, m >= 1"),
+                store=CertificateStore())
     assert res.verdict != "PROVED" and "did not check" in res.reason, res.to_json()
 
 

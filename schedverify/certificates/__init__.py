@@ -41,6 +41,7 @@ def _first(family: str, chunks: int | None) -> Certificate | None:
     from .zero_bubble import ZB_H1, ZB_H2
 
     from .looped import LOOPED
+    from .vshape import ZB_V
 
     if family == "interleaved-1f1b":
         return None if chunks is None else INTERLEAVED.get(chunks)
@@ -50,7 +51,7 @@ def _first(family: str, chunks: int | None) -> Certificate | None:
         from .zero_bubble import ZB_H1_V
 
         return ZB_H1_V.get(chunks)
-    return {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "zb-h1": ZB_H1, "zb-h2": ZB_H2}.get(family)
+    return {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "zb-h1": ZB_H1, "zb-h2": ZB_H2, "zb-v": ZB_V}.get(family)
 
 
 def covering(family: str, devices: int, microbatches: int, chunks: int | None = None,
@@ -59,9 +60,11 @@ def covering(family: str, devices: int, microbatches: int, chunks: int | None = 
     (:class:`.order.Source`: its all-sizes certificate, read by :func:`.order.rows`), or
     None: a group size other than the devices, a chunk count without a certificate, sizes
     outside the certificate's domain, or a family without one (its generator's own code
-    then).  ``chunks`` as :func:`families` gives it: None for a family without chunks and
-    for ZB-H1's one-chunk form; the generators pass the chunk count they build (this
-    package reads nothing of theirs: they are built from it)."""
+    then).  ``chunks`` as :func:`families` gives it: None for a family without chunks
+    option (ZB-V's two chunks are its certificate's own) and for ZB-H1's one-chunk form;
+    the generators pass the chunk count they build (this package reads nothing of theirs:
+    they are built from it)."""
+    from .base import PyOps
     from .order import Source
 
     v = chunks
@@ -71,7 +74,9 @@ def covering(family: str, devices: int, microbatches: int, chunks: int | None = 
     elif group_size is not None:
         return None
     cert = _first(family, v)
-    if cert is None or cert.chunks_per_device != (v or 1):
+    if cert is None or (v is not None and cert.chunks_per_device != v):
+        return None
+    if not cert.in_domain(PyOps, devices, microbatches):  # ZB-V below m = 2p - 1
         return None
     if max_inflight is not None and max_inflight < devices:
         return Source(cert, gap=max_inflight) if family == "1f1b" else None
@@ -81,7 +86,7 @@ def covering(family: str, devices: int, microbatches: int, chunks: int | None = 
 def families() -> tuple[tuple[str, int | None], ...]:
     """(family, chunks) of every certificate."""
     return (("gpipe", None), ("1f1b", None), ("zb-h1", None), ("zb-h1", 2), ("zb-h1", 3),
-            ("zb-h1", 4), ("zb-h2", None),
+            ("zb-h1", 4), ("zb-h2", None), ("zb-v", None),
             ("interleaved-1f1b", 2), ("interleaved-1f1b", 3), ("interleaved-1f1b", 4),
             ("looped-bfs", 1), ("looped-bfs", 2), ("looped-bfs", 3), ("looped-bfs", 4))
 

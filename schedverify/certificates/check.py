@@ -468,7 +468,8 @@ def crosscheck(cert: Certificate, sizes) -> list[str]:
             for j in range(g.starts[dd], g.starts[dd + 1]):
                 a = acts[j]
                 pos = j - g.starts[dd]
-                if a.stage % p != dd or a.kind not in cert.kinds:
+                if (a.stage is None or needs.chunk_of(cert.placement, p, a.stage)[0] != dd
+                        or a.kind not in cert.kinds):
                     bad.append(f"p={p},m={m}: {a} on device {dd}")
                     continue
                 q = index(a)

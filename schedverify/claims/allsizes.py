@@ -403,6 +403,36 @@ def chunk_values(domain_text: str, chunky: bool, default: int | None = None) -> 
     return vals, ""
 
 
+_NEGATE = {">=": "<", ">": "<=", "<=": ">", "<": ">=", "==": "!=", "!=": "=="}
+
+
+def domain_split(claim: Claim, store: CertificateStore) -> tuple[str, str] | None:
+    """(R, not R) when the certificates of the claim's families (none with chunks) add
+    exactly one relation R on p and m to p >= 1, m >= 1 (ZB-V: m >= 2*p - 1, the sizes
+    where no microbatch is dropped), else None.  The prover then judges the claim for every
+    size where R holds and on the finite grid where it does not (docs/proofs.md section 7)."""
+    from ..formulas.sizes import has_chunks
+
+    fams = {claim.family} | {r.family for r in parse_claim(claim.text).refs.values() if r.family}
+    fams -= {""}
+    if not fams or any(has_chunks(f) for f in fams) or not all(store.exists(f) for f in fams):
+        return None
+    extra = set()
+    for fam in sorted(fams):
+        ok, _ = store.options(fam)
+        if not ok:
+            return None
+        try:
+            rels = parse_size_relations(ok[0][0].domain)
+        except UsageError:
+            return None
+        for r in rels:
+            text = f"{sympy.sstr(r.lhs)} {r.op} {sympy.sstr(r.rhs)}"
+            if r.symbols and r.symbols <= {"p", "m"} and text not in ("p >= 1", "m >= 1"):
+                extra.add((text, f"{sympy.sstr(r.lhs)} {_NEGATE[r.op]} {sympy.sstr(r.rhs)}"))
+    return next(iter(extra)) if len(extra) == 1 else None
+
+
 def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s: float = 120.0,
           v: int = 1, rlimit: int = RLIMIT) -> AllSizes:
     """The all-sizes verdict of ``claim`` over the sizes ``domain_text`` allows, at ``v``

@@ -85,6 +85,10 @@ class Result:
     all_sizes_reason: str = ""
     #: all-sizes REFUTED: why no smaller counterexample exists
     minimal: str = ""
+    #: a PROVED verdict split in two (docs/proofs.md section 7): the finite range, and the
+    #: condition, where the claim was judged exactly (every size else is in ``kind``'s
+    #: all-sizes domain); empty otherwise
+    below: str = ""
     #: all-sizes: each family's closed forms and its certificate's check
     forms: Mapping = field(default_factory=dict)  # a lazy Forms for all-sizes verdicts
     certificates: dict = field(default_factory=dict)
@@ -102,6 +106,8 @@ class Result:
             extra["all_sizes_reason"] = self.all_sizes_reason
         if self.minimal:
             extra["minimal"] = self.minimal
+        if self.below:
+            extra["finite_part"] = self.below
         if self.forms:
             extra["closed_forms"] = dict(self.forms)
         if self.certificates:

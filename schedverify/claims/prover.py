@@ -9,6 +9,7 @@ The data flows one way: this module reads both provers, :mod:`.allsizes` reads
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from ..errors import NotDerived, UsageError
@@ -46,6 +47,9 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
             if res.verdict in (PROVED, REFUTED):
                 return res
             reason = res.all_sizes_reason or res.reason
+            split = _split(claim, ext, store, timeout_s, t0)
+            if split is not None:
+                return split
     res = prove_finite(claim, timeout_s)
     res.all_sizes_reason = reason
     if all_sizes and res.verdict == REFUTED and ext is not None and _first_row(res):
@@ -54,6 +58,36 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
         res.kind = f"all sizes in {ext}"
         res.minimal = (f"found by the exact search, which tried every smaller m at the domain's "
                        f"smallest p = {_refuted_sizes(res)['p']}")
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _split(claim: Claim, ext: str, store, timeout_s: float, t0: float) -> Result | None:
+    """PROVED on a finite grid's extension split in two, or None: when the claim's
+    certificates cover only the sizes where one relation R holds (ZB-V: m >= 2*p - 1), the
+    claim is judged for every size of the extension where R holds, and exactly on the grid
+    where it does not.  Anything but PROVED on both parts gives None (the caller then judges
+    the whole grid, as without the split, so a REFUTED verdict is the same either way)."""
+    from . import allsizes
+
+    store = store if store is not None else allsizes.CertificateStore()
+    rel = allsizes.domain_split(claim, store)
+    if rel is None:
+        return None
+    above, below = rel
+    low = dataclasses.replace(claim, assume=", ".join(x for x in (claim.assume, below) if x))
+    fin = prove_finite(low, timeout_s)
+    if fin.verdict != PROVED or fin.checked == 0:
+        return None
+    try:
+        res = _from_all_sizes(claim, f"{ext}, {above}", store, timeout_s, t0, required=False)
+    except (UsageError, NotDerived):
+        return None
+    if res.verdict != PROVED:
+        return None
+    res.below = f"{fin.kind[len('finite range '):]} where {below}"
+    res.kind += f"; finite range {res.below}"
+    res.checked, res.skipped, res.excluded = fin.checked, fin.skipped, fin.excluded
     res.seconds = time.perf_counter() - t0
     return res
 

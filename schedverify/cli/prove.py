@@ -154,8 +154,13 @@ def _result_text(res) -> str:
                            for f, x in res.certificates.items())
         what = [f"of the schedules `schedverify generate` builds ({slices})"] if slices else []
         what += ["by the laws about the optimum below"] if res.laws else []
-        lines.append(f"  proved for every size in the domain and every cost allowed, {' and '.join(what)}; "
+        every = "every size in the domain" if not res.below else (
+            f"every size of the all-sizes part ({res.kind[len('all sizes in '):].split(';')[0]})")
+        lines.append(f"  proved for {every} and every cost allowed, {' and '.join(what)}; "
                      f"docs/proofs.md")
+        if res.below:
+            lines.append(f"  and exactly at all {res.checked} sizes of the finite range {res.below} "
+                         f"(no certificate there)")
     elif res.verdict == "PROVED":
         lines.append(f"  exactly, at all {res.checked} sizes in the domain, for every cost allowed")
     for opt, bounds in res.laws.items():
@@ -207,7 +212,9 @@ def table(results) -> str:
     out = ["  ".join(x.ljust(w) for x, w in zip(row[:5], widths)) + "  " + row[5] for row in rows]
     n = {v: sum(1 for r in results if r.verdict == v) for v in ("PROVED", "REFUTED", "UNKNOWN")}
     total = sum(r.seconds for r in results)
-    n_all = sum(1 for r in results if r.kind.startswith("all sizes") and r.verdict != "UNKNOWN")
+    n_all = sum(1 for r in results if r.kind.startswith("all sizes") and r.verdict != "UNKNOWN" and not r.below)
+    n_split = sum(1 for r in results if r.below)
+    split = f", {n_split} for all sizes above a bound and a finite range below" if n_split else ""
     out.append(f"{len(results)} claims: {n['PROVED']} proved, {n['REFUTED']} refuted, "
-               f"{n['UNKNOWN']} unknown ({total:.1f} s); {n_all} judged for all sizes")
+               f"{n['UNKNOWN']} unknown ({total:.1f} s); {n_all} judged for all sizes{split}")
     return "\n".join(out)

@@ -17,7 +17,7 @@ starts and finishes every microbatch.
 from __future__ import annotations
 
 from ..model import F, I, W, Action, Schedule
-from ._build import assemble, positive
+from ._build import assemble, certified, positive
 
 
 def _v_stages(devices: int, d: int) -> tuple[int, int]:
@@ -47,8 +47,28 @@ def zb_v(devices: int, microbatches: int) -> Schedule:
     gap from its first action to its last when ``M >= 2D-1``.  Domain: any ``D >= 1``,
     ``M >= 1``.  Peak in flight on device ``d``: ``min(2D, 2M, M+1+d)`` chunk activations,
     at most 1F1B's ``D`` full stages.
+
+    For ``M >= 2D-1`` the order is built from the family's all-sizes certificate
+    (certificates/vshape.py: these phases in closed form), so what ``schedverify prove``
+    proves there is about this order; below, microbatches are dropped and the order is the
+    loop of :func:`zb_v_rows`, uncertified.
     """
     positive("zb-v", devices=devices, microbatches=microbatches)
+    order = certified("zb-v", devices, microbatches)
+    if order is None:  # M < 2D-1: no certificate covers the size
+        order = zb_v_rows(devices, microbatches)
+    return assemble(
+        "zb-v", order, stages=2 * devices, microbatches=microbatches, placement="v",
+        metadata={"family": "zb-v", "devices": devices, "microbatches": microbatches,
+                  "chunks": 2},
+    )
+
+
+def zb_v_rows(devices: int, microbatches: int) -> list[list[Action]]:
+    """Every device's order of ZB-V by the paper's loop (the phases of :func:`zb_v`), built
+    for ``max(M, 2D-1)`` microbatches with those ``>= M`` dropped: what :func:`zb_v` returns
+    below ``M = 2D-1``, and the reference its certificate is compared with above
+    (``tests/test_certified.py``)."""
     n = max(2 * devices - 1, microbatches)
     order = []
     for d in range(devices):
@@ -102,11 +122,7 @@ def zb_v(devices: int, microbatches: int) -> Schedule:
             wgt(0)
         # every action here has its microbatch (the None test is for the type checker)
         order.append([a for a in row if a.microbatch is not None and a.microbatch < microbatches])
-    return assemble(
-        "zb-v", order, stages=2 * devices, microbatches=microbatches, placement="v",
-        metadata={"family": "zb-v", "devices": devices, "microbatches": microbatches,
-                  "chunks": 2},
-    )
+    return order
 
 
 # --------------------------------------------------------------------------- V-Half, V-Min
