@@ -16,14 +16,16 @@ the same edit of its actions.
 The runs are over gloo, so each schedule is checked with ``comm_semantics="torch"``
 (docs/spec.md 8.1 and 8.4: gloo's host-side waits, a send that completes once its receive is
 posted), not the ``torch-nccl`` the import names by default: NCCL's per-stream posting order
-is not what these processes run.  Where the two differ the test says so: an even rank
-posting a call's receive before its send runs over gloo, as ``torch`` says, and is SV405 (a
-hang on NCCL's stream) under ``torch-nccl``.  Skipped unless megatron-core 0.19.2 and torch
-are installed (.ci/frameworks installs them).
+is not what these processes run.  None of these cases turns on that difference (their
+``torch-nccl`` verdicts are the same, as the last test holds): the swapped pair is rank 0's
+receive posted before its send, which at PP = 2 ``_p2p_ops`` puts on the WORLD group, another
+communicator than the send's.  Skipped unless megatron-core 0.19.2 and torch are installed
+(.ci/frameworks installs them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -194,6 +196,9 @@ def outcomes():
         os.killpg(proc.pid, 9)
         out, err = proc.communicate()
         pytest.fail(f"tests/_mgrt.py did not finish in {LAUNCH_TIMEOUT} s: {err[-2000:]}")
+    finally:  # a rank left behind by a worker that died
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
     assert proc.returncode == 0, err[-2000:]
     results = {r["name"]: r for r in map(json.loads, out.splitlines())}
     assert sorted(results) == sorted(CASES), err[-2000:]
@@ -235,3 +240,12 @@ def test_the_cases_cover_each_verdict():
         "missing step, pp=4 vpp=2: rank 2's first send_prev": ("hang", ["SV502"]),
     }, got
 
+
+
+def test_the_verdicts_are_the_same_under_nccl():
+    """No case here turns on gloo's semantics differing from NCCL's: under ``torch-nccl`` each
+    has the verdict and first code it has under ``torch``."""
+    for name, c in CASES.items():
+        s, r = checked(c)
+        nccl = sv.check(s, comm_semantics="torch-nccl")
+        assert (verdict(nccl), nccl.codes()[:1]) == (verdict(r), r.codes()[:1]), name
