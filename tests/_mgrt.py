@@ -203,10 +203,13 @@ def _rank(case, rank: int, port: int, out) -> None:
         os._exit(0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (each held until all are chosen)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 def main() -> int:
@@ -225,8 +228,7 @@ def main() -> int:
 
     sel = selectors.DefaultSelector()
     state = {}
-    for case in cases:
-        port = _free_port()
+    for case, port in zip(cases, _free_ports(len(cases))):
         st = state[case["name"]] = types.SimpleNamespace(
             case=case, pids={}, ready=set(), results={}, error=None, started=time.monotonic(), all_ready=None,
             outcome=None)
