@@ -23,7 +23,10 @@ functions:
 - ``early_recv_next``: before that call, a batch of its own posts the receive its next
   recv_next call would post, and waits for it; that later call posts the rest and its
   buffer gets the data received early;
-- ``drop_send_prev``: the call posts no send_prev.
+- ``drop_send_prev``: the call posts no send_prev;
+- ``late_recv_prev``: the call posts no recv_prev (the loop's forward then reads the buffer
+  ``_communicate`` made for it, which nothing fills in time); the next call with a recv_prev
+  posts it into that buffer, before its own.
 
 Per rank, the child reports ``ready`` once its groups are made, then ``result`` (its chunks'
 weight and bias gradients, on the last rank the losses, and on the mutated rank whether the
@@ -86,7 +89,7 @@ def _mutate(p2p, case, rank):
     kind, at = mutation["kind"], mutation["at"]
     name = "_p2p_ops" if kind == "recv_first" else "_batched_p2p_ops"
     own = getattr(p2p, name)
-    state = {"calls": 0, "early": None, "applied": False}
+    state = {"calls": 0, "early": None, "late": None, "applied": False}
 
     def wrapped(*, tensor_send_prev, tensor_recv_prev, tensor_send_next, tensor_recv_next, group,
                 prev_pipeline_rank, next_pipeline_rank):
@@ -109,6 +112,16 @@ def _mutate(p2p, case, rank):
         if kind == "drop_send_prev" and k == at:
             assert tensor_send_prev is not None, "the mutated call has no send_prev"
             return own(**dict(args, tensor_send_prev=None), **where)
+        if kind == "late_recv_prev":
+            if k == at:
+                assert tensor_recv_prev is not None, "the mutated call has no recv_prev"
+                state["late"] = tensor_recv_prev
+                return own(**dict(args, tensor_recv_prev=None), **where)
+            if state["late"] is not None and tensor_recv_prev is not None:
+                late, state["late"] = state["late"], None
+                first = own(**dict(args, tensor_recv_prev=late, tensor_send_next=None, tensor_recv_next=None),
+                            **where)  # send_prev, then the late recv_prev: _batched_p2p_ops' own order
+                return first + own(**dict(args, tensor_send_prev=None), **where)
         if kind == "early_recv_next":
             if k == at:
                 buf = torch.empty((SEQ, 1, H), dtype=torch.float32)

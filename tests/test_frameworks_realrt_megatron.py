@@ -107,6 +107,18 @@ def drop(rank, text):
     return edit
 
 
+def late_recv_prev(order):
+    """Rank 1 posts microbatch 1's activation receive (1RECV_F1) after the forward it feeds,
+    in its next batch, before 1RECV_F2."""
+    row = list(order[1])
+    j = _at(order, 1, "1RECV_F1")
+    row[j] = _without(row[j], "1RECV_F1")
+    k = _at(order, 1, "1RECV_F2")
+    assert [str(x) for x in row[k].sub] == ["1SEND_B1", "1RECV_F2"]
+    row[k] = batch(row[k].sub[0], Action(1, "RECV_F", 1), row[k].sub[1])
+    return (order[0], tuple(row)) + tuple(order[2:])
+
+
 def case(name, pp, vpp, overlap=False, mutation=None, edit=None, batch_p2p=None):
     return {"name": name, "pp": pp, "vpp": vpp, "m": M, "overlap": overlap,
             "batch": not overlap if batch_p2p is None else batch_p2p, "mutation": mutation, "edit": edit}
@@ -132,6 +144,9 @@ CASES = {c["name"]: c for c in (
          mutation={"rank": 0, "kind": "recv_first", "at": 1}, edit=recv_first),
     case("moved recv: rank 0's first recv_next before its first send", 2, 1,
          mutation={"rank": 0, "kind": "early_recv_next", "at": 0}, edit=early_recv_next),
+    case("moved recv: rank 1's recv_prev after the forward it feeds", 2, 1,
+         mutation={"rank": 1, "kind": "late_recv_prev", "at": _batch_index(mg.schedule(2, 1, M).order, 1, "1RECV_F1")},
+         edit=late_recv_prev),
     dropped("missing step: rank 1's first send_prev", 2, 1, 1, "1SEND_B0"),
     dropped("missing step, pp=4 vpp=2: rank 2's first send_prev", 4, 2, 2, "6SEND_B0"),
 )}
@@ -236,6 +251,7 @@ def test_the_cases_cover_each_verdict():
         "interleaved pp=4 vpp=2, overlap_p2p_comm": ("valid", []),
         "swapped send/recv: rank 0 receives first": ("valid", []),
         "moved recv: rank 0's first recv_next before its first send": ("hang", ["SV402"]),
+        "moved recv: rank 1's recv_prev after the forward it feeds": ("invalid", ["SV401"]),
         "missing step: rank 1's first send_prev": ("hang", ["SV502"]),
         "missing step, pp=4 vpp=2: rank 2's first send_prev": ("hang", ["SV502"]),
     }, got
