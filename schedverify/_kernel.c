@@ -2303,7 +2303,7 @@ done:
 /* ------------------------------------------------------------------ runtime_plain */
 
 /* runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds,
- *               nccl, buffered, by_edge, by_direction, lazy)
+ *               nccl, buffered, by_edge, by_direction, lazy, retired_waits, retired_sends)
  *   -> (start_values, start_floats, end_values, end_floats, ready_values, ready_floats, bind, partner,
  *       peer_device, lane_of, lanes, makespan, last) | None
  *
@@ -2312,7 +2312,9 @@ done:
  * communication stream per communicator, or per peer for a lazily initialised shared group),
  * on a graph of single actions (``code`` -1 only for bookkeeping, which runs on the host or
  * compute stream for its duration), one route (``route``: S ints, the rank of each stage),
- * no BATCH, no WAIT_SEND, no second wait (the caller declines those).  ``received``: per
+ * no BATCH, no second wait (the caller declines those); each WAIT_SEND of
+ * ``retired_waits`` waits for the send of ``retired_sends`` at the same place, its only
+ * data (runtime.send_waits: PyTorch 2.15's _PendingSendTracker).  ``received``: per
  * code, (stage offset of the producer, RECV code) for a kind whose input from another rank
  * comes through a RECV, else None; ``comm_kinds``: per code, (peer stage offset, is a send,
  * carries an activation, the code of the action it is meant for) for SEND/RECV, else None.
@@ -2437,11 +2439,12 @@ rt_set_ready(rt_t *r, long long x, rnum_t t)
 static PyObject *
 k_runtime_plain(PyObject *self, PyObject *args)
 {
-    PyObject *starts_o, *code_o, *stage_o, *mb_o, *wait_o, *dur_o, *comm_o, *route_o, *received_o, *kinds_o;
+    PyObject *starts_o, *code_o, *stage_o, *mb_o, *wait_o, *dur_o, *comm_o, *route_o, *received_o, *kinds_o,
+        *rw_o, *rs_o;
     int nccl, buffered, by_edge, by_direction, lazy;
-    if (!PyArg_ParseTuple(args, "OOOOOO!OOO!O!ppppp", &starts_o, &code_o, &stage_o, &mb_o, &wait_o,
+    if (!PyArg_ParseTuple(args, "OOOOOO!OOO!O!pppppOO", &starts_o, &code_o, &stage_o, &mb_o, &wait_o,
                           &PyList_Type, &dur_o, &comm_o, &route_o, &PyTuple_Type, &received_o, &PyTuple_Type,
-                          &kinds_o, &nccl, &buffered, &by_edge, &by_direction, &lazy))
+                          &kinds_o, &nccl, &buffered, &by_edge, &by_direction, &lazy, &rw_o, &rs_o))
         return NULL;
     scratch_t sc = {{NULL}, 0};
     PyObject *result = NULL, *lanes_l = NULL, *flags[3] = {NULL};
@@ -2456,10 +2459,13 @@ k_runtime_plain(PyObject *self, PyObject *args)
         !read_ints(&sc, wait_o, &wait_c, &n4, "runtime_plain: wait") || !valid_starts(starts, D1, n, "runtime_plain"))
         goto done;
     long long *route = index_array(&sc, route_o, &S, "runtime_plain: route");
-    if (route == NULL)
+    Py_ssize_t nret = 0, nret2 = 0;
+    long long *ret_w = route ? index_array(&sc, rw_o, &nret, "runtime_plain: retired_waits") : NULL;
+    long long *ret_s = ret_w ? index_array(&sc, rs_o, &nret2, "runtime_plain: retired_sends") : NULL;
+    if (ret_s == NULL)
         goto done;
     Py_ssize_t D = D1 - 1, K = PyTuple_GET_SIZE(kinds_o);
-    if (n2 != n || n3 != n || n4 != n || PyList_GET_SIZE(dur_o) != n || K < 1 || K > MAX_CODES ||
+    if (n2 != n || n3 != n || n4 != n || nret != nret2 || PyList_GET_SIZE(dur_o) != n || K < 1 || K > MAX_CODES ||
         PyTuple_GET_SIZE(received_o) != K || n >= INT32_MAX || D >= (1 << 15)) {
         PyErr_SetString(PyExc_ValueError, "runtime_plain: the columns' and tables' lengths disagree");
         goto done;
@@ -2657,6 +2663,18 @@ k_runtime_plain(PyObject *self, PyObject *args)
         long long r = recv_at[(recv_slot[rec_code[c]] * S + STAGE(i)) * M + MB(i)];
         if (r >= 0 && r < i && dev[r] == dev[i])
             data[2 * i + ndata[i]++] = (int32_t)r;
+    }
+
+    /* a WAIT_SEND's data: the send it retires, alone (runtime.data_deps) */
+    for (Py_ssize_t k = 0; k < nret; k++) {
+        long long w = ret_w[k], snd = ret_s[k];
+        if (w < 0 || w >= n || snd < 0 || snd >= n || is_comm[w] || !is_send[snd]) {
+            PyErr_SetString(PyExc_ValueError, "runtime_plain: a retired wait is not a compute entry or its "
+                                              "send not a send");
+            goto done;
+        }
+        data[2 * w] = (int32_t)snd;
+        ndata[w] = 1;
     }
 
     /* (5) the lanes (runtime._Sweep._build_lanes): gloo, one per rank; NCCL, per rank its
@@ -3389,7 +3407,8 @@ static PyMethodDef methods[] = {
      "end_floats, makespan) | None."},
     {"runtime_plain", k_runtime_plain, METH_VARARGS,
      "runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds, nccl, "
-     "buffered, by_edge, by_direction, lazy) -> (start, end, ready as times columns, bind, partner, "
+     "buffered, by_edge, by_direction, lazy, retired_waits, retired_sends) -> (start, end, ready as times "
+     "columns, bind, partner, "
      "peer_device, lane_of, lanes, makespan, last) | None."},
     {"times_list", k_times_list, METH_VARARGS,
      "times_list(values, floats) -> list: a times column as Python's numbers."},

@@ -327,22 +327,23 @@ _COMM_BY_CODE = tuple((_PEER_OFFSET[c], _IS_SEND[c], _FORWARD[c], KIND_CODE[MATC
 def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | None,
             waits: SendWaits | None) -> RuntimeResult | None:
     """The compiled kernel's run (``runtime_plain``), for a PyTorch runtime on a graph of
-    single actions with one route, no BATCH, no WAIT_SEND and nothing else for the checker
-    to report about it, when the run ends: the RuntimeResult the sweep below gives, field
+    single actions with one route, no BATCH and nothing else for the checker to report about
+    it (2.15's WAIT_SENDs with the sends they retire), when the run ends: the RuntimeResult the sweep below gives, field
     for field.  None otherwise (then the sweep runs, and finds what the kernel declined)."""
     kernel = _accel.kernel
     rel = runtime.release
     if (kernel is None or type(durations) is not list or not g.explicit_comm or g.more_waits or g.batches
-            or g.send_waits or rel.blocking_p2p or g.schedule.placement.microbatch_route is not None
+            or rel.blocking_p2p or g.schedule.placement.microbatch_route is not None
             or g.uncoded_leaves or g.duplicates or g.wrong_device or g.inversions or g.missing_recv
-            or g.unmatched_comm or (waits is not None and waits.retires)):
+            or g.unmatched_comm):
         return None
+    retires = (waits if waits is not None else send_waits(g)).retires if g.send_waits else {}
     nccl = runtime.on_nccl
     layout = runtime.layout
     got = kernel.runtime_plain(g.starts, g.code, g.stage, g.mb, g.wait, durations, comm,
                                tuple(g.schedule.placement.routes[0]), _RECEIVED_BY_CODE, _COMM_BY_CODE,
                                nccl, nccl and runtime.nccl.buffered_sends, layout.by_edge, layout.by_direction,
-                               runtime.lazy)
+                               runtime.lazy, list(retires), list(retires.values()))
     if got is None:
         return None
     sv, sf, fv, ff, rv, rf, bind, partner, peer_device, lane_of, lanes, makespan, last = got

@@ -782,17 +782,21 @@ BAD_CALLS = [
     ("compile_plain(((Action(0, 'F', 0),),), 1, 1, ((0,),), None, ((),) * 17, (None,) * 17, (), "
      "KINDS8 * 2 + ('X',), True)", "ValueError"),  # at most 16 kinds
     ("runtime_plain([0, 1], [0], [0], [0], [1, 1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
-     "False, False, False)", "ValueError"),  # a wait column longer than the codes
+     "False, False, False, [], [])", "ValueError"),  # a wait column longer than the codes
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, ((1, 1, True, 5),) + (None,) * 7, "
-     "False, False, False, False, False)", "ValueError"),  # is_send not a bool
+     "False, False, False, False, False, [], [])", "ValueError"),  # is_send not a bool
     ("runtime_plain([0, 1], [9], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
-     "False, False, False)", "ValueError"),  # a code beyond the tables
+     "False, False, False, [], [])", "ValueError"),  # a code beyond the tables
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (3,), (None,) * 8, (None,) * 8, False, False, "
-     "False, False, False)", "ValueError"),  # a route entry that is not a rank
+     "False, False, False, [], [])", "ValueError"),  # a route entry that is not a rank
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
-     "False, False, False)[12]", "returned 0"),  # one F on one rank: the last action is 0
+     "False, False, False, [], [])[12]", "returned 0"),  # one F on one rank: the last action is 0
+    ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
+     "False, False, False, [0], [0])", "ValueError"),  # a retired wait whose send is no send
+    ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
+     "False, False, False, [0], [])", "ValueError"),  # a wait without its send
     ("runtime_plain([0, 1], [0], [0], [0], [1], ['x'], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
-     "False, False, False)", "returned None"),  # a duration that is not a number: declined
+     "False, False, False, [], [])", "returned None"),  # a duration that is not a number: declined
     # hostile arguments: Python code that runs inside the call (an iterator, the collector's
     # callbacks, __index__) and changes or refuses what the kernel reads.  Each once read
     # freed or NULL item storage (ASan, UBSan; signal 11 without them).
@@ -1199,3 +1203,21 @@ def test_the_kernel_runs_lowered_families_on_every_layout(family, d, m):
                 for s in (lowered, rows):  # bookkeeping read off the columns, or off the Actions
                     ran = assert_same_run(s, rt)
                     assert ran or hangs, (backend, layout.name, streams)
+
+
+@pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("interleaved-1f1b", 2, 4), ("zb-h1", 4, 8)])
+def test_the_kernel_runs_pytorch_2_15s_wait_sends(family, d, m):
+    """2.15's lowering retires each send with a WAIT_SEND: the kernel runs the WAIT_SEND after
+    the send it retires, as runtime.send_waits pairs them, on every layout."""
+    from schedverify.lowering import torch_lowering
+    from schedverify.releases import GLOO, LAYOUTS, NCCL, NcclOptions, Runtime, release
+
+    rel = release("2.15")[0]
+    lowered = torch_lowering(generated(family, d, m), torch=rel)
+    assert any(a.kind.startswith("WAIT_SEND") for row in lowered.order for a in row)
+    answered = 0
+    for backend in (GLOO, NCCL):
+        for layout in LAYOUTS.values():
+            rt = Runtime(rel, backend, layout, NcclOptions("device", False))
+            answered += assert_same_run(lowered, rt)
+    assert answered >= 1
