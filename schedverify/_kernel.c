@@ -2305,7 +2305,7 @@ done:
 /* runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds,
  *               nccl, buffered, by_edge, by_direction, lazy, retired_waits, retired_sends)
  *   -> (start_values, start_floats, end_values, end_floats, ready_values, ready_floats, bind, partner,
- *       peer_device, lane_of, lanes, makespan, last) | None
+ *       peer_device, lane_of, lanes, makespan, last, is_comm) | None
  *
  * The twin of runtime.simulate (match, data_deps, _Sweep) for the run that ends: PyTorch's
  * runtime over gloo (``nccl`` 0: one host lane per rank) or NCCL (a compute stream and one
@@ -2328,7 +2328,7 @@ done:
  * are the reference's in its order, a value a float as soon as one operand is.  ``lanes``:
  * per lane (rank, "host" | "compute" | "comm", the stream's key as runtime._stream_label
  * reads it, or None); ``makespan`` and ``last``: max(end) as Python gives it, and the first
- * action that ends then. */
+ * action that ends then; ``is_comm``: bytes, 1 for each SEND/RECV. */
 typedef struct {
     double v;
     unsigned char f; /* 1: a float; 0: an int, exactly v */
@@ -2447,7 +2447,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                           &kinds_o, &nccl, &buffered, &by_edge, &by_direction, &lazy, &rw_o, &rs_o))
         return NULL;
     scratch_t sc = {{NULL}, 0};
-    PyObject *result = NULL, *lanes_l = NULL, *flags[3] = {NULL};
+    PyObject *result = NULL, *lanes_l = NULL, *flags[4] = {NULL}; /* the times' floats; is_comm */
     Py_ssize_t D1 = 0, n = 0, n2 = 0, n3 = 0, n4 = 0, S = 0;
     ints_t code_c = {{NULL}}, stage_c = {{NULL}}, mb_c = {{NULL}}, wait_c = {{NULL}};
     column_t cols[7] = {{NULL}}; /* start, fin, ready (doubles); bind, partner, peer, lane_of */
@@ -2507,7 +2507,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
     double *sv = column_new(&cols[0], "d", n), *fv = column_new(&cols[1], "d", n), *rv = column_new(&cols[2], "d", n);
     long long *bv = column_new(&cols[3], "q", 3 * n), *partner = column_new(&cols[4], "q", n),
               *peer = column_new(&cols[5], "q", n), *lane_of = column_new(&cols[6], "q", n);
-    for (int q = 0; q < 3; q++)
+    for (int q = 0; q < 4; q++)
         if (!(flags[q] = PyBytes_FromStringAndSize(NULL, n)))
             goto done;
     if (!sv || !fv || !rv || !bv || !partner || !peer || !lane_of)
@@ -2569,7 +2569,9 @@ k_runtime_plain(PyObject *self, PyObject *args)
 
     /* (3) matching (runtime.match): per channel (sender, receiver, direction when the layout
      * splits it) the k-th send posted meets the k-th receive posted */
-    unsigned char *is_comm = scratch_array(&sc, n, 1, 1), *is_send = scratch_array(&sc, n, 1, 1);
+    unsigned char *is_comm = (unsigned char *)PyBytes_AS_STRING(flags[3]), *is_send = scratch_array(&sc, n, 1, 1);
+    if (n > 0)
+        memset(is_comm, 0, (size_t)n);
     long long nch = (long long)D * D * 2;
     long long *scount = scratch_array(&sc, nch, sizeof(long long), 1), *rcount = scratch_array(&sc, nch, sizeof(long long), 1);
     if (!is_comm || !is_send || !scount || !rcount)
@@ -2901,15 +2903,15 @@ k_runtime_plain(PyObject *self, PyObject *args)
     PyObject *c[7];
     for (int q = 0; q < 7; q++)
         c[q] = column_take(&cols[q]);
-    result = Py_BuildValue("(NONONONNNNONL)", c[0], flags[0], c[1], flags[1], c[2], flags[2], c[3], c[4], c[5],
-                           c[6], lanes_l, makespan, last);
+    result = Py_BuildValue("(NONONONNNNONLO)", c[0], flags[0], c[1], flags[1], c[2], flags[2], c[3], c[4], c[5],
+                           c[6], lanes_l, makespan, last, flags[3]);
     goto done;
 not_plain:
     result = declined();
 done:
     for (int q = 0; q < 7; q++)
         column_free(&cols[q]);
-    for (int q = 0; q < 3; q++)
+    for (int q = 0; q < 4; q++)
         Py_XDECREF(flags[q]);
     Py_XDECREF(lanes_l);
     release_ints(&code_c);

@@ -260,7 +260,7 @@ class RuntimeResult:
         ready: list
     else:  # per SEND/RECV its ready time, None if it never became ready (and for compute)
         ready: LazyField[list] = LazyField()
-    is_comm: list[bool]
+    is_comm: list[bool]  # (bytes of 0 and 1, from the compiled run)
     #: the lane of each action, and each lane's device and stream: "host" (torch), "compute"
     #: or "comm" (torch-nccl; with ``peer``: the device whose messages it carries, or -1)
     lane_of: list[int] = field(default_factory=list)
@@ -346,7 +346,7 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
                                runtime.lazy, list(retires), list(retires.values()))
     if got is None:
         return None
-    sv, sf, fv, ff, rv, rf, bind, partner, peer_device, lane_of, lanes, makespan, last = got
+    sv, sf, fv, ff, rv, rf, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm = got
     kinds, labels = [], []
     for d, stream, key in lanes:
         if stream == "comm":
@@ -356,7 +356,6 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
         kinds.append((d, stream, peer))
         labels.append(label)
     m = matching if matching is not None else Matching(partner, peer_device, [], [])
-    is_comm = list(map(_IS_COMM.__getitem__, g.code))
     start: Any = Times(sv, sf)  # recipes for the list fields (lazy.py)
     finish: Any = Times(fv, ff)
     ready: Any = _Ready(Times(rv, rf), is_comm)

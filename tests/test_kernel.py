@@ -1155,6 +1155,8 @@ def assert_same_run(schedule, runtime, costs=None) -> bool:
             a, b = typed(a), typed(b)
         if name in ("bind", "lane_of"):
             a, b = list(a), list(b)  # the compiled run's int columns are arrays
+        if name == "is_comm":
+            a, b = list(map(bool, a)), list(map(bool, b))  # and is_comm bytes
         assert a == b, name
     for name in ("partner", "peer_device", "crossed", "unmatched"):
         assert list(getattr(fast.matching, name)) == list(getattr(slow.matching, name)), name
