@@ -2358,6 +2358,13 @@ rn_object(rnum_t x)
 #define RT_READY 1
 #define RT_DONE 2
 
+static int
+compare_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
 typedef struct {
     const unsigned char *is_comm, *is_send;
     const long long *partner;
@@ -2573,6 +2580,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
     if (n > 0)
         memset(is_comm, 0, (size_t)n);
     long long nch = (long long)D * D * 2;
+    if ((double)nch > 4.0 * (double)n + 1024.0)
+        goto not_plain; /* a channel table that would not follow the action count */
     long long *scount = scratch_array(&sc, nch, sizeof(long long), 1), *rcount = scratch_array(&sc, nch, sizeof(long long), 1);
     if (!is_comm || !is_send || !scount || !rcount)
         goto done;
@@ -2681,12 +2690,12 @@ k_runtime_plain(PyObject *self, PyObject *args)
 
     /* (5) the lanes (runtime._Sweep._build_lanes): gloo, one per rank; NCCL, per rank its
      * compute stream, then a stream per key in the keys' order */
-    Py_ssize_t L = 0, maxl = nccl ? D * (1 + 2 * D) + 1 : D;
+    Py_ssize_t L = 0, maxl = D + (nccl ? n : 0) + 1; /* a comm stream has an action at least */
     long long *lane_dev = scratch_array(&sc, maxl, sizeof(long long), 0), *lane_key = scratch_array(&sc, maxl, sizeof(long long), 0);
     int *lane_kind = scratch_array(&sc, maxl, sizeof(int), 0); /* 0 host, 1 compute, 2 comm */
     int32_t *skey = scratch_array(&sc, n, sizeof(int32_t), 0), *lastc = scratch_array(&sc, n, sizeof(int32_t), 0);
-    long long *keymap = scratch_array(&sc, 2 * D * D + 2, sizeof(long long), 0);
-    if (!lane_dev || !lane_key || !lane_kind || !skey || !lastc || !keymap)
+    long long *keys = scratch_array(&sc, n, sizeof(long long), 0); /* one device's stream keys, sorted */
+    if (!lane_dev || !lane_key || !lane_kind || !skey || !lastc || !keys)
         goto done;
     for (Py_ssize_t d = 0; d < D; d++) {
         if (!nccl) {
@@ -2702,9 +2711,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
         lane_dev[compute] = d;
         lane_kind[compute] = 1;
         lane_key[compute] = -1;
-        long long last = -1, nk = 2 * D * D + 1;
-        for (long long k = 0; k <= nk; k++)
-            keymap[k] = -1;
+        long long last = -1;
+        Py_ssize_t nkeys = 0;
         for (long long i = starts[d]; i < starts[d + 1]; i++) {
             if (!is_comm[i]) {
                 lane_of[i] = compute;
@@ -2717,19 +2725,33 @@ k_runtime_plain(PyObject *self, PyObject *args)
                             : by_direction ? fwd_k[CODE(i)]
                             : lazy ? (d < e ? (long long)d * D + e : e * D + d) : 0;
             skey[i] = (int32_t)key;
-            keymap[key] = 0;
+            keys[nkeys++] = key;
         }
-        for (long long k = 0; k <= nk; k++) /* the keys in order: sorted(streams) */
-            if (keymap[k] == 0) {
-                keymap[k] = L;
-                lane_dev[L] = d;
-                lane_kind[L] = 2;
-                lane_key[L] = k;
-                L++;
-            }
+        /* the distinct keys in order (sorted(streams)), a lane each */
+        qsort(keys, (size_t)nkeys, sizeof(long long), compare_ll);
+        Py_ssize_t distinct = 0;
+        for (Py_ssize_t k = 0; k < nkeys; k++)
+            if (k == 0 || keys[k] != keys[k - 1])
+                keys[distinct++] = keys[k];
+        Py_ssize_t first = L;
+        for (Py_ssize_t k = 0; k < distinct; k++) {
+            lane_dev[L] = d;
+            lane_kind[L] = 2;
+            lane_key[L] = keys[k];
+            L++;
+        }
         for (long long i = starts[d]; i < starts[d + 1]; i++)
-            if (is_comm[i])
-                lane_of[i] = keymap[skey[i]];
+            if (is_comm[i]) { /* its key's place among the distinct keys */
+                Py_ssize_t lo = 0, hi = distinct - 1;
+                while (lo < hi) {
+                    Py_ssize_t mid = (lo + hi) / 2;
+                    if (keys[mid] < skey[i])
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+                lane_of[i] = first + lo;
+            }
     }
     /* each lane's items, in order */
     long long *loff = scratch_array(&sc, L + 1, sizeof(long long), 1), *fill = scratch_array(&sc, L, sizeof(long long), 1);

@@ -328,8 +328,9 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
             waits: SendWaits | None) -> RuntimeResult | None:
     """The compiled kernel's run (``runtime_plain``), for a PyTorch runtime on a graph of
     single actions with one route, no BATCH and nothing else for the checker to report about
-    it (2.15's WAIT_SENDs with the sends they retire), when the run ends: the RuntimeResult the sweep below gives, field
-    for field.  None otherwise (then the sweep runs, and finds what the kernel declined)."""
+    it (2.15's WAIT_SENDs run after the sends they retire), when the run ends: the
+    RuntimeResult the sweep below gives, field for field.  None otherwise (then the sweep
+    runs, and finds what the kernel declined)."""
     kernel = _accel.kernel
     rel = runtime.release
     if (kernel is None or type(durations) is not list or not g.explicit_comm or g.more_waits or g.batches
@@ -364,8 +365,8 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
 
 
 class _Ready(Later[list]):
-    """The ready times of the compiled run: the column's value for a SEND/RECV, None for the
-    rest (docs: RuntimeResult.ready)."""
+    """The ready times of the compiled run (RuntimeResult.ready): the column's value for a
+    SEND/RECV, None for the rest."""
 
     def __init__(self, times: Times, is_comm: list[bool]):
         self.times, self.is_comm = times, is_comm

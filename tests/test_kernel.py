@@ -795,6 +795,9 @@ BAD_CALLS = [
      "False, False, False, [0], [0])", "ValueError"),  # a retired wait whose send is no send
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [0], [])", "ValueError"),  # a wait without its send
+    ("runtime_plain([0] + [1] * 20000, [4], [0], [0], [1], [0], 0, (0, 1), (None,) * 8, "
+     "((1, True, True, 5),) + (None,) * 7, True, False, True, False, False, [], [])", "returned None"),
+    # 20,000 ranks and one action: a channel table per pair of ranks would be gigabytes; declined
     ("runtime_plain([0, 1], [0], [0], [0], [1], ['x'], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [], [])", "returned None"),  # a duration that is not a number: declined
     # hostile arguments: Python code that runs inside the call (an iterator, the collector's
