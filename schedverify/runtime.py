@@ -292,7 +292,11 @@ class RuntimeResult:
             return []
         key = 3 * last + (DONE if self.is_comm[last] else END)
         path: list[int] = []
-        while key >= 0:  # each binder was known before what it bound: no cycle
+        seen: set[int] = set()
+        # each binder was known before what it bound, so a run that ends has no cycle; a hung
+        # run's released waits (set at time 0) can close one, where the path stops
+        while key >= 0 and key not in seen:
+            seen.add(key)
             i = key // 3
             if not path or path[-1] != i:
                 path.append(i)

@@ -200,3 +200,12 @@ def test_pytorch_lowering_refuses_an_action_without_a_stage(bad):
                                    stages=2, microbatches=2)
     with pytest.raises(LoweringError, match="has no stage index"):
         torch_lowering(overlapped)
+
+
+def test_a_hung_runs_critical_path_ends_where_released_waits_close_a_cycle():
+    """A hung run's released waits are set at time 0 and can bind one another in a cycle:
+    the critical path stops there instead of walking it forever."""
+    from schedverify.runtime import RuntimeResult
+
+    r = RuntimeResult([0, 0], [1, 1], [3, -1, -1, 0, -1, -1], [], [], None, [None, None], [False, False])
+    assert r.critical_path() == [1, 0]  # 0 ends last, bound by 1, which 0 binds again
