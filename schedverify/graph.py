@@ -180,10 +180,13 @@ class Graph:
         """Every i without a code that may run leaves of a kind with a cost or a memory
         effect (an overlap; a malformed or out-of-range action of a costed kind), in order:
         ``uncoded`` without the single actions of other kinds (bookkeeping, waits), whose
-        duration and memory effects are 0; none for a schedule given as columns, whose
-        uncoded entries are all bookkeeping (so no Action is made to find that out)."""
-        if self.schedule.columns is not None:
-            return []
+        duration and memory effects are 0.  For a schedule given as columns this is read off
+        its codes (no Action is made to find it out): an uncoded entry there is bookkeeping or
+        an action of a coded kind with an index out of range."""
+        cols = self.schedule.columns
+        if cols is not None:
+            codes = cols.codes
+            return [i for i in self.uncoded if codes[i] < NCODES]
         acts = self.acts if self.uncoded else ()
         return [i for i in self.uncoded if acts[i].sub is not None or acts[i].kind in COSTED_KINDS]
 
