@@ -71,6 +71,10 @@ def test_certificate_matches_the_generator_and_timeline(family, chunks, which):
     cert = certificate_options(family, chunks)[which]
     if family == "zb-v":  # m >= 2p - 1, where no microbatch is dropped
         sizes = [(p, 2 * p - 1 + k) for p in range(1, 8) for k in (0, 1, 2, 5)] + [(9, 30), (20, 41), (24, 50)]
+    if family == "dualpipe-v":  # m >= 2p
+        sizes = [(p, 2 * p + k) for p in range(1, 8) for k in (0, 1, 2, 5)] + [(9, 30), (20, 41), (24, 50)]
+    if family == "dualpipe":  # p, m even, m >= 2p
+        sizes = [(p, 2 * p + k) for p in (2, 4, 6, 8) for k in (0, 2, 4, 10)] + [(10, 30), (20, 42), (24, 50)]
     assert all(cert.in_domain(PyOps, p, m) for p, m in sizes)
     assert crosscheck(cert, sizes) == []
 

@@ -416,6 +416,12 @@ class Certificate:
     #: of waits exists, and its length in the costs, which must equal the end of
     #: ``last(critical)`` (docs/proofs.md section 2, "a bound certificate")
     lower: Callable | None = None
+    #: composite actions (docs/proofs.md section 2, "composite actions"): positions are then
+    #: *leaves*, and ``fused(o, K, p, m, d, q)`` gives ``(condition, (K', q'))``, the leaf at
+    #: the next position that K(q) runs in one action with (None: K never does).  An I fused
+    #: with its own W is a full ``B``; an F fused with such an I is one ``OVERLAP_F_B``.
+    #: None: every leaf is an action of its own
+    fused: Callable | None = None
     #: the Z3 route: False, linear arithmetic first, then Z3's general solver for what is
     #: not linear (1F1B's ceil(i/p)); True, first the nonlinear tactic of
     #: ``check._nia_solver`` (interleaved 1F1B: its domain m % p == 0 and its table chunks
@@ -435,6 +441,10 @@ class Certificate:
 
     @property
     def chunks_per_device(self) -> int:
+        """Chunks per device: ``chunks``, or 1; the mirror placement (DualPipe) has two on
+        each device, one per route, though its p stages make no chunk option."""
+        if self.placement == "mirror":
+            return 2
         return 1 if self.chunks is None else self.chunks
 
     def action_at(self, o, kind, p, m, d, q):

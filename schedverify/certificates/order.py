@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InternalError
-from ..model import Action
+from ..model import B, I, W, Action, overlap
 from .base import Certificate, PyOps, compiled
 from .needs import chunk_of, stage
 
@@ -57,8 +57,52 @@ def rows(cert: Certificate, p: int, m: int) -> list[list[Action]]:
                     raise InternalError(f"the certificate of {_where(cert, p, m)} puts {kind}{q} of device {d} "
                                         f"at position {t} ({held}): its positions are not a bijection")
                 row[t] = Action(d if acts is None else stage(_O, placement, v, p, d, c), kind, i)
-        out.append(row)  # every slot is filled: n actions, n slots, no clash
+        out.append(row if cert.fused is None else _composite(cert, p, m, d, row))  # type: ignore[arg-type]
     return out  # type: ignore[return-value]
+
+
+def _composite(cert: Certificate, p: int, m: int, d: int, leaves: list[Action]) -> list[Action]:
+    """Device d's leaves (every slot filled) joined into its actions by ``cert.fused``: an I
+    run with its own W is one full ``B``, an F run with such a B one ``OVERLAP_F_B``; any
+    other joining, or a partner not at the next position, is an internal error."""
+    fused = cert.fused
+    assert fused is not None
+    joined = [False] * len(leaves)
+    for kind in cert.kinds:
+        if fused(_O, kind, p, m, d, 0) is None:
+            continue
+        what = compiled(lambda o, q, kind=kind: (fused(o, kind, p, m, d, q)[0], fused(o, kind, p, m, d, q)[1][1]))
+        k2 = fused(_O, kind, p, m, d, 0)[1][0]
+        where, _ = _device(cert, kind, p, m, d)
+        there = _device(cert, k2, p, m, d)[0]
+        for q, t in enumerate(where):
+            cond, q2 = what(q)
+            if not cond:
+                continue
+            if not 0 <= q2 < len(there) or there[q2] != t + 1:
+                raise InternalError(f"the certificate of {_where(cert, p, m)} runs {kind}{q} of device {d} with "
+                                    f"{k2}{q2}, which is not at the next position")
+            joined[t] = True
+    out: list[Action] = []
+    t = 0
+    while t < len(leaves):
+        u = t
+        while joined[u]:
+            u += 1
+        group = leaves[t:u + 1]
+        kinds = tuple(a.kind for a in group)
+        if kinds == (I, W) and group[0].stage == group[1].stage and group[0].microbatch == group[1].microbatch:
+            out.append(Action(group[0].stage, B, group[0].microbatch))
+        elif kinds[1:] == (I, W) and len(kinds) == 3 and group[1].stage == group[2].stage \
+                and group[1].microbatch == group[2].microbatch:
+            out.append(overlap(group[0], Action(group[1].stage, B, group[1].microbatch)))
+        elif len(group) == 1:
+            out.append(group[0])
+        else:
+            raise InternalError(f"the certificate of {_where(cert, p, m)} joins {group} on device {d} into one "
+                                f"action: only I W (a full B) and F I W (an OVERLAP_F_B) are actions")
+        t = u + 1
+    return out
 
 
 def verify(schedule, cert: Certificate, p: int, m: int) -> None:
@@ -68,6 +112,9 @@ def verify(schedule, cert: Certificate, p: int, m: int) -> None:
     o = _O
     N = cert.count(o, m)
     n = len(cert.kinds) * N
+    if cert.fused is not None:  # composite actions: the rows themselves, compared in O(actions)
+        _compare(schedule, rows(cert, p, m), f"the schedule of {_where(cert, p, m)}")
+        return
     if len(schedule.order) != p:
         raise InternalError(f"the schedule of {_where(cert, p, m)} has {len(schedule.order)} devices")
     for d, row in enumerate(schedule.order):
@@ -94,6 +141,19 @@ def verify(schedule, cert: Certificate, p: int, m: int) -> None:
                 want = rows(cert, p, m)[d][t]
                 raise InternalError(f"the schedule of {_where(cert, p, m)} differs from its certificate at "
                                     f"device {d}, position {t}: {a}, the certificate's is {want}")
+
+
+def _compare(schedule, want: list[list[Action]], what: str) -> None:
+    """Raise :class:`InternalError` unless ``schedule``'s rows are ``want``."""
+    if len(schedule.order) != len(want):
+        raise InternalError(f"{what} has {len(schedule.order)} devices, its certificate {len(want)}")
+    for d, (row, good) in enumerate(zip(schedule.order, want)):
+        if list(row) != good:
+            t = next((t for t, (a, b) in enumerate(zip(row, good)) if a != b), min(len(row), len(good)))
+            got = row[t] if t < len(row) else None
+            wanted = good[t] if t < len(good) else None
+            raise InternalError(f"{what} differs from its certificate at device {d}, position {t}: {got}, "
+                                f"the certificate's is {wanted}")
 
 
 def virtual_index(p: int, k: int, i: int) -> int:
