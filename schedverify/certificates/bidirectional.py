@@ -175,7 +175,7 @@ DUALPIPE_V = Certificate(
     top={"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
          "fwd_before_bwd": lambda o, p, m: p - 1},
     count=lambda o, m: 2 * m, chunks=2, placement="v",
-    action=_action, index_of=_index_of, fused=_fused,
+    action=_action, index_of=_index_of, fused=_fused, compile_once=True,
     summary="m >= 2p: DeepSeek's eight steps per device as leaves (a full B = I W, an OVERLAP_F_B = "
             "F I W); order and peaks, no timing",
     order_argument=(
@@ -230,7 +230,7 @@ DUALPIPE = Certificate(
     top={"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
          "fwd_before_bwd": lambda o, p, m: o.Div(p, 2) - 1},
     placement="mirror",
-    action=_dp_action, index_of=_dp_index_of, fused=_dp_fused,
+    action=_dp_action, index_of=_dp_index_of, fused=_dp_fused, compile_once=True,
     summary="p, m even, m >= 2p: DualPipeV's eight steps at p/2 half ranks and m/2 microbatches per route, "
             "on the mirror placement; order and peaks, no timing",
     order_argument=(

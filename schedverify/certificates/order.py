@@ -32,12 +32,30 @@ def _device(cert: Certificate, kind: str, p: int, m: int, d: int):
     """(positions, (chunk, microbatch) of each index) of one kind on device d: the
     certificate's functions compiled at these sizes (base.compiled), evaluated once each."""
     N = cert.count(_O, m)
-    pos = compiled(lambda o, q: cert.pos(o, kind, p, m, d, q))
     if cert.action is None:
+        pos = compiled(lambda o, q: cert.pos(o, kind, p, m, d, q))
         return list(map(pos, range(N))), None
     action = cert.action
-    act = compiled(lambda o, q: action(o, kind, p, m, d, q))
-    return list(map(pos, range(N))), list(map(act, range(N)))
+    both = compiled(lambda o, q: (cert.pos(o, kind, p, m, d, q), *action(o, kind, p, m, d, q)))  # one compile
+    got = list(map(both, range(N)))
+    return [x[0] for x in got], [x[1:] for x in got]
+
+
+def _devices(cert: Certificate, p: int, m: int):
+    """``at(kind, d)``: :func:`_device`'s answer; for a ``compile_once`` certificate from one
+    compile per kind for every size (p, m, d variables of the compiled function)."""
+    if not cert.compile_once or cert.action is None:
+        return lambda kind, d: _device(cert, kind, p, m, d)
+    N = cert.count(_O, m)
+    action = cert.action
+
+    def at(kind, d):
+        f = cert.once(("order", kind), lambda: compiled(
+            lambda o, pp, mm, dd, q: (cert.pos(o, kind, pp, mm, dd, q), *action(o, kind, pp, mm, dd, q)),
+            ("p", "m", "d", "q")))
+        got = [f(p, m, d, q) for q in range(N)]
+        return [x[0] for x in got], [x[1:] for x in got]
+    return at
 
 
 def rows(cert: Certificate, p: int, m: int) -> list[list[Action]]:
@@ -46,10 +64,12 @@ def rows(cert: Certificate, p: int, m: int) -> list[list[Action]]:
     n = len(cert.kinds) * N
     placement, v = cert.placement, cert.chunks_per_device
     out = []
+    device = _devices(cert, p, m)
     for d in range(p):
         row: list[Action | None] = [None] * n
+        at = {kind: device(kind, d) for kind in cert.kinds}
         for kind in cert.kinds:
-            where, acts = _device(cert, kind, p, m, d)
+            where, acts = at[kind]
             for q, t in enumerate(where):
                 c, i = (0, q) if acts is None else acts[q]
                 if not 0 <= t < n or row[t] is not None or not 0 <= i < m:
@@ -57,11 +77,11 @@ def rows(cert: Certificate, p: int, m: int) -> list[list[Action]]:
                     raise InternalError(f"the certificate of {_where(cert, p, m)} puts {kind}{q} of device {d} "
                                         f"at position {t} ({held}): its positions are not a bijection")
                 row[t] = Action(d if acts is None else stage(_O, placement, v, p, d, c), kind, i)
-        out.append(row if cert.fused is None else _composite(cert, p, m, d, row))  # type: ignore[arg-type]
+        out.append(row if cert.fused is None else _composite(cert, p, m, d, row, at))  # type: ignore[arg-type]
     return out  # type: ignore[return-value]
 
 
-def _composite(cert: Certificate, p: int, m: int, d: int, leaves: list[Action]) -> list[Action]:
+def _composite(cert: Certificate, p: int, m: int, d: int, leaves: list[Action], at: dict) -> list[Action]:
     """Device d's leaves (every slot filled) joined into its actions by ``cert.fused``: an I
     run with its own W is one full ``B``, an F run with such a B one ``OVERLAP_F_B``; any
     other joining, or a partner not at the next position, is an internal error."""
@@ -71,10 +91,15 @@ def _composite(cert: Certificate, p: int, m: int, d: int, leaves: list[Action]) 
     for kind in cert.kinds:
         if fused(_O, kind, p, m, d, 0) is None:
             continue
-        what = compiled(lambda o, q, kind=kind: (fused(o, kind, p, m, d, q)[0], fused(o, kind, p, m, d, q)[1][1]))
+        if cert.compile_once:
+            f = cert.once(("fused", kind), lambda kind=kind: compiled(
+                lambda o, pp, mm, dd, q: (fused(o, kind, pp, mm, dd, q)[0], fused(o, kind, pp, mm, dd, q)[1][1]),
+                ("p", "m", "d", "q")))
+            what = lambda q, f=f: f(p, m, d, q)  # noqa: E731
+        else:
+            what = compiled(lambda o, q, kind=kind: (fused(o, kind, p, m, d, q)[0], fused(o, kind, p, m, d, q)[1][1]))
         k2 = fused(_O, kind, p, m, d, 0)[1][0]
-        where, _ = _device(cert, kind, p, m, d)
-        there = _device(cert, k2, p, m, d)[0]
+        where, there = at[kind][0], at[k2][0]  # positions of the two kinds (_device)
         for q, t in enumerate(where):
             cond, q2 = what(q)
             if not cond:

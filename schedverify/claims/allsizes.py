@@ -511,6 +511,10 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
         if not any(c.timing for c, _ in opts[fam]):
             out.reason = (f"the certificate of {fam} (v = {v}) gives its order, hence its peaks, "
                           f"but no timing yet")
+            if any(c.fused is not None for c, _ in opts[fam]):
+                out.reason = (f"the certificate of {fam} gives its order, hence its peaks, but no timing "
+                              f"yet, and busy time needs it too: its positions are leaves (a full B as I "
+                              f"and W, an OVERLAP_F_B as F, I, W), not the actions whose costs add up")
             out.seconds = time.perf_counter() - t0
             return out
         fitting = [c for c, _ in opts[fam] if c.timing and not _fixed_implied(env, base, c, limits, assumptions)]
