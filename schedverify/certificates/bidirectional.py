@@ -202,8 +202,14 @@ def _dp_index_of(o, k, p, m, d, c, i):
     return _index_of(o, k, n, M, h, c, i - M * mirror_route(o, p, d, c))
 
 
-def _dp_fused(o, k, p, m, d, q):
-    return _fused(o, k, *_dp(o, p, m, d), q)
+
+
+def _at_half(step):
+    """A step function of DualPipeV read at DualPipe's half sizes (:func:`_dp`)."""
+    def f(o, k, p, m, d, q):
+        n, M, h = _dp(o, p, m, d)
+        return step(o, k, n, M, h, q)
+    return f
 
 
 def _even(o, x):
@@ -220,17 +226,16 @@ DUALPIPE = Certificate(
     domain="p >= 2, m >= 2*p, p % 2 == 0, m % 2 == 0",
     in_domain=lambda o, p, m: o.And(p >= 2, m >= 2 * p, _even(o, p), _even(o, m)),
     family_domain=lambda o, p, m: o.And(_even(o, p), _even(o, m)), family_domain_text=EVEN_RULE,
-    pos=lambda o, k, p, m, d, q: _pos(o, k, *_dp(o, p, m, d), q),
-    pred=lambda o, k, p, m, d, q: _pred(o, k, *_dp(o, p, m, d), q),
+    pos=_at_half(_pos), pred=_at_half(_pred),
     start=None, last=None, critical=None,
-    freed=lambda o, k, p, m, d, q: _freed(o, k, *_dp(o, p, m, d), q),
+    freed=_at_half(_freed),
     peak_inflight=lambda o, p, m, d: (p + 1, 3 * o.Div(p, 2) - o.Min(d, p - 1 - d) - 1),
     peak_memory2=lambda o, p, m, d: (2 * p + 2, 3 * o.Div(p, 2) - o.Min(d, p - 1 - d) - 1),
     warmup=lambda o, p, m, d: o.If(o.Min(d, p - 1 - d) == o.Div(p, 2) - 1, p + 1, p),
     top={"peak_inflight": lambda o, p, m: 0, "peak_memory": lambda o, p, m: 0,
          "fwd_before_bwd": lambda o, p, m: o.Div(p, 2) - 1},
     placement="mirror",
-    action=_dp_action, index_of=_dp_index_of, fused=_dp_fused, compile_once=True,
+    action=_dp_action, index_of=_dp_index_of, fused=_at_half(_fused), compile_once=True,
     summary="p, m even, m >= 2p: DualPipeV's eight steps at p/2 half ranks and m/2 microbatches per route, "
             "on the mirror placement; order and peaks, no timing",
     order_argument=(

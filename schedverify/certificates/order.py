@@ -93,9 +93,9 @@ def _composite(cert: Certificate, p: int, m: int, d: int, leaves: list[Action], 
             continue
         if cert.compile_once:
             f = cert.once(("fused", kind), lambda kind=kind: compiled(
-                lambda o, pp, mm, dd, q: (fused(o, kind, pp, mm, dd, q)[0], fused(o, kind, pp, mm, dd, q)[1][1]),
+                lambda o, pp, mm, dd, qq: (fused(o, kind, pp, mm, dd, qq)[0], fused(o, kind, pp, mm, dd, qq)[1][1]),
                 ("p", "m", "d", "q")))
-            what = lambda q, f=f: f(p, m, d, q)  # noqa: E731
+            what = lambda qq, f=f: f(p, m, d, qq)  # noqa: E731
         else:
             what = compiled(lambda o, q, kind=kind: (fused(o, kind, p, m, d, q)[0], fused(o, kind, p, m, d, q)[1][1]))
         k2 = fused(_O, kind, p, m, d, 0)[1][0]
