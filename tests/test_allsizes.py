@@ -816,12 +816,15 @@ def test_a_split_verdict_says_which_sizes_are_finite():
 ])
 def test_dualpipe_peaks_are_proved_for_all_sizes(text, family, store):
     """m >= 2p: DeepSeek's eight steps in closed form, composite actions as leaves; DualPipe
-    on its mirror placement at p/2 half ranks, for p and m even (added to the domain)."""
+    on its mirror placement at p/2 half ranks, for p and m even; the generators' domains are
+    added to the claim's."""
     res = prove(Claim(text, family, "m >= 2*p", ALL), store=store)
     assert res.verdict == "PROVED", res.to_json()
-    even = ", p % 2 == 0, m % 2 == 0" if family == "dualpipe" else ""
-    assert res.kind == f"all sizes in {ALL}{even}" and family in " ".join(res.certificates)
-    assert bool(res.conditions) == (family == "dualpipe")
+    added = ", p % 2 == 0, m % 2 == 0, m >= 2*p" if family == "dualpipe" else ", m >= 2*p"
+    assert res.kind == f"all sizes in {ALL}{added}" and family in " ".join(res.certificates)
+    assert [c for c, _ in res.conditions] == [added[2:]]  # the generator's domain, printed
+    # without the assumption too: the family has no other sizes
+    assert prove(Claim(text, family, "", ALL), store=store).verdict == "PROVED"
 
 
 def test_dualpipe_false_past_the_grid_is_refuted_at_the_smallest_size(store):

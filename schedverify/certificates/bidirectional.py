@@ -164,9 +164,14 @@ def _freed(o, k, p, m, d, q):
         q < 2 * m - a, q - 2 * n, 2 * q - 2 * m - 2 * n + a + 1)))
 
 
+#: DualPipeV's domain (the repository's assertion), added to a claim's domain
+V_RULE = ("m >= 2*p", "the family is generated for m >= 2p only (DualPipeV's assertion "
+          "num_chunks >= num_ranks * 2; PyTorch: at least as many microbatches as stages)")
+
 DUALPIPE_V = Certificate(
     family="dualpipe-v", kinds=KINDS_SPLIT, costs=(), fixed=(), duration={},
     domain="p >= 1, m >= 2*p", in_domain=lambda o, p, m: o.And(p >= 1, m >= 2 * p),
+    family_domain=lambda o, p, m: m >= 2 * p, family_domain_text=V_RULE,
     pos=_pos, pred=_pred, start=None, last=None, critical=None,
     freed=_freed,
     peak_inflight=lambda o, p, m, d: (2 * p + 1, 3 * p - d - 1),
@@ -217,15 +222,16 @@ def _even(o, x):
 
 
 #: DualPipe's domain beyond m >= 2p (the repository's assertions), added to a claim's domain
-EVEN_RULE = ("p % 2 == 0, m % 2 == 0", "the family is generated for an even number of devices and of "
-             "microbatches only (DualPipe's assertions: half the microbatches enter from each end)")
+EVEN_RULE = ("p % 2 == 0, m % 2 == 0, m >= 2*p", "the family is generated for an even number of devices "
+             "and of microbatches, at least twice the devices, only (DualPipe's assertions: half the "
+             "microbatches enter from each end)")
 
 DUALPIPE = Certificate(
     family="dualpipe", kinds=KINDS_SPLIT, costs=(), fixed=(), duration={},
     count=lambda o, m: m,
     domain="p >= 2, m >= 2*p, p % 2 == 0, m % 2 == 0",
     in_domain=lambda o, p, m: o.And(p >= 2, m >= 2 * p, _even(o, p), _even(o, m)),
-    family_domain=lambda o, p, m: o.And(_even(o, p), _even(o, m)), family_domain_text=EVEN_RULE,
+    family_domain=lambda o, p, m: o.And(_even(o, p), _even(o, m), m >= 2 * p), family_domain_text=EVEN_RULE,
     pos=_at_half(_pos), pred=_at_half(_pred),
     start=None, last=None, critical=None,
     freed=_at_half(_freed),
