@@ -854,3 +854,13 @@ def test_the_dualpipe_catalogue_peaks_are_judged_for_all_sizes(store):
     # the bubble claims read the timing: finite, as before
     res = prove(cat["dualpipe-bubble-below-1f1b"], all_sizes=True, store=store)
     assert res.verdict == "PROVED" and res.kind.startswith("finite range")
+
+
+def test_a_wrong_dualpipe_peak_is_caught_by_z3_and_by_the_generator():
+    """DualPipeV's in-flight peak stated as 2p (1F1B's, in chunks) rather than 2p + 1: Z3
+    refuses it ("reached at F(d, i*)" fails), and the cross-check with the schedule too."""
+    cert = certificate("dualpipe-v")
+    wrong = dataclasses.replace(cert, peak_inflight=lambda o, p, m, d: (2 * p, 3 * p - d - 1))
+    names = [o.name for o in prove_certificate(wrong).failures()]
+    assert names == ["peak_inflight(d): every F start <= value", "peak_inflight(d): reached at F(d, i*)"], names
+    assert crosscheck(wrong, [(2, 4)])
