@@ -71,6 +71,10 @@ def test_certificate_matches_the_generator_and_timeline(family, chunks, which):
     cert = certificate_options(family, chunks)[which]
     if family == "zb-v":  # m >= 2p - 1, where no microbatch is dropped
         sizes = [(p, 2 * p - 1 + k) for p in range(1, 8) for k in (0, 1, 2, 5)] + [(9, 30), (20, 41), (24, 50)]
+    if family == "dualpipe-v":  # m >= 2p
+        sizes = [(p, 2 * p + k) for p in range(1, 8) for k in (0, 1, 2, 5)] + [(9, 30), (20, 41), (24, 50)]
+    if family == "dualpipe":  # p, m even, m >= 2p
+        sizes = [(p, 2 * p + k) for p in (2, 4, 6, 8) for k in (0, 2, 4, 10)] + [(10, 30), (20, 42), (24, 50)]
     assert all(cert.in_domain(PyOps, p, m) for p, m in sizes)
     assert crosscheck(cert, sizes) == []
 
@@ -797,3 +801,66 @@ def test_a_split_verdict_says_which_sizes_are_finite():
     assert "kind: all sizes in p >= 2, m >= 1, m >= 2*p - 1; finite range p=2..6,m=1..16 where m < 2*p - 1" in out
     assert "proved for every size of the all-sizes part (p >= 2, m >= 1, m >= 2*p - 1)" in out
     assert "and exactly at all 30 sizes of the finite range p=2..6,m=1..16 where m < 2*p - 1 (no certificate there)" in out
+
+
+# --------------------------------------------------------------------------- DualPipe, DualPipeV
+
+
+@pytest.mark.parametrize("text,family", [
+    ("peak_inflight(d) == 2*p + 1", "dualpipe-v"),
+    ("peak_memory(d)/2 == p + 1/2", "dualpipe-v"),
+    ("fwd_before_bwd(d) == 2*p + floor((d + 1)/p)", "dualpipe-v"),
+    ("peak_inflight(d) == p + 1", "dualpipe"),
+    ("peak_inflight == peak_inflight@1f1b + 1", "dualpipe"),
+    ("fwd_before_bwd == p + 1", "dualpipe"),
+])
+def test_dualpipe_peaks_are_proved_for_all_sizes(text, family, store):
+    """m >= 2p: DeepSeek's eight steps in closed form, composite actions as leaves; DualPipe
+    on its mirror placement at p/2 half ranks, for p and m even; the generators' domains are
+    added to the claim's."""
+    res = prove(Claim(text, family, "m >= 2*p", ALL), store=store)
+    assert res.verdict == "PROVED", res.to_json()
+    added = ", p % 2 == 0, m % 2 == 0, m >= 2*p" if family == "dualpipe" else ", m >= 2*p"
+    assert res.kind == f"all sizes in {ALL}{added}" and family in " ".join(res.certificates)
+    assert [c for c, _ in res.conditions] == [added[2:]]  # the generator's domain, printed
+    # without the assumption too: the family has no other sizes
+    assert prove(Claim(text, family, "", ALL), store=store).verdict == "PROVED"
+
+
+def test_dualpipe_false_past_the_grid_is_refuted_at_the_smallest_size(store):
+    """A warm-up bound that holds up to p = 10 and fails from p = 12 on (p even): the
+    smallest counterexample, confirmed by simulating the schedule there."""
+    res = prove(Claim("fwd_before_bwd(d) <= p + 1 - floor(p/12)", "dualpipe", "m >= 2*p", ALL), store=store)
+    assert res.verdict == "REFUTED", res.to_json()
+    assert res.counterexample["sizes"]["p"] == 12 and res.counterexample["sizes"]["m"] == 24
+    assert res.minimal.startswith("no counterexample with smaller p in the domain")
+
+
+def test_dualpipe_timing_and_busy_time_stay_unknown_for_all_sizes(store):
+    """The certificates give the order (leaves), not the start times: a makespan claim and a
+    busy-time claim (a full B costs t_B, its leaves I and W do not) are not judged by them."""
+    for text in ("busy == 2*m*(t_F + t_I + t_W)", "makespan >= 0"):
+        res = prove(Claim(text, "dualpipe-v", "c == 0, m >= 2*p", "p >= 1, m >= 2*p"), store=store)
+        assert res.verdict == "UNKNOWN" and "no timing" in res.reason, res.to_json()
+    res = prove(Claim("busy == 1", "dualpipe", "", "p >= 2, m >= 2*p"), store=store)
+    assert res.verdict == "UNKNOWN" and "leaves" in res.reason
+
+
+def test_the_dualpipe_catalogue_peaks_are_judged_for_all_sizes(store):
+    cat = {c.id: c for c in _catalogue("dualpipe") + _catalogue("dualpipe-v")}
+    for cid in ("dualpipe-activation-pp-plus-1", "dualpipe-one-more-than-1f1b", "dualpipev-activation"):
+        res = prove(cat[cid], all_sizes=True, store=store)
+        assert res.verdict == "PROVED" and res.kind.startswith("all sizes in p >= 2, m >= 1"), (cid, res.to_json())
+    # the bubble claims read the timing: finite, as before
+    res = prove(cat["dualpipe-bubble-below-1f1b"], all_sizes=True, store=store)
+    assert res.verdict == "PROVED" and res.kind.startswith("finite range")
+
+
+def test_a_wrong_dualpipe_peak_is_caught_by_z3_and_by_the_generator():
+    """DualPipeV's in-flight peak stated as 2p (1F1B's, in chunks) rather than 2p + 1: Z3
+    refuses it ("reached at F(d, i*)" fails), and the cross-check with the schedule too."""
+    cert = certificate("dualpipe-v")
+    wrong = dataclasses.replace(cert, peak_inflight=lambda o, p, m, d: (2 * p, 3 * p - d - 1))
+    names = [o.name for o in prove_certificate(wrong).failures()]
+    assert names == ["peak_inflight(d): every F start <= value", "peak_inflight(d): reached at F(d, i*)"], names
+    assert crosscheck(wrong, [(2, 4)])

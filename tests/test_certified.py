@@ -66,6 +66,10 @@ def reference(family: str, p: int, m: int, v: int | None = None) -> list[list[Ac
         return looped_rows(p, m, v, p, warmup=lambda d: (v - 1) * p + p - 1 - d, w_lag=lambda d: d)
     if family == "zb-v":
         return _zb_v_phases(p, m)
+    if family in ("dualpipe", "dualpipe-v"):  # the repository's step() read as actions
+        from schedverify.generators.bidirectional import dualpipe_rows, dualpipe_v_rows
+
+        return (dualpipe_rows if family == "dualpipe" else dualpipe_v_rows)(p, m)
     raise AssertionError(family)
 
 
@@ -106,7 +110,22 @@ def _size(family, chunks, p, n):
         return p, n * p
     if family == "zb-v":  # m >= 2p - 1: no microbatch dropped
         return p, 2 * p - 2 + n
+    if family == "dualpipe":  # p, m even, m >= 2p
+        p = 2 * ((p + 1) // 2)
+        return p, 2 * p + 2 * (n - 1)
+    if family == "dualpipe-v":  # m >= 2p
+        return p, 2 * p - 1 + n
     return p, n
+
+
+def _leaves(row):
+    """A device's actions as a certificate's leaves: a full B is I then W, an OVERLAP_F_B
+    its forward's leaves, then its backward's."""
+    out = []
+    for a in row:
+        for x in a.leaves():
+            out += [Action(x.stage, I, x.microbatch), Action(x.stage, W, x.microbatch)] if x.kind == B else [x]
+    return out
 
 
 @settings(max_examples=40, deadline=None)
@@ -264,10 +283,11 @@ def test_derived_dependencies_are_the_schedules_needs(family, chunks):
         cert = covering(family, p, m, chunks).cert
         sched = generate(family, p, m, **({} if chunks is None else {"chunks": chunks}))
         index = index_of_action(cert, p, m)
+        lv = (lambda row: row) if cert.fused is None else _leaves  # noqa: E731
         where = {(a.kind, a.stage, a.microbatch): (a.kind, d, index(a))
-                 for d, row in enumerate(sched.order) for a in row}
+                 for d, row in enumerate(sched.order) for a in lv(row)}
         for d, row in enumerate(sched.order):
-            for a in row:
+            for a in lv(row):
                 want = sorted(where[(k, s, a.microbatch)] for need, s in needs(a, sched.stages)
                               for k in need.kinds if (k, s, a.microbatch) in where)
                 got = sorted(t for c, t, _ in derived(cert, o, a.kind, p, m, d, index(a)) if c)
@@ -389,3 +409,107 @@ def test_compiled_positions_are_the_certificates(which, p, n):
             for q in range(cert.count(o, m)):
                 assert pos(q) == cert.pos(o, kind, p, m, d, q)
                 assert tuple(act(q)) == tuple(cert.action_at(o, kind, p, m, d, q))
+
+
+def _planted_dualpipe_v(devices, microbatches):
+    """DualPipeV's loop with device 0's first OVERLAP_F_B of step 4 run as its two actions
+    apart (the repository's rule for the last rank, applied to the first) when p >= 25."""
+    from schedverify.generators.bidirectional import dualpipe_v_rows
+
+    order = dualpipe_v_rows(devices, microbatches)
+    if devices >= 25:
+        row = order[0]
+        t = 2 * devices + 3 * (devices - 1)  # steps 1-3: 2p actions, then p-1 triples
+        assert row[t].sub is not None
+        row[t:t + 1] = list(row[t].sub)
+    return assemble("dualpipe-v", order, stages=2 * devices, microbatches=microbatches, placement="v",
+                    metadata={"family": "dualpipe-v"})
+
+
+def test_a_dualpipe_v_generator_changed_at_a_large_size_raises_at_generation(monkeypatch):
+    monkeypatch.setitem(FAMILIES, "dualpipe-v",
+                        dataclasses.replace(FAMILIES["dualpipe-v"], generate=_planted_dualpipe_v))
+    assert generate("dualpipe-v", 24, 48).devices == 24  # unchanged below p = 25: accepted
+    with pytest.raises(InternalError, match="device 0, position 122"):
+        generate("dualpipe-v", 25, 50)
+    code, out, err = _cli(["prove", "--family", "dualpipe-v", "peak_memory/2 <= p + 1",
+                           "--domain", "p=25..25,m=50..50"])
+    assert code == 70 and out == "" and "internal error" in err and "Traceback" not in err
+
+
+def _planted_dualpipe(devices, microbatches):
+    """DualPipe's loop with the last W of device 0 run one place earlier when p >= 26."""
+    from schedverify.generators.bidirectional import dualpipe_rows
+
+    order = dualpipe_rows(devices, microbatches)
+    if devices >= 26:
+        row = order[0]
+        row[-1], row[-2] = row[-2], row[-1]
+    from schedverify.model import Placement
+
+    half = microbatches // 2
+    placement = Placement.bidirectional(["loop", list(range(devices - 1, -1, -1))], [0] * half + [1] * half,
+                                        devices, devices)
+    return assemble("dualpipe", order, stages=devices, microbatches=microbatches, placement=placement,
+                    metadata={"family": "dualpipe"})
+
+
+def test_a_dualpipe_generator_changed_at_a_large_size_raises_at_generation(monkeypatch):
+    monkeypatch.setitem(FAMILIES, "dualpipe", dataclasses.replace(FAMILIES["dualpipe"], generate=_planted_dualpipe))
+    assert generate("dualpipe", 24, 48).devices == 24
+    with pytest.raises(InternalError, match="dualpipe at 26 devices, 52 microbatches differs"):
+        generate("dualpipe", 26, 52)
+
+
+@pytest.mark.parametrize("family", ["dualpipe-v", "dualpipe"])
+def test_the_dualpipe_certificates_changed_at_a_large_size_are_refused_by_z3(monkeypatch, family):
+    """Device 0's first split backward (step 3) with its W before its I for p >= 25, in the
+    certificate: Z3 finds it at p >= 25 only, and the all-sizes peak claim is not PROVED."""
+    import re
+
+    from schedverify.certificates import bidirectional as bidi
+
+    name = "DUALPIPE_V" if family == "dualpipe-v" else "DUALPIPE"
+    good = getattr(bidi, name)
+    pos = good.pos
+
+    def swapped(o, k, p, m, d, q):
+        at = pos(o, k, p, m, d, q)
+        big = o.And(p >= 25, d == 0, q == 0)
+        return o.If(big, at + (1 if k == I else -1), at) if k in (I, W) else at
+
+    monkeypatch.setattr(bidi, name, dataclasses.replace(good, pos=swapped))
+    chk = prove_certificate(certificate(family))
+    assert not chk.ok
+    sizes = [int(x) for o in chk.failures() for x in re.findall(r"\bp=(\d+)", o.detail)]
+    assert sizes and min(sizes) >= 25, chk.failures()
+    res = prove(Claim("peak_inflight == peak_inflight@1f1b + " + ("p + 1" if family == "dualpipe-v" else "1"),
+                      family, "m >= 2*p", "p >= 2, m >= 1"), store=CertificateStore())
+    assert res.verdict != "PROVED" and "did not check" in res.reason, res.to_json()
+
+
+def test_composite_actions_are_built_and_checked():
+    """A full B is its I and W leaves, an OVERLAP_F_B its F, I, W; a certificate that joins
+    a leaf with one not at the next position, or an F with a split I, is refused by Z3 and
+    by the builder."""
+    from schedverify.certificates import bidirectional as bidi
+    from schedverify.model import OVERLAP_F_B
+
+    good = bidi.DUALPIPE_V
+    row = rows(good, 3, 6)[0]
+    assert [a.kind for a in row[:12]] == [F] * 6 + [I, W, F] * 2  # steps 1-3 of device 0
+    assert row[12].kind == OVERLAP_F_B and [x.kind for x in row[12].sub] == [F, B]
+    fused = good.fused
+
+    def split_overlap(o, k, p, m, d, q):  # an F joined with the I after it, that I left split
+        f = fused(o, k, p, m, d, q)
+        if k == I:
+            return (o.And(f[0], o.Not(o.And(p >= 20, d == 0, q == p - 1))), f[1])
+        return f
+
+    bad = dataclasses.replace(good, fused=split_overlap)
+    names = [o.name for o in prove_certificate(bad).failures()]
+    assert names == ["composite F: a joined leaf's partner is the next leaf, of a B or an OVERLAP_F_B"], names
+    assert rows(bad, 19, 38)
+    with pytest.raises(InternalError, match="only I W"):
+        rows(bad, 20, 40)

@@ -40,6 +40,7 @@ def _first(family: str, chunks: int | None) -> Certificate | None:
     from .interleaved import INTERLEAVED
     from .zero_bubble import ZB_H1, ZB_H2
 
+    from .bidirectional import DUALPIPE, DUALPIPE_V
     from .looped import LOOPED
     from .vshape import ZB_V
 
@@ -51,7 +52,8 @@ def _first(family: str, chunks: int | None) -> Certificate | None:
         from .zero_bubble import ZB_H1_V
 
         return ZB_H1_V.get(chunks)
-    return {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "zb-h1": ZB_H1, "zb-h2": ZB_H2, "zb-v": ZB_V}.get(family)
+    return {"gpipe": GPIPE, "1f1b": ONE_F_ONE_B, "zb-h1": ZB_H1, "zb-h2": ZB_H2, "zb-v": ZB_V,
+            "dualpipe": DUALPIPE, "dualpipe-v": DUALPIPE_V}.get(family)
 
 
 def covering(family: str, devices: int, microbatches: int, chunks: int | None = None,
@@ -86,7 +88,7 @@ def covering(family: str, devices: int, microbatches: int, chunks: int | None = 
 def families() -> tuple[tuple[str, int | None], ...]:
     """(family, chunks) of every certificate."""
     return (("gpipe", None), ("1f1b", None), ("zb-h1", None), ("zb-h1", 2), ("zb-h1", 3),
-            ("zb-h1", 4), ("zb-h2", None), ("zb-v", None),
+            ("zb-h1", 4), ("zb-h2", None), ("zb-v", None), ("dualpipe", None), ("dualpipe-v", None),
             ("interleaved-1f1b", 2), ("interleaved-1f1b", 3), ("interleaved-1f1b", 4),
             ("looped-bfs", 1), ("looped-bfs", 2), ("looped-bfs", 3), ("looped-bfs", 4))
 

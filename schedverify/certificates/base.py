@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 
 from ..model import B, F, I, W
@@ -106,6 +107,10 @@ class Code:
     def __mul__(self, o): return self._op("*", o)  # noqa: E704
     def __rmul__(self, o): return self._op("*", o, True)  # noqa: E704
     def __neg__(self): return Code(f"(-{self.s})")  # noqa: E704
+
+    def __bool__(self):
+        raise TypeError(f"a certificate branches in Python on {self.s}, which is a variable of the compiled "
+                        f"function: write the case split with o.If")
     def __lt__(self, o): return self._op("<", o)  # noqa: E704
     def __le__(self, o): return self._op("<=", o)  # noqa: E704
     def __gt__(self, o): return self._op(">", o)  # noqa: E704
@@ -416,6 +421,16 @@ class Certificate:
     #: of waits exists, and its length in the costs, which must equal the end of
     #: ``last(critical)`` (docs/proofs.md section 2, "a bound certificate")
     lower: Callable | None = None
+    #: composite actions (docs/proofs.md section 2, "composite actions"): positions are then
+    #: *leaves*, and ``fused(o, K, p, m, d, q)`` gives ``(condition, (K', q'))``, the leaf at
+    #: the next position that K(q) runs in one action with (None: K never does).  An I fused
+    #: with its own W is a full ``B``; an F fused with such an I is one ``OVERLAP_F_B``.
+    #: None: every leaf is an action of its own
+    fused: Callable | None = None
+    #: the functions never branch in Python on the sizes or the device (only through
+    #: ``o.If``), so :mod:`.order` compiles each once per kind for every p, m and d (all
+    #: variables of the compiled function), kept with the certificate (:meth:`once`)
+    compile_once: bool = False
     #: the Z3 route: False, linear arithmetic first, then Z3's general solver for what is
     #: not linear (1F1B's ceil(i/p)); True, first the nonlinear tactic of
     #: ``check._nia_solver`` (interleaved 1F1B: its domain m % p == 0 and its table chunks
@@ -433,8 +448,23 @@ class Certificate:
     order_argument: str = ""
     notes: tuple[str, ...] = field(default=())
 
+    @cached_property
+    def _once(self) -> dict:
+        return {}
+
+    def once(self, key, make):
+        """``make()``, computed once per certificate and ``key`` (the compiled functions of
+        ``compile_once``)."""
+        if key not in self._once:
+            self._once[key] = make()
+        return self._once[key]
+
     @property
     def chunks_per_device(self) -> int:
+        """Chunks per device: ``chunks``, or 1; the mirror placement (DualPipe) has two on
+        each device, one per route, though its p stages make no chunk option."""
+        if self.placement == "mirror":
+            return 2
         return 1 if self.chunks is None else self.chunks
 
     def action_at(self, o, kind, p, m, d, q):

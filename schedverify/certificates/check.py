@@ -136,6 +136,8 @@ def obligations(cert: Certificate, o, p, m, d, i, j=None, *, order: bool = True)
     if order:
         _count_obligations(out, cert, o, p, m, d, i, N)
         _bijection_obligations(out, cert, o, p, m, d, i, j, N)
+        if cert.fused is not None:
+            _fused_obligations(out, cert, o, p, m, d, i, N)
     for cone in cert.cones:
         out.extend((f"cone {cone.name}: {name}", f)
                    for name, f in obligations(cone.cert, o, p, m, d, i, order=False))
@@ -193,6 +195,36 @@ def _bijection_obligations(out, cert, o, p, m, d, i, j, N):
                          for cx, tx, _ in xs])
         out.append((f"deps {kind}: the certificate's are deps.NEEDS's through the placement",
                     And(covered(mine, rule), covered(rule, mine))))
+
+
+def _fused_obligations(out, cert, o, p, m, d, i, N):
+    """Composite actions (``Certificate.fused``): each joined leaf's partner is in range, at
+    the next position, and makes a full B (an I with its own W: the same chunk and
+    microbatch) or an OVERLAP_F_B (an F with the I of such a B); a W joins nothing.  The
+    first backward is not inside an overlap, so the warm-up counts the forwards of actions
+    before it."""
+    And, Or, Not = o.And, o.Or, o.Not
+    for kind in cert.kinds:
+        f = cert.fused(o, kind, p, m, d, i)
+        if f is None:
+            continue
+        cond, (k2, i2) = f
+        ok = [i2 >= 0, i2 < N, cert.pos(o, k2, p, m, d, i2) == cert.pos(o, kind, p, m, d, i) + 1]
+        if kind == I and k2 == W:
+            a, b = cert.action_at(o, I, p, m, d, i), cert.action_at(o, W, p, m, d, i2)
+            ok += [a[0] == b[0], a[1] == b[1]]
+        elif kind == F and k2 == I:
+            g = cert.fused(o, I, p, m, d, i2)
+            ok.append(False if g is None else And(g[0], g[1][0] == W))
+        else:
+            ok.append(False)
+        out.append((f"composite {kind}: a joined leaf's partner is the next leaf, of a B or an OVERLAP_F_B",
+                    Or(Not(cond), And(*ok))))
+    wf = cert.warmup(o, p, m, d)
+    g = cert.fused(o, F, p, m, d, wf - 1)
+    if g is not None:
+        out.append(("composite: the first backward is not inside an OVERLAP_F_B",
+                    Or(wf == 0, Not(g[0]))))
 
 
 def _makespan_obligations(out, cert, o, p, m, d, N, n_actions):
@@ -439,7 +471,7 @@ def index_of_action(cert: Certificate, p: int, m: int):
     o = PyOps()
 
     def q(a):
-        d, c = needs.chunk_of(cert.placement, p, a.stage)
+        d, c = needs.action_chunk(cert.placement, p, m, a.stage, a.microbatch)
         return cert.index_at(o, a.kind, p, m, d, c, a.microbatch)
 
     return q
@@ -465,10 +497,8 @@ def crosscheck(cert: Certificate, sizes) -> list[str]:
         index = index_of_action(cert, p, m)
         acts = g.acts  # read once: a lazy field (lazy.py)
         for dd in range(p):
-            for j in range(g.starts[dd], g.starts[dd + 1]):
-                a = acts[j]
-                pos = j - g.starts[dd]
-                if (a.stage is None or needs.chunk_of(cert.placement, p, a.stage)[0] != dd
+            for j, pos, a in _leaves(cert, acts, g.starts[dd], g.starts[dd + 1]):
+                if (a.stage is None or needs.action_chunk(cert.placement, p, m, a.stage, a.microbatch)[0] != dd
                         or a.kind not in cert.kinds):
                     bad.append(f"p={p},m={m}: {a} on device {dd}")
                     continue
@@ -502,6 +532,24 @@ def crosscheck(cert: Certificate, sizes) -> list[str]:
         if len(bad) > 20:
             break
     return bad
+
+
+def _leaves(cert: Certificate, acts, lo: int, hi: int):
+    """(index in the graph, position, action) of each position of a device's order: its
+    actions, or for a certificate with composite actions its leaves (a full B is I then W,
+    an OVERLAP_F_B its forward's leaves then its backward's)."""
+    if cert.fused is None:
+        yield from ((j, j - lo, acts[j]) for j in range(lo, hi))
+        return
+    from ..model import Action
+
+    t = 0
+    for j in range(lo, hi):
+        for x in acts[j].leaves():
+            for y in ((Action(x.stage, I, x.microbatch), Action(x.stage, W, x.microbatch)) if x.kind == B
+                      else (x,)):
+                yield j, t, y
+                t += 1
 
 
 def _makespan_mismatch(cert: Certificate, o, p, m, end, g) -> list[str]:

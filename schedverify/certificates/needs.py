@@ -17,8 +17,18 @@ from __future__ import annotations
 from ..deps import NEEDS
 from ..errors import UsageError
 
-#: the placements a certificate may name (docs/spec.md section 6: ``placement``)
-PLACEMENTS = ("loop", "v")
+#: the placements a certificate may name (docs/spec.md section 6: ``placement``); "mirror"
+#: is DualPipe's two routes (route 0: stage s on device s; route 1: on device p-1-s), device
+#: d's chunk c being route ``c xor [d >= p/2]`` and route r carrying microbatches from r*m/2
+PLACEMENTS = ("loop", "v", "mirror")
+
+
+def mirror_route(o, p, d, c):
+    """The route of chunk c of device d on the mirror placement (0 or 1)."""
+    second = o.If(2 * d >= p, 1, 0)
+    if isinstance(c, int) and isinstance(second, int):
+        return c ^ second
+    return o.If(c == second, 0, 1)
 
 
 def _static_false(x) -> bool:
@@ -51,6 +61,14 @@ def near(o, placement: str, chunks: int, p, d, c, offset: int):
             return [(o.And(c == 0, d + 1 < p), 0, d + 1, True),
                     (o.And(c == 0, d == p - 1), 1, d, False),
                     (o.And(c == 1, d >= 1), 1, d - 1, True)]
+    if placement == "mirror" and offset in (-1, 1):
+        # route 0 runs stage s on device s, route 1 on device p-1-s: stage + offset is on
+        # device d + offset, or d - offset; there the same route is the chunk route xor [x >= p/2]
+        r = mirror_route(o, p, d, c)
+        out = []
+        for route, x in ((0, d + offset), (1, d - offset)):
+            out.append((o.And(r == route, x >= 0, x < p), o.If(2 * x >= p, 1 - route, route), x, True))
+        return out
     raise UsageError(f"no neighbour rule for placement {placement!r} and offset {offset}")
 
 
@@ -64,6 +82,8 @@ def stage(o, placement: str, chunks: int, p, d, c):
         return out
     if placement == "v":
         return o.If(c == 0, d, 2 * p - 1 - d)
+    if placement == "mirror":
+        return o.If(mirror_route(o, p, d, c) == 0, d, p - 1 - d)
     raise UsageError(f"unknown placement {placement!r}")
 
 
@@ -71,26 +91,40 @@ def placement_facts(o, placement: str, chunks: int, p, d, c):
     """What :func:`near` must satisfy, for each offset of deps.NEEDS: each case names the
     chunk and device of stage(c, d) + offset, and when no case holds that stage is outside
     0..S-1 (S = chunks * p).  Z3 checks these for every size (``check.obligations``)."""
-    S = chunks * p
+    S = p if placement == "mirror" else chunks * p  # the mirror: p stages, each on two devices
     here = stage(o, placement, chunks, p, d, c)
     out = []
     for off in sorted({n.offset for ns in NEEDS.values() for n in ns}):
         cases = near(o, placement, chunks, p, d, c, off)
         each = [o.Or(o.Not(cond), o.And(c2 >= 0, c2 < chunks, d2 >= 0, d2 < p,
-                                        stage(o, placement, chunks, p, d2, c2) == here + off))
+                                        stage(o, placement, chunks, p, d2, c2) == here + off,
+                                        *([mirror_route(o, p, d2, c2) == mirror_route(o, p, d, c)]
+                                          if placement == "mirror" else [])))
                 for cond, c2, d2, _ in cases]
         none = o.Or(*[cond for cond, _, _, _ in cases])
         out.append((off, o.And(*each, o.Or(none, here + off < 0, here + off >= S))))
     return out
 
 
-def chunk_of(placement: str, p: int, s: int) -> tuple[int, int]:
-    """(device, chunk) of stage ``s`` (plain integers): the inverse of :func:`stage`."""
+def chunk_of(placement: str, p: int, s: int, route: int = 0) -> tuple[int, int]:
+    """(device, chunk) of stage ``s`` (plain integers): the inverse of :func:`stage`; on the
+    mirror placement, of the stage on ``route`` (:func:`action_chunk` reads it off the
+    microbatch)."""
+    if placement == "mirror":
+        d = s if route == 0 else p - 1 - s
+        return d, route ^ (1 if 2 * d >= p else 0)
     if placement == "loop":
         return s % p, s // p
     if placement == "v":
         return (s, 0) if s < p else (2 * p - 1 - s, 1)
     raise UsageError(f"unknown placement {placement!r}")
+
+
+def action_chunk(placement: str, p: int, m: int, stage_: int, microbatch: int) -> tuple[int, int]:
+    """(device, chunk) of an action of stage ``stage_`` and ``microbatch`` (plain integers):
+    :func:`chunk_of`, with the route of the microbatch on the mirror placement (route 1 from
+    m/2 on)."""
+    return chunk_of(placement, p, stage_, 1 if placement == "mirror" and 2 * microbatch >= m else 0)
 
 
 def derived(cert, o, kind, p, m, d, q):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InternalError
-from ..model import Action
+from ..model import B, I, W, Action, overlap
 from .base import Certificate, PyOps, compiled
 from .needs import chunk_of, stage
 
@@ -32,12 +32,30 @@ def _device(cert: Certificate, kind: str, p: int, m: int, d: int):
     """(positions, (chunk, microbatch) of each index) of one kind on device d: the
     certificate's functions compiled at these sizes (base.compiled), evaluated once each."""
     N = cert.count(_O, m)
-    pos = compiled(lambda o, q: cert.pos(o, kind, p, m, d, q))
     if cert.action is None:
+        pos = compiled(lambda o, q: cert.pos(o, kind, p, m, d, q))
         return list(map(pos, range(N))), None
     action = cert.action
-    act = compiled(lambda o, q: action(o, kind, p, m, d, q))
-    return list(map(pos, range(N))), list(map(act, range(N)))
+    both = compiled(lambda o, q: (cert.pos(o, kind, p, m, d, q), *action(o, kind, p, m, d, q)))  # one compile
+    got = list(map(both, range(N)))
+    return [x[0] for x in got], [x[1:] for x in got]
+
+
+def _devices(cert: Certificate, p: int, m: int):
+    """``at(kind, d)``: :func:`_device`'s answer; for a ``compile_once`` certificate from one
+    compile per kind for every size (p, m, d variables of the compiled function)."""
+    if not cert.compile_once or cert.action is None:
+        return lambda kind, d: _device(cert, kind, p, m, d)
+    N = cert.count(_O, m)
+    action = cert.action
+
+    def at(kind, d):
+        f = cert.once(("order", kind), lambda: compiled(
+            lambda o, pp, mm, dd, q: (cert.pos(o, kind, pp, mm, dd, q), *action(o, kind, pp, mm, dd, q)),
+            ("p", "m", "d", "q")))
+        got = [f(p, m, d, q) for q in range(N)]
+        return [x[0] for x in got], [x[1:] for x in got]
+    return at
 
 
 def rows(cert: Certificate, p: int, m: int) -> list[list[Action]]:
@@ -46,10 +64,12 @@ def rows(cert: Certificate, p: int, m: int) -> list[list[Action]]:
     n = len(cert.kinds) * N
     placement, v = cert.placement, cert.chunks_per_device
     out = []
+    device = _devices(cert, p, m)
     for d in range(p):
         row: list[Action | None] = [None] * n
+        at = {kind: device(kind, d) for kind in cert.kinds}
         for kind in cert.kinds:
-            where, acts = _device(cert, kind, p, m, d)
+            where, acts = at[kind]
             for q, t in enumerate(where):
                 c, i = (0, q) if acts is None else acts[q]
                 if not 0 <= t < n or row[t] is not None or not 0 <= i < m:
@@ -57,8 +77,57 @@ def rows(cert: Certificate, p: int, m: int) -> list[list[Action]]:
                     raise InternalError(f"the certificate of {_where(cert, p, m)} puts {kind}{q} of device {d} "
                                         f"at position {t} ({held}): its positions are not a bijection")
                 row[t] = Action(d if acts is None else stage(_O, placement, v, p, d, c), kind, i)
-        out.append(row)  # every slot is filled: n actions, n slots, no clash
+        out.append(row if cert.fused is None else _composite(cert, p, m, d, row, at))  # type: ignore[arg-type]
     return out  # type: ignore[return-value]
+
+
+def _composite(cert: Certificate, p: int, m: int, d: int, leaves: list[Action], at: dict) -> list[Action]:
+    """Device d's leaves (every slot filled) joined into its actions by ``cert.fused``: an I
+    run with its own W is one full ``B``, an F run with such a B one ``OVERLAP_F_B``; any
+    other joining, or a partner not at the next position, is an internal error."""
+    fused = cert.fused
+    assert fused is not None
+    joined = [False] * len(leaves)
+    for kind in cert.kinds:
+        if fused(_O, kind, p, m, d, 0) is None:
+            continue
+        if cert.compile_once:
+            f = cert.once(("fused", kind), lambda kind=kind: compiled(
+                lambda o, pp, mm, dd, qq: (fused(o, kind, pp, mm, dd, qq)[0], fused(o, kind, pp, mm, dd, qq)[1][1]),
+                ("p", "m", "d", "q")))
+            what = lambda qq, f=f: f(p, m, d, qq)  # noqa: E731
+        else:
+            what = compiled(lambda o, q, kind=kind: (fused(o, kind, p, m, d, q)[0], fused(o, kind, p, m, d, q)[1][1]))
+        k2 = fused(_O, kind, p, m, d, 0)[1][0]
+        where, there = at[kind][0], at[k2][0]  # positions of the two kinds (_device)
+        for q, t in enumerate(where):
+            cond, q2 = what(q)
+            if not cond:
+                continue
+            if not 0 <= q2 < len(there) or there[q2] != t + 1:
+                raise InternalError(f"the certificate of {_where(cert, p, m)} runs {kind}{q} of device {d} with "
+                                    f"{k2}{q2}, which is not at the next position")
+            joined[t] = True
+    out: list[Action] = []
+    t = 0
+    while t < len(leaves):
+        u = t
+        while joined[u]:
+            u += 1
+        group = leaves[t:u + 1]
+        kinds = tuple(a.kind for a in group)
+        if kinds == (I, W) and group[0].stage == group[1].stage and group[0].microbatch == group[1].microbatch:
+            out.append(Action(group[0].stage, B, group[0].microbatch))
+        elif kinds[1:] == (I, W) and len(kinds) == 3 and group[1].stage == group[2].stage \
+                and group[1].microbatch == group[2].microbatch:
+            out.append(overlap(group[0], Action(group[1].stage, B, group[1].microbatch)))
+        elif len(group) == 1:
+            out.append(group[0])
+        else:
+            raise InternalError(f"the certificate of {_where(cert, p, m)} joins {group} on device {d} into one "
+                                f"action: only I W (a full B) and F I W (an OVERLAP_F_B) are actions")
+        t = u + 1
+    return out
 
 
 def verify(schedule, cert: Certificate, p: int, m: int) -> None:
@@ -68,6 +137,9 @@ def verify(schedule, cert: Certificate, p: int, m: int) -> None:
     o = _O
     N = cert.count(o, m)
     n = len(cert.kinds) * N
+    if cert.fused is not None:  # composite actions: the rows themselves, compared in O(actions)
+        _compare(schedule, rows(cert, p, m), f"the schedule of {_where(cert, p, m)}")
+        return
     if len(schedule.order) != p:
         raise InternalError(f"the schedule of {_where(cert, p, m)} has {len(schedule.order)} devices")
     for d, row in enumerate(schedule.order):
@@ -94,6 +166,19 @@ def verify(schedule, cert: Certificate, p: int, m: int) -> None:
                 want = rows(cert, p, m)[d][t]
                 raise InternalError(f"the schedule of {_where(cert, p, m)} differs from its certificate at "
                                     f"device {d}, position {t}: {a}, the certificate's is {want}")
+
+
+def _compare(schedule, want: list[list[Action]], what: str) -> None:
+    """Raise :class:`InternalError` unless ``schedule``'s rows are ``want``."""
+    if len(schedule.order) != len(want):
+        raise InternalError(f"{what} has {len(schedule.order)} devices, its certificate {len(want)}")
+    for d, (row, good) in enumerate(zip(schedule.order, want)):
+        if list(row) != good:
+            t = next((t for t, (a, b) in enumerate(zip(row, good)) if a != b), min(len(row), len(good)))
+            got = row[t] if t < len(row) else None
+            wanted = good[t] if t < len(good) else None
+            raise InternalError(f"{what} differs from its certificate at device {d}, position {t}: {got}, "
+                                f"the certificate's is {wanted}")
 
 
 def virtual_index(p: int, k: int, i: int) -> int:

@@ -182,7 +182,7 @@ ZB_V = Certificate(
     warmup=lambda o, p, m, d: 2 * p,
     top=DEVICE_0_TOPS,
     count=lambda o, m: 2 * m, chunks=2, placement="v",
-    action=_action, index_of=_index_of,
+    action=_action, index_of=_index_of, compile_once=True,
     summary="m >= 2p - 1: seven phases per device (warm-up, f1 i1 w1, f0 i0 w0 f1 i1 w1, cool-down), "
             "no wait after the first action at unit costs",
     order_argument=(

@@ -503,11 +503,18 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
             out.reason = why
             out.seconds = time.perf_counter() - t0
             return out
-    timing = [fam for name, fam in fams.items() if parsed.refs[name].metric in TIMING]
+    # busy time reads the costs of the actions; a certificate with composite actions counts
+    # leaves (a full B as I and W), so its busy time is read from its timing only
+    timing = [fam for name, fam in fams.items() if parsed.refs[name].metric in TIMING
+              or (parsed.refs[name].metric == "busy" and any(c.fused is not None for c, _ in opts[fam]))]
     for fam in sorted(set(timing)):
         if not any(c.timing for c, _ in opts[fam]):
             out.reason = (f"the certificate of {fam} (v = {v}) gives its order, hence its peaks, "
                           f"but no timing yet")
+            if any(c.fused is not None for c, _ in opts[fam]):
+                out.reason = (f"the certificate of {fam} gives its order, hence its peaks, but no timing "
+                              f"yet, and busy time needs it too: its positions are leaves (a full B as I "
+                              f"and W, an OVERLAP_F_B as F, I, W), not the actions whose costs add up")
             out.seconds = time.perf_counter() - t0
             return out
         fitting = [c for c, _ in opts[fam] if c.timing and not _fixed_implied(env, base, c, limits, assumptions)]
@@ -716,8 +723,9 @@ def certificate_forms(cert) -> dict:
         T = sympy.expand(sum(vec[c] * cost[c] for c in cert.costs))
         row = {"slice": cert.slice_text(),
                "makespan": sympy.sstr(sympy.collect(T, list(cost.values())))}
+    if cert.fused is None:  # composite actions: leaves, whose costs are not the actions'
+        row["busy(d)"] = sympy.sstr(sum(cert.count(o, m) * cost[_KIND_COST[k]] for k in cert.kinds))
     return row | {
-        "busy(d)": sympy.sstr(sum(cert.count(o, m) * cost[_KIND_COST[k]] for k in cert.kinds)),
         "peak_inflight(d)": sympy.sstr(cert.peak_inflight(o, p, m, d)[0]),
         "peak_memory(d)": sympy.sstr(cert.peak_memory2(o, p, m, d)[0] / 2),
         "fwd_before_bwd(d)": sympy.sstr(cert.warmup(o, p, m, d)),

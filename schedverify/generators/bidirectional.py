@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 
 from ..model import B, F, I, W, Action, Placement, Schedule, overlap
-from ._build import assemble, positive, require
+from ._build import assemble, certified, positive, require
 
 
 def _dualpipe_row(
@@ -121,7 +121,10 @@ def dualpipe(devices: int, microbatches: int) -> Schedule:
     ``OVERLAP_F_B`` pairs (one direction's forward with the other's full backward), then a
     cool-down whose second half splits ``I`` from ``W`` to fill bubbles.
 
-    Domain (the repository's assertions): ``D`` even, ``M`` even and ``M >= 2D``.
+    Domain (the repository's assertions): ``D`` even, ``M`` even and ``M >= 2D``.  The
+    order is built from the family's all-sizes certificate (certificates/bidirectional.py),
+    so what ``schedverify prove`` proves about its peaks is about this schedule;
+    :func:`dualpipe_rows` is the loop it is compared with.
     """
     positive("dualpipe", devices=devices, microbatches=microbatches)
     require(devices % 2 == 0, "dualpipe",
@@ -129,6 +132,23 @@ def dualpipe(devices: int, microbatches: int) -> Schedule:
     require(microbatches % 2 == 0 and microbatches >= 2 * devices, "dualpipe",
             f"needs an even number of microbatches, at least 2 x devices = {2 * devices}, "
             f"got --microbatches {microbatches}")
+    order = certified("dualpipe", devices, microbatches)
+    if order is None:  # no certificate covers the size (every size of the domain is covered)
+        order = dualpipe_rows(devices, microbatches)
+    D, half = devices, microbatches // 2
+    placement = Placement.bidirectional(
+        ["loop", list(range(D - 1, -1, -1))], [0] * half + [1] * half, D, D)
+    return assemble(
+        "dualpipe", order, stages=D, microbatches=microbatches, placement=placement,
+        metadata={"family": "dualpipe", "devices": D, "microbatches": microbatches,
+                  "routes": "microbatches 0..M/2-1 route 0, M/2..M-1 route 1"},
+    )
+
+
+def dualpipe_rows(devices: int, microbatches: int) -> list[list[Action]]:
+    """DualPipe's order from the repository's eight steps (:func:`_dualpipe_row`): the
+    reference its all-sizes certificate (certificates/bidirectional.py) is compared with
+    (``tests/test_certified.py``); :func:`dualpipe` returns the certificate's."""
     D, half = devices, microbatches // 2
     order = []
     for r in range(D):
@@ -142,13 +162,7 @@ def dualpipe(devices: int, microbatches: int) -> Schedule:
 
         h = min(r, D - 1 - r)
         order.append(_dualpipe_row(D // 2, h, half, unit, middle=h == D // 2 - 1))
-    placement = Placement.bidirectional(
-        ["loop", list(range(D - 1, -1, -1))], [0] * half + [1] * half, D, D)
-    return assemble(
-        "dualpipe", order, stages=D, microbatches=microbatches, placement=placement,
-        metadata={"family": "dualpipe", "devices": D, "microbatches": microbatches,
-                  "routes": "microbatches 0..M/2-1 route 0, M/2..M-1 route 1"},
-    )
+    return order
 
 
 def dualpipe_v(devices: int, microbatches: int) -> Schedule:
@@ -161,12 +175,30 @@ def dualpipe_v(devices: int, microbatches: int) -> Schedule:
     ``M`` microbatches on the one route.
 
     Domain (the repository's assertion ``num_chunks >= num_ranks * 2``, PyTorch's
-    "at least as many microbatches as stages"): any ``D >= 1``, ``M >= 2D``.
+    "at least as many microbatches as stages"): any ``D >= 1``, ``M >= 2D``.  The order is
+    built from the family's all-sizes certificate (certificates/bidirectional.py: these
+    steps in closed form, composite actions as leaves), so what ``schedverify prove``
+    proves about its peaks is about this schedule; :func:`dualpipe_v_rows` is the loop it is
+    compared with.
     """
     positive("dualpipe-v", devices=devices, microbatches=microbatches)
     require(microbatches >= 2 * devices, "dualpipe-v",
             f"needs at least 2 x devices = {2 * devices} microbatches (one per stage), "
             f"got --microbatches {microbatches}")
+    order = certified("dualpipe-v", devices, microbatches)
+    if order is None:  # no certificate covers the size (every size of the domain is covered)
+        order = dualpipe_v_rows(devices, microbatches)
+    return assemble(
+        "dualpipe-v", order, stages=2 * devices, microbatches=microbatches, placement="v",
+        metadata={"family": "dualpipe-v", "devices": devices, "microbatches": microbatches,
+                  "chunks": 2},
+    )
+
+
+def dualpipe_v_rows(devices: int, microbatches: int) -> list[list[Action]]:
+    """DualPipeV's order from the repository's eight steps (:func:`_dualpipe_row`): the
+    reference its all-sizes certificate (certificates/bidirectional.py) is compared with
+    (``tests/test_certified.py``); :func:`dualpipe_v` returns the certificate's."""
     D = devices
     order = []
     for r in range(D):
@@ -176,11 +208,7 @@ def dualpipe_v(devices: int, microbatches: int) -> Schedule:
             return Action(stages[phase], F, k)
 
         order.append(_dualpipe_row(D, r, microbatches, unit, middle=r == D - 1))
-    return assemble(
-        "dualpipe-v", order, stages=2 * D, microbatches=microbatches, placement="v",
-        metadata={"family": "dualpipe-v", "devices": D, "microbatches": microbatches,
-                  "chunks": 2},
-    )
+    return order
 
 
 def chimera(devices: int, microbatches: int) -> Schedule:
