@@ -224,6 +224,32 @@ def test_v_half_repeats_the_building_block_in_steady_state():
     assert [a[1] for a in row[cycle + 6:cycle + 12]] == period
 
 
+def _period_inserted(gen, devices: int, m: int, h: int) -> bool:
+    """Is ``gen``'s order at m + 1 microbatches its order at m with one period inserted: the
+    actions of microbatches k < m - h where they were, every other (stage, kind, k) moved to
+    (stage, kind, k + 1) six positions later, on every device?"""
+    def positions(schedule):
+        return [{(a.stage, a.kind, a.microbatch): t for t, a in enumerate(row)} for row in schedule.order]
+    return all(
+        (after[key] == t if key[2] < m - h else after[(key[0], key[1], key[2] + 1)] == t + 6)
+        for before, after in zip(positions(gen(devices, m)), positions(gen(devices, m + 1)))
+        for key, t in before.items())
+
+
+@pytest.mark.parametrize("devices", range(2, 9))
+def test_v_half_and_v_min_grow_by_one_period_past_a_threshold(devices):
+    """docs/proofs.md section 7: past m0(p) the squeeze leaves the middle alone, so each p's
+    order for every larger m is the one at m0 with periods inserted.  V-Half: h = 2 floor(p/2)
+    + 1, m0 = 2h; V-Min: h = floor(2p/3), m0 = 2h + 1.  One microbatch fewer than m0 the
+    structure does not hold yet (so m0 is the threshold)."""
+    p = devices
+    for gen, h, extra in ((v_half, 2 * (p // 2) + 1, 0), (v_min, 2 * p // 3, 1)):
+        m0 = 2 * h + extra
+        for m in range(m0, m0 + 4):
+            assert _period_inserted(gen, p, m, h), (gen.__name__, p, m)
+        assert not any(_period_inserted(gen, p, m0 - 1, g) for g in range(m0)), (gen.__name__, p)
+
+
 # --------------------------------------------------------------------------- DualPipe
 
 
