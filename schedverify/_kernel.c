@@ -276,6 +276,19 @@ scratch_free(scratch_t *sc)
         PyMem_Free(sc->block[--sc->count]);
 }
 
+/* Free one of sc's arrays now (a phase's own scratch, once the phase is over), so that the
+ * phases after it do not hold it too; NULL is nothing. */
+static void
+scratch_drop(scratch_t *sc, void *p)
+{
+    for (int k = sc->count - 1; p != NULL && k >= 0; k--)
+        if (sc->block[k] == p) {
+            PyMem_Free(p);
+            sc->block[k] = sc->block[--sc->count];
+            return;
+        }
+}
+
 /* What a function returns from its not_plain label: None (declined), or NULL when an
  * exception is set. */
 static PyObject *
@@ -2304,8 +2317,8 @@ done:
 
 /* runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds,
  *               nccl, buffered, by_edge, by_direction, lazy, retired_waits, retired_sends)
- *   -> (start_values, start_floats, end_values, end_floats, ready_values, ready_floats, bind, partner,
- *       peer_device, lane_of, lanes, makespan, last, is_comm) | None
+ *   -> (end_values, end_floats, ready_values, ready_floats, bind, partner, peer_device, lane_of,
+ *       lanes, makespan, last, is_comm) | None
  *
  * The twin of runtime.simulate (match, data_deps, _Sweep) for the run that ends: PyTorch's
  * runtime over gloo (``nccl`` 0: one host lane per rank) or NCCL (a compute stream and one
@@ -2324,8 +2337,11 @@ done:
  * crossing), a lane that never finishes, a message never done, a number read_number does
  * not take, or ints that could outgrow doubles (bound as in sweep_plain, with each message's
  * two durations counted).  Otherwise every column is what the reference's RuntimeResult
- * holds, number for number and type for type (times as graph.Times columns): the operations
- * are the reference's in its order, a value a float as soon as one operand is.  ``lanes``:
+ * holds, number for number and type for type (times as graph.Times columns; the start times,
+ * a SEND/RECV's ready and a compute action's end - duration, are left for the caller to make
+ * when it reads them; bind, partner, peer_device and lane_of are arrays of typecode "i", 4
+ * bytes an entry, so it declines 3n >= INT32_MAX): the operations are the reference's in its
+ * order, a value a float as soon as one operand is.  ``lanes``:
  * per lane (rank, "host" | "compute" | "comm", the stream's key as runtime._stream_label
  * reads it, or None); ``makespan`` and ``last``: max(end) as Python gives it, and the first
  * action that ends then; ``is_comm``: bytes, 1 for each SEND/RECV. */
@@ -2338,13 +2354,6 @@ static inline rnum_t
 rn_add(rnum_t a, rnum_t b)
 {
     rnum_t r = {a.v + b.v, (unsigned char)(a.f | b.f)};
-    return r;
-}
-
-static inline rnum_t
-rn_sub(rnum_t a, rnum_t b)
-{
-    rnum_t r = {a.v - b.v, (unsigned char)(a.f | b.f)};
     return r;
 }
 
@@ -2367,15 +2376,18 @@ compare_ll(const void *a, const void *b)
 
 typedef struct {
     const unsigned char *is_comm, *is_send;
-    const long long *partner;
-    const rnum_t *dur;
+    const int32_t *partner;
+    /* each action's duration: dtab[dix[i]], the table holding each distinct number object
+     * read (a duration per action is one of the costs' few numbers) */
+    const int32_t *dix;
+    const rnum_t *dtab;
     rnum_t comm;
     int buffered;
     /* the times, in the result's columns: fin (a compute action's end, a SEND/RECV's done)
      * and ready, each a value and its float flag; state: bit 0 fin known, bit 1 ready known */
     double *fin_v, *ready_v;
     unsigned char *fin_f, *ready_f, *state;
-    long long *bind;
+    int32_t *bind;
     int32_t *whead, *wnext; /* per action the lanes waiting for its fin, linked */
     int32_t *stack;
     Py_ssize_t top;
@@ -2414,10 +2426,16 @@ rt_set_fin(rt_t *r, long long i, rnum_t t)
     }
 }
 
+static inline rnum_t
+rt_dur(const rt_t *r, long long i)
+{
+    return r->dtab[r->dix[i]];
+}
+
 static inline void
 rt_finish(rt_t *r, long long x, rnum_t t, long long via)
 {
-    r->bind[3 * x + RT_DONE] = 3 * via + RT_READY;
+    r->bind[3 * x + RT_DONE] = (int32_t)(3 * via + RT_READY);
     rt_set_fin(r, x, t);
 }
 
@@ -2430,13 +2448,15 @@ rt_set_ready(rt_t *r, long long x, rnum_t t)
     r->state[x] |= RT_HAS_READY;
     long long p = r->partner[x];
     int sending = r->is_send[x];
+    rnum_t dx = rt_dur(r, x), dp = rt_dur(r, p);
     if (r->buffered && sending)
-        rt_finish(r, x, rn_add(t, r->dur[x].v > r->dur[p].v ? r->dur[x] : r->dur[p]), x);
+        rt_finish(r, x, rn_add(t, dx.v > dp.v ? dx : dp), x);
     if (!(r->state[p] & RT_HAS_READY))
         return;
     long long s = sending ? x : p, rc = sending ? p : x;
     rnum_t rs = rt_ready(r, s), rr = rt_ready(r, rc);
-    rnum_t delta = r->dur[s].v > r->dur[rc].v ? r->dur[s] : r->dur[rc];
+    rnum_t ds = sending ? dx : dp, dr = sending ? dp : dx;
+    rnum_t delta = ds.v > dr.v ? ds : dr;
     if (!(r->state[s] & RT_HAS_FIN))
         rt_finish(r, s, rn_add(rs.v >= rr.v ? rs : rr, delta), rs.v >= rr.v ? s : rc);
     rnum_t arrive = rn_add(rs, r->comm);
@@ -2454,10 +2474,10 @@ k_runtime_plain(PyObject *self, PyObject *args)
                           &kinds_o, &nccl, &buffered, &by_edge, &by_direction, &lazy, &rw_o, &rs_o))
         return NULL;
     scratch_t sc = {{NULL}, 0};
-    PyObject *result = NULL, *lanes_l = NULL, *flags[4] = {NULL}; /* the times' floats; is_comm */
+    PyObject *result = NULL, *lanes_l = NULL, *flags[3] = {NULL}; /* the times' floats; is_comm */
     Py_ssize_t D1 = 0, n = 0, n2 = 0, n3 = 0, n4 = 0, S = 0;
     ints_t code_c = {{NULL}}, stage_c = {{NULL}}, mb_c = {{NULL}}, wait_c = {{NULL}};
-    column_t cols[7] = {{NULL}}; /* start, fin, ready (doubles); bind, partner, peer, lane_of */
+    column_t cols[6] = {{NULL}}; /* fin, ready (doubles); bind, partner, peer, lane_of (int32) */
     /* (1) the columns and tables, which may run Python code, then every column made here */
     long long *starts = index_array(&sc, starts_o, &D1, "runtime_plain: starts");
     if (starts == NULL || !read_ints(&sc, code_o, &code_c, &n, "runtime_plain: code") ||
@@ -2473,7 +2493,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         goto done;
     Py_ssize_t D = D1 - 1, K = PyTuple_GET_SIZE(kinds_o);
     if (n2 != n || n3 != n || n4 != n || nret != nret2 || PyList_GET_SIZE(dur_o) != n || K < 1 || K > MAX_CODES ||
-        PyTuple_GET_SIZE(received_o) != K || n >= INT32_MAX || D >= (1 << 15)) {
+        PyTuple_GET_SIZE(received_o) != K || n >= INT32_MAX / 3 || D >= (1 << 15)) { /* bind: 3n int32 */
         PyErr_SetString(PyExc_ValueError, "runtime_plain: the columns' and tables' lengths disagree");
         goto done;
     }
@@ -2511,16 +2531,17 @@ k_runtime_plain(PyObject *self, PyObject *args)
             goto done;
         }
     }
-    double *sv = column_new(&cols[0], "d", n), *fv = column_new(&cols[1], "d", n), *rv = column_new(&cols[2], "d", n);
-    long long *bv = column_new(&cols[3], "q", 3 * n), *partner = column_new(&cols[4], "q", n),
-              *peer = column_new(&cols[5], "q", n), *lane_of = column_new(&cols[6], "q", n);
-    for (int q = 0; q < 4; q++)
+    /* the int columns are int32 ("i", as int is on every platform CPython supports): the
+     * actions (and 3n event keys) are fewer than INT32_MAX, checked above */
+    double *fv = column_new(&cols[0], "d", n), *rv = column_new(&cols[1], "d", n);
+    int32_t *bv = column_new(&cols[2], "i", 3 * n), *partner = column_new(&cols[3], "i", n),
+            *peer = column_new(&cols[4], "i", n), *lane_of = column_new(&cols[5], "i", n);
+    for (int q = 0; q < 3; q++)
         if (!(flags[q] = PyBytes_FromStringAndSize(NULL, n)))
             goto done;
-    if (!sv || !fv || !rv || !bv || !partner || !peer || !lane_of)
+    if (!fv || !rv || !bv || !partner || !peer || !lane_of)
         goto done;
-    unsigned char *sfp = (unsigned char *)PyBytes_AS_STRING(flags[0]), *ffp = (unsigned char *)PyBytes_AS_STRING(flags[1]),
-                  *rfp = (unsigned char *)PyBytes_AS_STRING(flags[2]);
+    unsigned char *ffp = (unsigned char *)PyBytes_AS_STRING(flags[0]), *rfp = (unsigned char *)PyBytes_AS_STRING(flags[1]);
     /* (2) from here on nothing is made and nothing is called: the columns read where they
      * lie (a code -1 is bookkeeping) and checked */
 #define CODE(i) int_at(&code_c, (i))
@@ -2554,18 +2575,35 @@ k_runtime_plain(PyObject *self, PyObject *args)
         goto done;
     }
 
-    /* durations and comm */
-    rnum_t *dur = scratch_array(&sc, n, sizeof(rnum_t), 0), comm = {0, 0};
-    if (dur == NULL)
+    /* durations and comm: each action's an index into a table of the number objects read
+     * (dtab has room for one per action; only the few the costs give are written) */
+    int32_t *dix = scratch_array(&sc, n, sizeof(int32_t), 0);
+    rnum_t *dtab = scratch_array(&sc, n, sizeof(rnum_t), 0), comm = {0, 0};
+    if (dix == NULL || dtab == NULL)
         goto done;
     if (!read_number(comm_o, &comm.v, &comm.f))
         goto not_plain;
-    number_cache_t cache = {{NULL}, {0}, {0}, 0};
+    PyObject *seen[NUMBER_CACHE] = {NULL};
+    int32_t seen_at[NUMBER_CACHE] = {0}, ntab = 0, next_seen = 0;
     long long bound = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &dur[i].v, &dur[i].f) || !(dur[i].v >= 0))
-            goto not_plain;
-        if (!dur[i].f && (bound += 2 * (long long)dur[i].v) > EXACT_INT_MAX)
+        PyObject *o = PyList_GET_ITEM(dur_o, i);
+        int k = 0;
+        while (k < NUMBER_CACHE && seen[k] != o)
+            k++;
+        if (k == NUMBER_CACHE) { /* an object not among the last few: a new entry */
+            rnum_t x;
+            if (!read_number(o, &x.v, &x.f) || !(x.v >= 0))
+                goto not_plain;
+            dtab[ntab] = x;
+            k = next_seen;
+            next_seen = (next_seen + 1) % NUMBER_CACHE;
+            seen[k] = o;
+            seen_at[k] = ntab++;
+        }
+        dix[i] = seen_at[k];
+        rnum_t d = dtab[dix[i]];
+        if (!d.f && (bound += 2 * (long long)d.v) > EXACT_INT_MAX)
             goto not_plain; /* a message's delta is one of its two durations: counted twice */
     }
     if (!comm.f && comm.v != 0) {
@@ -2576,7 +2614,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
 
     /* (3) matching (runtime.match): per channel (sender, receiver, direction when the layout
      * splits it) the k-th send posted meets the k-th receive posted */
-    unsigned char *is_comm = (unsigned char *)PyBytes_AS_STRING(flags[3]), *is_send = scratch_array(&sc, n, 1, 1);
+    unsigned char *is_comm = (unsigned char *)PyBytes_AS_STRING(flags[2]), *is_send = scratch_array(&sc, n, 1, 1);
     if (n > 0)
         memset(is_comm, 0, (size_t)n);
     long long nch = (long long)D * D * 2;
@@ -2598,7 +2636,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         long long ps = STAGE(i) + peer_off[c];
         if (ps < 0 || ps >= S || MB(i) < 0)
             goto not_plain; /* no peer: the reference reports it */
-        peer[i] = route[ps];
+        peer[i] = (int32_t)route[ps];
         (is_send[i] ? scount : rcount)[CHANNEL(i)]++;
     }
     /* the sends and receives of each channel, in posting order (index order: a channel's
@@ -2626,12 +2664,19 @@ k_runtime_plain(PyObject *self, PyObject *args)
 #undef CHANNEL
     for (long long k = 0; k < nch; k++)
         for (long long q = soff[k]; q < soff[k + 1]; q++) {
-            long long s = sl[q], r = rl[roff[k] + (q - soff[k])];
+            int32_t s = sl[q], r = rl[roff[k] + (q - soff[k])];
             partner[s] = r;
             partner[r] = s;
             if (CODE(r) != for_code[CODE(s)] || STAGE(r) != STAGE(s) + peer_off[CODE(s)] || MB(r) != MB(s))
                 goto not_plain; /* a crossing: the reference reports it */
         }
+    /* the matching's scratch is not held through the sweep */
+    scratch_drop(&sc, sl);
+    scratch_drop(&sc, rl);
+    scratch_drop(&sc, soff);
+    scratch_drop(&sc, roff);
+    scratch_drop(&sc, scount);
+    scratch_drop(&sc, rcount);
 
     /* (4) the data each compute action waits for (runtime.data_deps): its wait, then the RECV
      * of its own label for an input from another rank; at most two each */
@@ -2687,6 +2732,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
         data[2 * w] = (int32_t)snd;
         ndata[w] = 1;
     }
+    scratch_drop(&sc, recv_at);
+    scratch_drop(&sc, dev);
 
     /* (5) the lanes (runtime._Sweep._build_lanes): gloo, one per rank; NCCL, per rank its
      * compute stream, then a stream per key in the keys' order */
@@ -2703,7 +2750,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
             lane_kind[L] = 0;
             lane_key[L] = -1;
             for (long long i = starts[d]; i < starts[d + 1]; i++)
-                lane_of[i] = L;
+                lane_of[i] = (int32_t)L;
             L++;
             continue;
         }
@@ -2715,7 +2762,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         Py_ssize_t nkeys = 0;
         for (long long i = starts[d]; i < starts[d + 1]; i++) {
             if (!is_comm[i]) {
-                lane_of[i] = compute;
+                lane_of[i] = (int32_t)compute;
                 last = i;
                 continue;
             }
@@ -2750,9 +2797,10 @@ k_runtime_plain(PyObject *self, PyObject *args)
                     else
                         hi = mid;
                 }
-                lane_of[i] = first + lo;
+                lane_of[i] = (int32_t)(first + lo);
             }
     }
+    scratch_drop(&sc, keys);
     /* each lane's items, in order */
     long long *loff = scratch_array(&sc, L + 1, sizeof(long long), 1), *fill = scratch_array(&sc, L, sizeof(long long), 1);
     int32_t *items = skey; /* the keys are read: their array holds the items now */
@@ -2770,7 +2818,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
     r.is_comm = is_comm;
     r.is_send = is_send;
     r.partner = partner;
-    r.dur = dur;
+    r.dix = dix;
+    r.dtab = dtab;
     r.comm = comm;
     r.buffered = nccl && buffered;
     r.fin_v = fv;
@@ -2820,7 +2869,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                         }
                     }
                     if (!(r.state[i] & RT_HAS_READY)) {
-                        bv[3 * i + RT_READY] = src;
+                        bv[3 * i + RT_READY] = (int32_t)src;
                         rt_set_ready(&r, i, now);
                     }
                     if (!(r.state[i] & RT_HAS_FIN)) {
@@ -2835,7 +2884,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                     continue;
                 }
                 if (!(r.state[i] & RT_HAS_READY)) { /* gloo: posting takes no host time */
-                    bv[3 * i + RT_READY] = src;
+                    bv[3 * i + RT_READY] = (int32_t)src;
                     rt_set_ready(&r, i, now);
                 }
                 p++;
@@ -2857,8 +2906,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
             }
             if (awaited >= 0)
                 break;
-            bv[3 * i + RT_END] = src;
-            now = rn_add(st, dur[i]);
+            bv[3 * i + RT_END] = (int32_t)src;
+            now = rn_add(st, rt_dur(&r, i));
             src = 3 * i + RT_END;
             rt_set_fin(&r, i, now);
             p++;
@@ -2882,15 +2931,13 @@ k_runtime_plain(PyObject *self, PyObject *args)
 #undef STAGE
 #undef MB
 
-    /* (7) the results, as columns: no Python object per action.  start: ready for a
-     * SEND/RECV, else fin - duration; ready: a compute action's entry 0 (read as None) */
+    /* (7) the results, as columns: no Python object per action.  ready: a compute action's
+     * entry 0 (read as None); the start times are not a column (ready for a SEND/RECV, else
+     * fin - duration: runtime._native makes them when they are read) */
     rnum_t top = {0, 0};
     long long last = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         rnum_t fin = rt_fin(&r, i);
-        rnum_t sta = is_comm[i] ? rt_ready(&r, i) : rn_sub(fin, dur[i]);
-        sv[i] = sta.v;
-        sfp[i] = sta.f;
         if (!is_comm[i]) {
             rv[i] = 0;
             rfp[i] = 0;
@@ -2922,18 +2969,18 @@ k_runtime_plain(PyObject *self, PyObject *args)
     PyObject *makespan = n ? rn_object(top) : PyLong_FromLong(0);
     if (makespan == NULL)
         goto done;
-    PyObject *c[7];
-    for (int q = 0; q < 7; q++)
+    PyObject *c[6];
+    for (int q = 0; q < 6; q++)
         c[q] = column_take(&cols[q]);
-    result = Py_BuildValue("(NONONONNNNONLO)", c[0], flags[0], c[1], flags[1], c[2], flags[2], c[3], c[4], c[5],
-                           c[6], lanes_l, makespan, last, flags[3]);
+    result = Py_BuildValue("(NONONNNNONLO)", c[0], flags[0], c[1], flags[1], c[2], c[3], c[4], c[5], lanes_l,
+                           makespan, last, flags[2]);
     goto done;
 not_plain:
     result = declined();
 done:
-    for (int q = 0; q < 7; q++)
+    for (int q = 0; q < 6; q++)
         column_free(&cols[q]);
-    for (int q = 0; q < 4; q++)
+    for (int q = 0; q < 3; q++)
         Py_XDECREF(flags[q]);
     Py_XDECREF(lanes_l);
     release_ints(&code_c);
@@ -3431,9 +3478,8 @@ static PyMethodDef methods[] = {
      "end_floats, makespan) | None."},
     {"runtime_plain", k_runtime_plain, METH_VARARGS,
      "runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds, nccl, "
-     "buffered, by_edge, by_direction, lazy, retired_waits, retired_sends) -> (start, end, ready as times "
-     "columns, bind, partner, "
-     "peer_device, lane_of, lanes, makespan, last) | None."},
+     "buffered, by_edge, by_direction, lazy, retired_waits, retired_sends) -> (end, ready as times "
+     "columns, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm) | None."},
     {"times_list", k_times_list, METH_VARARGS,
      "times_list(values, floats) -> list: a times column as Python's numbers."},
     {"durations_plain", k_durations_plain, METH_VARARGS,
