@@ -340,6 +340,7 @@ index_array(scratch_t *sc, PyObject *seq, Py_ssize_t *len, const char *what)
 typedef struct {
     Py_buffer view; /* view.obj is NULL when the column was copied */
     const long long *q; /* the items, when they are aligned long longs (a 'q' array, a copy) */
+    const int *i4;      /* the items, when they are aligned ints (an 'i' array: a compiled Graph's) */
     char kind;
 } ints_t;
 
@@ -348,6 +349,7 @@ read_ints(scratch_t *sc, PyObject *seq, ints_t *out, Py_ssize_t *len, const char
 {
     out->view.obj = NULL;
     out->q = NULL;
+    out->i4 = NULL;
     if (!PyObject_CheckBuffer(seq)) {
         out->q = index_array(sc, seq, len, what);
         return out->q != NULL;
@@ -371,6 +373,8 @@ read_ints(scratch_t *sc, PyObject *seq, ints_t *out, Py_ssize_t *len, const char
     out->kind = kind;
     if (kind == 'q' && (uintptr_t)out->view.buf % sizeof(long long) == 0)
         out->q = (const long long *)out->view.buf;
+    if (kind == 'i' && (uintptr_t)out->view.buf % sizeof(int) == 0)
+        out->i4 = (const int *)out->view.buf;
     *len = out->view.len / out->view.itemsize;
     return 1;
 }
@@ -380,6 +384,8 @@ int_at(const ints_t *c, Py_ssize_t i)
 {
     if (c->q != NULL)
         return c->q[i];
+    if (c->i4 != NULL)
+        return c->i4[i];
     const char *b = (const char *)c->view.buf;
     switch (c->kind) { /* memcpy: the buffer need not be aligned for the type */
     case 'b': { signed char v; memcpy(&v, b + i, 1); return v; }
@@ -1563,8 +1569,8 @@ typedef struct {
 static int
 place_action(Py_ssize_t i, Py_ssize_t p, Py_ssize_t d, int c, long long s, long long m, long long S,
              long long M, const int32_t *route_dev, const int32_t *mr, int allow_comm,
-             const signed char *is_comm, int *explicit, int8_t *code, long long *stage, long long *mbs,
-             long long *pos, int32_t *devs, long long *counts)
+             const signed char *is_comm, int *explicit, int8_t *code, int32_t *stage, int32_t *mbs,
+             int32_t *pos, int32_t *devs, long long *counts)
 {
     if (is_comm[c]) {
         if (!allow_comm)
@@ -1574,10 +1580,10 @@ place_action(Py_ssize_t i, Py_ssize_t p, Py_ssize_t d, int c, long long s, long 
     if (s < 0 || s >= S || m < 0 || m >= M || route_dev[(mr ? mr[m] : 0) * S + s] != d)
         return 0;
     code[i] = (int8_t)c;
-    stage[i] = s;
+    stage[i] = (int32_t)s; /* in range: S, M and every position fit (compile_core) */
     if (mbs != NULL) /* NULL: the columns' own microbatches are read */
-        mbs[i] = m;
-    pos[i] = p;
+        mbs[i] = (int32_t)m;
+    pos[i] = (int32_t)p;
     devs[i] = (int32_t)d;
     counts[c]++;
     return 1;
@@ -1683,21 +1689,23 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     Py_ssize_t D = order ? PyTuple_GET_SIZE(order) : cols->D, n = order ? 0 : cols->n;
     for (Py_ssize_t d = 0; order && d < D; d++) {
         PyObject *row = PyTuple_GET_ITEM(order, d);
-        if (!PyTuple_Check(row))
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) >= INT32_MAX)
             Py_RETURN_NONE;
         for (Py_ssize_t p = 0; p < PyTuple_GET_SIZE(row); p++)
             n += PyTuple_GET_ITEM(row, p) != Py_None;
     }
     /* a dense producer table of S*M*(the kinds present, at most 8) entries, only when that is
      * not absurd for n actions */
-    if (S > (4LL * n + 1024) / M + 1 || S * M > 4LL * n + 1024 || n >= INT32_MAX || D >= INT32_MAX)
+    if (S > (4LL * n + 1024) / M + 1 || S * M > 4LL * n + 1024 || n >= INT32_MAX || D >= INT32_MAX ||
+        S >= INT32_MAX || M >= INT32_MAX) /* the int columns are int32 (graph.py's typecode i) */
         Py_RETURN_NONE;
 
     Py_ssize_t R = PyTuple_GET_SIZE(routes);
     scratch_t sc = {{NULL}, 0};
     int32_t *route_dev, *mr = NULL, *table, *devs;
     int8_t *code;
-    long long *stage, *mbs = NULL, *pos, *starts, *waitc, *inv = NULL;
+    int32_t *stage, *mbs = NULL, *pos, *waitc;
+    long long *starts, *inv = NULL;
     /* the bookkeeping entries of the columns (codes K and up: graph.Graph.uncoded) and
      * among them the REDUCE_GRADs (code reduce_code: Graph.reduce_grads) */
     long long *uncoded = NULL, *reduces = NULL;
@@ -1729,9 +1737,9 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     if (!ok || R < 1)
         goto not_plain;
 
-    if (!(code = column_new(&c_code, "b", n)) || !(stage = column_new(&c_stage, "q", n)) ||
-        !(mbs = column_new(&c_mb, "q", n)) ||
-        !(pos = column_new(&c_pos, "q", n)) || !(devs = column_new(&c_dev, "i", n)) ||
+    if (!(code = column_new(&c_code, "b", n)) || !(stage = column_new(&c_stage, "i", n)) ||
+        !(mbs = column_new(&c_mb, "i", n)) ||
+        !(pos = column_new(&c_pos, "i", n)) || !(devs = column_new(&c_dev, "i", n)) ||
         !(starts = column_new(&c_starts, "q", D + 1)) || (order && !(acts = PyList_New(n))))
         goto fail;
 
@@ -1744,8 +1752,8 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
 #define PLACE(c, s, m) place_action(i, p, d, (c), (s), (m), S, M, route_dev, mr, allow_comm, is_comm, \
                                     &explicit, code, stage, cols ? NULL : mbs, pos, devs, counts)
     if (cols) { /* the columns of grammar.PlainRows: plain actions, no idle slot */
-        if (n > 0)
-            memcpy(mbs, cols->mb, sizeof(long long) * (size_t)n); /* bookkeeping's are -1 */
+        for (Py_ssize_t k = 0; k < n; k++) /* bookkeeping's are -1; one out of range declines below */
+            mbs[k] = cols->mb[k] >= -1 && cols->mb[k] < M ? (int32_t)cols->mb[k] : -1;
         for (Py_ssize_t k = 0; k < n && !uncoded; k++)
             if (cols->code[k] >= K && (!(uncoded = scratch_array(&sc, n, sizeof(long long), 0)) ||
                                        !(reduces = scratch_array(&sc, n, sizeof(long long), 0))))
@@ -1824,19 +1832,19 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
 
     /* the table has a slot per (stage, microbatch) for each kind the schedule has (a
      * compute-only 1F1B: F and B, a quarter of the eight); a kind it lacks has no producer */
-    const long long *mb = mbs; /* each action's microbatch */
+    const int32_t *mb = mbs; /* each action's microbatch */
     int slot[MAX_CODES], present = 0;
     for (int c = 0; c < K; c++)
         slot[c] = counts[c] ? present++ : -1;
     Py_ssize_t table_size = (Py_ssize_t)(S * M * (present ? present : 1));
-    if (!(table = scratch_array(&sc, table_size, sizeof(int32_t), 0)) || !(waitc = column_new(&c_wait, "q", n)))
+    if (!(table = scratch_array(&sc, table_size, sizeof(int32_t), 0)) || !(waitc = column_new(&c_wait, "i", n)))
         goto fail;
     memset(table, 0xff, sizeof(int32_t) * (size_t)table_size); /* -1: no action */
     for (i = 0; i < n; i++) {
-        waitc[i] = n;
+        waitc[i] = (int32_t)n;
         if (code[i] < 0)
             continue; /* bookkeeping: no key */
-        Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mb[i]) * present + slot[code[i]]);
+        Py_ssize_t key = (Py_ssize_t)(((long long)stage[i] * M + mb[i]) * present + slot[code[i]]);
         if (table[key] != -1)
             goto not_plain; /* a duplicate */
         table[key] = (int32_t)i;
@@ -1885,7 +1893,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
             }
             if (found++)
                 goto not_plain; /* a second wait on another device: graph.more_waits */
-            waitc[i] = j;
+            waitc[i] = (int32_t)j;
         }
     }
 #undef LOOKUP

@@ -100,8 +100,10 @@ class Graph:
         acts: list[Action]
     else:
         acts: LazyField[list[Action]] = LazyField()
-    # The integer columns are arrays (array.array: dev of typecode i, code b, the others q),
-    # whichever implementation built them, so the kernel reads them as C arrays.
+    # The integer columns are arrays (array.array: code of typecode b, starts q, the others
+    # i, 4 bytes an entry, or q where an entry does not fit in 32 bits: only the reference
+    # takes such a schedule), whichever implementation built them, so the kernel reads them
+    # as C arrays.
     dev: array[int]
     pos: array[int]  # position in its device's row of schedule.order (idle slots count)
     starts: array[int]  # device d's actions are starts[d]:starts[d+1]
@@ -294,12 +296,21 @@ def _reference(schedule: Schedule, explicit: bool, rendezvous: bool) -> Graph:
     wait, more_waits = _link(schedule, acts, dev, starts, code, stage, producer, explicit, rendezvous, facts)
     if explicit:
         facts.unmatched_comm = _unmatched_comm(schedule, acts, producer)
-    g = Graph(schedule, explicit, rendezvous, acts, array("i", dev), array("q", pos), array("q", starts),
-              array("b", code), array("q", stage), array("q", mb), array("q", wait), more_waits, **vars(facts))
+    g = Graph(schedule, explicit, rendezvous, acts, array("i", dev), _int_column(pos), array("q", starts),
+              array("b", code), _int_column(stage), _int_column(mb), _int_column(wait), more_waits, **vars(facts))
     # _index built Graph.producer's very value on its way (tests/test_graph.py derives it
     # again and compares): hand it to the cached property rather than derive it twice
     g.__dict__["producer"] = producer
     return g
+
+
+def _int_column(values: list[int]) -> array[int]:
+    """A Graph's int column: typecode i when every entry fits in 32 bits (always, but for
+    indices beyond 2^31), else q."""
+    try:
+        return array("i", values)
+    except OverflowError:
+        return array("q", values)
 
 
 def _lay_out_batches(row, d: int, acts: list[Action], dev: list[int], pos: list[int], facts: _Facts) -> None:

@@ -49,9 +49,10 @@ def assert_graph_means(g: Graph, semantics: str = "eager") -> None:
     S, M = s.stages, s.microbatches
     laid_out = [(a, d, p) for d, row in enumerate(s.order) for p, a in enumerate(row) if a is not None]
     n = len(laid_out)
-    # the integer columns are arrays of these typecodes, whoever built the graph
-    assert {f: getattr(g, f).typecode for f in ("dev", "pos", "starts", "code", "stage", "wait")} == {
-        "dev": "i", "pos": "q", "starts": "q", "code": "b", "stage": "q", "wait": "q"}
+    # the integer columns are arrays of these typecodes, whoever built the graph (i: 4 bytes
+    # an entry, as every index here fits)
+    assert {f: getattr(g, f).typecode for f in ("dev", "pos", "starts", "code", "stage", "mb", "wait")} == {
+        "dev": "i", "pos": "i", "starts": "q", "code": "b", "stage": "i", "mb": "i", "wait": "i"}
     assert (g.acts, list(g.dev), list(g.pos)) == ([a for a, _, _ in laid_out], [d for _, d, _ in laid_out],
                                                   [p for _, _, p in laid_out])
     assert list(g.starts) == [sum(1 for _, e, _ in laid_out if e < d) for d in range(s.devices + 1)]
