@@ -2403,6 +2403,7 @@ typedef struct {
 
 #define RT_HAS_FIN 1
 #define RT_HAS_READY 2
+#define RT_RETIRED 4 /* a WAIT_SEND whose data is the send it retires (in lastc) */
 
 static inline rnum_t
 rt_fin(const rt_t *r, long long i)
@@ -2687,7 +2688,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
     scratch_drop(&sc, rcount);
 
     /* (4) the data each compute action waits for (runtime.data_deps): its wait, then the RECV
-     * of its own label for an input from another rank; at most two each */
+     * of its own label for an input from another rank; at most two each, found by the sweep
+     * when it reaches the action (RT_DEPS), from the first RECV of each label (recv_at) */
     int recv_slot[MAX_CODES], nslots = 0;
     for (Py_ssize_t c = 0; c < K; c++)
         recv_slot[c] = -1;
@@ -2698,9 +2700,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
             recv_slot[rec_code[c]] = nslots++;
         }
     int32_t *recv_at = scratch_array(&sc, S * M * (nslots ? nslots : 1), sizeof(int32_t), 0); /* [slot][s][mb] */
-    int32_t *data = scratch_array(&sc, 2 * n, sizeof(int32_t), 0);
-    unsigned char *ndata = scratch_array(&sc, n, 1, 1);
-    if (!recv_at || !data || !ndata)
+    if (!recv_at)
         goto done;
     for (long long k = 0; k < S * M * nslots; k++)
         recv_at[k] = -1;
@@ -2712,24 +2712,9 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 recv_at[key] = (int32_t)i; /* the first of its label (Graph.producer) */
         }
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (is_comm[i])
-            continue;
-        long long w = int_at(&wait_c, i);
-        if (w != n)
-            data[2 * i + ndata[i]++] = (int32_t)w;
-        long long c = CODE(i);
-        if (c < 0 || rec_code[c] < 0 || MB(i) < 0)
-            continue;
-        long long ps = STAGE(i) + rec_off[c];
-        if (ps < 0 || ps >= S || route[ps] == dev[i])
-            continue;
-        long long r = recv_at[(recv_slot[rec_code[c]] * S + STAGE(i)) * M + MB(i)];
-        if (r >= 0 && r < i && dev[r] == dev[i])
-            data[2 * i + ndata[i]++] = (int32_t)r;
-    }
 
-    /* a WAIT_SEND's data: the send it retires, alone (runtime.data_deps) */
+    /* a WAIT_SEND's data: the send it retires, alone (runtime.data_deps; the sweep reads it
+     * off lastc, which only a SEND/RECV has otherwise, and the state bit RT_RETIRED) */
     for (Py_ssize_t k = 0; k < nret; k++) {
         long long w = ret_w[k], snd = ret_s[k];
         if (w < 0 || w >= n || snd < 0 || snd >= n || is_comm[w] || !is_send[snd]) {
@@ -2737,11 +2722,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                                               "send not a send");
             goto done;
         }
-        data[2 * w] = (int32_t)snd;
-        ndata[w] = 1;
     }
-    scratch_drop(&sc, recv_at);
-    scratch_drop(&sc, dev);
 
     /* (5) the lanes (runtime._Sweep._build_lanes): gloo, one per rank; NCCL, per rank its
      * compute stream, then a stream per key in the keys' order */
@@ -2809,6 +2790,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
             }
     }
     scratch_drop(&sc, keys);
+    scratch_drop(&sc, dev); /* a lane's device is lane_dev[lane_of[i]] from here on */
     /* each lane's items, in order */
     long long *loff = scratch_array(&sc, L + 1, sizeof(long long), 1), *fill = scratch_array(&sc, L, sizeof(long long), 1);
     int32_t *items = skey; /* the keys are read: their array holds the items now */
@@ -2821,7 +2803,26 @@ k_runtime_plain(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++)
         items[loff[lane_of[i]] + fill[lane_of[i]]++] = (int32_t)i;
 
-    /* (6) the sweep (runtime._Sweep.run), until nothing moves */
+    /* (6) the sweep (runtime._Sweep.run), until nothing moves.  RT_DEPS: the data of compute
+     * entry i as the step (4) above describes it, into out[0..nout) */
+#define RT_DEPS(i, out, nout)                                                                              \
+    do {                                                                                                   \
+        if (r.state[i] & RT_RETIRED) {                                                                     \
+            out[nout++] = lastc[i];                                                                        \
+            break;                                                                                         \
+        }                                                                                                  \
+        long long w_ = int_at(&wait_c, i), c_ = CODE(i);                                                   \
+        if (w_ != n)                                                                                       \
+            out[nout++] = (int32_t)w_;                                                                     \
+        if (c_ < 0 || rec_code[c_] < 0 || MB(i) < 0)                                                      \
+            break;                                                                                         \
+        long long ps_ = STAGE(i) + rec_off[c_], d_ = lane_dev[lane_of[i]];                                 \
+        if (ps_ < 0 || ps_ >= S || route[ps_] == d_)                                                       \
+            break;                                                                                         \
+        long long r_ = recv_at[(recv_slot[rec_code[c_]] * S + STAGE(i)) * M + MB(i)];                      \
+        if (r_ >= 0 && r_ < i && lane_dev[lane_of[r_]] == d_)                                              \
+            out[nout++] = (int32_t)r_;                                                                     \
+    } while (0)
     rt_t r;
     r.is_comm = is_comm;
     r.is_send = is_send;
@@ -2844,6 +2845,10 @@ k_runtime_plain(PyObject *self, PyObject *args)
     unsigned char *blocked = scratch_array(&sc, L, 1, 1);
     if (!r.state || !r.whead || !r.wnext || !r.stack || !ptr || !source || !clock || !blocked)
         goto done;
+    for (Py_ssize_t k = 0; k < nret; k++) { /* checked above; a wait given twice: the last send */
+        r.state[ret_w[k]] |= RT_RETIRED;
+        lastc[ret_w[k]] = (int32_t)ret_s[k];
+    }
     for (Py_ssize_t k = 0; k < 3 * n; k++)
         bv[k] = -1;
     for (Py_ssize_t k = 0; k < n; k++)
@@ -2899,8 +2904,11 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 continue;
             }
             rnum_t st = now;
-            for (int q = 0; q < ndata[i]; q++) {
-                long long j = data[2 * i + q];
+            int32_t deps[2];
+            int ndeps = 0;
+            RT_DEPS(i, deps, ndeps);
+            for (int q = 0; q < ndeps; q++) {
+                long long j = deps[q];
                 if (!(r.state[j] & RT_HAS_FIN)) {
                     awaited = j;
                     break;
@@ -2935,6 +2943,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++)
         if (!(r.state[i] & RT_HAS_FIN))
             goto not_plain; /* a message never done (a send left pending at the end) */
+#undef RT_DEPS
 #undef CODE
 #undef STAGE
 #undef MB
