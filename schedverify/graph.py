@@ -105,7 +105,10 @@ class Graph:
     # takes such a schedule), whichever implementation built them, so the kernel reads them
     # as C arrays.
     dev: array[int]
-    pos: array[int]  # position in its device's row of schedule.order (idle slots count)
+    if TYPE_CHECKING:  # position in its device's row of schedule.order (idle slots count)
+        pos: array[int]
+    else:  # (made on first read for a graph of a schedule's columns, which have no idle slot)
+        pos: LazyField[array[int]] = LazyField()
     starts: array[int]  # device d's actions are starts[d]:starts[d+1]
     #: kind code of each action that is a single action of one of the eight kinds with an
     #: int stage in range and a microbatch, else -1 (overlaps, bookkeeping, malformed ones)
@@ -252,11 +255,27 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
                    if cols is not None else kernel.compile_plain(schedule.order, *rules_args))
         if columns is not None:  # it declined every schedule with a fact it leaves empty
             acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit, uncoded, reduces, mb = columns
+            if cols is not None:  # i - starts[d]: not held through the check, which reads it only
+                pos = _PosOf(starts)  # to name a violation's place
             return Graph(schedule, explicit, False, cast(list, _ActsOf(schedule)) if acts is None else acts,
                          dev, pos, starts, code, stage, mb, wait, {}, counts, inversions=inversions,
                          uncoded=uncoded, reduce_grads=reduces)
     explicit = schedule.has_explicit_comm
     return _reference(schedule, explicit, explicit and comm_semantics == "rendezvous")
+
+
+class _PosOf(Later[array]):
+    """Graph.pos of a graph compiled from the schedule's columns (rows without idle slots):
+    each action's index on its device."""
+
+    def __init__(self, starts: array):
+        self.starts = starts
+
+    def make(self) -> array:
+        out = array("i")
+        for lo, hi in zip(self.starts, self.starts[1:]):
+            out.extend(range(hi - lo))
+        return out
 
 
 class _ActsOf(Later[list[Action]]):
