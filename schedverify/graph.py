@@ -31,6 +31,7 @@ since a same-device dependency that comes earlier is implied by device order.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -104,7 +105,10 @@ class Graph:
     # i, 4 bytes an entry, or q where an entry does not fit in 32 bits: only the reference
     # takes such a schedule), whichever implementation built them, so the kernel reads them
     # as C arrays.
-    dev: array[int]
+    if TYPE_CHECKING:  # the device of each action
+        dev: array[int]
+    else:  # (made on first read for a graph of a schedule's columns, as pos)
+        dev: LazyField[array[int]] = LazyField()
     if TYPE_CHECKING:  # position in its device's row of schedule.order (idle slots count)
         pos: array[int]
     else:  # (made on first read for a graph of a schedule's columns, which have no idle slot)
@@ -159,6 +163,11 @@ class Graph:
                 if key >= 0 and out.get(key, i) >= i:
                     out[key] = i
         return out
+
+    def device_of(self, i: int) -> int:
+        """``dev[i]``, found from ``starts`` (a device's actions are contiguous), so that a rule
+        reading a few actions' devices does not make the column of a graph of columns."""
+        return bisect_right(self.starts, i) - 1
 
     def stage_of(self, i: int) -> Any:
         """The stage action ``i`` names, coded or not (a bookkeeping action's too; None for
@@ -255,8 +264,8 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
                    if cols is not None else kernel.compile_plain(schedule.order, *rules_args))
         if columns is not None:  # it declined every schedule with a fact it leaves empty
             acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit, uncoded, reduces, mb = columns
-            if cols is not None:  # i - starts[d]: not held through the check, which reads it only
-                pos = _PosOf(starts)  # to name a violation's place
+            if cols is not None:  # d and i - starts[d]: not held through the check, which reads
+                dev, pos = _ByDevice(starts, True), _ByDevice(starts, False)  # them to name a place
             return Graph(schedule, explicit, False, cast(list, _ActsOf(schedule)) if acts is None else acts,
                          dev, pos, starts, code, stage, mb, wait, {}, counts, inversions=inversions,
                          uncoded=uncoded, reduce_grads=reduces)
@@ -264,17 +273,17 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
     return _reference(schedule, explicit, explicit and comm_semantics == "rendezvous")
 
 
-class _PosOf(Later[array]):
-    """Graph.pos of a graph compiled from the schedule's columns (rows without idle slots):
-    each action's index on its device."""
+class _ByDevice(Later[array]):
+    """Graph.dev (``device``) or Graph.pos of a graph compiled from the schedule's columns
+    (rows without idle slots): each action's device, or its index on its device."""
 
-    def __init__(self, starts: array):
-        self.starts = starts
+    def __init__(self, starts: array, device: bool):
+        self.starts, self.device = starts, device
 
     def make(self) -> array:
         out = array("i")
-        for lo, hi in zip(self.starts, self.starts[1:]):
-            out.extend(range(hi - lo))
+        for d, (lo, hi) in enumerate(zip(self.starts, self.starts[1:])):
+            out.extend(array("i", [d]) * (hi - lo) if self.device else range(hi - lo))
         return out
 
 

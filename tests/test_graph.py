@@ -56,6 +56,7 @@ def assert_graph_means(g: Graph, semantics: str = "eager") -> None:
     assert (g.acts, list(g.dev), list(g.pos)) == ([a for a, _, _ in laid_out], [d for _, d, _ in laid_out],
                                                   [p for _, _, p in laid_out])
     assert list(g.starts) == [sum(1 for _, e, _ in laid_out if e < d) for d in range(s.devices + 1)]
+    assert [g.device_of(i) for i in range(len(laid_out))] == [d for _, d, _ in laid_out]
     assert g.n == n
     assert g.explicit_comm == s.has_explicit_comm
     assert g.rendezvous == (g.explicit_comm and semantics == "rendezvous")
