@@ -2082,6 +2082,69 @@ time_at(const times_t *t, Py_ssize_t i, num_t *x)
     return 0;
 }
 
+/* start_list(end_values, end_floats, ready_values, ready_floats, is_comm, durations) -> list
+ * | None: runtime_plain's start times as the reference makes them (runtime._Sweep.run): a
+ * SEND/RECV's (is_comm[i] nonzero) its ready time, another action's its end minus its
+ * duration, the Python operation: an int when both are ints (exact: each at most 2^53 in
+ * magnitude), else the double subtraction of the two as doubles (an int converted exactly).
+ * None when a duration is a number read_number does not take. */
+static PyObject *
+k_start_list(PyObject *self, PyObject *args)
+{
+    PyObject *ev, *ef, *rv, *rf, *comm_o, *dur_o;
+    times_t e, r;
+    if (!PyArg_ParseTuple(args, "OOOOSO!", &ev, &ef, &rv, &rf, &comm_o, &PyList_Type, &dur_o))
+        return NULL;
+    if (!read_times(ev, ef, &e, "start_list"))
+        return NULL;
+    if (!read_times(rv, rf, &r, "start_list")) {
+        PyBuffer_Release(&e.view);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    Py_ssize_t n = e.n;
+    if (r.n != n || PyBytes_GET_SIZE(comm_o) != n || PyList_GET_SIZE(dur_o) != n) {
+        PyErr_SetString(PyExc_ValueError, "start_list: the columns' lengths disagree");
+        goto done;
+    }
+    const unsigned char *is_comm = (const unsigned char *)PyBytes_AS_STRING(comm_o);
+    number_cache_t cache = {{NULL}, {0}, {0}, 0};
+    /* the durations first: no list is made when one is not a number the kernel takes */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double d;
+        unsigned char df;
+        if (!is_comm[i] && !read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &d, &df)) {
+            out = declined();
+            goto done;
+        }
+    }
+    if (!(out = PyList_New(n)))
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        num_t x;
+        PyObject *o = NULL;
+        if (is_comm[i]) {
+            if (time_at(&r, i, &x))
+                o = number_object(x.is_float ? x.f : (double)x.i, x.is_float);
+        } else if (time_at(&e, i, &x)) {
+            double d = 0;
+            unsigned char df = 0;
+            read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &d, &df); /* read above */
+            o = x.is_float || df ? PyFloat_FromDouble((x.is_float ? x.f : (double)x.i) - d)
+                                 : PyLong_FromLongLong(x.i - (long long)d);
+        }
+        if (o == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, o);
+    }
+done:
+    PyBuffer_Release(&e.view);
+    PyBuffer_Release(&r.view);
+    return out;
+}
+
 /* times_list(values, floats) -> list: the times as Python's sweep makes them. */
 static PyObject *
 k_times_list(PyObject *self, PyObject *args)
@@ -3497,6 +3560,9 @@ static PyMethodDef methods[] = {
      "runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds, nccl, "
      "buffered, by_edge, by_direction, lazy, retired_waits, retired_sends) -> (end, ready as times "
      "columns, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm) | None."},
+    {"start_list", k_start_list, METH_VARARGS,
+     "start_list(end_values, end_floats, ready_values, ready_floats, is_comm, durations) -> list | None: "
+     "runtime_plain's start times."},
     {"times_list", k_times_list, METH_VARARGS,
      "times_list(values, floats) -> list: a times column as Python's numbers."},
     {"durations_plain", k_durations_plain, METH_VARARGS,

@@ -378,6 +378,11 @@ class _Start(Later[list]):
         self.finish, self.ready, self.is_comm, self.durations = finish, ready, is_comm, durations
 
     def make(self) -> list:
+        kernel = _accel.kernel
+        made = (kernel.start_list(self.finish.values, self.finish.floats, self.ready.values, self.ready.floats,
+                                  self.is_comm, self.durations) if kernel is not None else None)
+        if made is not None:
+            return made
         return [r if c else f - t for c, r, f, t in zip(self.is_comm, self.ready.make(), self.finish.make(),
                                                          self.durations)]
 
