@@ -276,6 +276,19 @@ scratch_free(scratch_t *sc)
         PyMem_Free(sc->block[--sc->count]);
 }
 
+/* Free one of sc's arrays now (a phase's own scratch, once the phase is over), so that the
+ * phases after it do not hold it too; NULL is nothing. */
+static void
+scratch_drop(scratch_t *sc, void *p)
+{
+    for (int k = sc->count - 1; p != NULL && k >= 0; k--)
+        if (sc->block[k] == p) {
+            PyMem_Free(p);
+            sc->block[k] = sc->block[--sc->count];
+            return;
+        }
+}
+
 /* What a function returns from its not_plain label: None (declined), or NULL when an
  * exception is set. */
 static PyObject *
@@ -327,6 +340,7 @@ index_array(scratch_t *sc, PyObject *seq, Py_ssize_t *len, const char *what)
 typedef struct {
     Py_buffer view; /* view.obj is NULL when the column was copied */
     const long long *q; /* the items, when they are aligned long longs (a 'q' array, a copy) */
+    const int *i4;      /* the items, when they are aligned ints (an 'i' array: a compiled Graph's) */
     char kind;
 } ints_t;
 
@@ -335,6 +349,7 @@ read_ints(scratch_t *sc, PyObject *seq, ints_t *out, Py_ssize_t *len, const char
 {
     out->view.obj = NULL;
     out->q = NULL;
+    out->i4 = NULL;
     if (!PyObject_CheckBuffer(seq)) {
         out->q = index_array(sc, seq, len, what);
         return out->q != NULL;
@@ -358,6 +373,8 @@ read_ints(scratch_t *sc, PyObject *seq, ints_t *out, Py_ssize_t *len, const char
     out->kind = kind;
     if (kind == 'q' && (uintptr_t)out->view.buf % sizeof(long long) == 0)
         out->q = (const long long *)out->view.buf;
+    if (kind == 'i' && (uintptr_t)out->view.buf % sizeof(int) == 0)
+        out->i4 = (const int *)out->view.buf;
     *len = out->view.len / out->view.itemsize;
     return 1;
 }
@@ -367,6 +384,8 @@ int_at(const ints_t *c, Py_ssize_t i)
 {
     if (c->q != NULL)
         return c->q[i];
+    if (c->i4 != NULL)
+        return c->i4[i];
     const char *b = (const char *)c->view.buf;
     switch (c->kind) { /* memcpy: the buffer need not be aligned for the type */
     case 'b': { signed char v; memcpy(&v, b + i, 1); return v; }
@@ -1550,8 +1569,8 @@ typedef struct {
 static int
 place_action(Py_ssize_t i, Py_ssize_t p, Py_ssize_t d, int c, long long s, long long m, long long S,
              long long M, const int32_t *route_dev, const int32_t *mr, int allow_comm,
-             const signed char *is_comm, int *explicit, int8_t *code, long long *stage, long long *mbs,
-             long long *pos, int32_t *devs, long long *counts)
+             const signed char *is_comm, int *explicit, int8_t *code, int32_t *stage, int32_t *mbs,
+             int32_t *pos, int32_t *devs, long long *counts)
 {
     if (is_comm[c]) {
         if (!allow_comm)
@@ -1561,10 +1580,10 @@ place_action(Py_ssize_t i, Py_ssize_t p, Py_ssize_t d, int c, long long s, long 
     if (s < 0 || s >= S || m < 0 || m >= M || route_dev[(mr ? mr[m] : 0) * S + s] != d)
         return 0;
     code[i] = (int8_t)c;
-    stage[i] = s;
+    stage[i] = (int32_t)s; /* in range: S, M and every position fit (compile_core) */
     if (mbs != NULL) /* NULL: the columns' own microbatches are read */
-        mbs[i] = m;
-    pos[i] = p;
+        mbs[i] = (int32_t)m;
+    pos[i] = (int32_t)p;
     devs[i] = (int32_t)d;
     counts[c]++;
     return 1;
@@ -1670,21 +1689,23 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     Py_ssize_t D = order ? PyTuple_GET_SIZE(order) : cols->D, n = order ? 0 : cols->n;
     for (Py_ssize_t d = 0; order && d < D; d++) {
         PyObject *row = PyTuple_GET_ITEM(order, d);
-        if (!PyTuple_Check(row))
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) >= INT32_MAX)
             Py_RETURN_NONE;
         for (Py_ssize_t p = 0; p < PyTuple_GET_SIZE(row); p++)
             n += PyTuple_GET_ITEM(row, p) != Py_None;
     }
     /* a dense producer table of S*M*(the kinds present, at most 8) entries, only when that is
      * not absurd for n actions */
-    if (S > (4LL * n + 1024) / M + 1 || S * M > 4LL * n + 1024 || n >= INT32_MAX || D >= INT32_MAX)
+    if (S > (4LL * n + 1024) / M + 1 || S * M > 4LL * n + 1024 || n >= INT32_MAX || D >= INT32_MAX ||
+        S >= INT32_MAX || M >= INT32_MAX) /* the int columns are int32 (graph.py's typecode i) */
         Py_RETURN_NONE;
 
     Py_ssize_t R = PyTuple_GET_SIZE(routes);
     scratch_t sc = {{NULL}, 0};
     int32_t *route_dev, *mr = NULL, *table, *devs;
     int8_t *code;
-    long long *stage, *mbs = NULL, *pos, *starts, *waitc, *inv = NULL;
+    int32_t *stage, *mbs = NULL, *pos, *waitc;
+    long long *starts, *inv = NULL;
     /* the bookkeeping entries of the columns (codes K and up: graph.Graph.uncoded) and
      * among them the REDUCE_GRADs (code reduce_code: Graph.reduce_grads) */
     long long *uncoded = NULL, *reduces = NULL;
@@ -1716,9 +1737,9 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     if (!ok || R < 1)
         goto not_plain;
 
-    if (!(code = column_new(&c_code, "b", n)) || !(stage = column_new(&c_stage, "q", n)) ||
-        !(mbs = column_new(&c_mb, "q", n)) ||
-        !(pos = column_new(&c_pos, "q", n)) || !(devs = column_new(&c_dev, "i", n)) ||
+    if (!(code = column_new(&c_code, "b", n)) || !(stage = column_new(&c_stage, "i", n)) ||
+        !(mbs = column_new(&c_mb, "i", n)) ||
+        !(pos = column_new(&c_pos, "i", n)) || !(devs = column_new(&c_dev, "i", n)) ||
         !(starts = column_new(&c_starts, "q", D + 1)) || (order && !(acts = PyList_New(n))))
         goto fail;
 
@@ -1731,8 +1752,8 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
 #define PLACE(c, s, m) place_action(i, p, d, (c), (s), (m), S, M, route_dev, mr, allow_comm, is_comm, \
                                     &explicit, code, stage, cols ? NULL : mbs, pos, devs, counts)
     if (cols) { /* the columns of grammar.PlainRows: plain actions, no idle slot */
-        if (n > 0)
-            memcpy(mbs, cols->mb, sizeof(long long) * (size_t)n); /* bookkeeping's are -1 */
+        for (Py_ssize_t k = 0; k < n; k++) /* bookkeeping's are -1; one out of range declines below */
+            mbs[k] = cols->mb[k] >= -1 && cols->mb[k] < M ? (int32_t)cols->mb[k] : -1;
         for (Py_ssize_t k = 0; k < n && !uncoded; k++)
             if (cols->code[k] >= K && (!(uncoded = scratch_array(&sc, n, sizeof(long long), 0)) ||
                                        !(reduces = scratch_array(&sc, n, sizeof(long long), 0))))
@@ -1811,19 +1832,19 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
 
     /* the table has a slot per (stage, microbatch) for each kind the schedule has (a
      * compute-only 1F1B: F and B, a quarter of the eight); a kind it lacks has no producer */
-    const long long *mb = mbs; /* each action's microbatch */
+    const int32_t *mb = mbs; /* each action's microbatch */
     int slot[MAX_CODES], present = 0;
     for (int c = 0; c < K; c++)
         slot[c] = counts[c] ? present++ : -1;
     Py_ssize_t table_size = (Py_ssize_t)(S * M * (present ? present : 1));
-    if (!(table = scratch_array(&sc, table_size, sizeof(int32_t), 0)) || !(waitc = column_new(&c_wait, "q", n)))
+    if (!(table = scratch_array(&sc, table_size, sizeof(int32_t), 0)) || !(waitc = column_new(&c_wait, "i", n)))
         goto fail;
     memset(table, 0xff, sizeof(int32_t) * (size_t)table_size); /* -1: no action */
     for (i = 0; i < n; i++) {
-        waitc[i] = n;
+        waitc[i] = (int32_t)n;
         if (code[i] < 0)
             continue; /* bookkeeping: no key */
-        Py_ssize_t key = (Py_ssize_t)((stage[i] * M + mb[i]) * present + slot[code[i]]);
+        Py_ssize_t key = (Py_ssize_t)(((long long)stage[i] * M + mb[i]) * present + slot[code[i]]);
         if (table[key] != -1)
             goto not_plain; /* a duplicate */
         table[key] = (int32_t)i;
@@ -1872,7 +1893,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
             }
             if (found++)
                 goto not_plain; /* a second wait on another device: graph.more_waits */
-            waitc[i] = j;
+            waitc[i] = (int32_t)j;
         }
     }
 #undef LOOKUP
@@ -2059,6 +2080,69 @@ time_at(const times_t *t, Py_ssize_t i, num_t *x)
     PyErr_SetString(PyExc_ValueError, "a times column's flag is 1 (a float) or 0 (an int of magnitude "
                                       "at most 2^53)");
     return 0;
+}
+
+/* start_list(end_values, end_floats, ready_values, ready_floats, is_comm, durations) -> list
+ * | None: runtime_plain's start times as the reference makes them (runtime._Sweep.run): a
+ * SEND/RECV's (is_comm[i] nonzero) its ready time, another action's its end minus its
+ * duration, the Python operation: an int when both are ints (exact: each at most 2^53 in
+ * magnitude), else the double subtraction of the two as doubles (an int converted exactly).
+ * None when a duration is a number read_number does not take. */
+static PyObject *
+k_start_list(PyObject *self, PyObject *args)
+{
+    PyObject *ev, *ef, *rv, *rf, *comm_o, *dur_o;
+    times_t e, r;
+    if (!PyArg_ParseTuple(args, "OOOOSO!", &ev, &ef, &rv, &rf, &comm_o, &PyList_Type, &dur_o))
+        return NULL;
+    if (!read_times(ev, ef, &e, "start_list"))
+        return NULL;
+    if (!read_times(rv, rf, &r, "start_list")) {
+        PyBuffer_Release(&e.view);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    Py_ssize_t n = e.n;
+    if (r.n != n || PyBytes_GET_SIZE(comm_o) != n || PyList_GET_SIZE(dur_o) != n) {
+        PyErr_SetString(PyExc_ValueError, "start_list: the columns' lengths disagree");
+        goto done;
+    }
+    const unsigned char *is_comm = (const unsigned char *)PyBytes_AS_STRING(comm_o);
+    number_cache_t cache = {{NULL}, {0}, {0}, 0};
+    /* the durations first: no list is made when one is not a number the kernel takes */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double d;
+        unsigned char df;
+        if (!is_comm[i] && !read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &d, &df)) {
+            out = declined();
+            goto done;
+        }
+    }
+    if (!(out = PyList_New(n)))
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        num_t x;
+        PyObject *o = NULL;
+        if (is_comm[i]) {
+            if (time_at(&r, i, &x))
+                o = number_object(x.is_float ? x.f : (double)x.i, x.is_float);
+        } else if (time_at(&e, i, &x)) {
+            double d = 0;
+            unsigned char df = 0;
+            read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &d, &df); /* read above */
+            o = x.is_float || df ? PyFloat_FromDouble((x.is_float ? x.f : (double)x.i) - d)
+                                 : PyLong_FromLongLong(x.i - (long long)d);
+        }
+        if (o == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, o);
+    }
+done:
+    PyBuffer_Release(&e.view);
+    PyBuffer_Release(&r.view);
+    return out;
 }
 
 /* times_list(values, floats) -> list: the times as Python's sweep makes them. */
@@ -2304,8 +2388,8 @@ done:
 
 /* runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds,
  *               nccl, buffered, by_edge, by_direction, lazy, retired_waits, retired_sends)
- *   -> (start_values, start_floats, end_values, end_floats, ready_values, ready_floats, bind, partner,
- *       peer_device, lane_of, lanes, makespan, last, is_comm) | None
+ *   -> (end_values, end_floats, ready_values, ready_floats, bind, partner, peer_device, lane_of,
+ *       lanes, makespan, last, is_comm) | None
  *
  * The twin of runtime.simulate (match, data_deps, _Sweep) for the run that ends: PyTorch's
  * runtime over gloo (``nccl`` 0: one host lane per rank) or NCCL (a compute stream and one
@@ -2324,8 +2408,11 @@ done:
  * crossing), a lane that never finishes, a message never done, a number read_number does
  * not take, or ints that could outgrow doubles (bound as in sweep_plain, with each message's
  * two durations counted).  Otherwise every column is what the reference's RuntimeResult
- * holds, number for number and type for type (times as graph.Times columns): the operations
- * are the reference's in its order, a value a float as soon as one operand is.  ``lanes``:
+ * holds, number for number and type for type (times as graph.Times columns; the start times,
+ * a SEND/RECV's ready and a compute action's end - duration, are left for the caller to make
+ * when it reads them; bind, partner, peer_device and lane_of are arrays of typecode "i", 4
+ * bytes an entry, so it declines 3n >= INT32_MAX): the operations are the reference's in its
+ * order, a value a float as soon as one operand is.  ``lanes``:
  * per lane (rank, "host" | "compute" | "comm", the stream's key as runtime._stream_label
  * reads it, or None); ``makespan`` and ``last``: max(end) as Python gives it, and the first
  * action that ends then; ``is_comm``: bytes, 1 for each SEND/RECV. */
@@ -2338,13 +2425,6 @@ static inline rnum_t
 rn_add(rnum_t a, rnum_t b)
 {
     rnum_t r = {a.v + b.v, (unsigned char)(a.f | b.f)};
-    return r;
-}
-
-static inline rnum_t
-rn_sub(rnum_t a, rnum_t b)
-{
-    rnum_t r = {a.v - b.v, (unsigned char)(a.f | b.f)};
     return r;
 }
 
@@ -2367,15 +2447,18 @@ compare_ll(const void *a, const void *b)
 
 typedef struct {
     const unsigned char *is_comm, *is_send;
-    const long long *partner;
-    const rnum_t *dur;
+    const int32_t *partner;
+    /* each action's duration: dtab[dix[i]], the table holding each distinct number object
+     * read (a duration per action is one of the costs' few numbers) */
+    const int32_t *dix;
+    const rnum_t *dtab;
     rnum_t comm;
     int buffered;
     /* the times, in the result's columns: fin (a compute action's end, a SEND/RECV's done)
      * and ready, each a value and its float flag; state: bit 0 fin known, bit 1 ready known */
     double *fin_v, *ready_v;
     unsigned char *fin_f, *ready_f, *state;
-    long long *bind;
+    int32_t *bind;
     int32_t *whead, *wnext; /* per action the lanes waiting for its fin, linked */
     int32_t *stack;
     Py_ssize_t top;
@@ -2383,6 +2466,7 @@ typedef struct {
 
 #define RT_HAS_FIN 1
 #define RT_HAS_READY 2
+#define RT_RETIRED 4 /* a WAIT_SEND whose data is the send it retires (in lastc) */
 
 static inline rnum_t
 rt_fin(const rt_t *r, long long i)
@@ -2414,10 +2498,16 @@ rt_set_fin(rt_t *r, long long i, rnum_t t)
     }
 }
 
+static inline rnum_t
+rt_dur(const rt_t *r, long long i)
+{
+    return r->dtab[r->dix[i]];
+}
+
 static inline void
 rt_finish(rt_t *r, long long x, rnum_t t, long long via)
 {
-    r->bind[3 * x + RT_DONE] = 3 * via + RT_READY;
+    r->bind[3 * x + RT_DONE] = (int32_t)(3 * via + RT_READY);
     rt_set_fin(r, x, t);
 }
 
@@ -2430,13 +2520,15 @@ rt_set_ready(rt_t *r, long long x, rnum_t t)
     r->state[x] |= RT_HAS_READY;
     long long p = r->partner[x];
     int sending = r->is_send[x];
+    rnum_t dx = rt_dur(r, x), dp = rt_dur(r, p);
     if (r->buffered && sending)
-        rt_finish(r, x, rn_add(t, r->dur[x].v > r->dur[p].v ? r->dur[x] : r->dur[p]), x);
+        rt_finish(r, x, rn_add(t, dx.v > dp.v ? dx : dp), x);
     if (!(r->state[p] & RT_HAS_READY))
         return;
     long long s = sending ? x : p, rc = sending ? p : x;
     rnum_t rs = rt_ready(r, s), rr = rt_ready(r, rc);
-    rnum_t delta = r->dur[s].v > r->dur[rc].v ? r->dur[s] : r->dur[rc];
+    rnum_t ds = sending ? dx : dp, dr = sending ? dp : dx;
+    rnum_t delta = ds.v > dr.v ? ds : dr;
     if (!(r->state[s] & RT_HAS_FIN))
         rt_finish(r, s, rn_add(rs.v >= rr.v ? rs : rr, delta), rs.v >= rr.v ? s : rc);
     rnum_t arrive = rn_add(rs, r->comm);
@@ -2454,10 +2546,10 @@ k_runtime_plain(PyObject *self, PyObject *args)
                           &kinds_o, &nccl, &buffered, &by_edge, &by_direction, &lazy, &rw_o, &rs_o))
         return NULL;
     scratch_t sc = {{NULL}, 0};
-    PyObject *result = NULL, *lanes_l = NULL, *flags[4] = {NULL}; /* the times' floats; is_comm */
+    PyObject *result = NULL, *lanes_l = NULL, *flags[3] = {NULL}; /* the times' floats; is_comm */
     Py_ssize_t D1 = 0, n = 0, n2 = 0, n3 = 0, n4 = 0, S = 0;
     ints_t code_c = {{NULL}}, stage_c = {{NULL}}, mb_c = {{NULL}}, wait_c = {{NULL}};
-    column_t cols[7] = {{NULL}}; /* start, fin, ready (doubles); bind, partner, peer, lane_of */
+    column_t cols[6] = {{NULL}}; /* fin, ready (doubles); bind, partner, peer, lane_of (int32) */
     /* (1) the columns and tables, which may run Python code, then every column made here */
     long long *starts = index_array(&sc, starts_o, &D1, "runtime_plain: starts");
     if (starts == NULL || !read_ints(&sc, code_o, &code_c, &n, "runtime_plain: code") ||
@@ -2473,7 +2565,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         goto done;
     Py_ssize_t D = D1 - 1, K = PyTuple_GET_SIZE(kinds_o);
     if (n2 != n || n3 != n || n4 != n || nret != nret2 || PyList_GET_SIZE(dur_o) != n || K < 1 || K > MAX_CODES ||
-        PyTuple_GET_SIZE(received_o) != K || n >= INT32_MAX || D >= (1 << 15)) {
+        PyTuple_GET_SIZE(received_o) != K || n >= INT32_MAX / 3 || D >= (1 << 15)) { /* bind: 3n int32 */
         PyErr_SetString(PyExc_ValueError, "runtime_plain: the columns' and tables' lengths disagree");
         goto done;
     }
@@ -2511,16 +2603,17 @@ k_runtime_plain(PyObject *self, PyObject *args)
             goto done;
         }
     }
-    double *sv = column_new(&cols[0], "d", n), *fv = column_new(&cols[1], "d", n), *rv = column_new(&cols[2], "d", n);
-    long long *bv = column_new(&cols[3], "q", 3 * n), *partner = column_new(&cols[4], "q", n),
-              *peer = column_new(&cols[5], "q", n), *lane_of = column_new(&cols[6], "q", n);
-    for (int q = 0; q < 4; q++)
+    /* the int columns are int32 ("i", as int is on every platform CPython supports): the
+     * actions (and 3n event keys) are fewer than INT32_MAX, checked above */
+    double *fv = column_new(&cols[0], "d", n), *rv = column_new(&cols[1], "d", n);
+    int32_t *bv = column_new(&cols[2], "i", 3 * n), *partner = column_new(&cols[3], "i", n),
+            *peer = column_new(&cols[4], "i", n), *lane_of = column_new(&cols[5], "i", n);
+    for (int q = 0; q < 3; q++)
         if (!(flags[q] = PyBytes_FromStringAndSize(NULL, n)))
             goto done;
-    if (!sv || !fv || !rv || !bv || !partner || !peer || !lane_of)
+    if (!fv || !rv || !bv || !partner || !peer || !lane_of)
         goto done;
-    unsigned char *sfp = (unsigned char *)PyBytes_AS_STRING(flags[0]), *ffp = (unsigned char *)PyBytes_AS_STRING(flags[1]),
-                  *rfp = (unsigned char *)PyBytes_AS_STRING(flags[2]);
+    unsigned char *ffp = (unsigned char *)PyBytes_AS_STRING(flags[0]), *rfp = (unsigned char *)PyBytes_AS_STRING(flags[1]);
     /* (2) from here on nothing is made and nothing is called: the columns read where they
      * lie (a code -1 is bookkeeping) and checked */
 #define CODE(i) int_at(&code_c, (i))
@@ -2554,18 +2647,35 @@ k_runtime_plain(PyObject *self, PyObject *args)
         goto done;
     }
 
-    /* durations and comm */
-    rnum_t *dur = scratch_array(&sc, n, sizeof(rnum_t), 0), comm = {0, 0};
-    if (dur == NULL)
+    /* durations and comm: each action's an index into a table of the number objects read
+     * (dtab has room for one per action; only the few the costs give are written) */
+    int32_t *dix = scratch_array(&sc, n, sizeof(int32_t), 0);
+    rnum_t *dtab = scratch_array(&sc, n, sizeof(rnum_t), 0), comm = {0, 0};
+    if (dix == NULL || dtab == NULL)
         goto done;
     if (!read_number(comm_o, &comm.v, &comm.f))
         goto not_plain;
-    number_cache_t cache = {{NULL}, {0}, {0}, 0};
+    PyObject *seen[NUMBER_CACHE] = {NULL};
+    int32_t seen_at[NUMBER_CACHE] = {0}, ntab = 0, next_seen = 0;
     long long bound = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!read_number_cached(&cache, PyList_GET_ITEM(dur_o, i), &dur[i].v, &dur[i].f) || !(dur[i].v >= 0))
-            goto not_plain;
-        if (!dur[i].f && (bound += 2 * (long long)dur[i].v) > EXACT_INT_MAX)
+        PyObject *o = PyList_GET_ITEM(dur_o, i);
+        int k = 0;
+        while (k < NUMBER_CACHE && seen[k] != o)
+            k++;
+        if (k == NUMBER_CACHE) { /* an object not among the last few: a new entry */
+            rnum_t x;
+            if (!read_number(o, &x.v, &x.f) || !(x.v >= 0))
+                goto not_plain;
+            dtab[ntab] = x;
+            k = next_seen;
+            next_seen = (next_seen + 1) % NUMBER_CACHE;
+            seen[k] = o;
+            seen_at[k] = ntab++;
+        }
+        dix[i] = seen_at[k];
+        rnum_t d = dtab[dix[i]];
+        if (!d.f && (bound += 2 * (long long)d.v) > EXACT_INT_MAX)
             goto not_plain; /* a message's delta is one of its two durations: counted twice */
     }
     if (!comm.f && comm.v != 0) {
@@ -2576,7 +2686,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
 
     /* (3) matching (runtime.match): per channel (sender, receiver, direction when the layout
      * splits it) the k-th send posted meets the k-th receive posted */
-    unsigned char *is_comm = (unsigned char *)PyBytes_AS_STRING(flags[3]), *is_send = scratch_array(&sc, n, 1, 1);
+    unsigned char *is_comm = (unsigned char *)PyBytes_AS_STRING(flags[2]), *is_send = scratch_array(&sc, n, 1, 1);
     if (n > 0)
         memset(is_comm, 0, (size_t)n);
     long long nch = (long long)D * D * 2;
@@ -2598,7 +2708,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         long long ps = STAGE(i) + peer_off[c];
         if (ps < 0 || ps >= S || MB(i) < 0)
             goto not_plain; /* no peer: the reference reports it */
-        peer[i] = route[ps];
+        peer[i] = (int32_t)route[ps];
         (is_send[i] ? scount : rcount)[CHANNEL(i)]++;
     }
     /* the sends and receives of each channel, in posting order (index order: a channel's
@@ -2626,15 +2736,23 @@ k_runtime_plain(PyObject *self, PyObject *args)
 #undef CHANNEL
     for (long long k = 0; k < nch; k++)
         for (long long q = soff[k]; q < soff[k + 1]; q++) {
-            long long s = sl[q], r = rl[roff[k] + (q - soff[k])];
+            int32_t s = sl[q], r = rl[roff[k] + (q - soff[k])];
             partner[s] = r;
             partner[r] = s;
             if (CODE(r) != for_code[CODE(s)] || STAGE(r) != STAGE(s) + peer_off[CODE(s)] || MB(r) != MB(s))
                 goto not_plain; /* a crossing: the reference reports it */
         }
+    /* the matching's scratch is not held through the sweep */
+    scratch_drop(&sc, sl);
+    scratch_drop(&sc, rl);
+    scratch_drop(&sc, soff);
+    scratch_drop(&sc, roff);
+    scratch_drop(&sc, scount);
+    scratch_drop(&sc, rcount);
 
     /* (4) the data each compute action waits for (runtime.data_deps): its wait, then the RECV
-     * of its own label for an input from another rank; at most two each */
+     * of its own label for an input from another rank; at most two each, found by the sweep
+     * when it reaches the action (RT_DEPS), from the first RECV of each label (recv_at) */
     int recv_slot[MAX_CODES], nslots = 0;
     for (Py_ssize_t c = 0; c < K; c++)
         recv_slot[c] = -1;
@@ -2645,9 +2763,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
             recv_slot[rec_code[c]] = nslots++;
         }
     int32_t *recv_at = scratch_array(&sc, S * M * (nslots ? nslots : 1), sizeof(int32_t), 0); /* [slot][s][mb] */
-    int32_t *data = scratch_array(&sc, 2 * n, sizeof(int32_t), 0);
-    unsigned char *ndata = scratch_array(&sc, n, 1, 1);
-    if (!recv_at || !data || !ndata)
+    if (!recv_at)
         goto done;
     for (long long k = 0; k < S * M * nslots; k++)
         recv_at[k] = -1;
@@ -2659,24 +2775,9 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 recv_at[key] = (int32_t)i; /* the first of its label (Graph.producer) */
         }
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (is_comm[i])
-            continue;
-        long long w = int_at(&wait_c, i);
-        if (w != n)
-            data[2 * i + ndata[i]++] = (int32_t)w;
-        long long c = CODE(i);
-        if (c < 0 || rec_code[c] < 0 || MB(i) < 0)
-            continue;
-        long long ps = STAGE(i) + rec_off[c];
-        if (ps < 0 || ps >= S || route[ps] == dev[i])
-            continue;
-        long long r = recv_at[(recv_slot[rec_code[c]] * S + STAGE(i)) * M + MB(i)];
-        if (r >= 0 && r < i && dev[r] == dev[i])
-            data[2 * i + ndata[i]++] = (int32_t)r;
-    }
 
-    /* a WAIT_SEND's data: the send it retires, alone (runtime.data_deps) */
+    /* a WAIT_SEND's data: the send it retires, alone (runtime.data_deps; the sweep reads it
+     * off lastc, which only a SEND/RECV has otherwise, and the state bit RT_RETIRED) */
     for (Py_ssize_t k = 0; k < nret; k++) {
         long long w = ret_w[k], snd = ret_s[k];
         if (w < 0 || w >= n || snd < 0 || snd >= n || is_comm[w] || !is_send[snd]) {
@@ -2684,8 +2785,6 @@ k_runtime_plain(PyObject *self, PyObject *args)
                                               "send not a send");
             goto done;
         }
-        data[2 * w] = (int32_t)snd;
-        ndata[w] = 1;
     }
 
     /* (5) the lanes (runtime._Sweep._build_lanes): gloo, one per rank; NCCL, per rank its
@@ -2703,7 +2802,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
             lane_kind[L] = 0;
             lane_key[L] = -1;
             for (long long i = starts[d]; i < starts[d + 1]; i++)
-                lane_of[i] = L;
+                lane_of[i] = (int32_t)L;
             L++;
             continue;
         }
@@ -2715,7 +2814,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         Py_ssize_t nkeys = 0;
         for (long long i = starts[d]; i < starts[d + 1]; i++) {
             if (!is_comm[i]) {
-                lane_of[i] = compute;
+                lane_of[i] = (int32_t)compute;
                 last = i;
                 continue;
             }
@@ -2750,9 +2849,11 @@ k_runtime_plain(PyObject *self, PyObject *args)
                     else
                         hi = mid;
                 }
-                lane_of[i] = first + lo;
+                lane_of[i] = (int32_t)(first + lo);
             }
     }
+    scratch_drop(&sc, keys);
+    scratch_drop(&sc, dev); /* a lane's device is lane_dev[lane_of[i]] from here on */
     /* each lane's items, in order */
     long long *loff = scratch_array(&sc, L + 1, sizeof(long long), 1), *fill = scratch_array(&sc, L, sizeof(long long), 1);
     int32_t *items = skey; /* the keys are read: their array holds the items now */
@@ -2765,12 +2866,32 @@ k_runtime_plain(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++)
         items[loff[lane_of[i]] + fill[lane_of[i]]++] = (int32_t)i;
 
-    /* (6) the sweep (runtime._Sweep.run), until nothing moves */
+    /* (6) the sweep (runtime._Sweep.run), until nothing moves.  RT_DEPS: the data of compute
+     * entry i as the step (4) above describes it, into out[0..nout) */
+#define RT_DEPS(i, out, nout)                                                                              \
+    do {                                                                                                   \
+        if (r.state[i] & RT_RETIRED) {                                                                     \
+            out[nout++] = lastc[i];                                                                        \
+            break;                                                                                         \
+        }                                                                                                  \
+        long long w_ = int_at(&wait_c, i), c_ = CODE(i);                                                   \
+        if (w_ != n)                                                                                       \
+            out[nout++] = (int32_t)w_;                                                                     \
+        if (c_ < 0 || rec_code[c_] < 0 || MB(i) < 0)                                                      \
+            break;                                                                                         \
+        long long ps_ = STAGE(i) + rec_off[c_], d_ = lane_dev[lane_of[i]];                                 \
+        if (ps_ < 0 || ps_ >= S || route[ps_] == d_)                                                       \
+            break;                                                                                         \
+        long long r_ = recv_at[(recv_slot[rec_code[c_]] * S + STAGE(i)) * M + MB(i)];                      \
+        if (r_ >= 0 && r_ < i && lane_dev[lane_of[r_]] == d_)                                              \
+            out[nout++] = (int32_t)r_;                                                                     \
+    } while (0)
     rt_t r;
     r.is_comm = is_comm;
     r.is_send = is_send;
     r.partner = partner;
-    r.dur = dur;
+    r.dix = dix;
+    r.dtab = dtab;
     r.comm = comm;
     r.buffered = nccl && buffered;
     r.fin_v = fv;
@@ -2787,6 +2908,10 @@ k_runtime_plain(PyObject *self, PyObject *args)
     unsigned char *blocked = scratch_array(&sc, L, 1, 1);
     if (!r.state || !r.whead || !r.wnext || !r.stack || !ptr || !source || !clock || !blocked)
         goto done;
+    for (Py_ssize_t k = 0; k < nret; k++) { /* checked above; a wait given twice: the last send */
+        r.state[ret_w[k]] |= RT_RETIRED;
+        lastc[ret_w[k]] = (int32_t)ret_s[k];
+    }
     for (Py_ssize_t k = 0; k < 3 * n; k++)
         bv[k] = -1;
     for (Py_ssize_t k = 0; k < n; k++)
@@ -2820,7 +2945,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                         }
                     }
                     if (!(r.state[i] & RT_HAS_READY)) {
-                        bv[3 * i + RT_READY] = src;
+                        bv[3 * i + RT_READY] = (int32_t)src;
                         rt_set_ready(&r, i, now);
                     }
                     if (!(r.state[i] & RT_HAS_FIN)) {
@@ -2835,15 +2960,18 @@ k_runtime_plain(PyObject *self, PyObject *args)
                     continue;
                 }
                 if (!(r.state[i] & RT_HAS_READY)) { /* gloo: posting takes no host time */
-                    bv[3 * i + RT_READY] = src;
+                    bv[3 * i + RT_READY] = (int32_t)src;
                     rt_set_ready(&r, i, now);
                 }
                 p++;
                 continue;
             }
             rnum_t st = now;
-            for (int q = 0; q < ndata[i]; q++) {
-                long long j = data[2 * i + q];
+            int32_t deps[2];
+            int ndeps = 0;
+            RT_DEPS(i, deps, ndeps);
+            for (int q = 0; q < ndeps; q++) {
+                long long j = deps[q];
                 if (!(r.state[j] & RT_HAS_FIN)) {
                     awaited = j;
                     break;
@@ -2857,8 +2985,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
             }
             if (awaited >= 0)
                 break;
-            bv[3 * i + RT_END] = src;
-            now = rn_add(st, dur[i]);
+            bv[3 * i + RT_END] = (int32_t)src;
+            now = rn_add(st, rt_dur(&r, i));
             src = 3 * i + RT_END;
             rt_set_fin(&r, i, now);
             p++;
@@ -2878,19 +3006,18 @@ k_runtime_plain(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++)
         if (!(r.state[i] & RT_HAS_FIN))
             goto not_plain; /* a message never done (a send left pending at the end) */
+#undef RT_DEPS
 #undef CODE
 #undef STAGE
 #undef MB
 
-    /* (7) the results, as columns: no Python object per action.  start: ready for a
-     * SEND/RECV, else fin - duration; ready: a compute action's entry 0 (read as None) */
+    /* (7) the results, as columns: no Python object per action.  ready: a compute action's
+     * entry 0 (read as None); the start times are not a column (ready for a SEND/RECV, else
+     * fin - duration: runtime._native makes them when they are read) */
     rnum_t top = {0, 0};
     long long last = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         rnum_t fin = rt_fin(&r, i);
-        rnum_t sta = is_comm[i] ? rt_ready(&r, i) : rn_sub(fin, dur[i]);
-        sv[i] = sta.v;
-        sfp[i] = sta.f;
         if (!is_comm[i]) {
             rv[i] = 0;
             rfp[i] = 0;
@@ -2922,18 +3049,18 @@ k_runtime_plain(PyObject *self, PyObject *args)
     PyObject *makespan = n ? rn_object(top) : PyLong_FromLong(0);
     if (makespan == NULL)
         goto done;
-    PyObject *c[7];
-    for (int q = 0; q < 7; q++)
+    PyObject *c[6];
+    for (int q = 0; q < 6; q++)
         c[q] = column_take(&cols[q]);
-    result = Py_BuildValue("(NONONONNNNONLO)", c[0], flags[0], c[1], flags[1], c[2], flags[2], c[3], c[4], c[5],
-                           c[6], lanes_l, makespan, last, flags[3]);
+    result = Py_BuildValue("(NONONNNNONLO)", c[0], flags[0], c[1], flags[1], c[2], c[3], c[4], c[5], lanes_l,
+                           makespan, last, flags[2]);
     goto done;
 not_plain:
     result = declined();
 done:
-    for (int q = 0; q < 7; q++)
+    for (int q = 0; q < 6; q++)
         column_free(&cols[q]);
-    for (int q = 0; q < 4; q++)
+    for (int q = 0; q < 3; q++)
         Py_XDECREF(flags[q]);
     Py_XDECREF(lanes_l);
     release_ints(&code_c);
@@ -3431,9 +3558,11 @@ static PyMethodDef methods[] = {
      "end_floats, makespan) | None."},
     {"runtime_plain", k_runtime_plain, METH_VARARGS,
      "runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds, nccl, "
-     "buffered, by_edge, by_direction, lazy, retired_waits, retired_sends) -> (start, end, ready as times "
-     "columns, bind, partner, "
-     "peer_device, lane_of, lanes, makespan, last) | None."},
+     "buffered, by_edge, by_direction, lazy, retired_waits, retired_sends) -> (end, ready as times "
+     "columns, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm) | None."},
+    {"start_list", k_start_list, METH_VARARGS,
+     "start_list(end_values, end_floats, ready_values, ready_floats, is_comm, durations) -> list | None: "
+     "runtime_plain's start times."},
     {"times_list", k_times_list, METH_VARARGS,
      "times_list(values, floats) -> list: a times column as Python's numbers."},
     {"durations_plain", k_durations_plain, METH_VARARGS,

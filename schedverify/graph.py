@@ -31,6 +31,7 @@ since a same-device dependency that comes earlier is implied by device order.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -100,10 +101,18 @@ class Graph:
         acts: list[Action]
     else:
         acts: LazyField[list[Action]] = LazyField()
-    # The integer columns are arrays (array.array: dev of typecode i, code b, the others q),
-    # whichever implementation built them, so the kernel reads them as C arrays.
-    dev: array[int]
-    pos: array[int]  # position in its device's row of schedule.order (idle slots count)
+    # The integer columns are arrays (array.array: code of typecode b, starts q, the others
+    # i, 4 bytes an entry, or q where an entry does not fit in 32 bits: only the reference
+    # takes such a schedule), whichever implementation built them, so the kernel reads them
+    # as C arrays.
+    if TYPE_CHECKING:  # the device of each action
+        dev: array[int]
+    else:  # (made on first read for a graph of a schedule's columns, as pos)
+        dev: LazyField[array[int]] = LazyField()
+    if TYPE_CHECKING:  # position in its device's row of schedule.order (idle slots count)
+        pos: array[int]
+    else:  # (made on first read for a graph of a schedule's columns, which have no idle slot)
+        pos: LazyField[array[int]] = LazyField()
     starts: array[int]  # device d's actions are starts[d]:starts[d+1]
     #: kind code of each action that is a single action of one of the eight kinds with an
     #: int stage in range and a microbatch, else -1 (overlaps, bookkeeping, malformed ones)
@@ -154,6 +163,11 @@ class Graph:
                 if key >= 0 and out.get(key, i) >= i:
                     out[key] = i
         return out
+
+    def device_of(self, i: int) -> int:
+        """``dev[i]``, found from ``starts`` (a device's actions are contiguous), so that a rule
+        reading a few actions' devices does not make the column of a graph of columns."""
+        return bisect_right(self.starts, i) - 1
 
     def stage_of(self, i: int) -> Any:
         """The stage action ``i`` names, coded or not (a bookkeeping action's too; None for
@@ -250,11 +264,27 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
                    if cols is not None else kernel.compile_plain(schedule.order, *rules_args))
         if columns is not None:  # it declined every schedule with a fact it leaves empty
             acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit, uncoded, reduces, mb = columns
+            if cols is not None:  # d and i - starts[d]: not held through the check, which reads
+                dev, pos = _ByDevice(starts, True), _ByDevice(starts, False)  # them to name a place
             return Graph(schedule, explicit, False, cast(list, _ActsOf(schedule)) if acts is None else acts,
                          dev, pos, starts, code, stage, mb, wait, {}, counts, inversions=inversions,
                          uncoded=uncoded, reduce_grads=reduces)
     explicit = schedule.has_explicit_comm
     return _reference(schedule, explicit, explicit and comm_semantics == "rendezvous")
+
+
+class _ByDevice(Later[array]):
+    """Graph.dev (``device``) or Graph.pos of a graph compiled from the schedule's columns
+    (rows without idle slots): each action's device, or its index on its device."""
+
+    def __init__(self, starts: array, device: bool):
+        self.starts, self.device = starts, device
+
+    def make(self) -> array:
+        out = array("i")
+        for d, (lo, hi) in enumerate(zip(self.starts, self.starts[1:])):
+            out.extend(array("i", [d]) * (hi - lo) if self.device else range(hi - lo))
+        return out
 
 
 class _ActsOf(Later[list[Action]]):
@@ -294,12 +324,21 @@ def _reference(schedule: Schedule, explicit: bool, rendezvous: bool) -> Graph:
     wait, more_waits = _link(schedule, acts, dev, starts, code, stage, producer, explicit, rendezvous, facts)
     if explicit:
         facts.unmatched_comm = _unmatched_comm(schedule, acts, producer)
-    g = Graph(schedule, explicit, rendezvous, acts, array("i", dev), array("q", pos), array("q", starts),
-              array("b", code), array("q", stage), array("q", mb), array("q", wait), more_waits, **vars(facts))
+    g = Graph(schedule, explicit, rendezvous, acts, array("i", dev), _int_column(pos), array("q", starts),
+              array("b", code), _int_column(stage), _int_column(mb), _int_column(wait), more_waits, **vars(facts))
     # _index built Graph.producer's very value on its way (tests/test_graph.py derives it
     # again and compares): hand it to the cached property rather than derive it twice
     g.__dict__["producer"] = producer
     return g
+
+
+def _int_column(values: list[int]) -> array[int]:
+    """A Graph's int column: typecode i when every entry fits in 32 bits (always, but for
+    indices beyond 2^31), else q."""
+    try:
+        return array("i", values)
+    except OverflowError:
+        return array("q", values)
 
 
 def _lay_out_batches(row, d: int, acts: list[Action], dev: list[int], pos: list[int], facts: _Facts) -> None:

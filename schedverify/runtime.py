@@ -351,7 +351,7 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
                                runtime.lazy, list(retires), list(retires.values()))
     if got is None:
         return None
-    sv, sf, fv, ff, rv, rf, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm = got
+    fv, ff, rv, rf, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm = got
     kinds, labels = [], []
     for d, stream, key in lanes:
         if stream == "comm":
@@ -361,11 +361,30 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
         kinds.append((d, stream, peer))
         labels.append(label)
     m = matching if matching is not None else Matching(partner, peer_device, [], [])
-    start: Any = Times(sv, sf)  # recipes for the list fields (lazy.py)
-    finish: Any = Times(fv, ff)
-    ready: Any = _Ready(Times(rv, rf), is_comm)
+    finish_times, ready_times = Times(fv, ff), Times(rv, rf)
+    start: Any = _Start(finish_times, ready_times, is_comm, durations)  # recipes for the list fields (lazy.py)
+    finish: Any = finish_times
+    ready: Any = _Ready(ready_times, is_comm)
     return RuntimeResult(start, finish, bind, [], [], m, ready, is_comm, lane_of, kinds, labels, {}, nccl,
                          makespan=makespan, last=last)
+
+
+class _Start(Later[list]):
+    """The start times of the compiled run (RuntimeResult.start), which it hands back as no
+    column of their own: a SEND/RECV's ready time, a compute action's end minus its duration,
+    as the sweep below computes them (the same Python operation on the same numbers)."""
+
+    def __init__(self, finish: Times, ready: Times, is_comm: bytes, durations: list):
+        self.finish, self.ready, self.is_comm, self.durations = finish, ready, is_comm, durations
+
+    def make(self) -> list:
+        kernel = _accel.kernel
+        made = (kernel.start_list(self.finish.values, self.finish.floats, self.ready.values, self.ready.floats,
+                                  self.is_comm, self.durations) if kernel is not None else None)
+        if made is not None:
+            return made
+        return [r if c else f - t for c, r, f, t in zip(self.is_comm, self.ready.make(), self.finish.make(),
+                                                         self.durations)]
 
 
 class _Ready(Later[list]):

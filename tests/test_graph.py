@@ -49,12 +49,14 @@ def assert_graph_means(g: Graph, semantics: str = "eager") -> None:
     S, M = s.stages, s.microbatches
     laid_out = [(a, d, p) for d, row in enumerate(s.order) for p, a in enumerate(row) if a is not None]
     n = len(laid_out)
-    # the integer columns are arrays of these typecodes, whoever built the graph
-    assert {f: getattr(g, f).typecode for f in ("dev", "pos", "starts", "code", "stage", "wait")} == {
-        "dev": "i", "pos": "q", "starts": "q", "code": "b", "stage": "q", "wait": "q"}
+    # the integer columns are arrays of these typecodes, whoever built the graph (i: 4 bytes
+    # an entry, as every index here fits)
+    assert {f: getattr(g, f).typecode for f in ("dev", "pos", "starts", "code", "stage", "mb", "wait")} == {
+        "dev": "i", "pos": "i", "starts": "q", "code": "b", "stage": "i", "mb": "i", "wait": "i"}
     assert (g.acts, list(g.dev), list(g.pos)) == ([a for a, _, _ in laid_out], [d for _, d, _ in laid_out],
                                                   [p for _, _, p in laid_out])
     assert list(g.starts) == [sum(1 for _, e, _ in laid_out if e < d) for d in range(s.devices + 1)]
+    assert [g.device_of(i) for i in range(len(laid_out))] == [d for _, d, _ in laid_out]
     assert g.n == n
     assert g.explicit_comm == s.has_explicit_comm
     assert g.rendezvous == (g.explicit_comm and semantics == "rendezvous")
@@ -242,3 +244,29 @@ def test_each_fact_on_a_schedule_that_has_it():
     # 1SEND_B0 waits until 0RECV_B0 is posted: until 0SEND_F0, the action before it, has ended
     assert r.rendezvous and r.more_waits == {7: ((1, True),)} and r.waits[7] == (~1,)
     assert r.wait == compile_graph(g.schedule).wait
+
+
+def test_the_references_int_columns_are_4_bytes_an_entry_unless_one_does_not_fit():
+    """The reference's pos, stage, mb and wait columns are int32 as the kernel's; an entry
+    beyond 32 bits (only the reference takes such a schedule) keeps the column exact."""
+    from schedverify.graph import _int_column
+
+    assert _int_column([0, -1, 2**31 - 1]).typecode == "i"
+    wide = _int_column([0, 2**31])
+    assert wide.typecode == "q" and list(wide) == [0, 2**31]
+
+
+def test_dev_and_pos_of_a_graph_of_columns_are_made_from_starts():
+    """A schedule read as columns (no idle slot) gets its devices and positions from
+    ``starts`` when they are read, equal to the reference's."""
+    from schedverify.lazy import given as given_value
+
+    if _accel.kernel is None:
+        pytest.skip("the compiled kernel reads a file into columns and compiles them")
+    s = schedverify.loads_csv(schedverify.dumps_csv(FAMILIES["1f1b"](3, 4)))
+    assert s.columns is not None
+    g = compile_graph(s)
+    assert type(given_value(g, "dev")).__name__ == type(given_value(g, "pos")).__name__ == "_ByDevice"
+    ref = compile_graph(s, fast=False)
+    assert (list(g.dev), list(g.pos)) == (list(ref.dev), list(ref.pos))
+    assert g.dev.typecode == g.pos.typecode == "i"

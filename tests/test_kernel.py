@@ -790,11 +790,17 @@ BAD_CALLS = [
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (3,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [], [])", "ValueError"),  # a route entry that is not a rank
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
-     "False, False, False, [], [])[12]", "returned 0"),  # one F on one rank: the last action is 0
+     "False, False, False, [], [])[10]", "returned 0"),  # one F on one rank: the last action is 0
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [0], [0])", "ValueError"),  # a retired wait whose send is no send
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [0], [])", "ValueError"),  # a wait without its send
+    ("start_list(*T1, *T0, b'', [1])", "ValueError"),  # is_comm shorter than the columns
+    ("start_list(*T1, *T0, b'\\x00', [])", "ValueError"),  # no duration per action
+    ("start_list(*T1, *T0, '0', [1])", "TypeError"),  # is_comm not bytes
+    ("start_list(*T1, *T0, b'\\x00', ['x'])", "returned None"),  # a duration that is not a number
+    ("start_list(*T1, *T0, b'\\x00', [1])", "returned [0.0]"),  # end 1.0 (a float) - 1
+    ("start_list(*T0, *T1, b'\\x01', [5])", "returned [1.0]"),  # a message: its ready time
     ("runtime_plain([0] + [1] * 20000, [4], [0], [0], [1], [0], 0, (0, 1), (None,) * 8, "
      "((1, True, True, 5),) + (None,) * 7, True, False, True, False, False, [], [])", "returned None"),
     # 20,000 ranks and one action: a channel table per pair of ranks would be gigabytes; declined

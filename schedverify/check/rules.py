@@ -184,7 +184,7 @@ def ordered(g: Graph) -> Iterator[Violation]:
         return k in overlapped and any(x.stage == s and x.kind in (B, I, W) for x in g.acts[k].leaves())
 
     for i in g.reduce_grads:
-        d, s = g.dev[i], g.stage_of(i)
+        d, s = g.device_of(i), g.stage_of(i)
         key = (d, s)
         if key not in reduce_after:  # the last backward of stage s on device d, or -1
             reduce_after[key] = next((k for k in range(g.starts[d + 1] - 1, g.starts[d] - 1, -1)
