@@ -37,8 +37,7 @@ from typing import Any
 from .diagnostics import Code, register
 from .errors import InputError, UsageError
 from .io.actions import LEGACY_HINT, check_grammar
-from .model import B, COMPUTE_KINDS, I, OVERLAP_F_B, W, Schedule, as_schedule, leaf_rows, stage_devices
-from .grammar import KIND_CODE
+from .model import B, COMPUTE_KINDS, I, KIND_CODE, OVERLAP_F_B, W, Schedule, as_schedule, leaf_rows, stage_devices
 
 __all__ = ["LINT_CODES", "TARGETS", "TORCHTITAN_RELEASES", "Finding", "TorchtitanRelease", "lint", "lint_file",
            "looks_legacy", "torchtitan_release", "torchtitan_schedule"]
