@@ -609,9 +609,6 @@ def _keyed_columns(schedule: Schedule, timeline, rt: Runtime) -> PlainRows | Non
     over the schedule's columns and the compute-only run's end times as columns; or None, as
     :func:`_lower_columns` declines (and when the run's times are not columns), and then the
     Python passes run."""
-    from .graph import Times
-    from .lazy import given
-
     kernel = _accel.kernel
     cols = schedule.columns
     if (kernel is None or cols is None or rt.release.lowering != _KERNEL_PASSES
@@ -619,8 +616,8 @@ def _keyed_columns(schedule: Schedule, timeline, rt: Runtime) -> PlainRows | Non
         return None
     if schedule.stages > 2 * sum(cols.lengths) + 1024:
         return None
-    end = given(timeline._run, "end")
-    if not isinstance(end, Times):
+    end = timeline.end_times
+    if end is None:
         return None
     g = timeline.graph
     got = kernel.lower_keyed(cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages,
