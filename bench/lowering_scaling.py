@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import schedverify as sv  # noqa: E402
 from schedverify.generators import one_f_one_b  # noqa: E402
 from schedverify.lowering import _keyed_lowering, lower, torch_lowering  # noqa: E402
+from schedverify.releases import resolve  # noqa: E402
 
 
 def best(f, repeat: int) -> tuple[float, object]:
@@ -43,7 +44,7 @@ def main() -> None:
         s = one_f_one_b(args.devices, max(1, size // (2 * args.devices)))
         timeline = sv.check(s, comm_semantics="torch").timeline
         t_torch, low = best(lambda: torch_lowering(s), args.repeat)
-        t_ours, _ = best(lambda: _keyed_lowering(s, timeline), args.repeat)
+        t_ours, _ = best(lambda: _keyed_lowering(s, timeline, resolve("torch")), args.repeat)
         t_full, _ = best(lambda: lower(s, comm_semantics="torch-nccl"), 1)
         print(f"| {s.num_actions:,} | {low.num_actions:,} | {t_torch:.3f} | {t_ours:.3f} | {t_full:.3f} | "
               f"{s.num_actions / t_ours:,.0f} |", flush=True)

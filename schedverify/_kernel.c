@@ -3531,6 +3531,496 @@ done:
     return out;
 }
 
+/* ------------------------------------------------------------------ lower_keyed, defer_recv_plain, format_csv
+ *
+ * The rest of ``schedverify lower`` over columns: our construction (lowering._keyed_messages
+ * after the release's bookkeeping passes), PyTorch's _defer_recv_ops (lowering.defer_recv_ops)
+ * as a pass over lower_plain's columns, and PyTorch's CSV of a schedule's columns
+ * (io.csvfmt.dumps).  Each declines what its Python twin would answer differently or raise
+ * on; tests/test_kernel.py holds them equal to the Python code, action for action. */
+
+/* the index of (stage, microbatch, slot) in a table of S * M * K entries */
+#define LK_AT(s, m, k, M, K) ((((long long)(s) * (M)) + (m)) * (K) + (k))
+
+/* a per-(stage, microbatch, slot) table fits when it follows the action count */
+static int
+lk_table_fits(long long S, long long M, int slots, Py_ssize_t n)
+{
+    return (double)S * (double)M * (double)slots <= 8.0 * (double)n + (double)(1 << 20);
+}
+
+typedef struct {
+    double t;
+    long long src, dst, s, order, mb; /* order: 0 SEND_B, 1 SEND_F ("SEND_B" < "SEND_F") */
+    Py_ssize_t seq, producer, user;
+    long long peer;
+    int code; /* the SEND's code, 4 or 6; its RECV's is one more */
+} lk_msg_t;
+
+static int
+lk_cmp(const void *pa, const void *pb)
+{
+    const lk_msg_t *a = pa, *b = pb;
+    if (a->t != b->t)
+        return a->t < b->t ? -1 : 1;
+#define LK_BY(f) if (a->f != b->f) return a->f < b->f ? -1 : 1;
+    LK_BY(src) LK_BY(dst) LK_BY(s) LK_BY(order) LK_BY(mb) LK_BY(seq)
+#undef LK_BY
+    return 0;
+}
+
+typedef struct {
+    Py_ssize_t pos; /* insert after this row index (-1: before the first) */
+    long long st, mb;
+    int code;
+} lk_ins_t;
+
+/* lower_keyed(codes, stages, mbs, lengths, S, M, rank_of, kinds, gcodes, gstages, gmbs, gends)
+ *     -> (codes, stages, mbs, lengths, top_stage, top_mb) | None
+ *
+ * The twin of lowering._keyed_lowering for PyTorch 2.13 and 2.14: the bookkeeping passes
+ * of lower_plain (unshard_reshard, reduce_grad), then _keyed_messages.  The first four are
+ * the compute-only columns (as lower_plain's); gcodes (int8), gstages, gmbs (int32, or int64
+ * where a Graph's column needed it) and gends (double) are the compiled graph of the
+ * compute-only schedule's check and its timeline's end times (graph.Times values, exact), action for action.  Declined: what
+ * lower_plain declines, a compute leaf without an end or on a rank its stage is not on, a
+ * message without its consumer, a NaN end, tables beyond the action count. */
+static PyObject *
+k_lower_keyed(PyObject *self, PyObject *args)
+{
+    PyObject *codes, *stages, *mbs, *lengths, *rank_o, *kinds, *gcodes, *gstages, *gmbs, *gends, *result = NULL;
+    long long S, M;
+    if (!PyArg_ParseTuple(args, "SSSO!LLOO!SSSS", &codes, &stages, &mbs, &PyTuple_Type, &lengths, &S, &M,
+                          &rank_o, &PyTuple_Type, &kinds, &gcodes, &gstages, &gmbs, &gends))
+        return NULL;
+    columns_t c;
+    if (!read_columns(codes, stages, mbs, lengths, 256, &c, "lower_keyed"))
+        return NULL;
+    if (PyTuple_GET_SIZE(kinds) != LK_KINDS) {
+        PyErr_SetString(PyExc_ValueError, "lower_keyed: eleven kinds");
+        return NULL;
+    }
+    Py_ssize_t ng = PyBytes_GET_SIZE(gcodes);
+    /* a Graph's stage and mb columns are 4-byte ints, or 8-byte where an entry does not fit */
+    int ws = ng > 0 && PyBytes_GET_SIZE(gstages) == 4 * ng ? 4 : 8;
+    int wm = ng > 0 && PyBytes_GET_SIZE(gmbs) == 4 * ng ? 4 : 8;
+    if (PyBytes_GET_SIZE(gstages) != ws * ng || PyBytes_GET_SIZE(gmbs) != wm * ng || PyBytes_GET_SIZE(gends) != 8 * ng) {
+        PyErr_SetString(PyExc_ValueError, "lower_keyed: one stage, microbatch and end per graph code");
+        return NULL;
+    }
+    if (S <= 0 || M <= 0) {
+        PyErr_SetString(PyExc_ValueError, "lower_keyed: S and M must be at least 1");
+        return NULL;
+    }
+    Py_ssize_t D = c.D, n = c.n;
+    if (D == 0 || S > 2 * n + 1024 || !lk_table_fits(S, M, 4, n + ng))
+        return declined();
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (c.code[i] > 3 || c.stage[i] < 0 || c.stage[i] >= S || c.mb[i] < 0 || c.mb[i] >= M)
+            return declined();
+    const signed char *gc = (const signed char *)PyBytes_AS_STRING(gcodes);
+    const char *gsb = PyBytes_AS_STRING(gstages), *gmb = PyBytes_AS_STRING(gmbs);
+    const double *ge = (const double *)PyBytes_AS_STRING(gends);
+    Py_ssize_t cells = (Py_ssize_t)(S * M * 4);
+    scratch_t sc = {{0}, 0};
+    lvec_t *mid = NULL, *out = NULL;
+    lk_msg_t *msg = NULL;
+    lk_ins_t *ins = NULL;
+    int32_t *rank = scratch_array(&sc, S, sizeof(int32_t), 0);
+    long long *count = scratch_array(&sc, S, sizeof(long long), 1);
+    long long (*next)[LOWER_RESIDENT] = scratch_array(&sc, n, sizeof(long long[LOWER_RESIDENT]), 0);
+    int *nnext = scratch_array(&sc, n, sizeof(int), 0);
+    double *endt = scratch_array(&sc, cells, sizeof(double), 0);
+    unsigned char *has = scratch_array(&sc, cells, 1, 1);
+    Py_ssize_t *atp = scratch_array(&sc, cells, sizeof(Py_ssize_t), 0);
+    Py_ssize_t *cstart = scratch_array(&sc, D + 1, sizeof(Py_ssize_t), 1);
+    mid = PyMem_Calloc((size_t)D, sizeof(lvec_t));
+    out = PyMem_Calloc((size_t)D, sizeof(lvec_t));
+    if (!rank || !count || !next || !nnext || !endt || !has || !atp || !cstart || !mid || !out)
+        goto nomem;
+    int got = read_small_ints(rank_o, S, 0, D, -1, rank);
+    if (got < 0)
+        goto done;
+    if (got == 0)
+        goto not_plain;
+    for (long long s = 0; s < S; s++)
+        if (rank[s] < 0)
+            goto not_plain;
+    /* each compute leaf's end (the last action of its key, as a dict assignment keeps) */
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        if (ge[g] != ge[g])
+            goto not_plain;
+        long long gs = ws == 4 ? (long long)((const int32_t *)gsb)[g] : ((const long long *)gsb)[g];
+        long long gm = wm == 4 ? (long long)((const int32_t *)gmb)[g] : ((const long long *)gmb)[g];
+        if (gc[g] >= 0 && gc[g] <= 3 && gs >= 0 && gs < S && gm >= 0 && gm < M) {
+            Py_ssize_t key = (Py_ssize_t)LK_AT(gs, gm, gc[g], M, 4);
+            endt[key] = ge[g];
+            has[key] = 1;
+        }
+    }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        Py_ssize_t len = PyLong_AsSsize_t(PyTuple_GET_ITEM(lengths, d));
+        if (len == 0)
+            goto not_plain;
+        int r = lower_bookkeeping(c.code + at, c.stage + at, c.mb + at, len, M, count, next, nnext, &mid[d]);
+        if (r <= 0)
+            goto done;
+        at += len;
+    }
+    /* per rank: the row index and the end of each compute, in row order; where each leaf sits */
+    for (Py_ssize_t k = 0; k < cells; k++)
+        atp[k] = -1;
+    Py_ssize_t ncomp = 0, nmsg = 0;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        cstart[d] = ncomp;
+        for (Py_ssize_t k = 0; k < mid[d].n; k++)
+            if (mid[d].code[k] < LK_UNSHARD)
+                ncomp++;
+    }
+    cstart[D] = ncomp;
+    Py_ssize_t *cpos = scratch_array(&sc, ncomp, sizeof(Py_ssize_t), 0);
+    double *cend = scratch_array(&sc, ncomp, sizeof(double), 0);
+    if (!cpos || !cend)
+        goto nomem;
+    for (Py_ssize_t d = 0, j = 0; d < D; d++)
+        for (Py_ssize_t k = 0; k < mid[d].n; k++) {
+            int code = mid[d].code[k];
+            if (code >= LK_UNSHARD)
+                continue;
+            long long s = mid[d].st[k], m = mid[d].mb[k];
+            Py_ssize_t key = (Py_ssize_t)LK_AT(s, m, code, M, 4);
+            if (rank[s] != d || !has[key])
+                goto not_plain;
+            cpos[j] = k;
+            cend[j++] = endt[key];
+            atp[key] = k;
+            if ((code == 0 && s + 1 < S && rank[s + 1] != rank[s]) ||
+                ((code == 1 || code == 2) && s > 0 && rank[s - 1] != rank[s]))
+                nmsg++;
+        }
+    msg = PyMem_Malloc(sizeof(lk_msg_t) * ((size_t)nmsg + 1));
+    ins = PyMem_Malloc(sizeof(lk_ins_t) * (2 * (size_t)nmsg + 1));
+    if (msg == NULL || ins == NULL)
+        goto nomem;
+    /* the messages, by key: (time the data is ready, sender, receiver, stage, label, microbatch) */
+    Py_ssize_t q = 0;
+    for (Py_ssize_t d = 0; d < D; d++)
+        for (Py_ssize_t k = 0; k < mid[d].n; k++) {
+            int code = mid[d].code[k];
+            long long s = mid[d].st[k], m = mid[d].mb[k], peer;
+            Py_ssize_t use;
+            if (code == 0 && s + 1 < S && rank[s + 1] != rank[s]) {
+                peer = s + 1;
+                use = atp[LK_AT(peer, m, 0, M, 4)];
+            } else if ((code == 1 || code == 2) && s > 0 && rank[s - 1] != rank[s]) {
+                peer = s - 1;
+                use = atp[LK_AT(peer, m, 1, M, 4)];
+                if (use < 0)
+                    use = atp[LK_AT(peer, m, 2, M, 4)];
+            } else
+                continue;
+            if (use < 0)
+                goto not_plain; /* no consumer: the Python code raises */
+            lk_msg_t *e = &msg[q];
+            e->t = endt[LK_AT(s, m, code, M, 4)];
+            e->src = rank[s];
+            e->dst = rank[peer];
+            e->s = s;
+            e->code = code == 0 ? 4 : 6;
+            e->order = code == 0 ? 1 : 0;
+            e->mb = m;
+            e->seq = q;
+            e->producer = atp[LK_AT(s, m, code, M, 4)];
+            e->user = use;
+            e->peer = peer;
+            q++;
+        }
+    qsort(msg, (size_t)nmsg, sizeof(lk_msg_t), lk_cmp);
+    /* each end after the last compute that ends by the key, but after the producer (a SEND)
+     * or before the consumer (a RECV): bisect_right over the rank's compute ends */
+    Py_ssize_t nins = 0;
+    for (Py_ssize_t x = 0; x < nmsg; x++) {
+        const lk_msg_t *e = &msg[x];
+        for (int side = 0; side < 2; side++) {
+            Py_ssize_t d = side == 0 ? (Py_ssize_t)e->src : (Py_ssize_t)e->dst;
+            Py_ssize_t lo = side == 0 ? e->producer : -1, hi = side == 0 ? mid[d].n - 1 : e->user - 1;
+            const double *ends = cend + cstart[d];
+            Py_ssize_t a = 0, b = cstart[d + 1] - cstart[d];
+            while (a < b) {
+                Py_ssize_t h = a + (b - a) / 2;
+                if (e->t < ends[h])
+                    b = h;
+                else
+                    a = h + 1;
+            }
+            Py_ssize_t k = a - 1 >= 0 ? cpos[cstart[d] + a - 1] : -1;
+            Py_ssize_t pos = k > lo ? k : lo;
+            if (pos > hi)
+                pos = hi;
+            if (pos < -1 || pos >= mid[d].n)
+                goto not_plain; /* not where the Python code puts it; never with the checks above */
+            lk_ins_t *w = &ins[nins++];
+            w->pos = pos;
+            w->code = e->code + side;
+            w->st = side == 0 ? e->s : e->peer;
+            w->mb = e->mb;
+        }
+    }
+    /* bucket the inserts by (rank, position), stably: message order within a bucket */
+    Py_ssize_t *base = scratch_array(&sc, D + 1, sizeof(Py_ssize_t), 0);
+    if (base == NULL)
+        goto nomem;
+    base[0] = 0;
+    for (Py_ssize_t d = 0; d < D; d++)
+        base[d + 1] = base[d] + mid[d].n + 1;
+    Py_ssize_t *bcount = scratch_array(&sc, base[D] + 1, sizeof(Py_ssize_t), 1);
+    Py_ssize_t *order = scratch_array(&sc, nins, sizeof(Py_ssize_t), 0);
+    if (bcount == NULL || order == NULL)
+        goto nomem;
+    for (Py_ssize_t x = 0, w = 0; x < nmsg; x++)
+        for (int side = 0; side < 2; side++, w++) {
+            Py_ssize_t d = side == 0 ? (Py_ssize_t)msg[x].src : (Py_ssize_t)msg[x].dst;
+            bcount[base[d] + ins[w].pos + 1 + 1]++;
+        }
+    for (Py_ssize_t b = 0; b < base[D]; b++)
+        bcount[b + 1] += bcount[b];
+    for (Py_ssize_t x = 0, w = 0; x < nmsg; x++)
+        for (int side = 0; side < 2; side++, w++) {
+            Py_ssize_t d = side == 0 ? (Py_ssize_t)msg[x].src : (Py_ssize_t)msg[x].dst;
+            order[bcount[base[d] + ins[w].pos + 1]++] = w;
+        }
+    /* now bcount[b] is the end of bucket b, and the start of bucket b + 1 */
+    Py_ssize_t w = 0;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        for (Py_ssize_t k = -1; k < mid[d].n; k++) {
+            if (k >= 0 && !lvec_push(&out[d], mid[d].code[k], mid[d].st[k], mid[d].mb[k]))
+                goto nomem;
+            Py_ssize_t stop = bcount[base[d] + k + 1];
+            for (; w < stop; w++) {
+                const lk_ins_t *e = &ins[order[w]];
+                if (!lvec_push(&out[d], e->code, e->st, e->mb))
+                    goto nomem;
+            }
+        }
+    }
+    result = lowered_columns(out, D);
+    goto done;
+nomem:
+    if (!PyErr_Occurred())
+        PyErr_NoMemory();
+    goto done;
+not_plain:
+    result = declined();
+done:
+    if (mid != NULL)
+        for (Py_ssize_t d = 0; d < D; d++)
+            lvec_free(&mid[d]);
+    if (out != NULL)
+        for (Py_ssize_t d = 0; d < D; d++)
+            lvec_free(&out[d]);
+    PyMem_Free(mid);
+    PyMem_Free(out);
+    PyMem_Free(msg);
+    PyMem_Free(ins);
+    scratch_free(&sc);
+    return result;
+}
+
+/* defer_recv_plain(codes, stages, mbs, lengths, S, M, rank_of)
+ *     -> (codes, stages, mbs, lengths, top_stage, top_mb) | None
+ *
+ * PyTorch's _defer_recv_ops (lowering.defer_recv_ops) over lowered columns in the codes of
+ * grammar.COLUMN_KINDS (what lower_plain gives): each rank's RECVs held back until the
+ * compute that consumes it, or until a SEND to the same peer from a lower rank, in the order
+ * they were held.  The same actions, moved within their rows.  Declined: a code beyond the
+ * eleven kinds, an index out of range, a RECV held twice (the dict keeps the first's place),
+ * a peer stage outside the route, a RECV with no consumer (PyTorch raises), tables beyond the
+ * action count. */
+static PyObject *
+k_defer_recv_plain(PyObject *self, PyObject *args)
+{
+    PyObject *codes, *stages, *mbs, *lengths, *rank_o, *result = NULL;
+    long long S, M;
+    if (!PyArg_ParseTuple(args, "SSSO!LLO", &codes, &stages, &mbs, &PyTuple_Type, &lengths, &S, &M, &rank_o))
+        return NULL;
+    columns_t c;
+    if (!read_columns(codes, stages, mbs, lengths, 256, &c, "defer_recv_plain"))
+        return NULL;
+    if (S <= 0 || M <= 0) {
+        PyErr_SetString(PyExc_ValueError, "defer_recv_plain: S and M must be at least 1");
+        return NULL;
+    }
+    Py_ssize_t D = c.D, n = c.n;
+    if (S > 2 * n + 1024 || !lk_table_fits(S, M, 2, n))
+        return declined();
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (c.code[i] >= LK_KINDS || c.stage[i] < 0 || c.stage[i] >= S || c.mb[i] >= M
+            || c.mb[i] < (c.code[i] >= LK_UNSHARD ? -1 : 0))
+            return declined();
+    Py_ssize_t cells = (Py_ssize_t)(S * M * 2);
+    scratch_t sc = {{0}, 0};
+    PyObject *ocodes = NULL, *ostages = NULL, *ombs = NULL;
+    int32_t *rank = scratch_array(&sc, S, sizeof(int32_t), 0);
+    Py_ssize_t *tab = scratch_array(&sc, cells, sizeof(Py_ssize_t), 0);
+    Py_ssize_t *e_i = scratch_array(&sc, n, sizeof(Py_ssize_t), 0);
+    Py_ssize_t *e_next = scratch_array(&sc, n, sizeof(Py_ssize_t), 0);
+    Py_ssize_t *e_key = scratch_array(&sc, n, sizeof(Py_ssize_t), 0);
+    int32_t *e_peer = scratch_array(&sc, n, sizeof(int32_t), 0);
+    unsigned char *alive = scratch_array(&sc, n, 1, 1);
+    Py_ssize_t *head = scratch_array(&sc, D, sizeof(Py_ssize_t), 0);
+    Py_ssize_t *tail = scratch_array(&sc, D, sizeof(Py_ssize_t), 0);
+    ocodes = PyBytes_FromStringAndSize(NULL, n);
+    ostages = PyBytes_FromStringAndSize(NULL, 8 * n);
+    ombs = PyBytes_FromStringAndSize(NULL, 8 * n);
+    if (!rank || !tab || !e_i || !e_next || !e_key || !e_peer || !alive || !head || !tail || !ocodes || !ostages
+        || !ombs) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    int got = read_small_ints(rank_o, S, 0, D, -1, rank);
+    if (got < 0)
+        goto done;
+    if (got == 0)
+        goto not_plain;
+    for (long long s = 0; s < S; s++)
+        if (rank[s] < 0)
+            goto not_plain;
+    for (Py_ssize_t k = 0; k < cells; k++)
+        tab[k] = -1;
+    for (Py_ssize_t d = 0; d < D; d++)
+        head[d] = tail[d] = -1;
+    char *oc = PyBytes_AS_STRING(ocodes);
+    long long *os = (long long *)PyBytes_AS_STRING(ostages), *om = (long long *)PyBytes_AS_STRING(ombs);
+    long long top_stage = -1, top_mb = -1;
+    Py_ssize_t o = 0, at = 0;
+#define EMIT(i) (oc[o] = (char)c.code[i], os[o] = c.stage[i], om[o] = c.mb[i], o++)
+    for (Py_ssize_t d = 0; d < D; d++) {
+        Py_ssize_t len = PyLong_AsSsize_t(PyTuple_GET_ITEM(lengths, d)), ne = at;
+        for (Py_ssize_t i = at; i < at + len; i++) {
+            int k = c.code[i];
+            long long s = c.stage[i], m = c.mb[i];
+            if (s > top_stage)
+                top_stage = s;
+            if (m > top_mb)
+                top_mb = m;
+            if (k == 5 || k == 7) { /* RECV_F, RECV_B: held */
+                Py_ssize_t key = (Py_ssize_t)LK_AT(s, m, k == 5 ? 0 : 1, M, 2);
+                long long ps = k == 5 ? s - 1 : s + 1;
+                if (tab[key] >= 0 || ps < 0 || ps >= S)
+                    goto not_plain;
+                int32_t p = rank[ps];
+                Py_ssize_t e = ne++;
+                e_i[e] = i;
+                e_next[e] = -1;
+                e_key[e] = key;
+                e_peer[e] = p;
+                alive[e] = 1;
+                if (tail[p] < 0)
+                    head[p] = e;
+                else
+                    e_next[tail[p]] = e;
+                tail[p] = e;
+                tab[key] = e;
+                continue;
+            }
+            if (k == 4 || k == 6) { /* SEND_F, SEND_B: to a higher rank, what is held from it goes first */
+                long long ps = k == 4 ? s + 1 : s - 1;
+                if (ps < 0 || ps >= S)
+                    goto not_plain;
+                int32_t p = rank[ps];
+                if (d < p) {
+                    for (Py_ssize_t e = head[p]; e >= 0; e = e_next[e])
+                        if (alive[e]) {
+                            EMIT(e_i[e]);
+                            alive[e] = 0;
+                            tab[e_key[e]] = -1;
+                        }
+                    head[p] = tail[p] = -1;
+                }
+            }
+            if (k <= 2) { /* F consumes RECV_F, B and I consume RECV_B, of their own stage */
+                Py_ssize_t e = tab[LK_AT(s, m, k == 0 ? 0 : 1, M, 2)];
+                if (e >= 0) {
+                    EMIT(e_i[e]);
+                    alive[e] = 0;
+                    tab[e_key[e]] = -1;
+                }
+            }
+            EMIT(i);
+        }
+        for (Py_ssize_t e = at; e < ne; e++) {
+            if (alive[e])
+                goto not_plain; /* a RECV with no consumer: lowering.py raises PyTorch's message */
+            head[e_peer[e]] = tail[e_peer[e]] = -1;
+        }
+        at += len;
+    }
+#undef EMIT
+    if (o != n) {
+        PyErr_SetString(PyExc_SystemError, "defer_recv_plain: an action lost");
+        goto done;
+    }
+    result = Py_BuildValue("(OOOOLL)", ocodes, ostages, ombs, lengths, top_stage, top_mb);
+    goto done;
+not_plain:
+    result = declined();
+done:
+    Py_XDECREF(ocodes);
+    Py_XDECREF(ostages);
+    Py_XDECREF(ombs);
+    scratch_free(&sc);
+    return result;
+}
+
+/* format_csv(codes, stages, mbs, lengths, kinds) -> str | None
+ *
+ * PyTorch's CSV of rows of plain actions (io.csvfmt.dumps: csv.writer, "\n" after each row,
+ * the actions' str joined by commas; no field of a plain action needs quoting).  Declined:
+ * a kind that is not writable, a negative stage or a microbatch below -1. */
+static PyObject *
+k_format_csv(PyObject *self, PyObject *args)
+{
+    PyObject *codes, *stages, *mbs, *lengths, *kinds;
+    if (!PyArg_ParseTuple(args, "SSSO!O!", &codes, &stages, &mbs, &PyTuple_Type, &lengths, &PyTuple_Type, &kinds))
+        return NULL;
+    columns_t c;
+    Py_ssize_t K = PyTuple_GET_SIZE(kinds);
+    if (!read_columns(codes, stages, mbs, lengths, (int)(K < 256 ? K : 256), &c, "format_csv"))
+        return NULL;
+    for (Py_ssize_t k = 0; k < K; k++)
+        if (!writable_kind(PyTuple_GET_ITEM(kinds, k)))
+            return declined();
+    size_t size = (size_t)c.D + 1;
+    for (Py_ssize_t i = 0; i < c.n; i++) {
+        if (c.stage[i] < 0 || c.mb[i] < -1)
+            return declined();
+        size += 2 * 20 + MAX_KIND_LEN + 1;
+    }
+    char *buf = PyMem_Malloc(size);
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t len = 0, i = 0;
+    for (Py_ssize_t d = 0; d < c.D; d++) {
+        Py_ssize_t row = PyLong_AsSsize_t(PyTuple_GET_ITEM(lengths, d));
+        for (Py_ssize_t p = 0; p < row; p++, i++) {
+            if (p > 0)
+                buf[len++] = ',';
+            PyObject *kind = PyTuple_GET_ITEM(kinds, c.code[i]);
+            len += put_int(buf + len, c.stage[i]);
+            memcpy(buf + len, PyUnicode_1BYTE_DATA(kind), (size_t)PyUnicode_GET_LENGTH(kind));
+            len += PyUnicode_GET_LENGTH(kind);
+            if (c.mb[i] >= 0)
+                len += put_int(buf + len, c.mb[i]);
+        }
+        buf[len++] = '\n';
+    }
+    PyObject *text = PyUnicode_DecodeASCII(buf, len, NULL);
+    PyMem_Free(buf);
+    return text;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -3572,6 +4062,12 @@ static PyMethodDef methods[] = {
     {"critical_path_plain", k_critical_path_plain, METH_VARARGS,
      "critical_path_plain(starts, wait, start_values, start_floats, end_values, end_floats, comm, "
      "tol) -> list | None."},
+    {"lower_keyed", k_lower_keyed, METH_VARARGS,
+     "lower_keyed(codes, stages, mbs, lengths, S, M, rank_of, kinds, gcodes, gstages, gmbs, gends) -> columns | None."},
+    {"defer_recv_plain", k_defer_recv_plain, METH_VARARGS,
+     "defer_recv_plain(codes, stages, mbs, lengths, S, M, rank_of) -> columns | None."},
+    {"format_csv", k_format_csv, METH_VARARGS,
+     "format_csv(codes, stages, mbs, lengths, kinds) -> str | None: PyTorch's CSV of the columns."},
     {"format_plain", k_format_plain, METH_VARARGS,
      "format_plain(acts, indices, action_type) -> list[str] | None: str() of plain actions."},
     {NULL, NULL, 0, NULL},

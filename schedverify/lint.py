@@ -37,7 +37,7 @@ from typing import Any
 from .diagnostics import Code, register
 from .errors import InputError, UsageError
 from .io.actions import LEGACY_HINT, check_grammar
-from .model import B, COMPUTE_KINDS, I, OVERLAP_F_B, W, Schedule, as_schedule, leaf_rows, stage_devices
+from .model import B, COMPUTE_KINDS, I, KIND_CODE, OVERLAP_F_B, W, Schedule, as_schedule, leaf_rows, stage_devices
 
 __all__ = ["LINT_CODES", "TARGETS", "TORCHTITAN_RELEASES", "Finding", "TorchtitanRelease", "lint", "lint_file",
            "looks_legacy", "torchtitan_release", "torchtitan_schedule"]
@@ -282,6 +282,9 @@ def looks_legacy(schedule: Schedule) -> tuple[int, int] | None:
 
     Today that pair is a mixed backward (SV203) and a ``W`` without its ``I`` (SV201); in
     PyTorch's grammar before 2.6 it was simply the input gradient then the weight gradient."""
+    cols = schedule.columns
+    if cols is not None and any(cols.codes.find(bytes((KIND_CODE[k],))) < 0 for k in (B, W)):
+        return None  # plain actions as columns, and no B or no W at all: no Action made to see it
     kinds: dict[tuple[int, int], set[str]] = {}
     for acts in leaf_rows(schedule.order):
         for a in acts:

@@ -127,13 +127,16 @@ def _lower_columns(schedule: Schedule, release: Release, opts: RuntimeOptions) -
     deadlocks); then the passes below run, and raise PyTorch's messages."""
     kernel = _accel.kernel
     cols = schedule.columns
-    if (kernel is None or cols is None or release.lowering != _KERNEL_PASSES or opts.defer_pp_recv
-            or opts.changed() or schedule.placement.is_bidirectional):
+    if (kernel is None or cols is None or release.lowering != _KERNEL_PASSES
+            or opts.changed() not in ((), ("defer_pp_recv",)) or schedule.placement.is_bidirectional):
         return None
     if schedule.stages > 2 * sum(cols.lengths) + 1024:  # as the kernel declines, before the route is
         return None  # spelled out stage by stage: a file's cost follows its size, not its indices
+    route = tuple(schedule.placement.routes[0])
     got = kernel.lower_plain(cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages,
-                             schedule.microbatches, tuple(schedule.placement.routes[0]), COLUMN_KINDS)
+                             schedule.microbatches, route, COLUMN_KINDS)
+    if got is not None and opts.defer_pp_recv:  # defer_recv_ops, over those columns
+        got = kernel.defer_recv_plain(*got[:4], schedule.stages, schedule.microbatches, route)
     return None if got is None else PlainRows(*got)
 
 
@@ -583,6 +586,9 @@ def _keyed_lowering(schedule: Schedule, timeline, rt: Runtime) -> Schedule:
     wait), our SEND/RECV placement instead of ``send_recv`` (and of ``defer_recv``), then the
     release's passes after it (a wait per send, its check, the send budget).  Linear but for
     sorting the messages and a binary search per message."""
+    fast = _keyed_columns(schedule, timeline, rt)
+    if fast is not None:
+        return schedule.with_(order=fast, name=f"{schedule.name or 'schedule'} lowered")
     passes = rt.release.lowering
     split = passes.index("send_recv")
     ctx = _Context(schedule, rt.options)
@@ -595,6 +601,29 @@ def _keyed_lowering(schedule: Schedule, timeline, rt: Runtime) -> Schedule:
             rows = _PASSES[name](rows, ctx)
     order = tuple(tuple(rows[d]) for d in range(schedule.devices))
     return schedule.with_(order=order, name=f"{schedule.name or 'schedule'} lowered")
+
+
+def _keyed_columns(schedule: Schedule, timeline, rt: Runtime) -> PlainRows | None:
+    """The construction of :func:`_keyed_lowering` from the compiled kernel (``lower_keyed``:
+    the bookkeeping passes of ``lower_plain``, then :func:`_keyed_messages`, action for action)
+    over the schedule's columns and the compute-only run's end times as columns; or None, as
+    :func:`_lower_columns` declines (and when the run's times are not columns), and then the
+    Python passes run."""
+    kernel = _accel.kernel
+    cols = schedule.columns
+    if (kernel is None or cols is None or rt.release.lowering != _KERNEL_PASSES
+            or rt.options.changed() not in ((), ("defer_pp_recv",)) or schedule.placement.is_bidirectional):
+        return None
+    if schedule.stages > 2 * sum(cols.lengths) + 1024:
+        return None
+    end = timeline.end_times
+    if end is None:
+        return None
+    g = timeline.graph
+    got = kernel.lower_keyed(cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages,
+                             schedule.microbatches, tuple(schedule.placement.routes[0]), COLUMN_KINDS,
+                             g.code.tobytes(), g.stage.tobytes(), g.mb.tobytes(), end.values.tobytes())
+    return None if got is None else PlainRows(*got)
 
 
 def _keyed_messages(schedule: Schedule, timeline, rows: Rows) -> Rows:

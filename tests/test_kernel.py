@@ -1127,6 +1127,141 @@ def test_bookkeeping_off_its_device_in_columns_is_left_to_the_reference():
     assert g.kind_of(3) == "REDUCE_GRAD" and g.stage_of(4) == 1 and list(g.mb) == [-1, 0, 0, -1] * 2
 
 
+# --------------------------------------------------------------------------- lower_keyed, defer_recv_plain, format_csv
+
+
+def _deferred(schedule, release):
+    """PyTorch's lowering with defer_pp_recv=True, read back from the JSON text, as rows or
+    the LoweringError's text."""
+    from schedverify.lowering import LoweringError, torch_lowering
+
+    loaded = schedverify.loads(schedverify.dumps(schedule))
+    try:
+        return torch_lowering(loaded, defer_recv=True, torch=release).order
+    except LoweringError as e:
+        return f"LoweringError: {e}"
+
+
+def assert_same_deferred(schedule, release="2.13"):
+    """``defer_recv_plain`` over ``lower_plain``'s columns and lowering.defer_recv_ops give the
+    same rows, or the same error; returns whether the kernel answered."""
+    with spying() as spy:
+        fast = _deferred(schedule, release)
+    with pure_python():
+        slow = _deferred(schedule, release)
+    assert fast == slow
+    return spy.answered.get("defer_recv_plain") == 1
+
+
+@given(compute_only, st.sampled_from(["2.13", "2.14", "2.15"]))
+def test_kernel_deferred_lowering_equals_the_passes(schedule, release):
+    """_defer_recv_ops in the kernel is lowering.py's, action for action; a RECV left without
+    its consumer is declined, and lowering.py raises PyTorch's message."""
+    answered = assert_same_deferred(schedule, release)
+    fine = not isinstance(_deferred(schedule, release), str)
+    assert answered == (release != "2.15" and all(schedule.order) and fine)
+
+
+@given(compute_only.flatmap(lambda s: mutations(s, kinds=("swap", "move", "drop", "duplicate", "change-index"))))
+def test_kernel_deferred_lowering_equals_the_passes_on_mutated_schedules(mutation):
+    assert_same_deferred(mutation.schedule)
+
+
+@pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("gpipe", 3, 5), ("interleaved-1f1b", 2, 4),
+                                        ("zb-h1", 4, 8), ("zb-v", 3, 6), ("looped-bfs", 2, 3)])
+def test_kernel_defers_the_families(family, d, m):
+    assert assert_same_deferred(generated(family, d, m))
+
+
+def test_defer_recv_plain_declines_what_it_cannot_place():
+    """A RECV with no consumer (PyTorch raises) and a RECV held twice (the dict keeps the
+    first one's place): declined, not guessed."""
+    from schedverify.grammar import COLUMN_KINDS
+
+    def cols(entries, lengths):
+        codes = bytes(COLUMN_KINDS.index(k) for _, k, _ in entries)
+        st_ = b"".join(s.to_bytes(8, "little", signed=True) for s, _, _ in entries)
+        mb = b"".join(m.to_bytes(8, "little", signed=True) for _, _, m in entries)
+        return codes, st_, mb, lengths
+
+    ok = cols([(0, "F", 0), (0, "SEND_F", 0), (1, "RECV_F", 0), (1, "F", 0)], (2, 2))
+    got = KERNEL.defer_recv_plain(*ok, 2, 1, (0, 1))
+    assert got is not None and got[0] == ok[0]
+    orphan = cols([(0, "F", 0), (0, "SEND_F", 0), (1, "RECV_F", 0)], (2, 1))
+    assert KERNEL.defer_recv_plain(*orphan, 2, 1, (0, 1)) is None
+    twice = cols([(0, "F", 0), (0, "SEND_F", 0), (1, "RECV_F", 0), (1, "RECV_F", 0), (1, "F", 0)], (2, 3))
+    assert KERNEL.defer_recv_plain(*twice, 2, 1, (0, 1)) is None
+    with pytest.raises(ValueError):
+        KERNEL.defer_recv_plain(*ok[:3], (2, 1), 2, 1, (0, 1))
+
+
+def _ours(schedule, release, semantics, costs):
+    """Our lowering of ``schedule`` read back from its JSON text: its rows, name, the CSV
+    written and the report's JSON, or the LoweringError's text."""
+    from schedverify.lowering import LoweringError, lower_checked
+
+    loaded = schedverify.loads(schedverify.dumps(schedule))
+    try:
+        got = lower_checked(loaded, costs=costs, comm_semantics=semantics, torch=release)
+    except LoweringError as e:
+        return f"LoweringError: {e}"
+    return got.schedule.order, got.schedule.name, schedverify.dumps_csv(got.schedule), got.report.to_json()
+
+
+def assert_same_ours(schedule, release="2.13", semantics="torch-nccl", costs=None):
+    """``lower_keyed`` (and the kernel's CSV writer) and lowering._keyed_lowering give the
+    same lowering, file and report; returns which kernel functions answered."""
+    with spying() as spy:
+        fast = _ours(schedule, release, semantics, costs)
+    with pure_python():
+        slow = _ours(schedule, release, semantics, costs)
+    assert fast == slow
+    return spy.answered
+
+
+@given(compute_only, st.sampled_from(["2.13", "2.14", "2.15"]), st.sampled_from(["torch", "torch-nccl"]),
+       float_costs())
+def test_kernel_keyed_lowering_equals_the_construction(schedule, release, semantics, costs):
+    """Our construction in the kernel (docs/spec.md 8.6) is lowering._keyed_messages after the
+    bookkeeping passes, action for action, with costs that are not binary fractions (the keys
+    tie and order as Python's sort orders them); 2.15 is left to lowering.py."""
+    answered = assert_same_ours(schedule, release, semantics, costs)
+    with pure_python():
+        lowered = not isinstance(_ours(schedule, release, semantics, costs), str)
+    assert ("lower_keyed" in answered) == (release != "2.15" and lowered)
+
+
+@pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("gpipe", 3, 5), ("interleaved-1f1b", 2, 4),
+                                        ("zb-h1", 4, 8), ("zb-v", 3, 6), ("looped-bfs", 2, 3)])
+def test_kernel_keyed_lowering_of_the_families(family, d, m):
+    answered = assert_same_ours(generated(family, d, m))
+    assert {"lower_keyed", "format_csv"} <= answered.keys()
+
+
+def test_format_csv_is_the_csv_writer():
+    """The kernel's CSV of columns is csv.writer's of the rows: an empty row is a bare line,
+    a bookkeeping action has no microbatch; a kind it cannot write, or a negative stage, is
+    declined."""
+    import csv
+    import io
+
+    from schedverify.grammar import COLUMN_KINDS
+
+    codes = bytes([0, 8, 10, 6])
+    stages = b"".join(s.to_bytes(8, "little", signed=True) for s in (0, 3, 12, 7))
+    mbs = b"".join(m.to_bytes(8, "little", signed=True) for m in (5, -1, -1, 123))
+    text = KERNEL.format_csv(codes, stages, mbs, (2, 0, 2), COLUMN_KINDS)
+    assert text == "0F5,3UNSHARD\n\n12REDUCE_GRAD,7SEND_B123\n"
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for row in (["0F5", "3UNSHARD"], [], ["12REDUCE_GRAD", "7SEND_B123"]):
+        writer.writerow(row)
+    assert buf.getvalue() == text
+    assert KERNEL.format_csv(codes, stages, mbs, (2, 0, 2), COLUMN_KINDS[:-1] + ("BAD\u00e9",)) is None
+    neg = b"".join(s.to_bytes(8, "little", signed=True) for s in (0, -3, 12, 7))
+    assert KERNEL.format_csv(codes, neg, mbs, (2, 0, 2), COLUMN_KINDS) is None
+
+
 # --------------------------------------------------------------------------- runtime_plain
 
 RUNTIME_FIELDS = ("start", "end", "bind", "cycles", "stuck", "ready", "is_comm", "lane_of", "lanes", "labels",

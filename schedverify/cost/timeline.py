@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import _accel
-from ..graph import Graph, SweepResult, durations_for, sweep
+from ..graph import Graph, SweepResult, Times, durations_for, sweep
 from ..lazy import LazyField, Later
 from ..model import Costs, MemoryModel, Schedule
 from .memory import MemoryResult, memory_sweep
@@ -135,6 +135,13 @@ class Timeline:
     def end(self) -> list[float]:
         """Each action's end time, in action order."""
         return self._run.end
+
+    @property
+    def end_times(self) -> Times | None:
+        """The end times as the compiled sweep or run gave them (a :class:`Times` column, no
+        list made), or None when they are a list."""
+        given_end = vars(self._run).get("_end")
+        return given_end if isinstance(given_end, Times) else None
 
     @cached_property
     def makespan(self) -> float:

@@ -23,7 +23,8 @@ from ..errors import InputError
 from ..limits import limits
 from ..model import (Action, Placement, PlacementSpec, RuleMap, Schedule, as_schedule, infer_sizes, leaf_rows,
                      rule_map, stage_devices)
-from ..grammar import PlainRows
+from .. import _accel
+from ..grammar import COLUMN_KINDS, PlainRows
 from .actions import CellErrors, check_grammar, legacy_rows, parse_row, scan_csv
 from .files import as_text
 from .jsonfmt import refuse_huge_index
@@ -233,6 +234,11 @@ def _name(mapping: Sequence[int], devices: int, stages: int) -> PlacementSpec:
 def dumps(schedule: Schedule) -> str:
     """PyTorch's CSV: one row per device, '' for idle slots."""
     as_schedule(schedule, "dumps_csv")
+    kernel, cols = _accel.kernel, schedule.columns
+    if kernel is not None and cols is not None:  # rows of plain actions, no idle slot: no Action made
+        text: str | None = kernel.format_csv(cols.codes, cols.stages, cols.mbs, cols.lengths, COLUMN_KINDS)
+        if text is not None:
+            return text
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     for row in schedule.order:
