@@ -2082,19 +2082,24 @@ time_at(const times_t *t, Py_ssize_t i, num_t *x)
     return 0;
 }
 
-/* start_list(end_values, end_floats, ready_values, ready_floats, is_comm, durations) -> list
+/* start_list(end_values, end_floats, ready_values, ready_floats, is_comm, durations[, never]) -> list
  * | None: runtime_plain's start times as the reference makes them (runtime._Sweep.run): a
  * SEND/RECV's (is_comm[i] nonzero) its ready time, another action's its end minus its
  * duration, the Python operation: an int when both are ints (exact: each at most 2^53 in
  * magnitude), else the double subtraction of the two as doubles (an int converted exactly).
- * None when a duration is a number read_number does not take. */
+ * None when a duration is a number read_number does not take.  ``never`` (bytes or None): a
+ * hang's compute actions that never ended (runtime_plain), whose start is the int 0. */
 static PyObject *
 k_start_list(PyObject *self, PyObject *args)
 {
-    PyObject *ev, *ef, *rv, *rf, *comm_o, *dur_o;
+    PyObject *ev, *ef, *rv, *rf, *comm_o, *dur_o, *never_o = Py_None;
     times_t e, r;
-    if (!PyArg_ParseTuple(args, "OOOOSO!", &ev, &ef, &rv, &rf, &comm_o, &PyList_Type, &dur_o))
+    if (!PyArg_ParseTuple(args, "OOOOSO!|O", &ev, &ef, &rv, &rf, &comm_o, &PyList_Type, &dur_o, &never_o))
         return NULL;
+    if (never_o != Py_None && !PyBytes_CheckExact(never_o)) {
+        PyErr_SetString(PyExc_TypeError, "start_list: never is bytes or None");
+        return NULL;
+    }
     if (!read_times(ev, ef, &e, "start_list"))
         return NULL;
     if (!read_times(rv, rf, &r, "start_list")) {
@@ -2103,11 +2108,13 @@ k_start_list(PyObject *self, PyObject *args)
     }
     PyObject *out = NULL;
     Py_ssize_t n = e.n;
-    if (r.n != n || PyBytes_GET_SIZE(comm_o) != n || PyList_GET_SIZE(dur_o) != n) {
+    if (r.n != n || PyBytes_GET_SIZE(comm_o) != n || PyList_GET_SIZE(dur_o) != n ||
+        (never_o != Py_None && PyBytes_GET_SIZE(never_o) != n)) {
         PyErr_SetString(PyExc_ValueError, "start_list: the columns' lengths disagree");
         goto done;
     }
     const unsigned char *is_comm = (const unsigned char *)PyBytes_AS_STRING(comm_o);
+    const unsigned char *never = never_o != Py_None ? (const unsigned char *)PyBytes_AS_STRING(never_o) : NULL;
     number_cache_t cache = {{NULL}, {0}, {0}, 0};
     /* the durations first: no list is made when one is not a number the kernel takes */
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -2126,6 +2133,8 @@ k_start_list(PyObject *self, PyObject *args)
         if (is_comm[i]) {
             if (time_at(&r, i, &x))
                 o = number_object(x.is_float ? x.f : (double)x.i, x.is_float);
+        } else if (never != NULL && never[i]) {
+            o = PyLong_FromLong(0); /* a hang's action that never ended */
         } else if (time_at(&e, i, &x)) {
             double d = 0;
             unsigned char df = 0;
@@ -2387,35 +2396,45 @@ done:
 /* ------------------------------------------------------------------ runtime_plain */
 
 /* runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds,
- *               nccl, buffered, by_edge, by_direction, lazy, retired_waits, retired_sends)
+ *               nccl, buffered, by_edge, by_direction, lazy, retired_waits, retired_sends,
+ *               max_cycles)
  *   -> (end_values, end_floats, ready_values, ready_floats, bind, partner, peer_device, lane_of,
- *       lanes, makespan, last, is_comm) | None
+ *       lanes, makespan, last, is_comm, hang) | None
  *
- * The twin of runtime.simulate (match, data_deps, _Sweep) for the run that ends: PyTorch's
- * runtime over gloo (``nccl`` 0: one host lane per rank) or NCCL (a compute stream and one
- * communication stream per communicator, or per peer for a lazily initialised shared group),
- * on a graph of single actions (``code`` -1 only for bookkeeping, which runs on the host or
- * compute stream for its duration), one route (``route``: S ints, the rank of each stage),
- * no BATCH, no second wait (the caller declines those); each WAIT_SEND of
- * ``retired_waits`` waits for the send of ``retired_sends`` at the same place, its only
- * data (runtime.send_waits: PyTorch 2.15's _PendingSendTracker).  ``received``: per
- * code, (stage offset of the producer, RECV code) for a kind whose input from another rank
- * comes through a RECV, else None; ``comm_kinds``: per code, (peer stage offset, is a send,
- * carries an activation, the code of the action it is meant for) for SEND/RECV, else None.
+ * The twin of runtime.simulate (match, data_deps, _Sweep): PyTorch's runtime over gloo
+ * (``nccl`` 0: one host lane per rank) or NCCL (a compute stream and one communication
+ * stream per communicator, or per peer for a lazily initialised shared group), on a graph of
+ * single actions (``code`` -1 only for bookkeeping, which runs on the host or compute stream
+ * for its duration), one route (``route``: S ints, the rank of each stage), no BATCH, no
+ * second wait (the caller declines those); each WAIT_SEND of ``retired_waits`` waits for the
+ * send of ``retired_sends`` at the same place, its only data (runtime.send_waits: PyTorch
+ * 2.15's _PendingSendTracker).  ``received``: per code, (stage offset of the producer, RECV
+ * code) for a kind whose input from another rank comes through a RECV, else None;
+ * ``comm_kinds``: per code, (peer stage offset, is a send, carries an activation, the code
+ * of the action it is meant for) for SEND/RECV, else None.
  *
- * It declines (None) whenever the reference would report anything about the run: a SEND or
- * RECV without a peer stage or a partner (surplus), a matched pair whose labels differ (a
- * crossing), a lane that never finishes, a message never done, a number read_number does
- * not take, or ints that could outgrow doubles (bound as in sweep_plain, with each message's
- * two durations counted).  Otherwise every column is what the reference's RuntimeResult
- * holds, number for number and type for type (times as graph.Times columns; the start times,
- * a SEND/RECV's ready and a compute action's end - duration, are left for the caller to make
- * when it reads them; bind, partner, peer_device and lane_of are arrays of typecode "i", 4
- * bytes an entry, so it declines 3n >= INT32_MAX): the operations are the reference's in its
- * order, a value a float as soon as one operand is.  ``lanes``:
- * per lane (rank, "host" | "compute" | "comm", the stream's key as runtime._stream_label
- * reads it, or None); ``makespan`` and ``last``: max(end) as Python gives it, and the first
- * action that ends then; ``is_comm``: bytes, 1 for each SEND/RECV. */
+ * It declines (None) whenever the reference would report anything about the messages: a
+ * SEND or RECV without a peer stage or a partner (surplus), a matched pair whose labels
+ * differ (a crossing), a number read_number does not take, or ints that could outgrow
+ * doubles (bound as in sweep_plain, with each message's two durations counted).  Otherwise
+ * every column is what the reference's RuntimeResult holds, number for number and type for
+ * type (times as graph.Times columns; the start times, a SEND/RECV's ready and a compute
+ * action's end - duration, are left for the caller to make when it reads them; bind,
+ * partner, peer_device and lane_of are arrays of typecode "i", 4 bytes an entry, so it
+ * declines 3n >= INT32_MAX): the operations are the reference's in its order, a value a
+ * float as soon as one operand is.  ``lanes``: per lane (rank, "host" | "compute" | "comm",
+ * the stream's key as runtime._stream_label reads it, or None); ``makespan`` and ``last``:
+ * max(end) as Python gives it, and the first action that ends then; ``is_comm``: bytes, 1
+ * for each SEND/RECV.
+ *
+ * ``hang`` is None for a run that ends.  For one that hangs it is the reference's rounds
+ * (release the first wait of each cycle found and go on, up to ``max_cycles`` cycles and one
+ * more): (cycles, stuck, unsent, never), each wait a tuple (lane, rank, head, awaited, event)
+ * as runtime.Wait holds it; ``cycles`` each in wait order, ``stuck`` each lane's first wait at
+ * each head it stopped at (in the order the rounds found them), ``unsent`` over gloo the
+ * sends never done whose lane ran to its end (before 2.15 the runtime's step waits for each),
+ * ``never`` bytes, 1 where a compute action never ended or a SEND/RECV was never ready; what
+ * never happened is the int 0 in the time columns, as in the reference's. */
 typedef struct {
     double v;
     unsigned char f; /* 1: a float; 0: an int, exactly v */
@@ -2541,12 +2560,18 @@ k_runtime_plain(PyObject *self, PyObject *args)
     PyObject *starts_o, *code_o, *stage_o, *mb_o, *wait_o, *dur_o, *comm_o, *route_o, *received_o, *kinds_o,
         *rw_o, *rs_o;
     int nccl, buffered, by_edge, by_direction, lazy;
-    if (!PyArg_ParseTuple(args, "OOOOOO!OOO!O!pppppOO", &starts_o, &code_o, &stage_o, &mb_o, &wait_o,
+    Py_ssize_t max_cycles;
+    if (!PyArg_ParseTuple(args, "OOOOOO!OOO!O!pppppOOn", &starts_o, &code_o, &stage_o, &mb_o, &wait_o,
                           &PyList_Type, &dur_o, &comm_o, &route_o, &PyTuple_Type, &received_o, &PyTuple_Type,
-                          &kinds_o, &nccl, &buffered, &by_edge, &by_direction, &lazy, &rw_o, &rs_o))
+                          &kinds_o, &nccl, &buffered, &by_edge, &by_direction, &lazy, &rw_o, &rs_o, &max_cycles))
         return NULL;
+    if (max_cycles < 0 || max_cycles > 1000) {
+        PyErr_SetString(PyExc_ValueError, "runtime_plain: max_cycles is 0 to 1000");
+        return NULL;
+    }
     scratch_t sc = {{NULL}, 0};
-    PyObject *result = NULL, *lanes_l = NULL, *flags[3] = {NULL}; /* the times' floats; is_comm */
+    PyObject *result = NULL, *lanes_l = NULL, *flags[4] = {NULL}; /* the times' floats; is_comm; never */
+    PyObject *hang = NULL; /* a run that hangs: (cycles, stuck, unsent, never) */
     Py_ssize_t D1 = 0, n = 0, n2 = 0, n3 = 0, n4 = 0, S = 0;
     ints_t code_c = {{NULL}}, stage_c = {{NULL}}, mb_c = {{NULL}}, wait_c = {{NULL}};
     column_t cols[6] = {{NULL}}; /* fin, ready (doubles); bind, partner, peer, lane_of (int32) */
@@ -2824,7 +2849,16 @@ k_runtime_plain(PyObject *self, PyObject *args)
                             : by_direction ? fwd_k[CODE(i)]
                             : lazy ? (d < e ? (long long)d * D + e : e * D + d) : 0;
             skey[i] = (int32_t)key;
-            keys[nkeys++] = key;
+            /* a key among the last few kept is not kept again: a device's messages go to a
+             * few peers, so the sort below sees a handful of keys, not one per message */
+            int again = 0;
+            for (Py_ssize_t q = nkeys - 1; q >= 0 && q >= nkeys - 8; q--)
+                if (keys[q] == key) {
+                    again = 1;
+                    break;
+                }
+            if (!again)
+                keys[nkeys++] = key;
         }
         /* the distinct keys in order (sorted(streams)), a lane each */
         qsort(keys, (size_t)nkeys, sizeof(long long), compare_ll);
@@ -2906,7 +2940,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
     long long *ptr = scratch_array(&sc, L, sizeof(long long), 0), *source = scratch_array(&sc, L, sizeof(long long), 0);
     rnum_t *clock = scratch_array(&sc, L, sizeof(rnum_t), 0);
     unsigned char *blocked = scratch_array(&sc, L, 1, 1);
-    if (!r.state || !r.whead || !r.wnext || !r.stack || !ptr || !source || !clock || !blocked)
+    int32_t *waited = scratch_array(&sc, L, sizeof(int32_t), 0); /* a blocked lane's awaited action */
+    if (!r.state || !r.whead || !r.wnext || !r.stack || !ptr || !source || !clock || !blocked || !waited)
         goto done;
     for (Py_ssize_t k = 0; k < nret; k++) { /* checked above; a wait given twice: the last send */
         r.state[ret_w[k]] |= RT_RETIRED;
@@ -2924,6 +2959,14 @@ k_runtime_plain(PyObject *self, PyObject *args)
         source[k] = -1;
         r.stack[r.top++] = (int32_t)k;
     }
+    /* a hang (runtime._Sweep.run): what the rounds found, each wait (lane, head, awaited,
+     * event) as four entries.  Each round finds a cycle at least and stops past max_cycles,
+     * and a round's waits are at most one per lane: (max_cycles + 1) * L of each at most */
+    Py_ssize_t cap = (max_cycles + 1) * L, nseen = 0, nwaits = 0, ncycles = 0;
+    long long *stuck_w = NULL, *cyc = NULL, *cyc_off = NULL, *seen_head = NULL;
+    int32_t *target = NULL, *colour = NULL, *path = NULL;
+    int hung = 0;
+    for (;;) {
     while (r.top > 0) {
         Py_ssize_t k = r.stack[--r.top];
         long long p = ptr[k], stop = loff[k + 1], src = source[k];
@@ -2996,16 +3039,92 @@ k_runtime_plain(PyObject *self, PyObject *args)
         source[k] = src;
         blocked[k] = awaited >= 0;
         if (awaited >= 0) {
+            waited[k] = (int32_t)awaited;
             r.wnext[k] = r.whead[awaited];
             r.whead[awaited] = (int32_t)k;
         }
     }
+    /* nothing moves.  A lane still blocked is a hang: as the reference does (to report every
+     * independent hang at once), record each stuck lane's first wait at its head, find the
+     * cycles of "lane k waits for lane l" among the stuck lanes, release the first wait of
+     * each, and go on, until no lane is blocked, no cycle is found or max_cycles are passed.
+     * Every message has its partner here, so a stuck lane always waits for another lane. */
+    Py_ssize_t nblocked = 0;
     for (Py_ssize_t k = 0; k < L; k++)
-        if (blocked[k])
-            goto not_plain; /* a hang: the reference finds its cycles */
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (!(r.state[i] & RT_HAS_FIN))
-            goto not_plain; /* a message never done (a send left pending at the end) */
+        nblocked += blocked[k];
+    if (nblocked == 0)
+        break;
+    if (!hung) {
+        hung = 1;
+        stuck_w = scratch_array(&sc, 4 * cap, sizeof(long long), 0);
+        cyc = scratch_array(&sc, 4 * cap, sizeof(long long), 0);
+        cyc_off = scratch_array(&sc, cap + 1, sizeof(long long), 0);
+        seen_head = scratch_array(&sc, L, sizeof(long long), 0);
+        target = scratch_array(&sc, 3 * L, sizeof(int32_t), 0);
+        if (!stuck_w || !cyc || !cyc_off || !seen_head || !target)
+            goto done;
+        colour = target + L;
+        path = colour + L;
+        cyc_off[0] = 0;
+        for (Py_ssize_t k = 0; k < L; k++)
+            seen_head[k] = -1;
+    }
+#define RT_EVENT(j) (is_comm[j] ? RT_DONE : RT_END)
+    for (Py_ssize_t k = 0; k < L; k++) {
+        if (!blocked[k])
+            continue;
+        long long head = items[ptr[k]], j = waited[k];
+        if (seen_head[k] != head) { /* seen.setdefault((lane, head), wait): a lane's heads only grow */
+            seen_head[k] = head;
+            long long *w = stuck_w + 4 * nseen++;
+            w[0] = k, w[1] = head, w[2] = j, w[3] = RT_EVENT(j);
+        }
+        /* the lane that must move (runtime._Sweep.waited_lane): the awaited action's, or,
+         * when it is a message posted and waiting, its partner's */
+        long long b = (!is_comm[j] || !(r.state[j] & RT_HAS_READY)) ? j : partner[j];
+        target[k] = blocked[lane_of[b]] ? lane_of[b] : -1;
+        colour[k] = -1;
+    }
+    Py_ssize_t found = 0;
+    for (Py_ssize_t k0 = 0; k0 < L; k0++) { /* runtime._Sweep._cycles, in lane order */
+        if (!blocked[k0] || target[k0] < 0 || colour[k0] >= 0)
+            continue;
+        Py_ssize_t len = 0, k = k0;
+        while (blocked[k] && target[k] >= 0 && colour[k] < 0) {
+            colour[k] = (int32_t)k0;
+            path[len++] = (int32_t)k;
+            k = target[k];
+        }
+        if (!blocked[k] || colour[k] != k0)
+            continue;
+        Py_ssize_t at = 0;
+        while (path[at] != k)
+            at++;
+        for (; at < len; at++) {
+            long long x = path[at], *w = cyc + 4 * nwaits++;
+            w[0] = x, w[1] = items[ptr[x]], w[2] = waited[x], w[3] = RT_EVENT(waited[x]);
+        }
+        cyc_off[++ncycles] = nwaits;
+        found++;
+    }
+    if (ncycles > max_cycles || found == 0)
+        break;
+    for (Py_ssize_t c = ncycles - found; c < ncycles; c++) { /* runtime._Sweep._release */
+        long long j = cyc[4 * cyc_off[c] + 2];
+        if (cyc[4 * cyc_off[c] + 3] == RT_END) {
+            rnum_t zero = {0, 0};
+            rt_set_fin(&r, j, zero); /* as if it had ended, at 0: the run is a hang already */
+        } else {
+            rnum_t zero = {0, 0}, t = (r.state[j] & RT_HAS_READY) && rv[j] != 0 ? rt_ready(&r, j) : zero;
+            rt_finish(&r, j, t, j); /* ``ready or 0`` */
+        }
+    }
+    }
+#undef RT_EVENT
+    if (!hung)
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (!(r.state[i] & RT_HAS_FIN))
+                goto not_plain; /* a message never done (a send left pending at the end) */
 #undef RT_DEPS
 #undef CODE
 #undef STAGE
@@ -3014,9 +3133,23 @@ k_runtime_plain(PyObject *self, PyObject *args)
     /* (7) the results, as columns: no Python object per action.  ready: a compute action's
      * entry 0 (read as None); the start times are not a column (ready for a SEND/RECV, else
      * fin - duration: runtime._native makes them when they are read) */
+    unsigned char *never = NULL; /* a hang: 1 where a compute never ended, a message was never ready */
+    if (hung) {
+        if (!(flags[3] = PyBytes_FromStringAndSize(NULL, n)))
+            goto done;
+        never = (unsigned char *)PyBytes_AS_STRING(flags[3]);
+    }
     rnum_t top = {0, 0};
     long long last = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (hung) { /* what never happened is 0, an int (the reference's times of a hang) */
+            unsigned char st = r.state[i];
+            never[i] = !(st & (is_comm[i] ? RT_HAS_READY : RT_HAS_FIN));
+            if (!(st & RT_HAS_FIN))
+                fv[i] = 0, ffp[i] = 0;
+            if (!(st & RT_HAS_READY))
+                rv[i] = 0, rfp[i] = 0;
+        }
         rnum_t fin = rt_fin(&r, i);
         if (!is_comm[i]) {
             rv[i] = 0;
@@ -3046,23 +3179,66 @@ k_runtime_plain(PyObject *self, PyObject *args)
             goto done;
         PyList_SET_ITEM(lanes_l, k, lane);
     }
+    if (hung) { /* (cycles, stuck, unsent, never): each wait (lane, rank, head, awaited, event) */
+        PyObject *cycles = PyList_New(ncycles), *stuck = PyList_New(nseen), *unsent = PyList_New(0);
+        if (!cycles || !stuck || !unsent) {
+            Py_XDECREF(cycles);
+            Py_XDECREF(stuck);
+            Py_XDECREF(unsent);
+            goto done;
+        }
+        if (!(hang = Py_BuildValue("(NNNO)", cycles, stuck, unsent, flags[3]))) /* (N: taken even then) */
+            goto done;
+#define RT_WAIT(w) Py_BuildValue("(LLLLL)", (w)[0], lane_dev[(w)[0]], (w)[1], (w)[2], (w)[3])
+        for (Py_ssize_t c = 0; c < ncycles; c++) {
+            PyObject *one = PyList_New(cyc_off[c + 1] - cyc_off[c]);
+            if (one == NULL)
+                goto done;
+            PyList_SET_ITEM(cycles, c, one);
+            for (long long q = cyc_off[c]; q < cyc_off[c + 1]; q++) {
+                PyObject *w = RT_WAIT(cyc + 4 * q);
+                if (w == NULL)
+                    goto done;
+                PyList_SET_ITEM(one, q - cyc_off[c], w);
+            }
+        }
+        for (Py_ssize_t q = 0; q < nseen; q++) {
+            PyObject *w = RT_WAIT(stuck_w + 4 * q);
+            if (w == NULL)
+                goto done;
+            PyList_SET_ITEM(stuck, q, w);
+        }
+#undef RT_WAIT
+        /* over gloo, the sends never done whose host lane ran to its end (before 2.15 the step
+         * ends by waiting for each: the caller adds them) */
+        for (Py_ssize_t i = 0; !nccl && i < n; i++)
+            if (is_send[i] && !(r.state[i] & RT_HAS_FIN) && ptr[lane_of[i]] == loff[lane_of[i] + 1]) {
+                PyObject *x = PyLong_FromSsize_t(i);
+                if (x == NULL || PyList_Append(unsent, x) < 0) {
+                    Py_XDECREF(x);
+                    goto done;
+                }
+                Py_DECREF(x);
+            }
+    }
     PyObject *makespan = n ? rn_object(top) : PyLong_FromLong(0);
     if (makespan == NULL)
         goto done;
     PyObject *c[6];
     for (int q = 0; q < 6; q++)
         c[q] = column_take(&cols[q]);
-    result = Py_BuildValue("(NONONNNNONLO)", c[0], flags[0], c[1], flags[1], c[2], c[3], c[4], c[5], lanes_l,
-                           makespan, last, flags[2]);
+    result = Py_BuildValue("(NONONNNNONLOO)", c[0], flags[0], c[1], flags[1], c[2], c[3], c[4], c[5], lanes_l,
+                           makespan, last, flags[2], hang ? hang : Py_None);
     goto done;
 not_plain:
     result = declined();
 done:
     for (int q = 0; q < 6; q++)
         column_free(&cols[q]);
-    for (int q = 0; q < 3; q++)
+    for (int q = 0; q < 4; q++)
         Py_XDECREF(flags[q]);
     Py_XDECREF(lanes_l);
+    Py_XDECREF(hang);
     release_ints(&code_c);
     release_ints(&stage_c);
     release_ints(&mb_c);
@@ -4048,10 +4224,10 @@ static PyMethodDef methods[] = {
      "end_floats, makespan) | None."},
     {"runtime_plain", k_runtime_plain, METH_VARARGS,
      "runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds, nccl, "
-     "buffered, by_edge, by_direction, lazy, retired_waits, retired_sends) -> (end, ready as times "
-     "columns, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm) | None."},
+     "buffered, by_edge, by_direction, lazy, retired_waits, retired_sends, max_cycles) -> (end, ready as "
+     "times columns, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm, hang) | None."},
     {"start_list", k_start_list, METH_VARARGS,
-     "start_list(end_values, end_floats, ready_values, ready_floats, is_comm, durations) -> list | None: "
+     "start_list(end_values, end_floats, ready_values, ready_floats, is_comm, durations[, never]) -> list | None: "
      "runtime_plain's start times."},
     {"times_list", k_times_list, METH_VARARGS,
      "times_list(values, floats) -> list: a times column as Python's numbers."},

@@ -141,6 +141,11 @@ class PlainRows(Later[Rows]):
             i += length
         return tuple(out)
 
+    def action(self, i: int) -> Action:
+        """The Action at index ``i`` (device-major, as the rows run), made alone."""
+        stage, mb = memoryview(self.stages).cast("q")[i], memoryview(self.mbs).cast("q")[i]
+        return Action(stage, COLUMN_KINDS[self.codes[i]], mb if mb >= 0 else None)
+
     def names(self, indices: list[int]) -> list[str]:
         """``str`` of the actions at these indices (device-major, as the rows run)."""
         kernel = _accel.kernel

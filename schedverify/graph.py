@@ -243,6 +243,21 @@ class Graph:
         names = kernel.format_plain(self.acts, indices, Action) if kernel is not None else None
         return names if names is not None else list(map(str, map(self.acts.__getitem__, indices)))
 
+    def position_of(self, i: int) -> int:
+        """``pos[i]``, found from ``starts`` for a graph of a schedule's columns (rows without
+        idle slots) when the column is not made, as :meth:`device_of`."""
+        if isinstance(given(self, "pos"), _ByDevice):
+            return i - self.starts[self.device_of(i)]
+        return self.pos[i]
+
+    def action(self, i: int) -> Action:
+        """``acts[i]``, read off the schedule's columns when the list is not made (a rule or an
+        explanation that names a few actions of a million)."""
+        cols = self.schedule.columns
+        if cols is not None and isinstance(given(self, "acts"), _ActsOf):
+            return cols.action(i)
+        return self.acts[i]
+
     def where(self, i: int) -> tuple[int, int, str]:
         return self.dev[i], self.pos[i], str(self.acts[i])
 

@@ -40,7 +40,7 @@ from .deps import MATCH, RECEIVED, intended_receive  # noqa: F401 - intended_rec
 from .errors import UsageError
 from .grammar import CODED_KINDS
 from .graph import KIND_CODE, NCODES, Graph, Times
-from .lazy import LazyField, Later
+from .lazy import LazyField, Later, given
 from .model import RECV_B, RECV_F, SEND_B, SEND_F, SEND_OF, SEND_WAIT_KINDS
 from .releases import NcclOptions, Runtime  # noqa: F401 - NcclOptions re-exported (its public home)
 
@@ -283,6 +283,12 @@ class RuntimeResult:
     def completed(self) -> bool:
         return not self.stuck
 
+    def ready_of(self, i: int):
+        """``ready[i]``, read off the compiled run's column when the list is not made (an
+        explanation names a few actions of a million)."""
+        got = given(self, "ready")
+        return got.at(i) if isinstance(got, _Ready) else self.ready[i]
+
     def critical_path(self) -> list[int]:
         """The actions whose events set one another's times, from time 0 to the last event."""
         if self.last is None and not self.end:
@@ -331,10 +337,10 @@ _COMM_BY_CODE = tuple((_PEER_OFFSET[c], _IS_SEND[c], _FORWARD[c], KIND_CODE[MATC
 def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | None,
             waits: SendWaits | None) -> RuntimeResult | None:
     """The compiled kernel's run (``runtime_plain``), for a PyTorch runtime on a graph of
-    single actions with one route, no BATCH and nothing else for the checker to report about
-    it (2.15's WAIT_SENDs run after the sends they retire), when the run ends: the
-    RuntimeResult the sweep below gives, field for field.  None otherwise (then the sweep
-    runs, and finds what the kernel declined)."""
+    single actions with one route, no BATCH and every message matched by its label (2.15's
+    WAIT_SENDs run after the sends they retire), whether it ends or hangs: the RuntimeResult
+    the sweep below gives, field for field, its hangs explained here.  None otherwise (then
+    the sweep runs, and finds what the kernel declined)."""
     kernel = _accel.kernel
     rel = runtime.release
     if (kernel is None or type(durations) is not list or not g.explicit_comm or g.more_waits or g.batches
@@ -348,10 +354,10 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
     got = kernel.runtime_plain(g.starts, g.code, g.stage, g.mb, g.wait, durations, comm,
                                tuple(g.schedule.placement.routes[0]), _RECEIVED_BY_CODE, _COMM_BY_CODE,
                                nccl, nccl and runtime.nccl.buffered_sends, layout.by_edge, layout.by_direction,
-                               runtime.lazy, list(retires), list(retires.values()))
+                               runtime.lazy, list(retires), list(retires.values()), MAX_CYCLES)
     if got is None:
         return None
-    fv, ff, rv, rf, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm = got
+    fv, ff, rv, rf, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm, hang = got
     kinds, labels = [], []
     for d, stream, key in lanes:
         if stream == "comm":
@@ -361,12 +367,26 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
         kinds.append((d, stream, peer))
         labels.append(label)
     m = matching if matching is not None else Matching(partner, peer_device, [], [])
+    cycles: list[list[Wait]] = []
+    stuck: list[Wait] = []
+    never = None
+    if hang is not None:  # the sweep's rounds, as _Sweep.run finds them
+        found, seen, unsent, never = hang
+        cycles = [[Wait(*w) for w in c] for c in found]
+        stuck = [Wait(*w) for w in seen]
+        if not runtime.waits_for_sends:  # over gloo: the step waits for every send it posted
+            stuck += [Wait(lane_of[i], g.device_of(i), i, i, DONE) for i in unsent]
+        stuck.sort(key=lambda w: (w.device, g.position_of(w.head)))
     finish_times, ready_times = Times(fv, ff), Times(rv, rf)
-    start: Any = _Start(finish_times, ready_times, is_comm, durations)  # recipes for the list fields (lazy.py)
+    start: Any = _Start(finish_times, ready_times, is_comm, durations, never)  # recipes for the lists (lazy.py)
     finish: Any = finish_times
-    ready: Any = _Ready(ready_times, is_comm)
-    return RuntimeResult(start, finish, bind, [], [], m, ready, is_comm, lane_of, kinds, labels, {}, nccl,
-                         makespan=makespan, last=last)
+    ready: Any = _Ready(ready_times, is_comm, never)
+    result = RuntimeResult(start, finish, bind, cycles, stuck, m, ready, is_comm, lane_of, kinds, labels, {}, nccl,
+                           makespan=makespan, last=last)
+    if cycles:
+        result.hangs = tuple(_hang(g, result, c) for c in cycles[:MAX_CYCLES])
+        result.more_hangs = len(cycles) > MAX_CYCLES
+    return result
 
 
 class _Start(Later[list]):
@@ -374,28 +394,39 @@ class _Start(Later[list]):
     column of their own: a SEND/RECV's ready time, a compute action's end minus its duration,
     as the sweep below computes them (the same Python operation on the same numbers)."""
 
-    def __init__(self, finish: Times, ready: Times, is_comm: bytes, durations: list):
+    def __init__(self, finish: Times, ready: Times, is_comm: bytes, durations: list, never: bytes | None):
         self.finish, self.ready, self.is_comm, self.durations = finish, ready, is_comm, durations
+        self.never = never  # a hang's: 1 where a compute action never ended (its start is 0)
 
     def make(self) -> list:
         kernel = _accel.kernel
         made = (kernel.start_list(self.finish.values, self.finish.floats, self.ready.values, self.ready.floats,
-                                  self.is_comm, self.durations) if kernel is not None else None)
+                                  self.is_comm, self.durations, self.never) if kernel is not None else None)
         if made is not None:
             return made
-        return [r if c else f - t for c, r, f, t in zip(self.is_comm, self.ready.make(), self.finish.make(),
-                                                         self.durations)]
+        never = self.never or bytes(len(self.is_comm))
+        return [r if c else (0 if x else f - t) for c, r, f, t, x in
+                zip(self.is_comm, self.ready.make(), self.finish.make(), self.durations, never)]
 
 
 class _Ready(Later[list]):
     """The ready times of the compiled run (RuntimeResult.ready): the column's value for a
-    SEND/RECV, None for the rest."""
+    SEND/RECV that became ready, None for the rest."""
 
-    def __init__(self, times: Times, is_comm: list[bool]):
-        self.times, self.is_comm = times, is_comm
+    def __init__(self, times: Times, is_comm: bytes, never: bytes | None):
+        self.times, self.is_comm, self.never = times, is_comm, never
+
+    def at(self, i: int):
+        """The list's entry ``i``, made alone."""
+        if not self.is_comm[i] or (self.never is not None and self.never[i]):
+            return None
+        v = self.times.values[i]
+        return v if self.times.floats[i] else int(v)
 
     def make(self) -> list:
-        return [t if c else None for t, c in zip(self.times.make(), self.is_comm)]
+        if self.never is None:
+            return [t if c else None for t, c in zip(self.times.make(), self.is_comm)]
+        return [t if c and not x else None for t, c, x in zip(self.times.make(), self.is_comm, self.never)]
 
 
 class _Sweep:
@@ -755,7 +786,10 @@ def data_deps(g: Graph, is_comm: list[bool], waits: SendWaits | None = None) -> 
 def blocker(r: RuntimeResult, w: Wait) -> int:
     """The action whose progress ``w`` waits for: the awaited action itself, or, when that one
     is ready and waits for its message, the other end of the message (-1: none comes)."""
-    return _blocker(w, r.ready, r.matching.partner)
+    j = w.awaited
+    if w.event == END or r.ready_of(j) is None:
+        return j
+    return r.matching.partner[j]
 
 
 def _blocker(w: Wait, ready: list, partner: list[int]) -> int:
@@ -767,14 +801,14 @@ def _blocker(w: Wait, ready: list, partner: list[int]) -> int:
 
 def explain(g: Graph, r: RuntimeResult, w: Wait, nccl_mode: bool) -> str:
     """Why ``w.head`` waits, in words, naming where the awaited thing is stuck."""
-    acts, pos = g.acts, g.pos
+    acts, pos, dev = _At(g.action), _At(g.position_of), _At(g.device_of)
     head, j = acts[w.head], w.awaited
     here = f"device {w.device} is stuck at {head} (position {pos[w.head]})"
 
     def stream_of(x: int) -> str:
         """The lane of action ``x``, as its device names it."""
         label = r.labels[r.lane_of[x]] if r.labels else "communication stream"
-        return f"device {g.dev[x]}'s {label}"
+        return f"device {dev[x]}'s {label}"
 
     lane = (r.labels[r.lane_of[w.head]] if r.labels else "communication stream") \
         if nccl_mode and head.kind in _KINDS_COMM else ("compute stream" if nccl_mode else "host")
@@ -782,32 +816,32 @@ def explain(g: Graph, r: RuntimeResult, w: Wait, nccl_mode: bool) -> str:
         if head.kind in _KINDS_COMM:
             return (f"{here} on its {lane}: NCCL makes the stream wait for the compute posted "
                     f"before it, {acts[j]} (position {pos[j]}), which has not run")
-        return (f"{here}: it needs what {acts[j]} produces on device {g.dev[j]} "
+        return (f"{here}: it needs what {acts[j]} produces on device {dev[j]} "
                 f"(position {pos[j]}), which has not run")
     if w.head in r.batch_of and j in r.batch_of[w.head]:  # waited for right after it was posted
         group = r.batch_of[w.head]
         what = (f"the batch {'; '.join(str(acts[x]) for x in group)} is waited for as a whole" if len(group) > 1
                 else f"{head} blocks until it completes")
         start = f"{here} on its {lane}: {what}, and {acts[j]} (position {pos[j]}) has not completed"
-        if r.ready[j] is None:
+        if r.ready_of(j) is None:
             return f"{start}: it has not reached the head of {stream_of(j)}"
         p = r.matching.partner[j]
         if p < 0:
             return f"{start}: its message never comes"
         posted = f"at the head of {stream_of(p)}" if nccl_mode else "posted"
-        return f"{start}: it needs {acts[p]} (device {g.dev[p]}, position {pos[p]}), not {posted} yet"
+        return f"{start}: it needs {acts[p]} (device {dev[p]}, position {pos[p]}), not {posted} yet"
     if head.kind in SEND_WAIT_KINDS:  # PyTorch 2.15: a wait() on the send it retires
         holds = "the compute stream (NCCL's wait() makes it wait)" if nccl_mode else "the host (gloo's wait() blocks)"
         start = f"{here}: it holds {holds} until {acts[j]} (position {pos[j]}) completes"
-        if r.ready[j] is None:
+        if r.ready_of(j) is None:
             return f"{start}, which has not reached the head of {stream_of(j)}"
         p = r.matching.partner[j]
         if p < 0:
             return f"{start}, which is never received"
         posted = f"at the head of {stream_of(p)}" if nccl_mode else "posted"
-        return (f"{start}: a send completes only with its receive, {acts[p]} (device {g.dev[p]}, "
+        return (f"{start}: a send completes only with its receive, {acts[p]} (device {dev[p]}, "
                 f"position {pos[p]}), which is not {posted} yet")
-    if r.ready[j] is None:
+    if r.ready_of(j) is None:
         return (f"{here}: it waits for {acts[j]} (position {pos[j]}), which has not reached "
                 f"the head of {stream_of(j)}")
     p = r.matching.partner[j]
@@ -817,13 +851,25 @@ def explain(g: Graph, r: RuntimeResult, w: Wait, nccl_mode: bool) -> str:
     if j == w.head:
         what = "a send completes only with its receive" if head.kind.startswith("SEND") else \
             "a receive completes only with its send"
-        return (f"{here} on its {lane}: {what}, {acts[p]} (device {g.dev[p]}, position {pos[p]}), "
+        return (f"{here} on its {lane}: {what}, {acts[p]} (device {dev[p]}, position {pos[p]}), "
                 f"which is not {posted} yet")
     return (f"{here}: it waits for the data of {acts[j]} (position {pos[j]}), which device "
-            f"{g.dev[p]} sends with {acts[p]} (position {pos[p]}), not {posted} yet")
+            f"{dev[p]} sends with {acts[p]} (position {pos[p]}), not {posted} yet")
 
 
 _KINDS_COMM = frozenset(_COMM_CODES.values())
+
+
+class _At:
+    """``column[i]`` through a function of ``i``, for the few actions an explanation names
+    (Graph.action, position_of, device_of: a graph of a schedule's columns makes no list of
+    every Action, position or device for them)."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def __getitem__(self, i: int):
+        return self.at(i)
 
 
 def _hang(g: Graph, r: RuntimeResult, cycle: list[Wait]) -> Hang:
@@ -844,9 +890,11 @@ def pytorch_notation(g: Graph, waits: list[Wait], limit: int = 6) -> list[str]:
         lo, hi = min(heads), max(heads)
         if lo == hi and lo > g.starts[d]:
             lo -= 1  # the action before a single stuck head, for context
-        names = [str(a) for a in g.acts[lo:hi + 1]]
-        if len(names) > limit:
-            names = names[:limit // 2] + ["..."] + names[-(limit // 2):]
+        if hi - lo + 1 > limit:
+            names = g.names(list(range(lo, lo + limit // 2))) + ["..."] + \
+                g.names(list(range(hi + 1 - limit // 2, hi + 1)))
+        else:
+            names = g.names(list(range(lo, hi + 1)))
         first = "" if lo == g.starts[d] else "... "
         out.append(f"rank {d}: [{first}{', '.join(names)}]")
     return out

@@ -16,7 +16,7 @@ from ..runtime import RuntimeResult, SendWaits
 
 
 def loc(g: Graph, i: int) -> Location:
-    return Location(g.dev[i], g.pos[i], str(g.acts[i]))
+    return Location(g.device_of(i), g.position_of(i), str(g.action(i)))
 
 
 def missing(g: Graph, action: Action) -> Location:
@@ -58,7 +58,7 @@ def complete(g: Graph, tally: Tally | None = None) -> Iterator[Violation]:
             (loc(g, again), loc(g, first)),
         )
     for i in g.mixed:
-        a = g.acts[i]
+        a = g.action(i)
         yield Violation(
             dx.MIXED_BACKWARD,
             f"{a} mixes a full backward B with a split backward (I/W) of the same stage and "
@@ -123,11 +123,11 @@ def missing_count(g: Graph) -> int:
 
 def _leaf_named(g: Graph, i: int, first: int) -> str:
     """The sub-action the two entries share (for overlaps), else the action itself."""
-    mine = set(g.acts[i].leaves())
-    for x in g.acts[first].leaves():
+    mine = set(g.action(i).leaves())
+    for x in g.action(first).leaves():
         if x in mine:
             return str(x)
-    return str(g.acts[i])
+    return str(g.action(i))
 
 
 def placed(g: Graph) -> Iterator[Violation]:
@@ -156,19 +156,19 @@ def placed(g: Graph) -> Iterator[Violation]:
 def ordered(g: Graph) -> Iterator[Violation]:
     for i, j in g.inversions:
         if i == j:
-            sub = g.acts[i].sub
+            sub = g.action(i).sub
             assert sub is not None  # an action waiting for itself is an overlap (F;B or F;I)
             f, b = sub
             yield Violation(
                 dx.RUNS_BEFORE_DEPENDENCY,
-                f"{g.acts[i]} runs {b} together with {f}, but {b} needs what {f} produces; "
+                f"{g.action(i)} runs {b} together with {f}, but {b} needs what {f} produces; "
                 f"overlap a backward with the forward of another microbatch",
                 (loc(g, i),),
             )
             continue
         yield Violation(
             dx.RUNS_BEFORE_DEPENDENCY,
-            f"{g.acts[i]} {explain_wait(g, i, j)}, which comes later on the same device "
+            f"{g.action(i)} {explain_wait(g, i, j)}, which comes later on the same device "
             f"(position {g.pos[j]}), so device {g.dev[i]} waits for itself",
             (loc(g, i), loc(g, j)),
         )
@@ -181,7 +181,7 @@ def ordered(g: Graph) -> Iterator[Violation]:
         for an overlap (the Actions of a file read as columns are not made for this)."""
         if code[k] >= 0:
             return code[k] in backward and stage[k] == s
-        return k in overlapped and any(x.stage == s and x.kind in (B, I, W) for x in g.acts[k].leaves())
+        return k in overlapped and any(x.stage == s and x.kind in (B, I, W) for x in g.action(k).leaves())
 
     for i in g.reduce_grads:
         d, s = g.device_of(i), g.stage_of(i)
@@ -193,7 +193,7 @@ def ordered(g: Graph) -> Iterator[Violation]:
         if last > i:
             yield Violation(
                 dx.REDUCE_GRAD_TOO_EARLY,
-                f"{g.acts[i]} reduces stage {s}'s gradients before its backward {g.acts[last]} "
+                f"{g.action(i)} reduces stage {s}'s gradients before its backward {g.action(last)} "
                 f"(position {g.pos[last]}) has run; REDUCE_GRAD must follow every backward of its stage",
                 (loc(g, i), loc(g, last)),
             )
@@ -216,9 +216,9 @@ def deadlocks(g: Graph, cycles) -> Iterator[Violation]:
             shown = k if awaited >= 0 else k + 1
             head_e = next(h for h, _ in cycle if g.dev[h] == e)
             behind = ("" if head_e == shown else
-                      f", behind {g.acts[head_e]} (position {g.pos[head_e]}) where device {e} is stuck")
+                      f", behind {g.action(head_e)} (position {g.pos[head_e]}) where device {e} is stuck")
             steps.append(
-                f"device {d} is stuck at {g.acts[head]} (position {g.pos[head]}): it "
+                f"device {d} is stuck at {g.action(head)} (position {g.pos[head]}): it "
                 f"{explain_wait(g, head, awaited)}, which is at position {g.pos[shown]} on device {e}{behind}"
             )
             locations.append(loc(g, head))
@@ -234,7 +234,7 @@ def communication(g: Graph) -> Iterator[Violation]:
         return
     S = g.schedule.stages
     for i in g.unmatched_comm:
-        a = g.acts[i]
+        a = g.action(i)
         assert a.stage is not None  # a SEND/RECV in range
         peer_kind, off = MATCH[a.kind]
         ps = a.stage + off
@@ -256,7 +256,7 @@ def missing_recvs(g: Graph, why: str) -> Iterator[Violation]:
     for i, j, recv in g.missing_recv:
         yield Violation(
             dx.MISSING_RECV,
-            f"{g.acts[i]} needs what {g.acts[j]} produces on device {g.dev[j]}, but device {g.dev[i]} "
+            f"{g.action(i)} needs what {g.action(j)} produces on device {g.dev[j]}, but device {g.dev[i]} "
             f"has no {recv} {why}",
             (loc(g, i), missing(g, recv)),
         )
@@ -270,7 +270,7 @@ def memory(g: Graph, mem, limit: float) -> Iterator[Violation]:
         peak = mem.peak_memory[d]
         yield Violation(
             dx.MEMORY_LIMIT,
-            f"memory on device {d} reaches {value:g} at {g.acts[i]}, over the limit {limit:g} "
+            f"memory on device {d} reaches {value:g} at {g.action(i)}, over the limit {limit:g} "
             f"(peak {peak:g}, {mem.peak_inflight[d]} microbatches in flight at most)",
             (loc(g, i),),
         )
@@ -294,10 +294,10 @@ def runtime_communication(g: Graph, m, rt: Runtime) -> Iterator[Violation]:
     who = ("PyTorch matches" if rel.is_pytorch
            else f"{rel.framework} posts them with no tag, and torch.distributed matches")
     for i, why, k, other in m.unmatched:
-        a = g.acts[i]
+        a = g.action(i)
         sending = a.kind.startswith("SEND")
         if why == "no-peer":
-            if not 0 <= a.microbatch < g.schedule.microbatches:
+            if a.microbatch is None or not 0 <= a.microbatch < g.schedule.microbatches:
                 continue  # reported as out of range
             off = MATCH[a.kind][1]
             msg = (f"{a} has no peer: stage {a.stage} has no {'next' if off > 0 else 'previous'} "
@@ -316,14 +316,14 @@ def runtime_communication(g: Graph, m, rt: Runtime) -> Iterator[Violation]:
         code = dx.UNMATCHED_SEND if sending else dx.UNMATCHED_RECV
         yield Violation(code, msg, (loc(g, i),))
     for s, r, k in m.crossed:
-        meant = intended_receive(g.acts[s])
+        meant = intended_receive(g.action(s))
         yield Violation(
             dx.CROSSED_MESSAGES,
-            f"{g.acts[s]} is send number {k} from device {g.dev[s]} to device {g.dev[r]}{where}, so "
+            f"{g.action(s)} is send number {k} from device {g.dev[s]} to device {g.dev[r]}{where}, so "
             f"{'PyTorch' if rel.is_pytorch else 'torch.distributed'} delivers it to receive number {k} there, "
-            f"{g.acts[r]}, not to {meant}: "
-            f"stage {g.acts[r].stage} computes on {_data_of(meant)} as if it were "
-            f"{_data_of(g.acts[r])} (wrong numbers when the shapes agree, an abort when they do "
+            f"{g.action(r)}, not to {meant}: "
+            f"stage {g.action(r).stage} computes on {_data_of(meant)} as if it were "
+            f"{_data_of(g.action(r))} (wrong numbers when the shapes agree, an abort when they do "
             "not); post the receives in the order of the sends",
             (loc(g, s), loc(g, r)),
         )
@@ -358,8 +358,12 @@ def loss_order(g: Graph, rt: Runtime) -> Iterator[Violation]:
     d = p.routes[0][last]
     lo, hi = (g.starts[d], g.starts[d + 1]) if not g.wrong_device else (0, g.n)
     for i in [i for i in range(lo, hi) if (code[i] == f_code and stage[i] == last) or i in overlapped]:
-        # the Action only for an overlap or a microbatch out of range (mb -1)
-        leaves = g.acts[i].leaves() if code[i] < 0 or mbs[i] < 0 else (Action(last, F, mbs[i]),)
+        mb = mbs[i]
+        if code[i] >= 0 and mb == seen:  # the common case, without making its Action
+            seen += 1
+            continue
+        # the Action only for an overlap, a microbatch out of range (mb -1) or one out of order
+        leaves = g.action(i).leaves() if code[i] < 0 or mb < 0 else (Action(last, F, mb),)
         for x in leaves:
             if x.kind != F or x.stage != last or type(x.microbatch) is not int:
                 continue
@@ -416,7 +420,7 @@ def _outside_batches(g: Graph, rt: Runtime) -> Iterator[Violation]:
     rel = rt.release
     for d, (i, count) in sorted(found.items()):
         more = f"; {count - 1} more on device {d}" if count > 1 else ""
-        yield Violation(dx.NOT_IN_RELEASE, f"{g.acts[i]} is outside every BATCH: {rel.name}'s {rel.runs} only "
+        yield Violation(dx.NOT_IN_RELEASE, f"{g.action(i)} is outside every BATCH: {rel.name}'s {rel.runs} only "
                         "queues a send or receive and posts it with the others at the next CommitP2P (a BATCH), "
                         f"so it runs no single one; put it in the BATCH that posts it{more}", (loc(g, i),))
 
@@ -455,7 +459,7 @@ def release_grammar(g: Graph, rt: Runtime) -> Iterator[Violation]:
     for i in scan:
         if i not in overlapped and g.kind_of(i) in kinds:
             continue  # a single action of the release's (no Action made for a file read as columns)
-        a = g.acts[i]
+        a = g.action(i)
         for x in (a, *(a.sub or ())):
             if x.kind in ALL_KINDS and x.kind not in kinds:
                 seen = found.setdefault((g.dev[i], x.kind), [i, x, 0])
