@@ -341,6 +341,7 @@ typedef struct {
     Py_buffer view; /* view.obj is NULL when the column was copied */
     const long long *q; /* the items, when they are aligned long longs (a 'q' array, a copy) */
     const int *i4;      /* the items, when they are aligned ints (an 'i' array: a compiled Graph's) */
+    const signed char *i1; /* the items, when they are signed chars (a 'b' array: a Graph's codes) */
     char kind;
 } ints_t;
 
@@ -350,6 +351,7 @@ read_ints(scratch_t *sc, PyObject *seq, ints_t *out, Py_ssize_t *len, const char
     out->view.obj = NULL;
     out->q = NULL;
     out->i4 = NULL;
+    out->i1 = NULL;
     if (!PyObject_CheckBuffer(seq)) {
         out->q = index_array(sc, seq, len, what);
         return out->q != NULL;
@@ -375,6 +377,8 @@ read_ints(scratch_t *sc, PyObject *seq, ints_t *out, Py_ssize_t *len, const char
         out->q = (const long long *)out->view.buf;
     if (kind == 'i' && (uintptr_t)out->view.buf % sizeof(int) == 0)
         out->i4 = (const int *)out->view.buf;
+    if (kind == 'b')
+        out->i1 = (const signed char *)out->view.buf;
     *len = out->view.len / out->view.itemsize;
     return 1;
 }
@@ -386,6 +390,8 @@ int_at(const ints_t *c, Py_ssize_t i)
         return c->q[i];
     if (c->i4 != NULL)
         return c->i4[i];
+    if (c->i1 != NULL)
+        return c->i1[i];
     const char *b = (const char *)c->view.buf;
     switch (c->kind) { /* memcpy: the buffer need not be aligned for the type */
     case 'b': { signed char v; memcpy(&v, b + i, 1); return v; }
