@@ -141,6 +141,26 @@ def test_the_generated_schedule_is_the_certificate_and_the_published_loop(which,
     assert [list(r) for r in sched.order] == reference(family, p, m, chunks)
 
 
+@pytest.mark.parametrize("family", ["zb-v", "dualpipe", "dualpipe-v"])
+def test_a_certificate_compiled_once_or_at_the_sizes_gives_the_published_loop(family):
+    """A ``compile_once`` certificate is evaluated from its one compile for every size at a
+    few actions per device, and compiled at the sizes from order._FOLD_FROM on: both give
+    the published loop's order, just below and at the threshold."""
+    from schedverify.certificates import order
+
+    p, counts = 4, set()
+    for m in range(2 * p, 4 * order._FOLD_FROM):
+        source = covering(family, p, m, None)
+        if source is None:  # DualPipe: m even
+            continue
+        N = source.cert.count(PyOps(), m)
+        if abs(N - order._FOLD_FROM) <= 2:
+            assert rows(source.cert, p, m) == reference(family, p, m, None), (family, m, N)
+            assert order._once(source.cert, m) == (N < order._FOLD_FROM)
+            counts.add(N)
+    assert min(counts) < order._FOLD_FROM <= max(counts)
+
+
 def _planted_1f1b(devices, microbatches):
     """The issue's plant: 1F1B with one extra warm-up forward on device 0 when p >= 25, as a
     generator of its own (Megatron's loop, changed)."""
