@@ -109,6 +109,27 @@ def torch_lowering(schedule: Schedule, *, defer_recv: bool | None = None, torch:
     return schedule.with_(order=order, name=_lowered_name(schedule, release, opts))
 
 
+def deferred_lowering(schedule: Schedule, plain: Schedule, *, torch: str | Release | Runtime | None = None) -> Schedule:
+    """``torch_lowering(schedule, defer_recv=True, torch=torch)``, given ``plain``, the same
+    lowering without ``defer_pp_recv`` (``torch_lowering(schedule, torch=torch)``): where
+    ``_defer_recv_ops`` is the release's last pass (2.13, 2.14) it runs over ``plain`` alone
+    (the kernel's ``defer_recv_plain`` over its columns), the passes before it being the same;
+    otherwise the whole lowering runs again."""
+    release, opts = _release_and_options(torch, None, True)
+    if release.lowering[-1] != "defer_recv" or schedule.placement.is_bidirectional:
+        return torch_lowering(schedule, defer_recv=True, torch=torch)
+    name = _lowered_name(schedule, release, opts)
+    kernel, cols = _accel.kernel, plain.columns
+    if kernel is not None and cols is not None and schedule.stages <= 2 * sum(cols.lengths) + 1024:
+        got = kernel.defer_recv_plain(cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages,
+                                      schedule.microbatches, tuple(schedule.placement.routes[0]))
+        if got is not None:
+            return schedule.with_(order=PlainRows(*got), name=name)
+    rows: Rows = {d: [a for a in row if a is not None] for d, row in enumerate(plain.order)}
+    rows = _defer_recv(rows, _Context(schedule, opts))
+    return schedule.with_(order=tuple(tuple(rows[d]) for d in range(schedule.devices)), name=name)
+
+
 def _lowered_name(schedule: Schedule, release: Release, opts: RuntimeOptions) -> str:
     return (f"{schedule.name or 'schedule'} lowered by torch {release.version}"
             + (" (defer_pp_recv)" if opts.defer_pp_recv else ""))
@@ -510,7 +531,8 @@ def retarget(schedule: Schedule, *, torch: str | Release | Runtime | None = None
 
 
 __all__ = ["Loaded", "Lowered", "LoweringError", "add_reduce_grad", "as_loaded", "add_send_recv", "add_unshard_reshard",
-           "add_wait_send", "add_wait_send_budget", "defer_recv_ops", "lower", "lower_checked", "retarget",
+           "add_wait_send", "add_wait_send_budget", "defer_recv_ops", "deferred_lowering", "lower", "lower_checked",
+           "retarget",
            "torch_lowering", "validate_send_waits"]
 
 
@@ -550,6 +572,8 @@ class Lowered:
     report: Any
     compute_only: Any
     pytorch: Any
+    #: PyTorch's plain lowering itself (the schedule ``pytorch`` reports on)
+    plain: Schedule | None = None
 
 
 def lower_checked(schedule: Schedule, *, costs=None, comm_semantics: str = "torch-nccl", nccl=None, torch=None,
@@ -573,9 +597,9 @@ def lower_checked(schedule: Schedule, *, costs=None, comm_semantics: str = "torc
     ours = _keyed_lowering(schedule, base.timeline, rt)
     mine, theirs = check(ours, **options), check(plain, **options)
     if mine.is_valid and (not theirs.is_valid or mine.metrics.makespan <= theirs.metrics.makespan):
-        return Lowered(ours, mine, base, theirs)
+        return Lowered(ours, mine, base, theirs, plain)
     if theirs.is_valid:  # never worse than PyTorch's: then PyTorch's is the answer
-        return Lowered(plain.with_(name=f"{schedule.name or 'schedule'} lowered"), theirs, base, theirs)
+        return Lowered(plain.with_(name=f"{schedule.name or 'schedule'} lowered"), theirs, base, theirs, plain)
     raise LoweringError(f"no lowering runs on {rt.release.name} under {comm_semantics}: ours fails with "
                         + str(mine.violations[0]) + "; PyTorch's with " + str(theirs.violations[0]))
 

@@ -1167,6 +1167,33 @@ def test_kernel_deferred_lowering_equals_the_passes_on_mutated_schedules(mutatio
     assert_same_deferred(mutation.schedule)
 
 
+def _deferred_from_plain(schedule, release):
+    """lowering.deferred_lowering from PyTorch's plain lowering, as rows or the error's text
+    (None when the plain lowering itself is refused)."""
+    from schedverify.lowering import LoweringError, deferred_lowering, torch_lowering
+
+    loaded = schedverify.loads(schedverify.dumps(schedule))
+    try:
+        plain = torch_lowering(loaded, torch=release)
+    except LoweringError:
+        return None
+    try:
+        return deferred_lowering(loaded, plain, torch=release).order
+    except LoweringError as e:
+        return f"LoweringError: {e}"
+
+
+@given(compute_only, st.sampled_from(["2.13", "2.14", "2.15"]))
+def test_the_deferred_lowering_from_the_plain_one_is_pytorchs(schedule, release):
+    """``lower`` lowers once and defers the receives of that lowering (its last pass, before
+    2.15): the same rows, or the same error, as PyTorch's lowering with defer_pp_recv, with
+    the kernel and without."""
+    want = _deferred(schedule, release)
+    assert _deferred_from_plain(schedule, release) in (None, want)
+    with pure_python():
+        assert _deferred_from_plain(schedule, release) in (None, want)
+
+
 @pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("gpipe", 3, 5), ("interleaved-1f1b", 2, 4),
                                         ("zb-h1", 4, 8), ("zb-v", 3, 6), ("looped-bfs", 2, 3)])
 def test_kernel_defers_the_families(family, d, m):
