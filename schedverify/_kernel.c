@@ -3254,6 +3254,77 @@ done:
 }
 
 
+/* ------------------------------------------------------------------ bind_path */
+
+/* bind_path(bind, is_comm, last) -> list | None: runtime.RuntimeResult.critical_path over
+ * the compiled run's columns: from event key 3 * last + (DONE for a SEND/RECV, else END),
+ * follow bind[key] (-1: time 0) until it ends or a key comes again (a hung run's released
+ * waits, set at time 0, can close a cycle), each action once per run of keys it binds, then
+ * reversed.  ``bind``: a buffer of 3n ints (typecode "i"), ``is_comm``: n bytes.  None when
+ * bind is not such a buffer (the reference's list: the caller walks it). */
+static PyObject *
+k_bind_path(PyObject *self, PyObject *args)
+{
+    PyObject *bind_o, *comm_o;
+    Py_ssize_t last;
+    if (!PyArg_ParseTuple(args, "OSn", &bind_o, &comm_o, &last))
+        return NULL;
+    if (!PyObject_CheckBuffer(bind_o))
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(bind_o, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    PyObject *out = NULL;
+    unsigned char *seen = NULL;
+    const char *f = view.format ? view.format : "B";
+    if (*f == '@')
+        f++;
+    Py_ssize_t n = PyBytes_GET_SIZE(comm_o);
+    if (strcmp(f, "i") != 0 || view.itemsize != sizeof(int) || view.ndim != 1 ||
+        view.len / (Py_ssize_t)sizeof(int) != 3 * n || ((uintptr_t)view.buf) % sizeof(int)) {
+        PyErr_SetString(PyExc_ValueError, "bind_path: bind is 3n ints (an array of typecode 'i') for n actions");
+        goto done;
+    }
+    if (last < 0 || last >= n) {
+        PyErr_SetString(PyExc_ValueError, "bind_path: last is an action");
+        goto done;
+    }
+    const int *bind = (const int *)view.buf;
+    const unsigned char *is_comm = (const unsigned char *)PyBytes_AS_STRING(comm_o);
+    if (!(seen = PyMem_Calloc((size_t)(3 * n + 7) / 8, 1)) || !(out = PyList_New(0))) {
+        if (seen == NULL)
+            PyErr_NoMemory();
+        goto done;
+    }
+    long long key = 3 * (long long)last + (is_comm[last] ? RT_DONE : RT_END), prev = -1;
+    while (key >= 0 && key < 3 * (long long)n && !(seen[key >> 3] & (1 << (key & 7)))) {
+        seen[key >> 3] |= (unsigned char)(1 << (key & 7));
+        long long i = key / 3;
+        if (i != prev) {
+            PyObject *x = PyLong_FromLongLong(i);
+            if (x == NULL || PyList_Append(out, x) < 0) {
+                Py_XDECREF(x);
+                Py_CLEAR(out);
+                goto done;
+            }
+            Py_DECREF(x);
+            prev = i;
+        }
+        key = bind[key];
+    }
+    if (key >= 3 * (long long)n) {
+        PyErr_SetString(PyExc_ValueError, "bind_path: a binder beyond the events");
+        Py_CLEAR(out);
+        goto done;
+    }
+    if (PyList_Reverse(out) < 0)
+        Py_CLEAR(out);
+done:
+    PyMem_Free(seen);
+    PyBuffer_Release(&view);
+    return out;
+}
+
 /* ------------------------------------------------------------------ memory_plain */
 
 /* memory_plain(starts, code, stage, alloc, free, n_in, n_out, static, limit[, inert])
@@ -4232,6 +4303,8 @@ static PyMethodDef methods[] = {
      "runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds, nccl, "
      "buffered, by_edge, by_direction, lazy, retired_waits, retired_sends, max_cycles) -> (end, ready as "
      "times columns, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm, hang) | None."},
+    {"bind_path", k_bind_path, METH_VARARGS,
+     "bind_path(bind, is_comm, last) -> list | None: the critical path of a compiled run, from its binders."},
     {"start_list", k_start_list, METH_VARARGS,
      "start_list(end_values, end_floats, ready_values, ready_floats, is_comm, durations[, never]) -> list | None: "
      "runtime_plain's start times."},

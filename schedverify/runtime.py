@@ -296,6 +296,11 @@ class RuntimeResult:
         last = self.last if self.last is not None else max(range(len(self.end)), key=self.end.__getitem__)
         if last < 0:
             return []
+        kernel = _accel.kernel
+        if kernel is not None and not isinstance(self.is_comm, list):  # the compiled run's columns (bytes)
+            walked = kernel.bind_path(self.bind, self.is_comm, last)
+            if walked is not None:
+                return walked
         key = 3 * last + (DONE if self.is_comm[last] else END)
         path: list[int] = []
         seen: set[int] = set()

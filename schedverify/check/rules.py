@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -357,7 +359,12 @@ def loss_order(g: Graph, rt: Runtime) -> Iterator[Violation]:
     # (on the last stage's device alone, when no action is off its device)
     d = p.routes[0][last]
     lo, hi = (g.starts[d], g.starts[d + 1]) if not g.wrong_device else (0, g.n)
-    for i in [i for i in range(lo, hi) if (code[i] == f_code and stage[i] == last) or i in overlapped]:
+    if overlapped or not isinstance(code, array) or code.typecode != "b":
+        forwards = [i for i in range(lo, hi) if (code[i] == f_code and stage[i] == last) or i in overlapped]
+    else:  # the forwards found by their code byte (code, an array of signed bytes)
+        found = re.finditer(re.escape(bytes((f_code,))), memoryview(code)[lo:hi].tobytes())
+        forwards = [i for i in (lo + f.start() for f in found) if stage[i] == last]
+    for i in forwards:
         mb = mbs[i]
         if code[i] >= 0 and mb == seen:  # the common case, without making its Action
             seen += 1
