@@ -532,8 +532,7 @@ def retarget(schedule: Schedule, *, torch: str | Release | Runtime | None = None
 
 __all__ = ["Loaded", "Lowered", "LoweringError", "add_reduce_grad", "as_loaded", "add_send_recv", "add_unshard_reshard",
            "add_wait_send", "add_wait_send_budget", "defer_recv_ops", "deferred_lowering", "lower", "lower_checked",
-           "retarget",
-           "torch_lowering", "validate_send_waits"]
+           "retarget", "torch_lowering", "validate_send_waits"]
 
 
 # --------------------------------------------------------------------------- our own lowering

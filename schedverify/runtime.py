@@ -733,7 +733,7 @@ class _Sweep:
 
     def waited_lane(self, w: Wait) -> int | None:
         """The lane that must move for ``w`` to be released (None: a message never comes)."""
-        j = _blocker(w, self.ready, self.m.partner)
+        j = _blocker(w, self.ready.__getitem__, self.m.partner)
         return None if j < 0 else self.lane_of[j]
 
 
@@ -791,15 +791,13 @@ def data_deps(g: Graph, is_comm: list[bool], waits: SendWaits | None = None) -> 
 def blocker(r: RuntimeResult, w: Wait) -> int:
     """The action whose progress ``w`` waits for: the awaited action itself, or, when that one
     is ready and waits for its message, the other end of the message (-1: none comes)."""
-    j = w.awaited
-    if w.event == END or r.ready_of(j) is None:
-        return j
-    return r.matching.partner[j]
+    return _blocker(w, r.ready_of, r.matching.partner)
 
 
-def _blocker(w: Wait, ready: list, partner: list[int]) -> int:
+def _blocker(w: Wait, ready_of, partner: list[int]) -> int:
+    """:func:`blocker`, with ``ready_of(j)`` the awaited action's ready time (None: not yet)."""
     j = w.awaited
-    if w.event == END or ready[j] is None:
+    if w.event == END or ready_of(j) is None:
         return j
     return partner[j]
 
