@@ -2973,158 +2973,158 @@ k_runtime_plain(PyObject *self, PyObject *args)
     int32_t *target = NULL, *colour = NULL, *path = NULL;
     int hung = 0;
     for (;;) {
-    while (r.top > 0) {
-        Py_ssize_t k = r.stack[--r.top];
-        long long p = ptr[k], stop = loff[k + 1], src = source[k];
-        rnum_t now = clock[k];
-        long long awaited = -1; /* the action whose fin the lane waits for */
-        while (p < stop) {
-            long long i = items[p];
-            if (is_comm[i]) {
-                if (nccl) {
-                    long long c = lastc[i];
-                    if (c >= 0) { /* the stream waits for the compute posted before it */
-                        if (!(r.state[c] & RT_HAS_FIN)) {
-                            awaited = c;
+        while (r.top > 0) {
+            Py_ssize_t k = r.stack[--r.top];
+            long long p = ptr[k], stop = loff[k + 1], src = source[k];
+            rnum_t now = clock[k];
+            long long awaited = -1; /* the action whose fin the lane waits for */
+            while (p < stop) {
+                long long i = items[p];
+                if (is_comm[i]) {
+                    if (nccl) {
+                        long long c = lastc[i];
+                        if (c >= 0) { /* the stream waits for the compute posted before it */
+                            if (!(r.state[c] & RT_HAS_FIN)) {
+                                awaited = c;
+                                break;
+                            }
+                            if (fv[c] > now.v) {
+                                now = rt_fin(&r, c);
+                                src = 3 * c + RT_END;
+                            }
+                        }
+                        if (!(r.state[i] & RT_HAS_READY)) {
+                            bv[3 * i + RT_READY] = (int32_t)src;
+                            rt_set_ready(&r, i, now);
+                        }
+                        if (!(r.state[i] & RT_HAS_FIN)) {
+                            awaited = i;
                             break;
                         }
-                        if (fv[c] > now.v) {
-                            now = rt_fin(&r, c);
-                            src = 3 * c + RT_END;
+                        if (fv[i] >= now.v) {
+                            now = rt_fin(&r, i);
+                            src = 3 * i + RT_DONE;
                         }
+                        p++;
+                        continue;
                     }
-                    if (!(r.state[i] & RT_HAS_READY)) {
+                    if (!(r.state[i] & RT_HAS_READY)) { /* gloo: posting takes no host time */
                         bv[3 * i + RT_READY] = (int32_t)src;
                         rt_set_ready(&r, i, now);
-                    }
-                    if (!(r.state[i] & RT_HAS_FIN)) {
-                        awaited = i;
-                        break;
-                    }
-                    if (fv[i] >= now.v) {
-                        now = rt_fin(&r, i);
-                        src = 3 * i + RT_DONE;
                     }
                     p++;
                     continue;
                 }
-                if (!(r.state[i] & RT_HAS_READY)) { /* gloo: posting takes no host time */
-                    bv[3 * i + RT_READY] = (int32_t)src;
-                    rt_set_ready(&r, i, now);
+                rnum_t st = now;
+                int32_t deps[2];
+                int ndeps = 0;
+                RT_DEPS(i, deps, ndeps);
+                for (int q = 0; q < ndeps; q++) {
+                    long long j = deps[q];
+                    if (!(r.state[j] & RT_HAS_FIN)) {
+                        awaited = j;
+                        break;
+                    }
+                    /* a RECV's done, or a compute action's end plus the latency */
+                    rnum_t t = is_comm[j] ? rt_fin(&r, j) : rn_add(rt_fin(&r, j), comm);
+                    if (t.v > st.v) {
+                        st = t;
+                        src = 3 * j + (is_comm[j] ? RT_DONE : RT_END);
+                    }
                 }
-                p++;
-                continue;
-            }
-            rnum_t st = now;
-            int32_t deps[2];
-            int ndeps = 0;
-            RT_DEPS(i, deps, ndeps);
-            for (int q = 0; q < ndeps; q++) {
-                long long j = deps[q];
-                if (!(r.state[j] & RT_HAS_FIN)) {
-                    awaited = j;
+                if (awaited >= 0)
                     break;
-                }
-                /* a RECV's done, or a compute action's end plus the latency */
-                rnum_t t = is_comm[j] ? rt_fin(&r, j) : rn_add(rt_fin(&r, j), comm);
-                if (t.v > st.v) {
-                    st = t;
-                    src = 3 * j + (is_comm[j] ? RT_DONE : RT_END);
-                }
+                bv[3 * i + RT_END] = (int32_t)src;
+                now = rn_add(st, rt_dur(&r, i));
+                src = 3 * i + RT_END;
+                rt_set_fin(&r, i, now);
+                p++;
             }
-            if (awaited >= 0)
-                break;
-            bv[3 * i + RT_END] = (int32_t)src;
-            now = rn_add(st, rt_dur(&r, i));
-            src = 3 * i + RT_END;
-            rt_set_fin(&r, i, now);
-            p++;
+            ptr[k] = p;
+            clock[k] = now;
+            source[k] = src;
+            blocked[k] = awaited >= 0;
+            if (awaited >= 0) {
+                waited[k] = (int32_t)awaited;
+                r.wnext[k] = r.whead[awaited];
+                r.whead[awaited] = (int32_t)k;
+            }
         }
-        ptr[k] = p;
-        clock[k] = now;
-        source[k] = src;
-        blocked[k] = awaited >= 0;
-        if (awaited >= 0) {
-            waited[k] = (int32_t)awaited;
-            r.wnext[k] = r.whead[awaited];
-            r.whead[awaited] = (int32_t)k;
-        }
-    }
-    /* nothing moves.  A lane still blocked is a hang: as the reference does (to report every
-     * independent hang at once), record each stuck lane's first wait at its head, find the
-     * cycles of "lane k waits for lane l" among the stuck lanes, release the first wait of
-     * each, and go on, until no lane is blocked, no cycle is found or max_cycles are passed.
-     * Every message has its partner here, so a stuck lane always waits for another lane. */
-    Py_ssize_t nblocked = 0;
-    for (Py_ssize_t k = 0; k < L; k++)
-        nblocked += blocked[k];
-    if (nblocked == 0)
-        break;
-    if (!hung) {
-        hung = 1;
-        stuck_w = scratch_array(&sc, 4 * cap, sizeof(long long), 0);
-        cyc = scratch_array(&sc, 4 * cap, sizeof(long long), 0);
-        cyc_off = scratch_array(&sc, cap + 1, sizeof(long long), 0);
-        seen_head = scratch_array(&sc, L, sizeof(long long), 0);
-        target = scratch_array(&sc, 3 * L, sizeof(int32_t), 0);
-        if (!stuck_w || !cyc || !cyc_off || !seen_head || !target)
-            goto done;
-        colour = target + L;
-        path = colour + L;
-        cyc_off[0] = 0;
+        /* nothing moves.  A lane still blocked is a hang: as the reference does (to report every
+         * independent hang at once), record each stuck lane's first wait at its head, find the
+         * cycles of "lane k waits for lane l" among the stuck lanes, release the first wait of
+         * each, and go on, until no lane is blocked, no cycle is found or max_cycles are passed.
+         * Every message has its partner here, so a stuck lane always waits for another lane. */
+        Py_ssize_t nblocked = 0;
         for (Py_ssize_t k = 0; k < L; k++)
-            seen_head[k] = -1;
-    }
+            nblocked += blocked[k];
+        if (nblocked == 0)
+            break;
+        if (!hung) {
+            hung = 1;
+            stuck_w = scratch_array(&sc, 4 * cap, sizeof(long long), 0);
+            cyc = scratch_array(&sc, 4 * cap, sizeof(long long), 0);
+            cyc_off = scratch_array(&sc, cap + 1, sizeof(long long), 0);
+            seen_head = scratch_array(&sc, L, sizeof(long long), 0);
+            target = scratch_array(&sc, 3 * L, sizeof(int32_t), 0);
+            if (!stuck_w || !cyc || !cyc_off || !seen_head || !target)
+                goto done;
+            colour = target + L;
+            path = colour + L;
+            cyc_off[0] = 0;
+            for (Py_ssize_t k = 0; k < L; k++)
+                seen_head[k] = -1;
+        }
 #define RT_EVENT(j) (is_comm[j] ? RT_DONE : RT_END)
-    for (Py_ssize_t k = 0; k < L; k++) {
-        if (!blocked[k])
-            continue;
-        long long head = items[ptr[k]], j = waited[k];
-        if (seen_head[k] != head) { /* seen.setdefault((lane, head), wait): a lane's heads only grow */
-            seen_head[k] = head;
-            long long *w = stuck_w + 4 * nseen++;
-            w[0] = k, w[1] = head, w[2] = j, w[3] = RT_EVENT(j);
+        for (Py_ssize_t k = 0; k < L; k++) {
+            if (!blocked[k])
+                continue;
+            long long head = items[ptr[k]], j = waited[k];
+            if (seen_head[k] != head) { /* seen.setdefault((lane, head), wait): a lane's heads only grow */
+                seen_head[k] = head;
+                long long *w = stuck_w + 4 * nseen++;
+                w[0] = k, w[1] = head, w[2] = j, w[3] = RT_EVENT(j);
+            }
+            /* the lane that must move (runtime._Sweep.waited_lane): the awaited action's, or,
+             * when it is a message posted and waiting, its partner's */
+            long long b = (!is_comm[j] || !(r.state[j] & RT_HAS_READY)) ? j : partner[j];
+            target[k] = blocked[lane_of[b]] ? lane_of[b] : -1;
+            colour[k] = -1;
         }
-        /* the lane that must move (runtime._Sweep.waited_lane): the awaited action's, or,
-         * when it is a message posted and waiting, its partner's */
-        long long b = (!is_comm[j] || !(r.state[j] & RT_HAS_READY)) ? j : partner[j];
-        target[k] = blocked[lane_of[b]] ? lane_of[b] : -1;
-        colour[k] = -1;
-    }
-    Py_ssize_t found = 0;
-    for (Py_ssize_t k0 = 0; k0 < L; k0++) { /* runtime._Sweep._cycles, in lane order */
-        if (!blocked[k0] || target[k0] < 0 || colour[k0] >= 0)
-            continue;
-        Py_ssize_t len = 0, k = k0;
-        while (blocked[k] && target[k] >= 0 && colour[k] < 0) {
-            colour[k] = (int32_t)k0;
-            path[len++] = (int32_t)k;
-            k = target[k];
+        Py_ssize_t found = 0;
+        for (Py_ssize_t k0 = 0; k0 < L; k0++) { /* runtime._Sweep._cycles, in lane order */
+            if (!blocked[k0] || target[k0] < 0 || colour[k0] >= 0)
+                continue;
+            Py_ssize_t len = 0, k = k0;
+            while (blocked[k] && target[k] >= 0 && colour[k] < 0) {
+                colour[k] = (int32_t)k0;
+                path[len++] = (int32_t)k;
+                k = target[k];
+            }
+            if (!blocked[k] || colour[k] != k0)
+                continue;
+            Py_ssize_t at = 0;
+            while (path[at] != k)
+                at++;
+            for (; at < len; at++) {
+                long long x = path[at], *w = cyc + 4 * nwaits++;
+                w[0] = x, w[1] = items[ptr[x]], w[2] = waited[x], w[3] = RT_EVENT(waited[x]);
+            }
+            cyc_off[++ncycles] = nwaits;
+            found++;
         }
-        if (!blocked[k] || colour[k] != k0)
-            continue;
-        Py_ssize_t at = 0;
-        while (path[at] != k)
-            at++;
-        for (; at < len; at++) {
-            long long x = path[at], *w = cyc + 4 * nwaits++;
-            w[0] = x, w[1] = items[ptr[x]], w[2] = waited[x], w[3] = RT_EVENT(waited[x]);
+        if (ncycles > max_cycles || found == 0)
+            break;
+        for (Py_ssize_t c = ncycles - found; c < ncycles; c++) { /* runtime._Sweep._release */
+            long long j = cyc[4 * cyc_off[c] + 2];
+            if (cyc[4 * cyc_off[c] + 3] == RT_END) {
+                rnum_t zero = {0, 0};
+                rt_set_fin(&r, j, zero); /* as if it had ended, at 0: the run is a hang already */
+            } else {
+                rnum_t zero = {0, 0}, t = (r.state[j] & RT_HAS_READY) && rv[j] != 0 ? rt_ready(&r, j) : zero;
+                rt_finish(&r, j, t, j); /* ``ready or 0`` */
+            }
         }
-        cyc_off[++ncycles] = nwaits;
-        found++;
-    }
-    if (ncycles > max_cycles || found == 0)
-        break;
-    for (Py_ssize_t c = ncycles - found; c < ncycles; c++) { /* runtime._Sweep._release */
-        long long j = cyc[4 * cyc_off[c] + 2];
-        if (cyc[4 * cyc_off[c] + 3] == RT_END) {
-            rnum_t zero = {0, 0};
-            rt_set_fin(&r, j, zero); /* as if it had ended, at 0: the run is a hang already */
-        } else {
-            rnum_t zero = {0, 0}, t = (r.state[j] & RT_HAS_READY) && rv[j] != 0 ? rt_ready(&r, j) : zero;
-            rt_finish(&r, j, t, j); /* ``ready or 0`` */
-        }
-    }
     }
 #undef RT_EVENT
     if (!hung)

@@ -615,6 +615,11 @@ class Times(Later[list]):
             return made
         return [v if f else int(v) for v, f in zip(self.values, self.floats)]
 
+    def at(self, i: int):
+        """The list's entry ``i``, made alone."""
+        v = self.values[i]
+        return v if self.floats[i] else int(v)
+
 
 @dataclass
 class SweepResult:

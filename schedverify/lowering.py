@@ -119,12 +119,11 @@ def deferred_lowering(schedule: Schedule, plain: Schedule, *, torch: str | Relea
     if release.lowering[-1] != "defer_recv" or schedule.placement.is_bidirectional:
         return torch_lowering(schedule, defer_recv=True, torch=torch)
     name = _lowered_name(schedule, release, opts)
-    kernel, cols = _accel.kernel, plain.columns
-    if kernel is not None and cols is not None and schedule.stages <= 2 * sum(cols.lengths) + 1024:
-        got = kernel.defer_recv_plain(cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages,
-                                      schedule.microbatches, tuple(schedule.placement.routes[0]))
-        if got is not None:
-            return schedule.with_(order=PlainRows(*got), name=name)
+    found = _kernel_columns(schedule, release, opts)
+    if plain.columns is not None and found is not None:
+        fast = _deferred_columns(found[0], schedule, plain.columns)
+        if fast is not None:
+            return schedule.with_(order=fast, name=name)
     rows: Rows = {d: [a for a in row if a is not None] for d, row in enumerate(plain.order)}
     rows = _defer_recv(rows, _Context(schedule, opts))
     return schedule.with_(order=tuple(tuple(rows[d]) for d in range(schedule.devices)), name=name)
@@ -146,18 +145,36 @@ def _lower_columns(schedule: Schedule, release: Release, opts: RuntimeOptions) -
     Actions), another release's passes or options, a bidirectional placement, or anything
     the kernel declines (an index out of range, a rank without actions, a compute order that
     deadlocks); then the passes below run, and raise PyTorch's messages."""
-    kernel = _accel.kernel
-    cols = schedule.columns
+    found = _kernel_columns(schedule, release, opts)
+    if found is None:
+        return None
+    kernel, cols = found
+    got = kernel.lower_plain(cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages,
+                             schedule.microbatches, tuple(schedule.placement.routes[0]), COLUMN_KINDS)
+    if got is None:
+        return None
+    lowered = PlainRows(*got)
+    return _deferred_columns(kernel, schedule, lowered) if opts.defer_pp_recv else lowered
+
+
+def _kernel_columns(schedule: Schedule, release: Release, opts: RuntimeOptions) -> tuple[Any, PlainRows] | None:
+    """The compiled kernel and ``schedule``'s columns when the kernel's lowering may take them
+    (2.13's and 2.14's passes, no option but ``defer_pp_recv``, one route), else None."""
+    kernel, cols = _accel.kernel, schedule.columns
     if (kernel is None or cols is None or release.lowering != _KERNEL_PASSES
             or opts.changed() not in ((), ("defer_pp_recv",)) or schedule.placement.is_bidirectional):
         return None
     if schedule.stages > 2 * sum(cols.lengths) + 1024:  # as the kernel declines, before the route is
         return None  # spelled out stage by stage: a file's cost follows its size, not its indices
-    route = tuple(schedule.placement.routes[0])
-    got = kernel.lower_plain(cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages,
-                             schedule.microbatches, route, COLUMN_KINDS)
-    if got is not None and opts.defer_pp_recv:  # defer_recv_ops, over those columns
-        got = kernel.defer_recv_plain(*got[:4], schedule.stages, schedule.microbatches, route)
+    return kernel, cols
+
+
+def _deferred_columns(kernel, schedule: Schedule, lowered: PlainRows) -> PlainRows | None:
+    """``_defer_recv_ops`` in the kernel (``defer_recv_plain``) over ``schedule``'s lowered
+    columns, or None when it declines (then lowering.py's pass runs, and raises PyTorch's
+    message)."""
+    got = kernel.defer_recv_plain(lowered.codes, lowered.stages, lowered.mbs, lowered.lengths,
+                                  schedule.stages, schedule.microbatches, tuple(schedule.placement.routes[0]))
     return None if got is None else PlainRows(*got)
 
 
@@ -572,7 +589,7 @@ class Lowered:
     compute_only: Any
     pytorch: Any
     #: PyTorch's plain lowering itself (the schedule ``pytorch`` reports on)
-    plain: Schedule | None = None
+    plain: Schedule
 
 
 def lower_checked(schedule: Schedule, *, costs=None, comm_semantics: str = "torch-nccl", nccl=None, torch=None,
@@ -632,16 +649,11 @@ def _keyed_columns(schedule: Schedule, timeline, rt: Runtime) -> PlainRows | Non
     over the schedule's columns and the compute-only run's end times as columns; or None, as
     :func:`_lower_columns` declines (and when the run's times are not columns), and then the
     Python passes run."""
-    kernel = _accel.kernel
-    cols = schedule.columns
-    if (kernel is None or cols is None or rt.release.lowering != _KERNEL_PASSES
-            or rt.options.changed() not in ((), ("defer_pp_recv",)) or schedule.placement.is_bidirectional):
-        return None
-    if schedule.stages > 2 * sum(cols.lengths) + 1024:
-        return None
+    found = _kernel_columns(schedule, rt.release, rt.options)
     end = timeline.end_times
-    if end is None:
+    if found is None or end is None:
         return None
+    kernel, cols = found
     g = timeline.graph
     got = kernel.lower_keyed(cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages,
                              schedule.microbatches, tuple(schedule.placement.routes[0]), COLUMN_KINDS,

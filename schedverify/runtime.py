@@ -425,8 +425,7 @@ class _Ready(Later[list]):
         """The list's entry ``i``, made alone."""
         if not self.is_comm[i] or (self.never is not None and self.never[i]):
             return None
-        v = self.times.values[i]
-        return v if self.times.floats[i] else int(v)
+        return self.times.at(i)
 
     def make(self) -> list:
         if self.never is None:

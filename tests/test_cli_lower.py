@@ -39,6 +39,20 @@ def test_writes_a_comms_csv_that_runs_at_the_compute_only_makespan(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["comms.csv"]  # no temporary file left
 
 
+def test_a_memory_limit_checks_each_lowering_again_under_it(tmp_path):
+    """With --memory-limit the reports are made again with the limit's rule: a limit every
+    lowering keeps gives the same summary as none."""
+    target = tmp_path / "comms.csv"
+    code, out, err = cli(str(EXAMPLE), "--memory-limit", "1000", "-o", str(target))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[1:5] == [
+        "  compute-only             makespan 57",
+        "  ours                     makespan 57",
+        "  PyTorch's lowering       makespan 70",
+        "  PyTorch, defer_pp_recv   hangs on NCCL",
+    ]
+
+
 def test_standard_output_and_json(tmp_path):
     code, out, err = cli(str(EXAMPLE), "--comm-semantics", "torch")
     assert code == 0 and err.startswith(f"{EXAMPLE}: lowered for torch on PyTorch 2.13 (shared layout): 376 actions, re-checked: VALID")

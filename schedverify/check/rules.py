@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -359,11 +358,12 @@ def loss_order(g: Graph, rt: Runtime) -> Iterator[Violation]:
     # (on the last stage's device alone, when no action is off its device)
     d = p.routes[0][last]
     lo, hi = (g.starts[d], g.starts[d + 1]) if not g.wrong_device else (0, g.n)
-    if overlapped or not isinstance(code, array) or code.typecode != "b":
-        forwards = [i for i in range(lo, hi) if (code[i] == f_code and stage[i] == last) or i in overlapped]
-    else:  # the forwards found by their code byte (code, an array of signed bytes)
-        found = re.finditer(re.escape(bytes((f_code,))), memoryview(code)[lo:hi].tobytes())
-        forwards = [i for i in (lo + f.start() for f in found) if stage[i] == last]
+    # the plain forwards found by their code byte (code is an array of signed bytes), in order
+    # with the overlaps
+    found = re.finditer(re.escape(bytes((f_code,))), memoryview(code)[lo:hi].tobytes())
+    forwards = [i for i in (lo + f.start() for f in found) if stage[i] == last]
+    if overlapped:
+        forwards = sorted(forwards + [i for i in overlapped if lo <= i < hi])
     for i in forwards:
         mb = mbs[i]
         if code[i] >= 0 and mb == seen:  # the common case, without making its Action

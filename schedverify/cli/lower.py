@@ -40,7 +40,7 @@ def register(sub) -> None:
 def run(args, out, err) -> int:
     from ..check import check
     from ..io import dumps_csv, dumps_for
-    from ..lowering import deferred_lowering, lower_checked, torch_lowering
+    from ..lowering import deferred_lowering, lower_checked
 
     from ..releases import PYTORCH, frameworks, resolve
 
@@ -70,12 +70,11 @@ def run(args, out, err) -> int:
     # lower_checked's reports hold unless a memory limit adds a rule: then check again with it
     again = memory_limit is not None
     report = check(lowered, **options) if again else found.report
-    pytorch = check(torch_lowering(schedule, torch=rt), **options) if again else found.pytorch
+    pytorch = check(found.plain, **options) if again else found.pytorch
     base = (check(schedule, **options) if again else found.compute_only).metrics.makespan
     lines = [f"{source}: lowered for {sem} on {rt.release.name} ({rt.layout.name} layout): "
              f"{lowered.num_actions} actions, re-checked: {report.verdict.value.upper()}"]
-    plain = found.plain if found.plain is not None else torch_lowering(schedule, torch=rt)
-    deferred = check(deferred_lowering(schedule, plain, torch=rt), **options)
+    deferred = check(deferred_lowering(schedule, found.plain, torch=rt), **options)
     for label, what in (("compute-only", f"makespan {base:g}"), ("ours", _cell(report)),
                         ("PyTorch's lowering", _cell(pytorch)), ("PyTorch, defer_pp_recv", _cell(deferred))):
         lines.append(f"  {label:<24} {what}")
