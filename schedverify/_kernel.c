@@ -1191,20 +1191,24 @@ fail:
 static int read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long long hi, int32_t outside,
                            int32_t *out);
 
-/* lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds)
+/* lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds, (dict_order, reduce_wait, wait_send))
  *     -> (codes, stages, mbs, lengths, top_stage, top_mb) | None
  *
- * The twin of lowering.torch_lowering for PyTorch 2.13 and 2.14 without defer_pp_recv
- * (passes ``unshard_reshard``, ``reduce_grad``, ``send_recv``: lowering.add_unshard_reshard
- * with three stages resident in a set, add_reduce_grad without waits, add_send_recv) over a
- * compute-only schedule's columns (grammar.PlainRows): every action F, B, I or W with its
- * stage below S and its microbatch below M.  ``rank_of`` is the route, S ints in [0, D);
- * ``kinds`` is grammar.CODED_KINDS then UNSHARD, RESHARD, REDUCE_GRAD (codes 8, 9, 10).
- * Declined (None): any other code or an index out of range, a rank without actions or a
- * compute order that makes no progress (lowering.py raises PyTorch's message), and tables
- * too large for the action count.  The rows, as columns in the codes of ``kinds`` (a
- * bookkeeping action's microbatch -1), are what the Python passes give, action for action
- * (tests/test_kernel.py holds them equal).
+ * The twin of lowering.torch_lowering without defer_pp_recv and with the default options,
+ * over a compute-only schedule's columns (grammar.PlainRows): every action F, B, I or W with
+ * its stage below S and its microbatch below M.  For PyTorch 2.13 and 2.14 (the dialect all
+ * 0) the passes ``unshard_reshard``, ``reduce_grad``, ``send_recv``: lowering.add_unshard_reshard
+ * with three stages resident in a set, add_reduce_grad without waits, add_send_recv; for 2.15
+ * (all 1, dialect_t) ``unshard_reshard_lookahead`` (three resident, a dict), ``reduce_grad_wait``,
+ * ``send_recv``, ``wait_send`` (add_wait_send), whose ``validate_send_waits`` holds by
+ * construction (each send gets one wait after it) and whose ``send_budget`` is off by
+ * default.  ``rank_of`` is the route, S ints in [0, D); ``kinds`` is grammar.COLUMN_KINDS
+ * (CODED_KINDS, then UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD, WAIT_SEND_F, WAIT_SEND_B:
+ * codes 8 to 13).  Declined (None): any other code or an index out of range, a rank without
+ * actions, a compute order that makes no progress or a send listed twice (lowering.py raises
+ * PyTorch's message), and tables too large for the action count.  The rows, as columns in
+ * the codes of ``kinds`` (a bookkeeping action's microbatch -1), are what the Python passes
+ * give, action for action (tests/test_kernel.py holds them equal).
  *
  * The resident stages live in a real Python set of the stage ints, added to and discarded
  * from in PyTorch's sequence, so that RESHARD comes out in CPython's set order, as in
@@ -1215,7 +1219,9 @@ static int read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long lon
 #define LK_UNSHARD 8
 #define LK_RESHARD 9
 #define LK_REDUCE 10
-#define LK_KINDS 11
+#define LK_WAIT_REDUCE 11
+#define LK_WAIT_SEND_F 12 /* WAIT_SEND_B is one more */
+#define LK_KINDS 14
 
 typedef struct {
     signed char *code;
@@ -1282,11 +1288,20 @@ move_stages(PyObject *active, const long long *from, int nfrom, const long long 
     return 1;
 }
 
+/* How a release lowers (releases.Release.lowering, read by lowering._KERNEL_LOWERINGS):
+ * 2.13 and 2.14 keep the resident stages in a set and add REDUCE_GRAD alone; 2.15 keeps them
+ * in a dict (evicted in insertion order), pairs each REDUCE_GRAD with a WAIT_REDUCE_GRAD right
+ * after it and adds a WAIT_SEND per send (_add_wait_send). */
+typedef struct {
+    int dict_order, reduce_wait, wait_send;
+} dialect_t;
+
 /* The unshard/reshard and reduce-grad passes over one rank's n actions, into *out: 1, 0 with
  * MemoryError, -1 with another exception set. */
 static int
 lower_bookkeeping(const unsigned char *code, const long long *st, const long long *mb, Py_ssize_t n,
-                  long long M, long long *count, long long (*next)[LOWER_RESIDENT], int *nnext, lvec_t *out)
+                  long long M, long long *count, long long (*next)[LOWER_RESIDENT], int *nnext, lvec_t *out,
+                  const dialect_t *how)
 {
     /* next[i]: the first distinct stages from action i on (at most three), nnext[i] of them */
     for (Py_ssize_t i = n - 1; i >= 0; i--) {
@@ -1298,41 +1313,74 @@ lower_bookkeeping(const unsigned char *code, const long long *st, const long lon
                     next[i][k++] = next[i + 1][j];
         nnext[i] = k;
     }
-    PyObject *active = PySet_New(NULL);
-    if (active == NULL)
+    /* the resident stages: 2.13's Python set (see above), or 2.15's dict as a C array in
+     * insertion order (at most three after each step) */
+    PyObject *active = NULL;
+    long long act[LOWER_RESIDENT * 2];
+    int nact = 0;
+    if (!how->dict_order && (active = PySet_New(NULL)) == NULL)
         return -1;
     int ok = -1;
     for (Py_ssize_t i = 0; i <= n; i++) {
-        /* the resident stages in the set's iteration order (the last step: all of them) */
+        /* the resident stages in iteration order (the last step: all of them) */
         long long in_set[LOWER_RESIDENT * 2];
         int nin = 0;
-        PyObject *it = PyObject_GetIter(active), *key;
-        if (it == NULL)
-            goto done;
-        while ((key = PyIter_Next(it)) != NULL) {
-            if (nin < LOWER_RESIDENT * 2)
-                in_set[nin++] = PyLong_AsLongLong(key);
-            Py_DECREF(key);
+        if (how->dict_order) {
+            for (; nin < nact; nin++)
+                in_set[nin] = act[nin];
+        } else {
+            PyObject *it = PyObject_GetIter(active), *key;
+            if (it == NULL)
+                goto done;
+            while ((key = PyIter_Next(it)) != NULL) {
+                if (nin < LOWER_RESIDENT * 2)
+                    in_set[nin++] = PyLong_AsLongLong(key);
+                Py_DECREF(key);
+            }
+            Py_DECREF(it);
+            if (PyErr_Occurred())
+                goto done;
         }
-        Py_DECREF(it);
-        if (PyErr_Occurred())
-            goto done;
         int nres = i < n ? nnext[i] : 0;
         const long long *res = i < n ? next[i] : NULL;
-        /* evict: in the set, not among the next stages; then fetch: the next stages not in it */
-        int moved = move_stages(active, in_set, nin, res, nres, 0, out, LK_RESHARD);
-        if (moved == 1 && i < n)
-            moved = move_stages(active, res, nres, in_set, nin, 1, out, LK_UNSHARD);
-        if (moved < 0)
-            goto done;
-        if (moved == 0)
-            goto nomem;
+        /* evict: resident, not among the next stages; then fetch: the next stages not resident */
+        if (how->dict_order) {
+            nact = 0;
+            for (int e = 0; e < nin; e++) {
+                int keep = 0;
+                for (int r = 0; r < nres; r++)
+                    keep |= res[r] == in_set[e];
+                if (keep)
+                    act[nact++] = in_set[e];
+                else if (!lvec_push(out, LK_RESHARD, in_set[e], -1))
+                    goto nomem;
+            }
+            for (int r = 0; r < nres; r++) {
+                int found = 0;
+                for (int e = 0; e < nin; e++)
+                    found |= in_set[e] == res[r];
+                if (found)
+                    continue;
+                act[nact++] = res[r];
+                if (!lvec_push(out, LK_UNSHARD, res[r], -1))
+                    goto nomem;
+            }
+        } else {
+            int moved = move_stages(active, in_set, nin, res, nres, 0, out, LK_RESHARD);
+            if (moved == 1 && i < n)
+                moved = move_stages(active, res, nres, in_set, nin, 1, out, LK_UNSHARD);
+            if (moved < 0)
+                goto done;
+            if (moved == 0)
+                goto nomem;
+        }
         if (i == n)
             break;
         if (!lvec_push(out, code[i], st[i], mb[i]))
             goto nomem;
         if ((code[i] == 1 || code[i] == 3) && ++count[st[i]] == M) /* B or W: the stage's last */
-            if (!lvec_push(out, LK_REDUCE, st[i], -1))
+            if (!lvec_push(out, LK_REDUCE, st[i], -1) ||
+                (how->reduce_wait && !lvec_push(out, LK_WAIT_REDUCE, st[i], -1)))
                 goto nomem;
     }
     for (Py_ssize_t i = 0; i < n; i++) /* the counts are each rank's own */
@@ -1342,8 +1390,64 @@ lower_bookkeeping(const unsigned char *code, const long long *st, const long lon
 nomem:
     PyErr_NoMemory();
 done:
-    Py_DECREF(active);
+    Py_XDECREF(active);
     return ok;
+}
+
+/* 2.15's _add_wait_send (lowering.add_wait_send) over one rank's lowered row ``in``, into
+ * *out: a SEND_F's wait right after the first B or I of its stage and microbatch on the
+ * rank, the other sends' waits at the end of the row in the order they were sent.
+ * ``state`` (S * M * 2 bytes, zero at first, shared by the ranks: a send's stage is on one
+ * rank): 1 a pending send, 2 one already waited.  1, 0 out of memory, -1 declined: a send
+ * listed twice (add_wait_send or validate_send_waits raises PyTorch's message). */
+static int
+lower_wait_send(const lvec_t *in, lvec_t *out, long long M, unsigned char *state)
+{
+    for (Py_ssize_t k = 0; k < in->n; k++) {
+        int c = in->code[k];
+        long long s = in->st[k], m = in->mb[k];
+        if (!lvec_push(out, c, s, m))
+            return 0;
+        if (c == 4 || c == 6) {
+            unsigned char *x = &state[(s * M + m) * 2 + (c == 6)];
+            if (*x)
+                return -1;
+            *x = 1;
+        } else if ((c == 1 || c == 2) && state[(s * M + m) * 2] == 1) {
+            state[(s * M + m) * 2] = 2;
+            if (!lvec_push(out, LK_WAIT_SEND_F, s, m))
+                return 0;
+        }
+    }
+    for (Py_ssize_t k = 0; k < in->n; k++) {
+        int c = in->code[k];
+        long long s = in->st[k], m = in->mb[k];
+        if ((c == 4 || c == 6) && state[(s * M + m) * 2 + (c == 6)] == 1) {
+            state[(s * M + m) * 2 + (c == 6)] = 2;
+            if (!lvec_push(out, LK_WAIT_SEND_F + (c == 6), s, m))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* Each rank's row of ``rows`` with 2.15's waits added (lower_wait_send), in place: 1, 0 out
+ * of memory, -1 declined. */
+static int
+lower_wait_sends(lvec_t *rows, Py_ssize_t D, long long S, long long M)
+{
+    unsigned char *state = PyMem_Calloc((size_t)(S * M * 2), 1);
+    if (state == NULL)
+        return 0;
+    int r = 1;
+    for (Py_ssize_t d = 0; d < D && r == 1; d++) {
+        lvec_t waited = {NULL, NULL, NULL, 0, 0};
+        r = lower_wait_send(&rows[d], &waited, M, state);
+        lvec_free(&rows[d]);
+        rows[d] = waited;
+    }
+    PyMem_Free(state);
+    return r;
 }
 
 /* The lowered rows as the columns of grammar.PlainRows, codes in the order of ``kinds``
@@ -1394,14 +1498,15 @@ k_lower_plain(PyObject *self, PyObject *args)
 {
     PyObject *codes, *stages, *mbs, *lengths, *rank_o, *kinds, *result = NULL;
     long long S, M;
-    if (!PyArg_ParseTuple(args, "SSSO!LLOO!", &codes, &stages, &mbs, &PyTuple_Type, &lengths, &S, &M,
-                          &rank_o, &PyTuple_Type, &kinds))
+    dialect_t how;
+    if (!PyArg_ParseTuple(args, "SSSO!LLOO!(ppp)", &codes, &stages, &mbs, &PyTuple_Type, &lengths, &S, &M,
+                          &rank_o, &PyTuple_Type, &kinds, &how.dict_order, &how.reduce_wait, &how.wait_send))
         return NULL;
     columns_t c;
     if (!read_columns(codes, stages, mbs, lengths, 256, &c, "lower_plain"))
         return NULL;
     if (PyTuple_GET_SIZE(kinds) != LK_KINDS) {
-        PyErr_SetString(PyExc_ValueError, "lower_plain: eleven kinds");
+        PyErr_SetString(PyExc_ValueError, "lower_plain: fourteen kinds");
         return NULL;
     }
     for (int k = 0; k < LK_KINDS; k++)
@@ -1452,7 +1557,7 @@ k_lower_plain(PyObject *self, PyObject *args)
         Py_ssize_t len = PyLong_AsSsize_t(PyTuple_GET_ITEM(lengths, d));
         if (len == 0)
             goto not_plain; /* PyTorch's _add_send_recv asserts every rank has an action */
-        int r = lower_bookkeeping(c.code + at, c.stage + at, c.mb + at, len, M, count, next, nnext, &mid[d]);
+        int r = lower_bookkeeping(c.code + at, c.stage + at, c.mb + at, len, M, count, next, nnext, &mid[d], &how);
         if (r <= 0)
             goto done;
         at += len;
@@ -1461,7 +1566,7 @@ k_lower_plain(PyObject *self, PyObject *args)
 #define TEST(b) ((seen[(b) >> 3] >> ((b) & 7)) & 1)
 #define MARK(b) (seen[(b) >> 3] |= (unsigned char)(1u << ((b) & 7)))
     /* the bit of each kind add_send_recv's ready() asks about: F, B, I, RECV_F, RECV_B */
-    static const int seen_kind[LK_KINDS] = {0, 1, 2, -1, -1, 3, -1, 4, -1, -1, -1};
+    static const int seen_kind[LK_KINDS] = {0, 1, 2, -1, -1, 3, -1, 4, -1, -1, -1, -1, -1, -1};
     Py_ssize_t left = D;
     while (left > 0) {
         int progress = 0;
@@ -1504,6 +1609,13 @@ k_lower_plain(PyObject *self, PyObject *args)
 #undef SEEN
 #undef TEST
 #undef MARK
+    if (how.wait_send) {
+        int r = lower_wait_sends(out, D, S, M);
+        if (r == 0)
+            goto nomem;
+        if (r < 0)
+            goto not_plain;
+    }
     result = lowered_columns(out, D);
     goto done;
 nomem:
@@ -1618,10 +1730,16 @@ read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long long hi, int32
     return ok;
 }
 
+/* What an entry of a code without a kind code is (compile_columns' roles) */
+#define ROLE_BOOKKEEPING 0
+#define ROLE_REDUCE 1
+#define ROLE_REDUCE_WAIT 2
+#define ROLE_SEND_WAIT 3
+
 static PyObject *
 compile_core(PyObject *order, const columns_t *cols, long long S, long long M, PyObject *routes,
              PyObject *mroute, PyObject *needs_o, PyObject *match_o, PyObject *mixed_o, PyObject *kinds,
-             int allow_comm, int reduce_code)
+             int allow_comm, const char *roles)
 {
     int K = (int)PyTuple_GET_SIZE(kinds);
     if (K < 1 || K > MAX_CODES || PyTuple_GET_SIZE(needs_o) != K || PyTuple_GET_SIZE(match_o) != K ||
@@ -1712,10 +1830,12 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     int8_t *code;
     int32_t *stage, *mbs = NULL, *pos, *waitc;
     long long *starts, *inv = NULL;
-    /* the bookkeeping entries of the columns (codes K and up: graph.Graph.uncoded) and
-     * among them the REDUCE_GRADs (code reduce_code: Graph.reduce_grads) */
-    long long *uncoded = NULL, *reduces = NULL;
-    Py_ssize_t nuncoded = 0, nreduces = 0;
+    /* the entries of the columns without a code (codes K and up: graph.Graph.uncoded) and
+     * among them, by their code's role (roles[code - K]), the REDUCE_GRADs (Graph.reduce_grads),
+     * the WAIT_REDUCE_GRADs (Graph.reduce_waits) and the WAIT_SENDs (Graph.send_waits) */
+    long long *uncoded = NULL, *reduces = NULL, *rwaits = NULL, *swaits = NULL;
+    Py_ssize_t nuncoded = 0, nreduces = 0, nrwaits = 0, nswaits = 0;
+    column_t c_uncoded = {NULL}, c_swaits = {NULL};
     /* the Graph's columns as graph.py's typecodes (COLUMN_TYPES), filled where they lie */
     column_t c_dev = {NULL}, c_pos = {NULL}, c_starts = {NULL}, c_wait = {NULL}, c_code = {NULL},
              c_stage = {NULL}, c_mb = {NULL};
@@ -1762,7 +1882,9 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
             mbs[k] = cols->mb[k] >= -1 && cols->mb[k] < M ? (int32_t)cols->mb[k] : -1;
         for (Py_ssize_t k = 0; k < n && !uncoded; k++)
             if (cols->code[k] >= K && (!(uncoded = scratch_array(&sc, n, sizeof(long long), 0)) ||
-                                       !(reduces = scratch_array(&sc, n, sizeof(long long), 0))))
+                                       !(reduces = scratch_array(&sc, n, sizeof(long long), 0)) ||
+                                       !(rwaits = scratch_array(&sc, n, sizeof(long long), 0)) ||
+                                       !(swaits = scratch_array(&sc, n, sizeof(long long), 0))))
                 goto fail;
         for (Py_ssize_t d = 0; d < D; d++) {
             starts[d] = i;
@@ -1775,20 +1897,29 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
                     continue;
                 }
                 /* bookkeeping (graph._bookkeeping): a stage in range held by the device on
-                 * some route, no code and no stage in the Graph */
-                long long s = cols->stage[i];
-                int held = 0;
-                for (Py_ssize_t r = 0; r < R && !held && s >= 0 && s < S; r++)
+                 * some route; a send's wait (graph._send_wait): its stage and microbatch in
+                 * range, on the device they are placed on.  No code, stage or microbatch in
+                 * the Graph */
+                long long s = cols->stage[i], m = cols->mb[i];
+                int role = roles[c - K], held = 0;
+                if (role == ROLE_SEND_WAIT)
+                    held = s >= 0 && s < S && m >= 0 && m < M && route_dev[(mr ? mr[m] : 0) * S + s] == d;
+                for (Py_ssize_t r = 0; role != ROLE_SEND_WAIT && r < R && !held && s >= 0 && s < S; r++)
                     held = route_dev[r * S + s] == d;
                 if (!held)
                     goto not_plain;
                 code[i] = -1;
                 stage[i] = -1;
+                mbs[i] = -1;
                 pos[i] = p;
                 devs[i] = (int32_t)d;
                 uncoded[nuncoded++] = i;
-                if (c == reduce_code)
+                if (role == ROLE_REDUCE)
                     reduces[nreduces++] = i;
+                else if (role == ROLE_REDUCE_WAIT)
+                    rwaits[nrwaits++] = i;
+                else if (role == ROLE_SEND_WAIT)
+                    swaits[nswaits++] = i;
             }
         }
     }
@@ -1913,8 +2044,13 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         PyObject *inv_l = PyList_New(ninv);
         PyObject *code_l = column_take(&c_code);
         PyObject *stage_l = column_take(&c_stage);
-        PyObject *uncoded_l = list_of_ints(uncoded, nuncoded);
-        PyObject *reduces_l = list_of_ints(reduces, nreduces);
+        int32_t *uv = column_new(&c_uncoded, "i", nuncoded), *sv = column_new(&c_swaits, "i", nswaits);
+        for (Py_ssize_t k = 0; uv && k < nuncoded; k++)
+            uv[k] = (int32_t)uncoded[k];
+        for (Py_ssize_t k = 0; sv && k < nswaits; k++)
+            sv[k] = (int32_t)swaits[k];
+        PyObject *uncoded_l = column_take(&c_uncoded), *swaits_l = column_take(&c_swaits);
+        PyObject *reduces_l = list_of_ints(reduces, nreduces), *rwaits_l = list_of_ints(rwaits, nrwaits);
         PyObject *mb_l = column_take(&c_mb);
         for (Py_ssize_t k = 0; inv_l && k < ninv; k++) {
             PyObject *pair = Py_BuildValue("(LL)", inv[2 * k], inv[2 * k + 1]);
@@ -1925,14 +2061,16 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
             PyList_SET_ITEM(inv_l, k, pair);
         }
         if (dev_l && pos_l && starts_l && wait_l && counts_l && inv_l && code_l && stage_l && uncoded_l &&
-            reduces_l && mb_l) {
-            result = Py_BuildValue("(OOOOOOOOOOOOO)", acts ? acts : Py_None, dev_l, pos_l, starts_l, wait_l,
+            reduces_l && rwaits_l && swaits_l && mb_l) {
+            result = Py_BuildValue("(OOOOOOOOOOOOOOO)", acts ? acts : Py_None, dev_l, pos_l, starts_l, wait_l,
                                    counts_l, inv_l, code_l, stage_l, explicit ? Py_True : Py_False, uncoded_l,
-                                   reduces_l, mb_l);
+                                   reduces_l, rwaits_l, swaits_l, mb_l);
         }
         Py_XDECREF(mb_l);
         Py_XDECREF(uncoded_l);
         Py_XDECREF(reduces_l);
+        Py_XDECREF(rwaits_l);
+        Py_XDECREF(swaits_l);
         Py_XDECREF(dev_l);
         Py_XDECREF(pos_l);
         Py_XDECREF(starts_l);
@@ -1959,6 +2097,8 @@ done:
     column_free(&c_code);
     column_free(&c_stage);
     column_free(&c_mb);
+    column_free(&c_uncoded);
+    column_free(&c_swaits);
     scratch_free(&sc);
     PyMem_Free(inv); /* grown with PyMem_Realloc, so not a scratch array */
     return result;
@@ -1974,39 +2114,46 @@ k_compile_plain(PyObject *self, PyObject *args)
                           &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type, &match_o,
                           &PyTuple_Type, &mixed_o, &PyTuple_Type, &kinds, &allow_comm))
         return NULL;
-    return compile_core(order, NULL, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm, -1);
+    return compile_core(order, NULL, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm, NULL);
 }
 
 /* compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, mixed,
- * kinds, allow_comm, column_kinds, reduce_code): compile_plain over the columns of
+ * kinds, allow_comm, column_kinds, roles): compile_plain over the columns of
  * grammar.PlainRows (codes in the order of ``column_kinds``, grammar.COLUMN_KINDS: first
- * ``kinds``, then bookkeeping kinds, which need nothing and have no code in the Graph)
- * instead of rows of Actions; the same result with None for acts (Graph builds them from the
- * schedule's order when it is first asked for them).  A bookkeeping entry whose stage is out
- * of range or not held by its device declines (the reference reports it); ``reduce_code``
- * is REDUCE_GRAD's code, whose entries the result lists apart (Graph.reduce_grads). */
+ * ``kinds``, then the kinds without a code in the Graph, which need nothing) instead of rows
+ * of Actions; the same result with None for acts (Graph builds them from the schedule's
+ * order when it is first asked for them).  ``roles`` (bytes, one per code from len(kinds)
+ * on): ROLE_BOOKKEEPING (UNSHARD, RESHARD), ROLE_REDUCE (REDUCE_GRAD: Graph.reduce_grads),
+ * ROLE_REDUCE_WAIT (WAIT_REDUCE_GRAD: Graph.reduce_waits), ROLE_SEND_WAIT (WAIT_SEND_F/B:
+ * Graph.send_waits).  An entry whose stage is out of range or not held by its device, or a
+ * send's wait off the device its stage and microbatch are placed on, declines (the reference
+ * reports it).  The uncoded entries and the send waits come as int arrays (typecode i), the
+ * REDUCE_GRADs and WAIT_REDUCE_GRADs (one or two per stage) as lists. */
 static PyObject *
 k_compile_columns(PyObject *self, PyObject *args)
 {
     PyObject *codes, *stages, *mbs, *lengths, *routes, *mroute, *needs_o, *match_o, *mixed_o, *kinds,
-        *column_kinds;
+        *column_kinds, *roles;
     long long S, M;
-    int allow_comm, reduce_code;
-    if (!PyArg_ParseTuple(args, "OOOOLLO!OO!O!O!O!pO!i", &codes, &stages, &mbs, &lengths, &S, &M,
+    int allow_comm;
+    if (!PyArg_ParseTuple(args, "OOOOLLO!OO!O!O!O!pO!S", &codes, &stages, &mbs, &lengths, &S, &M,
                           &PyTuple_Type, &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type,
                           &match_o, &PyTuple_Type, &mixed_o, &PyTuple_Type, &kinds, &allow_comm,
-                          &PyTuple_Type, &column_kinds, &reduce_code))
+                          &PyTuple_Type, &column_kinds, &roles))
         return NULL;
     Py_ssize_t K = PyTuple_GET_SIZE(kinds), KC = PyTuple_GET_SIZE(column_kinds);
-    if (KC < K || KC > 255 || (reduce_code != -1 && (reduce_code < K || reduce_code >= KC))) {
-        PyErr_SetString(PyExc_ValueError, "compile_columns: the column kinds are the kinds and then bookkeeping");
+    const char *role = PyBytes_AS_STRING(roles);
+    int ok = KC >= K && KC <= 255 && PyBytes_GET_SIZE(roles) == KC - K;
+    for (Py_ssize_t k = 0; ok && k < KC - K; k++)
+        ok = role[k] >= ROLE_BOOKKEEPING && role[k] <= ROLE_SEND_WAIT;
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "compile_columns: the column kinds are the kinds and then one role each");
         return NULL;
     }
     columns_t cols;
     if (!read_columns(codes, stages, mbs, lengths, (int)KC, &cols, "compile_columns"))
         return NULL;
-    return compile_core(NULL, &cols, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm,
-                        reduce_code);
+    return compile_core(NULL, &cols, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm, role);
 }
 
 /* ------------------------------------------------------------------ times */
@@ -3254,6 +3401,101 @@ done:
 }
 
 
+/* ------------------------------------------------------------------ pair_send_waits */
+
+/* pair_send_waits(code, mb, waits, codes, stages, mbs, lengths, S, M, send_f, send_b, wait_f)
+ *     -> (waits, sends) | None
+ *
+ * The twin of runtime.send_waits (PyTorch 2.15's _PendingSendTracker) for a graph compiled
+ * from a schedule's columns with no duplicate and nothing off its device (the caller's case):
+ * ``code``, ``mb`` the Graph's columns, ``waits`` its send_waits (increasing indices), and the
+ * schedule's columns (grammar.PlainRows), where a WAIT_SEND's stage and microbatch are.  Each
+ * wait retires the pending send of its label (SEND_F codes ``send_f`` and ``send_b`` in the
+ * Graph; a wait's column code ``wait_f``, or one more for WAIT_SEND_B), the one before it on
+ * its device: (the waits, the sends they retire), int arrays in wait order.  Declined (None):
+ * a wait without a pending send (an orphan) or a send no wait retires, which the reference
+ * reports. */
+static PyObject *
+k_pair_send_waits(PyObject *self, PyObject *args)
+{
+    PyObject *code_o, *mb_o, *waits_o, *codes, *stages, *mbs, *lengths, *result = NULL;
+    long long S, M;
+    int send_f, send_b, wait_f;
+    if (!PyArg_ParseTuple(args, "OOOSSSO!LLiii", &code_o, &mb_o, &waits_o, &codes, &stages, &mbs, &PyTuple_Type,
+                          &lengths, &S, &M, &send_f, &send_b, &wait_f))
+        return NULL;
+    columns_t c;
+    if (!read_columns(codes, stages, mbs, lengths, 256, &c, "pair_send_waits"))
+        return NULL;
+    scratch_t sc = {{NULL}, 0};
+    ints_t code_c = {{NULL}}, mb_c = {{NULL}}, waits_c = {{NULL}};
+    column_t out_w = {NULL}, out_s = {NULL};
+    Py_ssize_t n = 0, n2 = 0, nw = 0;
+    if (!read_ints(&sc, code_o, &code_c, &n, "pair_send_waits: code") ||
+        !read_ints(&sc, mb_o, &mb_c, &n2, "pair_send_waits: mb") ||
+        !read_ints(&sc, waits_o, &waits_c, &nw, "pair_send_waits: waits"))
+        goto done;
+    if (n2 != n || c.n != n || S <= 0 || M <= 0) {
+        PyErr_SetString(PyExc_ValueError, "pair_send_waits: the columns disagree");
+        goto done;
+    }
+    if ((double)S * (double)M > 4.0 * (double)n + 1024.0)
+        goto not_plain; /* a table that would not follow the action count */
+    /* per (stage, microbatch, direction): the pending send, -1 none yet, -2 retired */
+    int32_t *pend = scratch_array(&sc, S * M * 2, sizeof(int32_t), 0);
+    int32_t *wv = column_new(&out_w, "i", nw), *sv = column_new(&out_s, "i", nw);
+    if (!pend || !wv || !sv)
+        goto done;
+    for (long long k = 0; k < S * M * 2; k++)
+        pend[k] = -1;
+    Py_ssize_t next = 0, paired = 0, sends = 0;
+    long long w = nw > 0 ? int_at(&waits_c, 0) : -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long g = int_at(&code_c, i);
+        if (g == send_f || g == send_b) {
+            long long m = int_at(&mb_c, i), s = c.stage[i];
+            if (m < 0 || s < 0 || s >= S || m >= M)
+                goto not_plain;
+            pend[(s * M + m) * 2 + (g == send_b)] = (int32_t)i;
+            sends++;
+            continue;
+        }
+        if (i != w)
+            continue;
+        long long s = c.stage[i], m = c.mb[i];
+        int dir = c.code[i] - wait_f;
+        if ((dir != 0 && dir != 1) || s < 0 || s >= S || m < 0 || m >= M)
+            goto not_plain;
+        int32_t *x = &pend[(s * M + m) * 2 + dir];
+        if (*x < 0)
+            goto not_plain; /* an orphan */
+        wv[paired] = (int32_t)i;
+        sv[paired++] = *x;
+        *x = -2;
+        if (++next < nw) {
+            long long v = int_at(&waits_c, next);
+            if (v <= w || v >= n)
+                goto not_plain;
+            w = v;
+        }
+    }
+    if (paired != nw || sends != nw)
+        goto not_plain; /* a wait past the columns, or a send no wait retires */
+    PyObject *a = column_take(&out_w), *b = column_take(&out_s);
+    result = Py_BuildValue("(NN)", a, b);
+    goto done;
+not_plain:
+    result = declined();
+done:
+    column_free(&out_w);
+    column_free(&out_s);
+    release_ints(&code_c);
+    release_ints(&mb_c);
+    release_ints(&waits_c);
+    scratch_free(&sc);
+    return result;
+}
+
 /* ------------------------------------------------------------------ bind_path */
 
 /* bind_path(bind, is_comm, last) -> list | None: runtime.RuntimeResult.critical_path over
@@ -3828,11 +4070,12 @@ typedef struct {
     int code;
 } lk_ins_t;
 
-/* lower_keyed(codes, stages, mbs, lengths, S, M, rank_of, kinds, gcodes, gstages, gmbs, gends)
+/* lower_keyed(codes, stages, mbs, lengths, S, M, rank_of, kinds, gcodes, gstages, gmbs, gends, dialect)
  *     -> (codes, stages, mbs, lengths, top_stage, top_mb) | None
  *
- * The twin of lowering._keyed_lowering for PyTorch 2.13 and 2.14: the bookkeeping passes
- * of lower_plain (unshard_reshard, reduce_grad), then _keyed_messages.  The first four are
+ * The twin of lowering._keyed_lowering: the bookkeeping passes of lower_plain in the
+ * release's dialect (as lower_plain's), then _keyed_messages, then (2.15) the wait per send
+ * of lower_plain.  The first four are
  * the compute-only columns (as lower_plain's); gcodes (int8), gstages, gmbs (int32, or int64
  * where a Graph's column needed it) and gends (double) are the compiled graph of the
  * compute-only schedule's check and its timeline's end times (graph.Times values, exact), action for action.  Declined: what
@@ -3843,14 +4086,16 @@ k_lower_keyed(PyObject *self, PyObject *args)
 {
     PyObject *codes, *stages, *mbs, *lengths, *rank_o, *kinds, *gcodes, *gstages, *gmbs, *gends, *result = NULL;
     long long S, M;
-    if (!PyArg_ParseTuple(args, "SSSO!LLOO!SSSS", &codes, &stages, &mbs, &PyTuple_Type, &lengths, &S, &M,
-                          &rank_o, &PyTuple_Type, &kinds, &gcodes, &gstages, &gmbs, &gends))
+    dialect_t how;
+    if (!PyArg_ParseTuple(args, "SSSO!LLOO!SSSS(ppp)", &codes, &stages, &mbs, &PyTuple_Type, &lengths, &S, &M,
+                          &rank_o, &PyTuple_Type, &kinds, &gcodes, &gstages, &gmbs, &gends, &how.dict_order,
+                          &how.reduce_wait, &how.wait_send))
         return NULL;
     columns_t c;
     if (!read_columns(codes, stages, mbs, lengths, 256, &c, "lower_keyed"))
         return NULL;
     if (PyTuple_GET_SIZE(kinds) != LK_KINDS) {
-        PyErr_SetString(PyExc_ValueError, "lower_keyed: eleven kinds");
+        PyErr_SetString(PyExc_ValueError, "lower_keyed: fourteen kinds");
         return NULL;
     }
     Py_ssize_t ng = PyBytes_GET_SIZE(gcodes);
@@ -3916,7 +4161,7 @@ k_lower_keyed(PyObject *self, PyObject *args)
         Py_ssize_t len = PyLong_AsSsize_t(PyTuple_GET_ITEM(lengths, d));
         if (len == 0)
             goto not_plain;
-        int r = lower_bookkeeping(c.code + at, c.stage + at, c.mb + at, len, M, count, next, nnext, &mid[d]);
+        int r = lower_bookkeeping(c.code + at, c.stage + at, c.mb + at, len, M, count, next, nnext, &mid[d], &how);
         if (r <= 0)
             goto done;
         at += len;
@@ -4057,6 +4302,13 @@ k_lower_keyed(PyObject *self, PyObject *args)
             }
         }
     }
+    if (how.wait_send) {
+        int r = lower_wait_sends(out, D, S, M);
+        if (r == 0)
+            goto nomem;
+        if (r < 0)
+            goto not_plain;
+    }
     result = lowered_columns(out, D);
     goto done;
 nomem:
@@ -4087,7 +4339,7 @@ done:
  * grammar.COLUMN_KINDS (what lower_plain gives): each rank's RECVs held back until the
  * compute that consumes it, or until a SEND to the same peer from a lower rank, in the order
  * they were held.  The same actions, moved within their rows.  Declined: a code beyond the
- * eleven kinds, an index out of range, a RECV held twice (the dict keeps the first's place),
+ * fourteen kinds, an index out of range, a RECV held twice (the dict keeps the first's place),
  * a peer stage outside the route, a RECV with no consumer (PyTorch raises), tables beyond the
  * action count. */
 static PyObject *
@@ -4284,14 +4536,14 @@ static PyMethodDef methods[] = {
     {"scan_order", k_scan_order, METH_VARARGS,
      "scan_order(text, pos, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb, end) | None."},
     {"lower_plain", k_lower_plain, METH_VARARGS,
-     "lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds) -> columns | None."},
+     "lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds, dialect) -> columns | None."},
     {"scan_csv", k_scan_csv, METH_VARARGS,
      "scan_csv(text, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None."},
     {"rows_of", k_rows_of, METH_VARARGS,
      "rows_of(codes, stages, mbs, lengths, action_type, kinds) -> tuple: the columns' rows of Actions."},
     {"compile_columns", k_compile_columns, METH_VARARGS,
      "compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, mixed, "
-     "kinds, allow_comm, column_kinds, reduce_code) -> tuple | None."},
+     "kinds, allow_comm, column_kinds, roles) -> tuple | None."},
     {"format_columns", k_format_columns, METH_VARARGS,
      "format_columns(codes, stages, mbs, lengths, indices, kinds) -> list[str] | None."},
     {"compile_plain", k_compile_plain, METH_VARARGS,
@@ -4317,8 +4569,11 @@ static PyMethodDef methods[] = {
     {"critical_path_plain", k_critical_path_plain, METH_VARARGS,
      "critical_path_plain(starts, wait, start_values, start_floats, end_values, end_floats, comm, "
      "tol) -> list | None."},
+    {"pair_send_waits", k_pair_send_waits, METH_VARARGS,
+     "pair_send_waits(code, mb, waits, codes, stages, mbs, lengths, S, M, send_f, send_b, wait_f) -> "
+     "(waits, sends) | None."},
     {"lower_keyed", k_lower_keyed, METH_VARARGS,
-     "lower_keyed(codes, stages, mbs, lengths, S, M, rank_of, kinds, gcodes, gstages, gmbs, gends) -> columns | None."},
+     "lower_keyed(codes, stages, mbs, lengths, S, M, rank_of, kinds, gcodes, gstages, gmbs, gends, dialect) -> columns | None."},
     {"defer_recv_plain", k_defer_recv_plain, METH_VARARGS,
      "defer_recv_plain(codes, stages, mbs, lengths, S, M, rank_of) -> columns | None."},
     {"format_csv", k_format_csv, METH_VARARGS,

@@ -69,8 +69,9 @@ CODED_KINDS = (F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B)
 KIND_CODE = {k: c for c, k in enumerate(CODED_KINDS)}
 NCODES = len(CODED_KINDS)
 #: The kinds a code of :class:`PlainRows` names: the coded kinds, then the bookkeeping kinds
-#: PyTorch's lowering adds (which need nothing and have no code in a compiled graph).
-COLUMN_KINDS = CODED_KINDS + (UNSHARD, RESHARD, REDUCE_GRAD)
+#: PyTorch's lowering adds (which need nothing and have no code in a compiled graph), then
+#: 2.15's waits (a WAIT_REDUCE_GRAD has a stage, a WAIT_SEND a stage and a microbatch).
+COLUMN_KINDS = CODED_KINDS + (UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD, WAIT_SEND_F, WAIT_SEND_B)
 
 
 class Action(NamedTuple):

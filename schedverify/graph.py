@@ -64,6 +64,12 @@ from .model import (
 # The integer codes of the kinds another action can need are the grammar's (KIND_CODE).
 _KINDS_BY_CODE = CODED_KINDS
 _SEND_CODES = (KIND_CODE[SEND_F], KIND_CODE[SEND_B])
+#: What an entry of each column code past the coded kinds is, for the kernel's
+#: compile_columns (its ROLE_* values): 0 bookkeeping (UNSHARD, RESHARD), 1 REDUCE_GRAD
+#: (Graph.reduce_grads), 2 WAIT_REDUCE_GRAD (Graph.reduce_waits), 3 a send's wait
+#: (Graph.send_waits), as _bookkeeping and _send_wait below sort them.
+_COLUMN_ROLES = bytes({REDUCE_GRAD: 1, WAIT_REDUCE_GRAD: 2}.get(k, 3 if k in SEND_WAIT_KINDS else 0)
+                      for k in COLUMN_KINDS[NCODES:])
 
 #: deps.NEEDS by kind code: per code, its needs as (producer stage offset, producer codes
 #: (the second an alternative, as B or I), the code of the RECV that stands in for a producer
@@ -137,13 +143,14 @@ class Graph:
     unmatched_comm: list[int] = field(default_factory=list)  # SEND/RECV in range without its peer
     reduce_grads: list[int] = field(default_factory=list)
     #: i of each well-formed, in-range, placed WAIT_REDUCE_GRAD and WAIT_SEND_F/WAIT_SEND_B
+    #: (the send waits an int column: one per send of a 2.15 lowering)
     reduce_waits: list[int] = field(default_factory=list)
-    send_waits: list[int] = field(default_factory=list)
+    send_waits: array[int] = field(default_factory=lambda: array("i"))
     #: the SEND/RECV of each BATCH, consecutive indices at the BATCH's position (a BATCH is
     #: laid out as its operations, docs/spec.md 10)
     batches: list[tuple[int, ...]] = field(default_factory=list)
     mixed: list[int] = field(default_factory=list)  # i of a B, I or W meeting its pair's other backward
-    uncoded: list[int] = field(default_factory=list)  # every i whose code is -1, in order
+    uncoded: array[int] = field(default_factory=lambda: array("i"))  # every i whose code is -1, in order
 
     @cached_property
     def producer(self) -> dict[int, int]:
@@ -200,6 +207,11 @@ class Graph:
         cols = self.schedule.columns
         if cols is not None:
             codes = cols.codes
+            # the entries of codes past the coded kinds are all uncoded: when they are all the
+            # uncoded ones (the common case, counted by byte), none is of a coded kind
+            past = sum(codes.count(c) for c in range(NCODES, len(COLUMN_KINDS)))
+            if past == len(self.uncoded):
+                return []
             return [i for i in self.uncoded if codes[i] < NCODES]
         acts = self.acts if self.uncoded else ()
         return [i for i in self.uncoded if acts[i].sub is not None or acts[i].kind in COSTED_KINDS]
@@ -275,15 +287,16 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
                       _NEEDS_BY_CODE, _MATCH_BY_CODE, _MIXED_BY_CODE, _KINDS_BY_CODE, comm_semantics == "eager")
         cols = schedule.columns
         columns = (kernel.compile_columns(cols.codes, cols.stages, cols.mbs, cols.lengths, *rules_args,
-                                          COLUMN_KINDS, COLUMN_KINDS.index(REDUCE_GRAD))
+                                          COLUMN_KINDS, _COLUMN_ROLES)
                    if cols is not None else kernel.compile_plain(schedule.order, *rules_args))
         if columns is not None:  # it declined every schedule with a fact it leaves empty
-            acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit, uncoded, reduces, mb = columns
+            (acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit, uncoded, reduces, reduce_waits,
+             waits, mb) = columns
             if cols is not None:  # d and i - starts[d]: not held through the check, which reads
                 dev, pos = _ByDevice(starts, True), _ByDevice(starts, False)  # them to name a place
             return Graph(schedule, explicit, False, cast(list, _ActsOf(schedule)) if acts is None else acts,
                          dev, pos, starts, code, stage, mb, wait, {}, counts, inversions=inversions,
-                         uncoded=uncoded, reduce_grads=reduces)
+                         uncoded=uncoded, reduce_grads=reduces, reduce_waits=reduce_waits, send_waits=waits)
     explicit = schedule.has_explicit_comm
     return _reference(schedule, explicit, explicit and comm_semantics == "rendezvous")
 
@@ -339,8 +352,9 @@ def _reference(schedule: Schedule, explicit: bool, rendezvous: bool) -> Graph:
     wait, more_waits = _link(schedule, acts, dev, starts, code, stage, producer, explicit, rendezvous, facts)
     if explicit:
         facts.unmatched_comm = _unmatched_comm(schedule, acts, producer)
+    found = {**vars(facts), "uncoded": array("i", facts.uncoded), "send_waits": array("i", facts.send_waits)}
     g = Graph(schedule, explicit, rendezvous, acts, array("i", dev), _int_column(pos), array("q", starts),
-              array("b", code), _int_column(stage), _int_column(mb), _int_column(wait), more_waits, **vars(facts))
+              array("b", code), _int_column(stage), _int_column(mb), _int_column(wait), more_waits, **found)
     # _index built Graph.producer's very value on its way (tests/test_graph.py derives it
     # again and compares): hand it to the cached property rather than derive it twice
     g.__dict__["producer"] = producer

@@ -134,8 +134,16 @@ def _lowered_name(schedule: Schedule, release: Release, opts: RuntimeOptions) ->
             + (" (defer_pp_recv)" if opts.defer_pp_recv else ""))
 
 
-#: the passes the kernel's ``lower_plain`` runs (PyTorch 2.13 and 2.14), when defer_pp_recv is off
-_KERNEL_PASSES = ("unshard_reshard", "reduce_grad", "send_recv", "defer_recv")
+#: The releases' passes (:attr:`Release.lowering`) the kernel's ``lower_plain`` and
+#: ``lower_keyed`` run with the default options, and the dialect they run them in:
+#: (resident stages in insertion order, a WAIT_REDUCE_GRAD per REDUCE_GRAD, a WAIT_SEND per
+#: send).  2.15's ``validate_send_waits`` holds by construction after ``wait_send`` (one wait
+#: after each send), and its ``send_budget`` is off unless ``max_outstanding_sends`` is set.
+_KERNEL_LOWERINGS: dict[tuple[str, ...], tuple[bool, bool, bool]] = {
+    ("unshard_reshard", "reduce_grad", "send_recv", "defer_recv"): (False, False, False),
+    ("unshard_reshard_lookahead", "reduce_grad_wait", "send_recv", "wait_send", "defer_recv",
+     "validate_send_waits", "send_budget"): (True, True, True),
+}
 
 
 def _lower_columns(schedule: Schedule, release: Release, opts: RuntimeOptions) -> PlainRows | None:
@@ -150,7 +158,8 @@ def _lower_columns(schedule: Schedule, release: Release, opts: RuntimeOptions) -
         return None
     kernel, cols = found
     got = kernel.lower_plain(cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages,
-                             schedule.microbatches, tuple(schedule.placement.routes[0]), COLUMN_KINDS)
+                             schedule.microbatches, tuple(schedule.placement.routes[0]), COLUMN_KINDS,
+                             _KERNEL_LOWERINGS[release.lowering])
     if got is None:
         return None
     lowered = PlainRows(*got)
@@ -159,9 +168,10 @@ def _lower_columns(schedule: Schedule, release: Release, opts: RuntimeOptions) -
 
 def _kernel_columns(schedule: Schedule, release: Release, opts: RuntimeOptions) -> tuple[Any, PlainRows] | None:
     """The compiled kernel and ``schedule``'s columns when the kernel's lowering may take them
-    (2.13's and 2.14's passes, no option but ``defer_pp_recv``, one route), else None."""
+    (the passes of :data:`_KERNEL_LOWERINGS`, no option but ``defer_pp_recv``, one route), else
+    None."""
     kernel, cols = _accel.kernel, schedule.columns
-    if (kernel is None or cols is None or release.lowering != _KERNEL_PASSES
+    if (kernel is None or cols is None or release.lowering not in _KERNEL_LOWERINGS
             or opts.changed() not in ((), ("defer_pp_recv",)) or schedule.placement.is_bidirectional):
         return None
     if schedule.stages > 2 * sum(cols.lengths) + 1024:  # as the kernel declines, before the route is
@@ -657,7 +667,8 @@ def _keyed_columns(schedule: Schedule, timeline, rt: Runtime) -> PlainRows | Non
     g = timeline.graph
     got = kernel.lower_keyed(cols.codes, cols.stages, cols.mbs, cols.lengths, schedule.stages,
                              schedule.microbatches, tuple(schedule.placement.routes[0]), COLUMN_KINDS,
-                             g.code.tobytes(), g.stage.tobytes(), g.mb.tobytes(), end.values.tobytes())
+                             g.code.tobytes(), g.stage.tobytes(), g.mb.tobytes(), end.values.tobytes(),
+                             _KERNEL_LOWERINGS[rt.release.lowering])
     return None if got is None else PlainRows(*got)
 
 

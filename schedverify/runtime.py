@@ -31,17 +31,19 @@ Every action is visited once and every wait is woken once: linear in the number 
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from . import _accel
 from .deps import MATCH, RECEIVED, intended_receive  # noqa: F401 - intended_receive re-exported
 from .errors import UsageError
-from .grammar import CODED_KINDS
+from .grammar import CODED_KINDS, COLUMN_KINDS
 from .graph import KIND_CODE, NCODES, Graph, Times
 from .lazy import LazyField, Later, given
-from .model import RECV_B, RECV_F, SEND_B, SEND_F, SEND_OF, SEND_WAIT_KINDS
+from .model import RECV_B, RECV_F, SEND_B, SEND_F, SEND_OF, SEND_WAIT_KINDS, WAIT_SEND_F
 from .releases import NcclOptions, Runtime  # noqa: F401 - NcclOptions re-exported (its public home)
 
 TORCH = "torch"
@@ -160,13 +162,35 @@ class SendWaits:
     label it came after, or -1): waits with no pending send (none posted before it, or that
     one already retired)."""
 
-    retires: dict[int, int]
-    retired_by: dict[int, int]
+    retires: Mapping[int, int]
+    retired_by: Mapping[int, int]
     if TYPE_CHECKING:
         unretired: list[int]
     else:  # made when read (only a release that retires sends by WAIT_SEND reads it)
         unretired: LazyField[list[int]] = LazyField()
     orphans: list[tuple[int, int]]
+
+
+class Pairs(Mapping[int, int]):
+    """A one-to-one pairing of action indices held as two int columns, ``key_column[k]`` ->
+    ``value_column[k]``, and read as a mapping: a million waits and their sends are two
+    arrays, and the dict a lookup needs is made on the first lookup only."""
+
+    def __init__(self, key_column: Sequence[int], value_column: Sequence[int]):
+        self.key_column, self.value_column = key_column, value_column
+
+    @cached_property
+    def _lookup(self) -> dict[int, int]:
+        return dict(zip(self.key_column, self.value_column))
+
+    def __getitem__(self, key: int) -> int:
+        return self._lookup[key]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.key_column)
+
+    def __len__(self) -> int:
+        return len(self.key_column)
 
 
 class _Sends(Later[list[int]]):
@@ -190,11 +214,15 @@ def send_waits(g: Graph) -> SendWaits:
     if not g.send_waits:
         unretired: Any = _Sends(g)  # a recipe for the field (lazy.py)
         return SendWaits(retires, retired_by, unretired, orphans)
+    paired = _paired_columns(g)
+    if paired is not None:  # every wait retires a send and every send is retired
+        waits, sent = paired
+        return SendWaits(Pairs(waits, sent), Pairs(sent, waits), [], orphans)
     sends = _Sends(g).make()
     acts, dev = g.acts, g.dev
     pending: dict[tuple, int] = {}
     last: dict[tuple, int] = {}
-    items = sorted(sends + g.send_waits)  # device order: a device's actions are contiguous
+    items = sorted([*sends, *g.send_waits])  # device order: a device's actions are contiguous
     for i in items:
         a = acts[i]
         if a.kind in SEND_WAIT_KINDS:
@@ -208,6 +236,20 @@ def send_waits(g: Graph) -> SendWaits:
             key = (dev[i], a.kind, a.stage, a.microbatch)
             pending[key] = last[key] = i
     return SendWaits(retires, retired_by, [i for i in sends if i not in retired_by], orphans)
+
+
+def _paired_columns(g: Graph) -> tuple[Any, Any] | None:
+    """:func:`send_waits` from the compiled kernel (``pair_send_waits``) over the columns of a
+    graph compiled from a schedule's columns, when every wait retires a send and every send is
+    retired: (the waits, the sends they retire), int arrays; else None (then the pairing
+    below runs, and finds the orphans and the sends left pending)."""
+    kernel, cols = _accel.kernel, g.schedule.columns
+    if kernel is None or cols is None or g.duplicates or g.wrong_device or g.out_of_range or g.malformed:
+        return None
+    got: tuple[Any, Any] | None = kernel.pair_send_waits(
+        g.code, g.mb, g.send_waits, cols.codes, cols.stages, cols.mbs, cols.lengths, g.schedule.stages,
+        g.schedule.microbatches, KIND_CODE[SEND_F], KIND_CODE[SEND_B], COLUMN_KINDS.index(WAIT_SEND_F))
+    return got
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -353,13 +395,15 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
             or g.uncoded_leaves or g.duplicates or g.wrong_device or g.inversions or g.missing_recv
             or g.unmatched_comm):
         return None
-    retires = (waits if waits is not None else send_waits(g)).retires if g.send_waits else {}
+    retires: Mapping[int, int] = (waits if waits is not None else send_waits(g)).retires if g.send_waits else {}
+    retired = (retires.key_column, retires.value_column) if isinstance(retires, Pairs) else \
+        (list(retires), list(retires.values()))
     nccl = runtime.on_nccl
     layout = runtime.layout
     got = kernel.runtime_plain(g.starts, g.code, g.stage, g.mb, g.wait, durations, comm,
                                tuple(g.schedule.placement.routes[0]), _RECEIVED_BY_CODE, _COMM_BY_CODE,
                                nccl, nccl and runtime.nccl.buffered_sends, layout.by_edge, layout.by_direction,
-                               runtime.lazy, list(retires), list(retires.values()), MAX_CYCLES)
+                               runtime.lazy, *retired, MAX_CYCLES)
     if got is None:
         return None
     fv, ff, rv, rf, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm, hang = got

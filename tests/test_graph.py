@@ -65,7 +65,7 @@ def assert_graph_means(g: Graph, semantics: str = "eager") -> None:
                  and type(a.stage) is int and 0 <= a.stage < S)
         assert g.code[i] == (KIND_CODE[a.kind] if plain else -1)
         assert g.stage[i] == (a.stage if plain else -1)
-    assert g.uncoded == [i for i, c in enumerate(g.code) if c < 0]
+    assert list(g.uncoded) == [i for i, c in enumerate(g.code) if c < 0]
     # producer: the first action running each well-formed in-range leaf
     first: dict[int, int] = {}
     for i, a in enumerate(g.acts):
@@ -228,12 +228,12 @@ def test_each_fact_on_a_schedule_that_has_it():
     g = _graph([["0F0", "0F0", "0B0"]])
     assert g.duplicates == [(0, 1)] and g.producer == {g.key(0, 0, "F"): 0, g.key(0, 0, "B"): 2}
     g = _graph([["0F0", "(0F1;0B1)OVERLAP_F_B", "0B0"]], microbatches=2)  # B1 needs F1 in its own action
-    assert (1, 1) in g.inversions and g.uncoded == [1] and list(g.code) == [0, -1, 1]
+    assert (1, 1) in g.inversions and list(g.uncoded) == [1] and list(g.code) == [0, -1, 1]
     g = _graph([["0F0", "0B0"], ["1F0", "1B0"]], placement=[1, 0])  # every stage on the other device
     assert [(i, str(x), e) for i, x, e in g.wrong_device] == [(0, "0F0", 1), (1, "0B0", 1), (2, "1F0", 0),
                                                               (3, "1B0", 0)]
     g = _graph([["0F0", "0B0", "0F7", "0REDUCE_GRAD", "5REDUCE_GRAD"]], stages=1, microbatches=1)
-    assert [i for i, _ in g.out_of_range] == [2, 4] and g.reduce_grads == [3] and g.uncoded == [3, 4]
+    assert [i for i, _ in g.out_of_range] == [2, 4] and g.reduce_grads == [3] and list(g.uncoded) == [3, 4]
     g = _graph([["0F0", "0SEND_F0", "0RECV_B0", "0B0"], ["1F0", "1B0", "1SEND_B0"]])  # no 1RECV_F0
     assert g.missing_recv == [(4, 0, schedverify.Action(1, "RECV_F", 0))] and g.unmatched_comm == [1]
     g = _graph([["0F0", "0SEND_F0", "0RECV_B0", "0B0"], ["1RECV_F0", "1F0", "1B0", "1SEND_B0"]],

@@ -764,15 +764,29 @@ BAD_CALLS = [
     ("format_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), [1], KINDS8)", "IndexError"),
     ("format_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), [0], (1,))", "TypeError"),
     ("compile_columns(b'\\x08', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
-     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8, -1)", "ValueError"),  # a code beyond 7
-    ("compile_columns(b'\\x0b', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
-     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS11, 10)", "ValueError"),  # beyond the column kinds
+     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8, b'')", "ValueError"),  # a code beyond 7
+    ("compile_columns(b'\\x0e', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
+     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS14, ROLES)", "ValueError"),  # beyond the column kinds
     ("compile_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
-     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8[:7], -1)", "ValueError"),  # fewer column kinds
+     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8[:7], b'')", "ValueError"),  # fewer column kinds
     ("compile_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
-     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS11, 3)", "ValueError"),  # REDUCE_GRAD a coded kind
+     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS14, ROLES[:5])", "ValueError"),  # a role short
+    ("compile_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
+     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS14, b'\\x04' * 6)", "ValueError"),  # no such role
     ("compile_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (0,), 1, 1, ((0,),), None, "
-     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8, -1)", "ValueError"),  # lengths sum to 0, not 1
+     "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8, b'')", "ValueError"),  # lengths sum to 0, not 1
+    ("pair_send_waits(array('b', [4]), array('i', [0, 0]), array('i'), b'\\x04', b'\\x00' * 8, b'\\x00' * 8, "
+     "(1,), 1, 1, 4, 6, 12)", "ValueError"),  # a microbatch column longer than the codes
+    ("pair_send_waits(array('b', [4]), array('i', [0]), array('i'), b'\\x04\\x04', b'\\x00' * 16, "
+     "b'\\x00' * 16, (2,), 1, 1, 4, 6, 12)", "ValueError"),  # the graph shorter than the columns
+    ("pair_send_waits(array('d', [4.0]), array('i', [0]), array('i'), b'\\x04', b'\\x00' * 8, b'\\x00' * 8, "
+     "(1,), 1, 1, 4, 6, 12)", "TypeError"),  # codes that are not ints
+    ("pair_send_waits(array('b', [4]), array('i', [0]), array('i'), b'\\x04', b'\\x00' * 8, b'\\x00' * 8, "
+     "(1,), 1, 1, 4, 6, 12)", "returned None"),  # a send no wait retires: the reference reports it
+    ("lower_plain(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, (0,), KINDS14, (0, 0))",
+     "TypeError"),  # a dialect of two flags
+    ("lower_plain(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, (0,), KINDS8, (0, 0, 0))",
+     "ValueError"),  # fewer kinds than the codes lowered
     ("compile_plain(((Action(0, 'F', 0),),), 1, 1, ((0,),), None, "
      "tuple(((0, (99,), -1),) for _ in range(8)), (None,) * 8, (), KINDS8, True)", "ValueError"),
     ("compile_plain(((Action(0, 'F', 0),),), 1, 1, ((0,),), None, "
@@ -913,7 +927,8 @@ def test_inconsistent_arguments_raise_instead_of_crashing(call, error):
         "from schedverify.model import Action\n"
         f"M8 = {M8!r}\n"
         "KINDS8 = ('F', 'B', 'I', 'W', 'SEND_F', 'RECV_F', 'SEND_B', 'RECV_B')\n"
-        "KINDS11 = KINDS8 + ('UNSHARD', 'RESHARD', 'REDUCE_GRAD')\n"
+        "KINDS14 = KINDS8 + ('UNSHARD', 'RESHARD', 'REDUCE_GRAD', 'WAIT_REDUCE_GRAD', 'WAIT_SEND_F', 'WAIT_SEND_B')\n"
+        "ROLES = bytes((0, 0, 1, 2, 3, 3))\n"
         "from array import array\n"
         "T0, T1 = (array('d', [0.0]), b'\\x00'), (array('d', [1.0]), b'\\x01')  # times columns\n"
         f"{HOSTILE}\n"
@@ -1002,10 +1017,12 @@ compute_only = valid_schedules(overlap=False, idle=False, reduce_grad=False, bid
 
 @given(compute_only, st.sampled_from(["2.13", "2.14", "2.15"]))
 def test_kernel_lowering_equals_the_passes(schedule, release):
-    """PyTorch's 2.13/2.14 lowering in the kernel is lowering.py's, action for action (the
-    RESHARDs in the order of CPython's set, as PyTorch's); 2.15 is left to lowering.py."""
+    """PyTorch's lowering in the kernel is lowering.py's, action for action: 2.13's and
+    2.14's RESHARDs in the order of CPython's set, as PyTorch's; 2.15's in insertion order,
+    with a WAIT_REDUCE_GRAD per REDUCE_GRAD and a WAIT_SEND per send where _add_wait_send
+    puts it."""
     answered = assert_same_lowering(schedule, release)
-    assert answered == (release != "2.15" and all(schedule.order))  # every rank has an action
+    assert answered == all(schedule.order)  # every rank has an action
 
 
 @given(compute_only.flatmap(lambda s: mutations(s, kinds=("swap", "move", "drop", "duplicate", "change-index"))))
@@ -1046,10 +1063,10 @@ def _lowered_columns(schedule, release="2.13"):
     return lowered if lowered.columns is not None else None
 
 
-def assert_same_lowered_check(lowered, semantics, costs=None):
+def assert_same_lowered_check(lowered, semantics, costs=None, release=None):
     """A lowered schedule held as columns compiles in the kernel to the reference's graph,
-    field by field, and checks under ``semantics`` as the pure-Python check of its rows does,
-    without making an Action; returns which kernel functions answered."""
+    field by field, and checks under ``semantics`` on ``release`` as the pure-Python check
+    of its rows does, without making an Action; returns which kernel functions answered."""
     from schedverify.grammar import PlainRows
 
     made = []
@@ -1058,7 +1075,7 @@ def assert_same_lowered_check(lowered, semantics, costs=None):
     try:
         with spying() as spy:
             g = compile_graph(lowered)
-            fast = schedverify.check(lowered, costs=costs, comm_semantics=semantics)
+            fast = schedverify.check(lowered, costs=costs, comm_semantics=semantics, torch=release)
             fast_json = fast.to_json()
     finally:
         PlainRows.make = real
@@ -1067,7 +1084,7 @@ def assert_same_lowered_check(lowered, semantics, costs=None):
     assert rows.columns is None
     with pure_python():
         g2 = compile_graph(rows)
-        slow = schedverify.check(rows, costs=costs, comm_semantics=semantics)
+        slow = schedverify.check(rows, costs=costs, comm_semantics=semantics, torch=release)
     for name in GRAPH_FIELDS:
         if name != "acts":
             assert getattr(g, name) == getattr(g2, name), name
@@ -1079,27 +1096,32 @@ def assert_same_lowered_check(lowered, semantics, costs=None):
     return spy.answered
 
 
-@given(compute_only, st.sampled_from(["torch", "torch-nccl"]), st.data())
-def test_a_lowered_schedule_is_checked_from_its_columns_as_python_checks_its_rows(schedule, semantics, data):
+@given(compute_only, st.sampled_from(["torch", "torch-nccl"]), st.sampled_from(["2.13", "2.14", "2.15"]), st.data())
+def test_a_lowered_schedule_is_checked_from_its_columns_as_python_checks_its_rows(schedule, semantics, release,
+                                                                                    data):
     """PyTorch's lowering in the kernel gives columns (UNSHARD, RESHARD and REDUCE_GRAD among
-    them), which the kernel compiles as the reference compiles the rows: the same graph and
-    the same report under PyTorch's runtime semantics."""
-    lowered = _lowered_columns(schedule)
+    them; 2.15's waits too), which the kernel compiles as the reference compiles the rows: the
+    same graph and the same report under PyTorch's runtime semantics, on the release lowered
+    for."""
+    lowered = _lowered_columns(schedule, release)
     assume(lowered is not None)
-    answered = assert_same_lowered_check(lowered, semantics, data.draw(float_costs()))
+    answered = assert_same_lowered_check(lowered, semantics, data.draw(float_costs()), release)
     kinds = {a.kind for row in schedule.order for a in row}
     # the kernel compiles any lowered schedule but one that has both B and I/W (it does not
     # find which pair mixes them: the reference does)
     assert ("compile_columns" in answered) == (B not in kinds or kinds.isdisjoint({I, W}))
 
 
+@pytest.mark.parametrize("release", ["2.13", "2.15"])
 @pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("interleaved-1f1b", 2, 4), ("zb-h1", 4, 8),
                                         ("zb-v", 3, 6), ("gpipe", 3, 5)])
-def test_a_lowered_family_is_checked_without_making_actions(family, d, m):
-    lowered = _lowered_columns(generated(family, d, m))
+def test_a_lowered_family_is_checked_without_making_actions(family, d, m, release):
+    lowered = _lowered_columns(generated(family, d, m), release)
     assert lowered is not None
-    answered = assert_same_lowered_check(lowered, "torch-nccl")
-    assert {"compile_columns", "memory_plain", "format_columns"} <= answered.keys()  # columns: lower_plain's
+    answered = assert_same_lowered_check(lowered, "torch-nccl", release=release)
+    assert {"compile_columns", "memory_plain", "format_columns", "runtime_plain"} <= answered.keys()
+    # 2.15: each WAIT_SEND paired with its send over the columns
+    assert ("pair_send_waits" in answered) == (release == "2.15")
 
 
 def test_bookkeeping_off_its_device_in_columns_is_left_to_the_reference():
@@ -1130,7 +1152,7 @@ def test_bookkeeping_off_its_device_in_columns_is_left_to_the_reference():
         assert report.is_valid == answered
     with spying() as spy:
         g = compile_graph(schedverify.Schedule(2, 2, 1, columns(good, (4, 4)), schedverify.Placement.of("loop", 2, 2)))
-    assert g.uncoded == [0, 3, 4, 7] and g.reduce_grads == [3, 7] and list(g.code[:4]) == [-1, 0, 1, -1]
+    assert list(g.uncoded) == [0, 3, 4, 7] and g.reduce_grads == [3, 7] and list(g.code[:4]) == [-1, 0, 1, -1]
     assert g.kind_of(3) == "REDUCE_GRAD" and g.stage_of(4) == 1 and list(g.mb) == [-1, 0, 0, -1] * 2
 
 
@@ -1162,11 +1184,12 @@ def assert_same_deferred(schedule, release="2.13"):
 
 @given(compute_only, st.sampled_from(["2.13", "2.14", "2.15"]))
 def test_kernel_deferred_lowering_equals_the_passes(schedule, release):
-    """_defer_recv_ops in the kernel is lowering.py's, action for action; a RECV left without
-    its consumer is declined, and lowering.py raises PyTorch's message."""
+    """_defer_recv_ops in the kernel is lowering.py's, action for action (in 2.15 after the
+    waits are placed: a WAIT_SEND stays where it is); a RECV left without its consumer is
+    declined, and lowering.py raises PyTorch's message."""
     answered = assert_same_deferred(schedule, release)
     fine = not isinstance(_deferred(schedule, release), str)
-    assert answered == (release != "2.15" and all(schedule.order) and fine)
+    assert answered == (all(schedule.order) and fine)
 
 
 @given(compute_only.flatmap(lambda s: mutations(s, kinds=("swap", "move", "drop", "duplicate", "change-index"))))
@@ -1258,11 +1281,11 @@ def assert_same_ours(schedule, release="2.13", semantics="torch-nccl", costs=Non
 def test_kernel_keyed_lowering_equals_the_construction(schedule, release, semantics, costs):
     """Our construction in the kernel (docs/spec.md 8.6) is lowering._keyed_messages after the
     bookkeeping passes, action for action, with costs that are not binary fractions (the keys
-    tie and order as Python's sort orders them); 2.15 is left to lowering.py."""
+    tie and order as Python's sort orders them), 2.15's with PyTorch's wait per send."""
     answered = assert_same_ours(schedule, release, semantics, costs)
     with pure_python():
         lowered = not isinstance(_ours(schedule, release, semantics, costs), str)
-    assert ("lower_keyed" in answered) == (release != "2.15" and lowered)
+    assert ("lower_keyed" in answered) == lowered
 
 
 @pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("gpipe", 3, 5), ("interleaved-1f1b", 2, 4),
@@ -1413,6 +1436,45 @@ def test_the_kernel_runs_the_hangs_of_pytorchs_deferred_receives(family, d, m):
             with pure_python():
                 hung += bool(simulate_of(deferred, rt).cycles)
     assert hung >= 1
+
+
+def _as_columns(schedule):
+    """``schedule`` (plain actions of the column kinds, no idle slot) held as the columns of
+    grammar.PlainRows, as a reader or the kernel's lowering holds one."""
+    from array import array
+
+    from schedverify.grammar import COLUMN_KINDS, PlainRows
+
+    acts = [a for row in schedule.order for a in row]
+    assert all(a is not None and a.sub is None for a in acts)
+    mbs = [-1 if a.microbatch is None else a.microbatch for a in acts]
+    rows = PlainRows(bytes(COLUMN_KINDS.index(a.kind) for a in acts), array("q", [a.stage for a in acts]).tobytes(),
+                     array("q", mbs).tobytes(), tuple(len(row) for row in schedule.order),
+                     max((a.stage for a in acts), default=-1), max(mbs, default=-1))
+    return dataclasses.replace(schedule, order=rows)
+
+
+_LOWERED_2_15 = st.sampled_from([("1f1b", 3, 4), ("interleaved-1f1b", 2, 4), ("zb-h1", 3, 4), ("gpipe", 2, 3)]).map(
+    lambda f: _lowered_columns(generated(*f), "2.15"))
+
+
+@given(_LOWERED_2_15.flatmap(lambda s: mutations(dataclasses.replace(s, order=s.order),
+                                                 kinds=("swap", "move", "drop", "duplicate", "change-index"))))
+def test_a_mutated_2_15_lowering_is_checked_from_its_columns_as_python_checks_its_rows(mutation):
+    """A 2.15 lowering with a wait swapped, moved, dropped, duplicated or renamed (an orphan
+    wait, a send left pending, a wait on the wrong rank...), held as columns: the kernel pairs
+    the waits with their sends when every one is paired and declines otherwise, and the report
+    is the pure-Python check's of its rows."""
+    bad = mutation.schedule
+    assume(all(a is not None and a.sub is None for row in bad.order for a in row))
+    columns = _as_columns(bad)
+    with spying() as spy:
+        fast = schedverify.check(columns, comm_semantics="torch-nccl", torch="2.15").to_json()
+    with pure_python():
+        slow = schedverify.check(bad, comm_semantics="torch-nccl", torch="2.15").to_json()
+    assert fast == slow
+    if "pair_send_waits" in spy.answered:  # answered only when every wait retires a send
+        assert "SV505" not in fast and "SV506" not in fast
 
 
 @pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("interleaved-1f1b", 2, 4), ("zb-h1", 4, 8)])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from functools import cached_property
 from itertools import islice
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from ..cost.memory import memory_sweep
 from ..cost.timeline import Timeline, order_only_metrics, run_timeline
@@ -75,7 +75,7 @@ class _Run:
     def memory(self):
         return memory_sweep(self.graph, self.memory_model, retired_by=self._retired_by())
 
-    def _retired_by(self) -> dict[int, int] | None:
+    def _retired_by(self) -> Mapping[int, int] | None:
         """Under a runtime, each send's retiring wait (docs/spec.md 9.2): its WAIT_SEND; a send
         without one is held to the step's end.  None under an abstract semantics."""
         if self.rt is None:

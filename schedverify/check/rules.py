@@ -10,7 +10,7 @@ from .. import diagnostics as dx
 from ..deps import MATCH, intended_receive
 from ..diagnostics import Location, Violation
 from ..graph import KIND_CODE, NCODES, Graph, explain_wait
-from ..grammar import CODED_KINDS
+from ..grammar import CODED_KINDS, COLUMN_KINDS
 from ..model import ALL_KINDS, BATCH, COMM_KINDS, B, BOOKKEEPING_KINDS, F, I, REDUCE_GRAD, SEND_OF, WAIT_OF, W, Action
 from ..releases import Runtime, releases
 from ..runtime import RuntimeResult, SendWaits
@@ -184,12 +184,27 @@ def ordered(g: Graph) -> Iterator[Violation]:
             return code[k] in backward and stage[k] == s
         return k in overlapped and any(x.stage == s and x.kind in (B, I, W) for x in g.action(k).leaves())
 
+    raw = code.tobytes() if g.reduce_grads and not overlapped else b""
+
+    def last_backward(d: int, s: int) -> int:
+        """The last backward of stage s on device d, or -1: found by its code byte, stepping
+        back over other stages' (a 2.15 lowering ends each device with its sends' waits)."""
+        lo, hi = g.starts[d], g.starts[d + 1]
+        if overlapped:
+            return next((k for k in range(hi - 1, lo - 1, -1) if runs_backward(k, s)), -1)
+        found = -1
+        for c in backward:
+            end = hi
+            while (k := raw.rfind(bytes((c,)), lo, end)) >= 0 and stage[k] != s:
+                end = k
+            found = max(found, k)
+        return found
+
     for i in g.reduce_grads:
         d, s = g.device_of(i), g.stage_of(i)
         key = (d, s)
-        if key not in reduce_after:  # the last backward of stage s on device d, or -1
-            reduce_after[key] = next((k for k in range(g.starts[d + 1] - 1, g.starts[d] - 1, -1)
-                                      if runs_backward(k, s)), -1)
+        if key not in reduce_after:
+            reduce_after[key] = last_backward(d, s)
         last = reduce_after[key]
         if last > i:
             yield Violation(
@@ -456,8 +471,11 @@ def release_grammar(g: Graph, rt: Runtime) -> Iterator[Violation]:
         return
     # the coded kinds (F, B, I, W, SEND/RECV) are in every PyTorch release, not in every
     # framework's loop (no I or W in Megatron-LM's or DeepSpeed's)
+    cols = g.schedule.columns
+    if cols is not None and not any(bytes((c,)) in cols.codes for c, k in enumerate(COLUMN_KINDS) if k not in kinds):
+        return  # read as columns (no overlap): every entry's kind is its code's, and all are the release's
     absent = {c for c, k in enumerate(CODED_KINDS) if k not in kinds}
-    scan = sorted(g.uncoded + [i for i, c in enumerate(g.code) if c in absent]) if absent else g.uncoded
+    scan = sorted([*g.uncoded, *(i for i, c in enumerate(g.code) if c in absent)]) if absent else g.uncoded
     if not scan:
         return
     rel = rt.release
@@ -542,11 +560,12 @@ def reduce_pairing(g: Graph, rt: Runtime) -> Iterator[Violation]:
     its first problem on each device (PyTorch stops there)."""
     if not rt.release.reduce_grad_wait or not (g.reduce_grads or g.reduce_waits):
         return
-    acts, dev = g.acts, g.dev
     rel = rt.release.name
     by_device: dict[int, list[int]] = {}
-    for i in sorted(g.reduce_grads + g.reduce_waits):
-        by_device.setdefault(dev[i], []).append(i)
+    items = sorted(g.reduce_grads + g.reduce_waits)  # one or two per stage: their Actions are made
+    acts = {i: g.action(i) for i in items}
+    for i in items:
+        by_device.setdefault(g.device_of(i), []).append(i)
     for d, items in sorted(by_device.items()):
         pending = -1
         found = None

@@ -12,6 +12,7 @@ split) counting -1.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import accumulate, compress, repeat
 from operator import add, gt, sub
@@ -96,7 +97,7 @@ def per_action_effects(g: Graph, model: MemoryModel) -> list[list]:
     return cols
 
 
-def message_effects(g: Graph, model: MemoryModel, alloc: list, free: list, retired_by: dict[int, int]) -> None:
+def message_effects(g: Graph, model: MemoryModel, alloc: list, free: list, retired_by: Mapping[int, int]) -> None:
     """Add what pending sends hold (docs/spec.md 9.2) to the ``alloc`` and ``free`` columns:
     each SEND allocates its stage's ``message`` at its start, and the WAIT_SEND that retires
     it (``retired_by``: send -> wait) frees it at its end; a send no wait retires holds it to
@@ -112,7 +113,7 @@ def message_effects(g: Graph, model: MemoryModel, alloc: list, free: list, retir
 
 
 def memory_sweep(g: Graph, model: MemoryModel, start=None, end=None, *,
-                 retired_by: dict[int, int] | None = None) -> MemoryResult:
+                 retired_by: Mapping[int, int] | None = None) -> MemoryResult:
     """Peaks per device; with ``start``/``end`` (a timeline) also the memory-over-time steps.
     ``retired_by`` (send -> its wait; under PyTorch's runtime only): count what pending sends
     hold (``model.message``)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
@@ -105,7 +105,7 @@ class Timeline:
 
     def __init__(self, graph: Graph, costs: Costs, memory: MemoryModel, durations: list[float],
                  result: TimedRun, critical_path: Callable[[], list[int]] | None = None, *,
-                 retired_by: dict[int, int] | None = None):
+                 retired_by: Mapping[int, int] | None = None):
         """``result`` holds the times (a :class:`SweepResult`, or the runtime model's result,
         which then gives ``critical_path`` too: docs/spec.md 8 has other waits than
         ``graph``'s).  ``retired_by``: under PyTorch's runtime, each send's wait, so that the
