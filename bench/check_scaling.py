@@ -180,7 +180,8 @@ print(json.dumps({"wall": wall, "rss_mb": int(hwm[0].split()[1]) / 1024 if hwm e
 
 def csv_table(args, tmp: str) -> None:
     """A PyTorch CSV checked with the defaults (torch-nccl semantics, PyTorch's lowering) and
-    lowered (`schedverify lower`, its re-checks and the write), against the same schedule's
+    lowered (`schedverify lower`, its re-checks and the write) for each release of
+    ``--csv-torch``, against the same schedule's
     JSON checked under eager, each in a fresh process through the CLI; the ratios are the
     targets (at most 3x the time and 2x the memory for the check, 5x the time for lower)."""
     from schedverify import dump, dumps_csv
@@ -197,8 +198,10 @@ def csv_table(args, tmp: str) -> None:
         with open(cs, "w", encoding="utf-8") as fh:
             fh.write(dumps_csv(s))
         commands = [("check s.json", ["check", js]), ("check s.csv --lowering none",
-                    ["check", cs, "--lowering", "none"]), ("check s.csv", ["check", cs]),
-                    ("lower s.csv -o out.csv", ["lower", cs, "-o", out])]
+                    ["check", cs, "--lowering", "none"])]
+        for release in args.csv_torch:  # the defaults but the release, each modelled one asked for
+            commands += [(f"check s.csv --torch {release}", ["check", cs, "--torch", release]),
+                         (f"lower s.csv -o out.csv --torch {release}", ["lower", cs, "-o", out, "--torch", release])]
         base = None
         for label, argv in commands:
             runs = [run_child(_CLI_CHILD, cs, 1800, *argv) for _ in range(args.csv_repeat)]
@@ -274,6 +277,9 @@ def main() -> None:
                     help="compute actions of the PyTorch CSV table (default 1,000,000, the targets' size); "
                          "none skips it")
     ap.add_argument("--csv-repeat", type=int, default=1, help="runs per command of the CSV table")
+    ap.add_argument("--csv-torch", nargs="*", default=["2.14", "2.15"], metavar="RELEASE",
+                    help="the PyTorch releases the CSV table checks and lowers for (default 2.14 and 2.15, "
+                         "the current two; the default release is the installed torch's, else the newest)")
     ap.add_argument("--phases", action="store_true",
                     help="also print where the time goes, phase by phase, for each size")
     args = ap.parse_args()

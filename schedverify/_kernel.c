@@ -74,20 +74,27 @@ read_index(const char *s, Py_ssize_t len, Py_ssize_t *p, long long *out)
 
 /* Read "digits KIND digits" from an ASCII cell; KIND is one of nkinds strings.  Returns the
  * kind's index, or -1 when the cell is not exactly that shape or an index has more than
- * MAX_DIGITS significant digits (grammar.parse_action then says why). */
+ * MAX_DIGITS significant digits (grammar.parse_action then says why).  A kind whose ``bare``
+ * flag is set (bookkeeping: grammar.read_action takes it without a microbatch) is read as
+ * "digits KIND" instead, its microbatch -1; bare NULL: every kind has a microbatch. */
 static inline int
 parse_cell(const char *s, Py_ssize_t len, const char **kind_text, const Py_ssize_t *kind_len,
-           int nkinds, long long *stage, long long *mb)
+           int nkinds, const unsigned char *bare, long long *stage, long long *mb)
 {
     Py_ssize_t p = 0, k, e;
     if (!read_index(s, len, &p, stage))
         return -1;
     for (k = p; k < len && !(s[k] >= '0' && s[k] <= '9'); k++)
         ;
+    int c = kind_index(kind_text, kind_len, nkinds, s + p, k - p);
+    if (c >= 0 && bare != NULL && bare[c]) {
+        *mb = -1;
+        return k == len ? c : -1;
+    }
     e = k;
     if (k == len || !read_index(s, len, &e, mb) || e != len)
         return -1;
-    return kind_index(kind_text, kind_len, nkinds, s + p, k - p);
+    return c;
 }
 
 /* Build one Action: a tuple subclass, filled the way CPython's tuple_subtype_new fills it. */
@@ -383,7 +390,15 @@ read_ints(scratch_t *sc, PyObject *seq, ints_t *out, Py_ssize_t *len, const char
     return 1;
 }
 
-static inline long long
+/* int_at is read in every sweep's inner loop: inlined, its branches on the column's kind are
+ * the same at every step and cost nothing once predicted (a call per read was 8% of a check) */
+#if defined(__GNUC__) || defined(__clang__)
+#define HOT_INLINE inline __attribute__((always_inline))
+#else
+#define HOT_INLINE inline
+#endif
+
+static HOT_INLINE long long
 int_at(const ints_t *c, Py_ssize_t i)
 {
     if (c->q != NULL)
@@ -676,7 +691,7 @@ k_parse_row(PyObject *self, PyObject *args)
         if (!PyUnicode_Check(cell) || !PyUnicode_IS_ASCII(cell))
             goto not_plain;
         int c = parse_cell((const char *)PyUnicode_1BYTE_DATA(cell), PyUnicode_GET_LENGTH(cell),
-                           kt.text, kt.len, kt.count, &stage[i], &mb[i]);
+                           kt.text, kt.len, kt.count, NULL, &stage[i], &mb[i]);
         if (c < 0)
             goto not_plain;
         code[i] = (signed char)c;
@@ -753,7 +768,7 @@ k_parse_rows(PyObject *self, PyObject *args)
             if (!PyUnicode_Check(cell) || !PyUnicode_IS_ASCII(cell))
                 goto not_plain;
             int c = parse_cell((const char *)PyUnicode_1BYTE_DATA(cell), PyUnicode_GET_LENGTH(cell),
-                               kt.text, kt.len, kt.count, &stage_out[i], &mb_out[i]);
+                               kt.text, kt.len, kt.count, NULL, &stage_out[i], &mb_out[i]);
             if (c < 0)
                 goto not_plain;
             code_out[i] = (char)c;
@@ -1002,10 +1017,12 @@ done:
 
 /* ------------------------------------------------------------------ scan_csv */
 
-/* scan_csv(text, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None
+/* scan_csv(text, kinds[, bare]) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None
  *
  * A PyTorch schedule CSV (io/csvfmt.py) read straight into parse_rows' columns when every
- * cell is a plain action: what parse_rows of the rows csv.reader makes of the text (with
+ * cell is a plain action, or (``bare``: a flag per kind, 1 for one written without a
+ * microbatch, whose microbatch is -1 in the columns) a bookkeeping one, as a compute+comms
+ * CSV holds: what parse_rows of the rows csv.reader makes of the text (with
  * strict=True and newline="", as csvfmt._read_rows reads it), without a str or a list per
  * cell.  Only a strict subset of CSV is taken, one whose rows csv.reader cuts exactly where
  * this pass does: lines ended by "\n" or "\r\n" (the last one may lack it), cells cut at
@@ -1021,10 +1038,16 @@ done:
 static PyObject *
 k_scan_csv(PyObject *self, PyObject *args)
 {
-    PyObject *text, *kinds, *codes = NULL, *stages = NULL, *mbs = NULL, *lengths = NULL, *result = NULL;
+    PyObject *text, *kinds, *bare_o = NULL, *codes = NULL, *stages = NULL, *mbs = NULL, *lengths = NULL,
+             *result = NULL;
     kinds_t kt;
-    if (!PyArg_ParseTuple(args, "UO!", &text, &PyTuple_Type, &kinds) || !read_kinds(kinds, &kt, "scan_csv"))
+    if (!PyArg_ParseTuple(args, "UO!|S", &text, &PyTuple_Type, &kinds, &bare_o) || !read_kinds(kinds, &kt, "scan_csv"))
         return NULL;
+    if (bare_o != NULL && PyBytes_GET_SIZE(bare_o) != kt.count) {
+        PyErr_SetString(PyExc_ValueError, "scan_csv: one bare flag per kind");
+        return NULL;
+    }
+    const unsigned char *bare = bare_o ? (const unsigned char *)PyBytes_AS_STRING(bare_o) : NULL;
     if (PyUnicode_KIND(text) != PyUnicode_1BYTE_KIND)
         return declined(); /* a character beyond Latin-1: in a cell parse_cell does not read */
     const char *s = (const char *)PyUnicode_1BYTE_DATA(text);
@@ -1055,7 +1078,7 @@ k_scan_csv(PyObject *self, PyObject *args)
                 Py_ssize_t c = comma == NULL ? end : comma - s;
                 if (n >= cap)
                     goto not_plain;
-                int code = parse_cell(s + p, c - p, kt.text, kt.len, kt.count, &st[n], &mb[n]);
+                int code = parse_cell(s + p, c - p, kt.text, kt.len, kt.count, bare, &st[n], &mb[n]);
                 if (code < 0)
                     goto not_plain;
                 cd[n] = (char)code;
@@ -4538,7 +4561,7 @@ static PyMethodDef methods[] = {
     {"lower_plain", k_lower_plain, METH_VARARGS,
      "lower_plain(codes, stages, mbs, lengths, S, M, rank_of, kinds, dialect) -> columns | None."},
     {"scan_csv", k_scan_csv, METH_VARARGS,
-     "scan_csv(text, kinds) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None."},
+     "scan_csv(text, kinds[, bare]) -> (codes, stages, mbs, lengths, top_stage, top_mb) | None."},
     {"rows_of", k_rows_of, METH_VARARGS,
      "rows_of(codes, stages, mbs, lengths, action_type, kinds) -> tuple: the columns' rows of Actions."},
     {"compile_columns", k_compile_columns, METH_VARARGS,

@@ -516,10 +516,13 @@ def test_scan_order_reads_what_json_and_parse_rows_read(text):
 # PyTorch CSV text: rows of cells, mostly plain, joined by "," and a line end of either kind,
 # then, now and then, a character cut out or put in (a quote, a space, an idle slot, a lone
 # carriage return, a non-Latin-1 character): valid files and files csv.reader or the action
-# grammar refuse, or read otherwise
+# grammar refuse, or read otherwise; a compute+comms CSV's bookkeeping and waits among them,
+# with and without the microbatch they must (not) have
 csv_cells = st.one_of(plain_cells, plain_cells, plain_cells, st.sampled_from(
     ["", " 0F1", "0F1 ", '"0F1"', "0B" + "9" * 19, "0" * 20 + "1F2", "0REDUCE_GRAD1", "0UNSHARD", "1X1",
-     "(0F0;0B1)OVERLAP_F_B", "\uff10F1", "0F\u0661", "é"]))
+     "(0F0;0B1)OVERLAP_F_B", "\uff10F1", "0F\u0661", "é", "1RESHARD", "0REDUCE_GRAD", "0WAIT_REDUCE_GRAD",
+     "0WAIT_SEND_F1", "1WAIT_SEND_B0", "0WAIT_SEND_F", "0UNSHARD3", "0WAIT_REDUCE_GRAD0", "00UNSHARD",
+     "0" + "9" * 19 + "RESHARD", "0UNSHARD_"]))
 
 
 @st.composite
@@ -574,11 +577,19 @@ def test_csv_is_read_as_csv_reader_and_parse_row_read_it(text, options):
         assert (fast.devices, fast.stages, fast.microbatches) == (slow.devices, slow.stages, slow.microbatches)
 
 
+@pytest.mark.parametrize("lowered", [None, "2.13", "2.15"])
 @pytest.mark.parametrize("family,d,m", [("1f1b", 4, 16), ("gpipe", 3, 5), ("interleaved-1f1b", 2, 4), ("zb-v", 3, 6)])
-def test_a_pytorch_csv_is_read_into_columns(tmp_path, family, d, m):
-    """A generated schedule's CSV reaches the Schedule as columns scanned from its text, the
-    placement inferred from them, equal to the Python reader's and to the schedule written."""
+def test_a_pytorch_csv_is_read_into_columns(tmp_path, family, d, m, lowered):
+    """A generated schedule's CSV, or its compute+comms CSV as PyTorch's lowering writes it
+    (UNSHARD, RESHARD, REDUCE_GRAD and, in 2.15, the waits among its cells), reaches the
+    Schedule as columns scanned from its text, the placement inferred from them, equal to the
+    Python reader's and to the schedule written."""
+    from schedverify.lowering import torch_lowering
+
     s = generated(family, d, m)
+    if lowered is not None:
+        with pure_python():  # the rows of Actions: the reader's columns are the kernel's alone
+            s = torch_lowering(s, torch=lowered)
     path = tmp_path / "s.csv"
     path.write_text(schedverify.dumps_csv(s))
     with spying() as spy:

@@ -16,7 +16,9 @@ from itertools import repeat
 from .. import _accel
 from ..errors import ActionSyntaxError
 from ..grammar import (  # noqa: F401 - parse_action, is_action, format_action, LEGACY_HINT re-exported
+    BOOKKEEPING_KINDS,
     CODED_KINDS,
+    COLUMN_KINDS,
     LEGACY_HINT,
     MAX_DIGITS,
     OVERLAP_F_B,
@@ -40,6 +42,8 @@ from ..grammar import (  # noqa: F401 - parse_action, is_action, format_action, 
 
 _new = tuple.__new__
 _PLAIN_KINDS = CODED_KINDS
+#: Per column kind, whether it is written without a microbatch (bookkeeping): scan_csv's flags
+_COLUMN_BARE = bytes(k in BOOKKEEPING_KINDS for k in COLUMN_KINDS)
 _PLAIN_BYTES = {k.encode(): k for k in _PLAIN_KINDS}
 _PLAIN_CELL = rb"[0-9]{1,18}(?:" + b"|".join(_PLAIN_BYTES) + rb")[0-9]{1,18}"  # MAX_DIGITS
 _PLAIN_ROW = re.compile(_PLAIN_CELL + rb"(?:," + _PLAIN_CELL + rb")*")
@@ -81,13 +85,16 @@ def scan_order(text: str, pos: int) -> tuple[PlainRows, int] | None:
 def scan_csv(text: str) -> PlainRows | None:
     """A PyTorch CSV's rows of plain actions read straight from the text into columns (the
     kernel's ``scan_csv``): what :func:`parse_rows` makes of the rows ``csv.reader`` reads,
-    without a str per cell.  None when the kernel is not built or the text is anything
+    without a str per cell.  A compute+comms CSV's bookkeeping and waits (UNSHARD, RESHARD,
+    REDUCE_GRAD, WAIT_REDUCE_GRAD without a microbatch, WAIT_SEND_F/B with one:
+    :data:`~schedverify.grammar.COLUMN_KINDS`) are read too, as :func:`grammar.read_action`
+    reads them.  None when the kernel is not built or the text is anything
     else (a quote, a space, an idle slot, a cell that is not plain, a lone carriage
     return): then ``csv.reader`` and :func:`parse_row` read it, and say what is wrong."""
     kernel = _accel.kernel
     if kernel is None:
         return None
-    got = kernel.scan_csv(text, _PLAIN_KINDS)
+    got = kernel.scan_csv(text, COLUMN_KINDS, _COLUMN_BARE)
     return None if got is None else PlainRows(*got)
 
 
