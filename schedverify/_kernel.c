@@ -1286,12 +1286,14 @@ lvec_free(lvec_t *v)
     PyMem_Free(v->mb);
 }
 
-/* Each stage of from[0..nfrom) that is not in other[0..nother), in order: added to the set
- * `active` (add) or discarded from it, and pushed to *out as `code` (UNSHARD or RESHARD).
- * 1, 0 out of memory (nothing set), -1 with an exception set. */
+/* Each stage of from[0..nfrom) that is not in other[0..nother), in order: added to the
+ * resident stages (add) or taken from them, and pushed to *out as `code` (UNSHARD or
+ * RESHARD).  The resident stages are the set `active` (2.13), or, with `active` NULL, the
+ * array act[0..*nact) in insertion order (2.15), which an added stage is appended to (the
+ * caller keeps the ones not taken).  1, 0 out of memory (nothing set), -1 with an exception set. */
 static int
-move_stages(PyObject *active, const long long *from, int nfrom, const long long *other, int nother,
-            int add, lvec_t *out, int code)
+move_stages(PyObject *active, long long *act, int *nact, const long long *from, int nfrom,
+            const long long *other, int nother, int add, lvec_t *out, int code)
 {
     for (int e = 0; e < nfrom; e++) {
         int found = 0;
@@ -1299,6 +1301,13 @@ move_stages(PyObject *active, const long long *from, int nfrom, const long long 
             found |= other[r] == from[e];
         if (found)
             continue;
+        if (active == NULL) {
+            if (add)
+                act[(*nact)++] = from[e];
+            if (!lvec_push(out, code, from[e], -1))
+                return 0;
+            continue;
+        }
         PyObject *s = index_object(from[e]);
         if (s == NULL || (add ? PySet_Add(active, s) : PySet_Discard(active, s)) < 0) {
             Py_XDECREF(s);
@@ -1367,36 +1376,20 @@ lower_bookkeeping(const unsigned char *code, const long long *st, const long lon
         int nres = i < n ? nnext[i] : 0;
         const long long *res = i < n ? next[i] : NULL;
         /* evict: resident, not among the next stages; then fetch: the next stages not resident */
-        if (how->dict_order) {
+        if (how->dict_order) { /* the dict keeps the resident stages still among the next ones */
             nact = 0;
-            for (int e = 0; e < nin; e++) {
-                int keep = 0;
+            for (int e = 0; e < nin; e++)
                 for (int r = 0; r < nres; r++)
-                    keep |= res[r] == in_set[e];
-                if (keep)
-                    act[nact++] = in_set[e];
-                else if (!lvec_push(out, LK_RESHARD, in_set[e], -1))
-                    goto nomem;
-            }
-            for (int r = 0; r < nres; r++) {
-                int found = 0;
-                for (int e = 0; e < nin; e++)
-                    found |= in_set[e] == res[r];
-                if (found)
-                    continue;
-                act[nact++] = res[r];
-                if (!lvec_push(out, LK_UNSHARD, res[r], -1))
-                    goto nomem;
-            }
-        } else {
-            int moved = move_stages(active, in_set, nin, res, nres, 0, out, LK_RESHARD);
-            if (moved == 1 && i < n)
-                moved = move_stages(active, res, nres, in_set, nin, 1, out, LK_UNSHARD);
-            if (moved < 0)
-                goto done;
-            if (moved == 0)
-                goto nomem;
+                    if (res[r] == in_set[e])
+                        act[nact++] = in_set[e];
         }
+        int moved = move_stages(active, act, &nact, in_set, nin, res, nres, 0, out, LK_RESHARD);
+        if (moved == 1 && i < n)
+            moved = move_stages(active, act, &nact, res, nres, in_set, nin, 1, out, LK_UNSHARD);
+        if (moved < 0)
+            goto done;
+        if (moved == 0)
+            goto nomem;
         if (i == n)
             break;
         if (!lvec_push(out, code[i], st[i], mb[i]))
