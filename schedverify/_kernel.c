@@ -4060,12 +4060,14 @@ lk_table_fits(long long S, long long M, int slots, Py_ssize_t n)
     return (double)S * (double)M * (double)slots <= 8.0 * (double)n + (double)(1 << 20);
 }
 
+/* A message and its key, 32 bytes, so that the sort moves the records themselves (a C
+ * library's sort may sort larger ones through pointers, then copy each one back); where
+ * its two ends may go (the producer's and the consumer's rows) is kept apart, by seq.  The
+ * int32 fields hold indices below the action count, which the caller bounds. */
 typedef struct {
     double t;
-    long long src, dst, s, order, mb; /* order: 0 SEND_B, 1 SEND_F ("SEND_B" < "SEND_F") */
-    Py_ssize_t seq, producer, user;
-    long long peer;
-    int code; /* the SEND's code, 4 or 6; its RECV's is one more */
+    int32_t src, dst, s, mb, seq;
+    int32_t code; /* the SEND's code, 4 (SEND_F, peer s + 1) or 6 (SEND_B, peer s - 1); its RECV's is one more */
 } lk_msg_t;
 
 static int
@@ -4075,15 +4077,17 @@ lk_cmp(const void *pa, const void *pb)
     if (a->t != b->t)
         return a->t < b->t ? -1 : 1;
 #define LK_BY(f) if (a->f != b->f) return a->f < b->f ? -1 : 1;
-    LK_BY(src) LK_BY(dst) LK_BY(s) LK_BY(order) LK_BY(mb) LK_BY(seq)
+    LK_BY(src) LK_BY(dst) LK_BY(s)
+    if (a->code != b->code) /* the label: "SEND_B" < "SEND_F" */
+        return a->code == 6 ? -1 : 1;
+    LK_BY(mb) LK_BY(seq)
 #undef LK_BY
     return 0;
 }
 
 typedef struct {
-    Py_ssize_t pos; /* insert after this row index (-1: before the first) */
-    long long st, mb;
-    int code;
+    int32_t pos; /* insert after this row index (-1: before the first) */
+    int32_t dev, st, mb, code;
 } lk_ins_t;
 
 /* lower_keyed(codes, stages, mbs, lengths, S, M, rank_of, kinds, gcodes, gstages, gmbs, gends, dialect)
@@ -4127,7 +4131,7 @@ k_lower_keyed(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_ssize_t D = c.D, n = c.n;
-    if (D == 0 || S > 2 * n + 1024 || !lk_table_fits(S, M, 4, n + ng))
+    if (D == 0 || S > 2 * n + 1024 || !lk_table_fits(S, M, 4, n + ng) || n + ng >= INT32_MAX / 8)
         return declined();
     for (Py_ssize_t i = 0; i < n; i++)
         if (c.code[i] > 3 || c.stage[i] < 0 || c.stage[i] >= S || c.mb[i] < 0 || c.mb[i] >= M)
@@ -4204,8 +4208,8 @@ k_lower_keyed(PyObject *self, PyObject *args)
                 continue;
             long long s = mid[d].st[k], m = mid[d].mb[k];
             Py_ssize_t key = (Py_ssize_t)LK_AT(s, m, code, M, 4);
-            if (rank[s] != d || !has[key])
-                goto not_plain;
+            if (rank[s] != d || !has[key] || (j > cstart[d] && endt[key] < cend[j - 1]))
+                goto not_plain; /* a rank's ends in row order rise, as a timeline's do: the cursor below needs it */
             cpos[j] = k;
             cend[j++] = endt[key];
             atp[key] = k;
@@ -4215,7 +4219,9 @@ k_lower_keyed(PyObject *self, PyObject *args)
         }
     msg = PyMem_Malloc(sizeof(lk_msg_t) * ((size_t)nmsg + 1));
     ins = PyMem_Malloc(sizeof(lk_ins_t) * (2 * (size_t)nmsg + 1));
-    if (msg == NULL || ins == NULL)
+    Py_ssize_t *producer = scratch_array(&sc, nmsg + 1, sizeof(Py_ssize_t), 0);
+    Py_ssize_t *user = scratch_array(&sc, nmsg + 1, sizeof(Py_ssize_t), 0);
+    if (msg == NULL || ins == NULL || producer == NULL || user == NULL)
         goto nomem;
     /* the messages, by key: (time the data is ready, sender, receiver, stage, label, microbatch) */
     Py_ssize_t q = 0;
@@ -4240,34 +4246,32 @@ k_lower_keyed(PyObject *self, PyObject *args)
             e->t = endt[LK_AT(s, m, code, M, 4)];
             e->src = rank[s];
             e->dst = rank[peer];
-            e->s = s;
+            e->s = (int32_t)s;
             e->code = code == 0 ? 4 : 6;
-            e->order = code == 0 ? 1 : 0;
-            e->mb = m;
-            e->seq = q;
-            e->producer = atp[LK_AT(s, m, code, M, 4)];
-            e->user = use;
-            e->peer = peer;
+            e->mb = (int32_t)m;
+            e->seq = (int32_t)q;
+            producer[q] = atp[LK_AT(s, m, code, M, 4)];
+            user[q] = use;
             q++;
         }
     qsort(msg, (size_t)nmsg, sizeof(lk_msg_t), lk_cmp);
     /* each end after the last compute that ends by the key, but after the producer (a SEND)
-     * or before the consumer (a RECV): bisect_right over the rank's compute ends */
+     * or before the consumer (a RECV): bisect_right over the rank's compute ends, which is a
+     * cursor per rank moving forward, since the keys come in increasing time */
     Py_ssize_t nins = 0;
+    Py_ssize_t *cursor = scratch_array(&sc, D, sizeof(Py_ssize_t), 1);
+    if (cursor == NULL)
+        goto nomem;
     for (Py_ssize_t x = 0; x < nmsg; x++) {
         const lk_msg_t *e = &msg[x];
         for (int side = 0; side < 2; side++) {
             Py_ssize_t d = side == 0 ? (Py_ssize_t)e->src : (Py_ssize_t)e->dst;
-            Py_ssize_t lo = side == 0 ? e->producer : -1, hi = side == 0 ? mid[d].n - 1 : e->user - 1;
+            Py_ssize_t lo = side == 0 ? producer[e->seq] : -1, hi = side == 0 ? mid[d].n - 1 : user[e->seq] - 1;
             const double *ends = cend + cstart[d];
-            Py_ssize_t a = 0, b = cstart[d + 1] - cstart[d];
-            while (a < b) {
-                Py_ssize_t h = a + (b - a) / 2;
-                if (e->t < ends[h])
-                    b = h;
-                else
-                    a = h + 1;
-            }
+            Py_ssize_t a = cursor[d], b = cstart[d + 1] - cstart[d];
+            while (a < b && !(e->t < ends[a]))
+                a++;
+            cursor[d] = a;
             Py_ssize_t k = a - 1 >= 0 ? cpos[cstart[d] + a - 1] : -1;
             Py_ssize_t pos = k > lo ? k : lo;
             if (pos > hi)
@@ -4275,48 +4279,58 @@ k_lower_keyed(PyObject *self, PyObject *args)
             if (pos < -1 || pos >= mid[d].n)
                 goto not_plain; /* not where the Python code puts it; never with the checks above */
             lk_ins_t *w = &ins[nins++];
-            w->pos = pos;
+            w->pos = (int32_t)pos;
+            w->dev = (int32_t)d;
             w->code = e->code + side;
-            w->st = side == 0 ? e->s : e->peer;
+            w->st = side == 0 ? e->s : e->s + (e->code == 4 ? 1 : -1);
             w->mb = e->mb;
         }
     }
-    /* bucket the inserts by (rank, position), stably: message order within a bucket */
+    /* each rank's row, written in place: bucket b of a rank (its inserts after row item
+     * b - 1, in message order) starts past the b items before it and the inserts of the
+     * buckets before it (before[b], counted per rank), so an insert of bucket b goes to
+     * before[b] + b + (the inserts of b placed so far), and row item k to before[k + 1] + k */
     Py_ssize_t *base = scratch_array(&sc, D + 1, sizeof(Py_ssize_t), 0);
     if (base == NULL)
         goto nomem;
     base[0] = 0;
-    for (Py_ssize_t d = 0; d < D; d++)
-        base[d + 1] = base[d] + mid[d].n + 1;
-    Py_ssize_t *bcount = scratch_array(&sc, base[D] + 1, sizeof(Py_ssize_t), 1);
-    Py_ssize_t *order = scratch_array(&sc, nins, sizeof(Py_ssize_t), 0);
-    if (bcount == NULL || order == NULL)
+    for (Py_ssize_t d = 0; d < D; d++) /* a rank's buckets 0..n, and a slot past its last */
+        base[d + 1] = base[d] + mid[d].n + 2;
+    Py_ssize_t *before = scratch_array(&sc, base[D] + 1, sizeof(Py_ssize_t), 1);
+    Py_ssize_t *placed = scratch_array(&sc, base[D] + 1, sizeof(Py_ssize_t), 1);
+    Py_ssize_t *added = scratch_array(&sc, D, sizeof(Py_ssize_t), 1);
+    if (before == NULL || placed == NULL || added == NULL)
         goto nomem;
-    for (Py_ssize_t x = 0, w = 0; x < nmsg; x++)
-        for (int side = 0; side < 2; side++, w++) {
-            Py_ssize_t d = side == 0 ? (Py_ssize_t)msg[x].src : (Py_ssize_t)msg[x].dst;
-            bcount[base[d] + ins[w].pos + 1 + 1]++;
-        }
-    for (Py_ssize_t b = 0; b < base[D]; b++)
-        bcount[b + 1] += bcount[b];
-    for (Py_ssize_t x = 0, w = 0; x < nmsg; x++)
-        for (int side = 0; side < 2; side++, w++) {
-            Py_ssize_t d = side == 0 ? (Py_ssize_t)msg[x].src : (Py_ssize_t)msg[x].dst;
-            order[bcount[base[d] + ins[w].pos + 1]++] = w;
-        }
-    /* now bcount[b] is the end of bucket b, and the start of bucket b + 1 */
-    Py_ssize_t w = 0;
+    for (Py_ssize_t w = 0; w < nins; w++) {
+        before[base[ins[w].dev] + ins[w].pos + 1 + 1]++;
+        added[ins[w].dev]++;
+    }
+    for (Py_ssize_t d = 0; d < D; d++) /* per rank: the inserts of the buckets before each */
+        for (Py_ssize_t b = base[d] + 1; b <= base[d] + mid[d].n; b++)
+            before[b] += before[b - 1];
     for (Py_ssize_t d = 0; d < D; d++) {
-        for (Py_ssize_t k = -1; k < mid[d].n; k++) {
-            if (k >= 0 && !lvec_push(&out[d], mid[d].code[k], mid[d].st[k], mid[d].mb[k]))
-                goto nomem;
-            Py_ssize_t stop = bcount[base[d] + k + 1];
-            for (; w < stop; w++) {
-                const lk_ins_t *e = &ins[order[w]];
-                if (!lvec_push(&out[d], e->code, e->st, e->mb))
-                    goto nomem;
-            }
+        Py_ssize_t len = mid[d].n + added[d];
+        out[d].code = PyMem_Malloc((size_t)len + 1);
+        out[d].st = PyMem_Malloc(sizeof(long long) * ((size_t)len + 1));
+        out[d].mb = PyMem_Malloc(sizeof(long long) * ((size_t)len + 1));
+        if (out[d].code == NULL || out[d].st == NULL || out[d].mb == NULL)
+            goto nomem;
+        out[d].n = out[d].cap = len;
+        const Py_ssize_t *bd = before + base[d];
+        for (Py_ssize_t k = 0; k < mid[d].n; k++) {
+            Py_ssize_t at = bd[k + 1] + k;
+            out[d].code[at] = mid[d].code[k];
+            out[d].st[at] = mid[d].st[k];
+            out[d].mb[at] = mid[d].mb[k];
         }
+    }
+    for (Py_ssize_t w = 0; w < nins; w++) {
+        const lk_ins_t *e = &ins[w];
+        Py_ssize_t b = (Py_ssize_t)e->pos + 1, at = before[base[e->dev] + b] + b + placed[base[e->dev] + b]++;
+        lvec_t *row = &out[e->dev];
+        row->code[at] = (signed char)e->code;
+        row->st[at] = e->st;
+        row->mb[at] = e->mb;
     }
     if (how.wait_send) {
         int r = lower_wait_sends(out, D, S, M);
