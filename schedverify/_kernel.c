@@ -2813,12 +2813,6 @@ k_runtime_plain(PyObject *self, PyObject *args)
 #define CODE(i) int_at(&code_c, (i))
 #define STAGE(i) int_at(&stage_c, (i))
 #define MB(i) int_at(&mb_c, (i))
-    int32_t *dev = scratch_array(&sc, n, sizeof(int32_t), 0);
-    if (!dev)
-        goto done;
-    for (Py_ssize_t d = 0; d < D; d++)
-        for (long long i = starts[d]; i < starts[d + 1]; i++)
-            dev[i] = (int32_t)d;
     long long M = 1; /* the microbatches the columns name (mb -1: none, or out of range) */
     for (Py_ssize_t i = 0; i < n; i++) {
         long long c = CODE(i), w = int_at(&wait_c, i);
@@ -2889,22 +2883,24 @@ k_runtime_plain(PyObject *self, PyObject *args)
     long long *scount = scratch_array(&sc, nch, sizeof(long long), 1), *rcount = scratch_array(&sc, nch, sizeof(long long), 1);
     if (!is_comm || !is_send || !scount || !rcount)
         goto done;
-#define CHANNEL(i) ((((long long)(is_send[i] ? dev[i] : peer[i])) * D + (is_send[i] ? peer[i] : dev[i])) * 2 + \
-                    (by_direction && !by_edge ? fwd_k[CODE(i)] : 0))
-    for (Py_ssize_t i = 0; i < n; i++) {
-        partner[i] = -1;
-        peer[i] = -1;
-        long long c = CODE(i);
-        if (c < 0 || !is_comm_k[c])
-            continue;
-        is_comm[i] = 1;
-        is_send[i] = (unsigned char)send_k[c];
-        long long ps = STAGE(i) + peer_off[c];
-        if (ps < 0 || ps >= S || MB(i) < 0)
-            goto not_plain; /* no peer: the reference reports it */
-        peer[i] = (int32_t)route[ps];
-        (is_send[i] ? scount : rcount)[CHANNEL(i)]++;
-    }
+    /* the channel of message i on rank d */
+#define CHANNEL(i, d) ((((long long)(is_send[i] ? (d) : peer[i])) * D + (is_send[i] ? peer[i] : (d))) * 2 + \
+                       (by_direction && !by_edge ? fwd_k[CODE(i)] : 0))
+    for (Py_ssize_t d = 0; d < D; d++)
+        for (long long i = starts[d]; i < starts[d + 1]; i++) {
+            partner[i] = -1;
+            peer[i] = -1;
+            long long c = CODE(i);
+            if (c < 0 || !is_comm_k[c])
+                continue;
+            is_comm[i] = 1;
+            is_send[i] = (unsigned char)send_k[c];
+            long long ps = STAGE(i) + peer_off[c];
+            if (ps < 0 || ps >= S || MB(i) < 0)
+                goto not_plain; /* no peer: the reference reports it */
+            peer[i] = (int32_t)route[ps];
+            (is_send[i] ? scount : rcount)[CHANNEL(i, d)]++;
+        }
     /* the sends and receives of each channel, in posting order (index order: a channel's
      * sends are all one rank's, and so are its receives) */
     long long *soff = scratch_array(&sc, nch + 1, sizeof(long long), 0), *roff = scratch_array(&sc, nch + 1, sizeof(long long), 0);
@@ -2919,14 +2915,15 @@ k_runtime_plain(PyObject *self, PyObject *args)
         roff[k + 1] = roff[k] + rcount[k];
         scount[k] = rcount[k] = 0;
     }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (is_comm[i]) {
-            long long k = CHANNEL(i);
-            if (is_send[i])
-                sl[soff[k] + scount[k]++] = (int32_t)i;
-            else
-                rl[roff[k] + rcount[k]++] = (int32_t)i;
-        }
+    for (Py_ssize_t d = 0; d < D; d++)
+        for (long long i = starts[d]; i < starts[d + 1]; i++)
+            if (is_comm[i]) {
+                long long k = CHANNEL(i, d);
+                if (is_send[i])
+                    sl[soff[k] + scount[k]++] = (int32_t)i;
+                else
+                    rl[roff[k] + rcount[k]++] = (int32_t)i;
+            }
 #undef CHANNEL
     for (long long k = 0; k < nch; k++)
         for (long long q = soff[k]; q < soff[k + 1]; q++) {
@@ -3056,7 +3053,6 @@ k_runtime_plain(PyObject *self, PyObject *args)
             }
     }
     scratch_drop(&sc, keys);
-    scratch_drop(&sc, dev); /* a lane's device is lane_dev[lane_of[i]] from here on */
     /* each lane's items, in order */
     long long *loff = scratch_array(&sc, L + 1, sizeof(long long), 1), *fill = scratch_array(&sc, L, sizeof(long long), 1);
     int32_t *items = skey; /* the keys are read: their array holds the items now */
