@@ -2679,10 +2679,20 @@ rt_set_fin(rt_t *r, long long i, rnum_t t)
     r->state[i] |= RT_HAS_FIN;
     int32_t k = r->whead[i];
     r->whead[i] = -1;
+    Py_ssize_t from = r->top;
     while (k >= 0) {
         int32_t next = r->wnext[k];
         r->stack[r->top++] = k;
         k = next;
+    }
+    /* the list holds the lanes last to wait first: on the stack they go in the order they
+     * began to wait, as the reference's list extends it, so that the last to wait runs first.
+     * In a run that ends the order changes nothing; in a hang's rounds a released wait's
+     * time is provisional (its partner may still set it), so who reads it first does. */
+    for (Py_ssize_t lo = from, hi = r->top - 1; lo < hi; lo++, hi--) {
+        int32_t x = r->stack[lo];
+        r->stack[lo] = r->stack[hi];
+        r->stack[hi] = x;
     }
 }
 

@@ -1410,6 +1410,23 @@ def test_the_kernels_run_declines_or_equals_the_reference_on_mutated_schedules(m
     assert_same_run(mutation.schedule, runtime)
 
 
+def test_a_hangs_released_waits_wake_their_lanes_in_the_references_order():
+    """Rank 1 posts its RECV_B before its SEND_F on NCCL's one stream: a cycle with rank 2.
+    Releasing rank 1's receive wakes its stream and its compute lane (B waits for that
+    receive); the reference runs the last to wait first, so B reads the receive's done after
+    rank 2's send has set it (5), not the released value (2).  The kernel woke them the other
+    way round and ran B at 2."""
+    from schedverify.model import Placement, Schedule
+    from schedverify.releases import LAYOUTS, NCCL, NcclOptions, Runtime, release
+
+    rows = ["0F0 0SEND_F0 0RECV_B0 0B0", "1RECV_F0 1F0 1RECV_B0 1SEND_F0 1B0 1SEND_B0",
+            "2RECV_F0 2F0 2B0 2SEND_B0"]
+    order = tuple(tuple(parse_action(a) for a in row.split()) for row in rows)
+    s = Schedule(devices=3, stages=3, microbatches=1, order=order, placement=Placement.of("loop", 3, 3))
+    runtime = Runtime(release("2.13")[0], NCCL, LAYOUTS["shared"], NcclOptions("device", False))
+    assert assert_same_run(s, runtime)
+
+
 @pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("interleaved-1f1b", 2, 4), ("zb-h1", 4, 8),
                                         ("zb-v", 3, 6), ("gpipe", 3, 5)])
 def test_the_kernel_runs_lowered_families_on_every_layout(family, d, m):
