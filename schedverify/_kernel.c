@@ -1229,7 +1229,9 @@ static int read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long lon
  * (CODED_KINDS, then UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD, WAIT_SEND_F, WAIT_SEND_B:
  * codes 8 to 13).  Declined (None): any other code or an index out of range, a rank without
  * actions, a compute order that makes no progress or a send listed twice (lowering.py raises
- * PyTorch's message), and tables too large for the action count.  The rows, as columns in
+ * PyTorch's message), with 2.15 a compute action on a rank its stage is not routed to (the
+ * waits are placed as the rows are written, which needs a stage's sends and backwards on one
+ * row), and tables too large for the action count.  The rows, as columns in
  * the codes of ``kinds`` (a bookkeeping action's microbatch -1), are what the Python passes
  * give, action for action (tests/test_kernel.py holds them equal).
  *
@@ -1448,7 +1450,7 @@ lower_wait_send(const lvec_t *in, lvec_t *out, long long M, unsigned char *state
 }
 
 /* Each rank's row of ``rows`` with 2.15's waits added (lower_wait_send), in place: 1, 0 out
- * of memory, -1 declined. */
+ * of memory, -1 declined.  (lower_plain places the waits as it writes its rows.) */
 static int
 lower_wait_sends(lvec_t *rows, Py_ssize_t D, long long S, long long M)
 {
@@ -1509,6 +1511,23 @@ done:
     return result;
 }
 
+/* The send a compute action (code, stage s) posts when its neighbour stage is on another
+ * rank (_add_send_recv): SEND_F (4) to s + 1 after F, SEND_B (6) to s - 1 after B or I, the
+ * neighbour in *peer; 0 when there is none. */
+static inline int
+lower_comm(int code, long long s, long long S, const int32_t *rank, long long *peer)
+{
+    if (code == 0 && s + 1 < S && rank[s + 1] != rank[s]) {
+        *peer = s + 1;
+        return 4;
+    }
+    if ((code == 1 || code == 2) && s > 0 && rank[s - 1] != rank[s]) {
+        *peer = s - 1;
+        return 6;
+    }
+    return 0;
+}
+
 static PyObject *
 k_lower_plain(PyObject *self, PyObject *args)
 {
@@ -1545,7 +1564,8 @@ k_lower_plain(PyObject *self, PyObject *args)
         if (c.code[i] > 3 || c.stage[i] < 0 || c.stage[i] >= S || c.mb[i] < 0 || c.mb[i] >= M)
             return declined();
     scratch_t sc = {{0}, 0};
-    lvec_t *mid = NULL, *out = NULL;
+    lvec_t *mid = NULL;
+    PyObject *codes_out = NULL, *stages_out = NULL, *mbs_out = NULL;
     int32_t *rank = scratch_array(&sc, S, sizeof(int32_t), 0);
     long long *count = scratch_array(&sc, S, sizeof(long long), 1);
     long long (*next)[LOWER_RESIDENT] = scratch_array(&sc, n, sizeof(long long[LOWER_RESIDENT]), 0);
@@ -1554,8 +1574,7 @@ k_lower_plain(PyObject *self, PyObject *args)
     long long bits = D * S * M * 5;
     unsigned char *seen = scratch_array(&sc, (Py_ssize_t)(bits / 8 + 1), 1, 1);
     mid = PyMem_Calloc((size_t)D, sizeof(lvec_t));
-    out = PyMem_Calloc((size_t)D, sizeof(lvec_t));
-    if (!rank || !count || !next || !nnext || !head || !seen || !mid || !out) {
+    if (!rank || !count || !next || !nnext || !head || !seen || !mid) {
         if (!PyErr_Occurred())
             PyErr_NoMemory();
         goto done;
@@ -1573,11 +1592,57 @@ k_lower_plain(PyObject *self, PyObject *args)
         Py_ssize_t len = PyLong_AsSsize_t(PyTuple_GET_ITEM(lengths, d));
         if (len == 0)
             goto not_plain; /* PyTorch's _add_send_recv asserts every rank has an action */
+        if (how.wait_send) /* a stage's sends and backwards on its own rank: the waits below need it */
+            for (Py_ssize_t i = at; i < at + len; i++)
+                if (rank[c.stage[i]] != d)
+                    goto not_plain;
         int r = lower_bookkeeping(c.code + at, c.stage + at, c.mb + at, len, M, count, next, nnext, &mid[d], &how);
         if (r <= 0)
             goto done;
         at += len;
     }
+    /* Each rank's lowered row is written once, into the result's columns: its length is known
+     * before the sweep (its bookkeeping and compute rows, a send per compute action whose
+     * neighbour stage is on another rank, with 2.15 a wait per send, and the receives those
+     * sends post to it), so a row starts at off[d] and pos[d] is where its next action goes. */
+    Py_ssize_t *off = scratch_array(&sc, D + 1, sizeof(Py_ssize_t), 1), *pos = scratch_array(&sc, D, sizeof(Py_ssize_t), 0);
+    unsigned char *state = NULL; /* 2.15: (stage, mb, SEND_F/B): 1 a send pending, 2 waited */
+    if (!off || !pos || (how.wait_send && !(state = scratch_array(&sc, (Py_ssize_t)(S * M * 2), 1, 1))))
+        goto done;
+    for (Py_ssize_t d = 0; d < D; d++)
+        for (Py_ssize_t h = 0; h < mid[d].n; h++) {
+            long long rs;
+            int comm = lower_comm(mid[d].code[h], mid[d].st[h], S, rank, &rs);
+            off[d + 1] += 1 + (comm ? 1 + how.wait_send : 0);
+            if (comm)
+                off[rank[rs] + 1]++;
+        }
+    for (Py_ssize_t d = 0; d < D; d++) {
+        pos[d] = off[d];
+        off[d + 1] += off[d];
+    }
+    Py_ssize_t nout = off[D];
+    codes_out = PyBytes_FromStringAndSize(NULL, nout);
+    stages_out = PyBytes_FromStringAndSize(NULL, 8 * nout);
+    mbs_out = PyBytes_FromStringAndSize(NULL, 8 * nout);
+    if (!codes_out || !stages_out || !mbs_out)
+        goto done;
+    char *oc = PyBytes_AS_STRING(codes_out);
+    long long *os = (long long *)PyBytes_AS_STRING(stages_out), *om = (long long *)PyBytes_AS_STRING(mbs_out);
+    long long top_stage = -1, top_mb = -1;
+#define PUT(d, k, s, m) do { \
+        Py_ssize_t at_ = pos[d]++; \
+        if (at_ >= off[(d) + 1]) \
+            goto overrun; \
+        oc[at_] = (char)(k); \
+        os[at_] = (s); \
+        om[at_] = (m); \
+        if ((s) > top_stage) \
+            top_stage = (s); \
+        if ((m) > top_mb) \
+            top_mb = (m); \
+    } while (0)
+#define PENDING(s, m, back) state[((s) * M + (m)) * 2 + (back)]
 #define SEEN(d, s, m, k) (((((long long)(d) * S + (s)) * M + (m)) * 5) + (k))
 #define TEST(b) ((seen[(b) >> 3] >> ((b) & 7)) & 1)
 #define MARK(b) (seen[(b) >> 3] |= (unsigned char)(1u << ((b) & 7)))
@@ -1599,21 +1664,27 @@ k_lower_plain(PyObject *self, PyObject *args)
                 ready = TEST(SEEN(d, s, m, 4)) || TEST(SEEN(d, s + 1, m, 2)) || TEST(SEEN(d, s + 1, m, 1));
             if (!ready)
                 continue;
-            if (!lvec_push(&out[d], k, s, m))
-                goto nomem;
+            PUT(d, k, s, m);
             if (seen_kind[k] >= 0)
                 MARK(SEEN(d, s, m, seen_kind[k]));
-            int comm = 0; /* the SEND code, its RECV's code and stage */
-            long long rs = 0;
-            if (k == 0 && s != S - 1 && rank[s + 1] != rank[s])
-                comm = 4, rs = s + 1;
-            else if ((k == 1 || k == 2) && s != 0 && rank[s - 1] != rank[s])
-                comm = 6, rs = s - 1;
+            /* 2.15's _add_wait_send: a SEND_F's wait right after its stage's B or I of the
+             * same microbatch (both on the stage's rank, as placed above) */
+            if (state && (k == 1 || k == 2) && PENDING(s, m, 0) == 1) {
+                PENDING(s, m, 0) = 2;
+                PUT(d, LK_WAIT_SEND_F, s, m);
+            }
+            long long rs;
+            int comm = lower_comm(k, s, S, rank, &rs); /* the SEND code (its RECV's is one more) */
             if (comm) {
                 Py_ssize_t dest = rank[rs];
-                if (!lvec_push(&out[d], comm, s, m) || !lvec_push(&out[dest], comm + 1, rs, m))
-                    goto nomem;
+                PUT(d, comm, s, m);
+                PUT(dest, comm + 1, rs, m);
                 MARK(SEEN(dest, rs, m, comm == 4 ? 3 : 4));
+                if (state) {
+                    if (PENDING(s, m, comm == 6))
+                        goto not_plain; /* a send listed twice: add_wait_send raises PyTorch's message */
+                    PENDING(s, m, comm == 6) = 1;
+                }
             }
             if (++head[d] == mid[d].n)
                 left--;
@@ -1622,20 +1693,38 @@ k_lower_plain(PyObject *self, PyObject *args)
         if (!progress)
             goto not_plain; /* the compute order deadlocks: lowering.py raises PyTorch's message */
     }
+    /* the sends not waited for yet: their waits at the end of the row, in the order sent */
+    if (state)
+        for (Py_ssize_t d = 0; d < D; d++)
+            for (Py_ssize_t q = off[d], end = pos[d]; q < end; q++) {
+                int k = oc[q];
+                if ((k == 4 || k == 6) && PENDING(os[q], om[q], k == 6) == 1) {
+                    PENDING(os[q], om[q], k == 6) = 2;
+                    PUT(d, LK_WAIT_SEND_F + (k == 6), os[q], om[q]);
+                }
+            }
+#undef PUT
+#undef PENDING
 #undef SEEN
 #undef TEST
 #undef MARK
-    if (how.wait_send) {
-        int r = lower_wait_sends(out, D, S, M);
-        if (r == 0)
-            goto nomem;
-        if (r < 0)
-            goto not_plain;
+    PyObject *row_lengths = PyTuple_New(D);
+    if (row_lengths == NULL)
+        goto done;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        PyObject *len = pos[d] == off[d + 1] ? PyLong_FromSsize_t(off[d + 1] - off[d]) : NULL;
+        if (len == NULL) {
+            Py_DECREF(row_lengths);
+            goto overrun;
+        }
+        PyTuple_SET_ITEM(row_lengths, d, len);
     }
-    result = lowered_columns(out, D);
+    result = Py_BuildValue("(OOOOLL)", codes_out, stages_out, mbs_out, row_lengths, top_stage, top_mb);
+    Py_DECREF(row_lengths);
     goto done;
-nomem:
-    PyErr_NoMemory();
+overrun:
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_SystemError, "lower_plain: a row's length was miscounted");
     goto done;
 not_plain:
     result = declined();
@@ -1643,11 +1732,10 @@ done:
     if (mid != NULL)
         for (Py_ssize_t d = 0; d < D; d++)
             lvec_free(&mid[d]);
-    if (out != NULL)
-        for (Py_ssize_t d = 0; d < D; d++)
-            lvec_free(&out[d]);
     PyMem_Free(mid);
-    PyMem_Free(out);
+    Py_XDECREF(codes_out);
+    Py_XDECREF(stages_out);
+    Py_XDECREF(mbs_out);
     scratch_free(&sc);
     return result;
 }
@@ -4219,9 +4307,8 @@ k_lower_keyed(PyObject *self, PyObject *args)
             cpos[j] = k;
             cend[j++] = endt[key];
             atp[key] = k;
-            if ((code == 0 && s + 1 < S && rank[s + 1] != rank[s]) ||
-                ((code == 1 || code == 2) && s > 0 && rank[s - 1] != rank[s]))
-                nmsg++;
+            long long peer;
+            nmsg += lower_comm(code, s, S, rank, &peer) != 0;
         }
     msg = PyMem_Malloc(sizeof(lk_msg_t) * ((size_t)nmsg + 1));
     ins = PyMem_Malloc(sizeof(lk_ins_t) * (2 * (size_t)nmsg + 1));
@@ -4235,17 +4322,12 @@ k_lower_keyed(PyObject *self, PyObject *args)
         for (Py_ssize_t k = 0; k < mid[d].n; k++) {
             int code = mid[d].code[k];
             long long s = mid[d].st[k], m = mid[d].mb[k], peer;
-            Py_ssize_t use;
-            if (code == 0 && s + 1 < S && rank[s + 1] != rank[s]) {
-                peer = s + 1;
-                use = atp[LK_AT(peer, m, 0, M, 4)];
-            } else if ((code == 1 || code == 2) && s > 0 && rank[s - 1] != rank[s]) {
-                peer = s - 1;
-                use = atp[LK_AT(peer, m, 1, M, 4)];
-                if (use < 0)
-                    use = atp[LK_AT(peer, m, 2, M, 4)];
-            } else
+            int comm = lower_comm(code, s, S, rank, &peer);
+            if (!comm)
                 continue;
+            Py_ssize_t use = atp[LK_AT(peer, m, comm == 4 ? 0 : 1, M, 4)];
+            if (comm == 6 && use < 0)
+                use = atp[LK_AT(peer, m, 2, M, 4)];
             if (use < 0)
                 goto not_plain; /* no consumer: the Python code raises */
             lk_msg_t *e = &msg[q];
@@ -4253,7 +4335,7 @@ k_lower_keyed(PyObject *self, PyObject *args)
             e->src = rank[s];
             e->dst = rank[peer];
             e->s = (int32_t)s;
-            e->code = code == 0 ? 4 : 6;
+            e->code = comm;
             e->mb = (int32_t)m;
             e->seq = (int32_t)q;
             producer[q] = atp[LK_AT(s, m, code, M, 4)];
