@@ -3525,6 +3525,46 @@ done:
  * its device: (the waits, the sends they retire), int arrays in wait order.  Declined (None):
  * a wait without a pending send (an orphan) or a send no wait retires, which the reference
  * reports. */
+/* loss_order_plain(code, stage, mb, lo, hi, f_code, last) -> bool
+ *
+ * The common case of rules.loss_order (docs/spec.md 8.3) over a Graph's columns: True when
+ * the actions in [lo, hi) whose code is ``f_code`` and whose stage is ``last`` have the
+ * microbatches 0, 1, 2, ... in that order; False otherwise (one out of order, or a
+ * microbatch -1: out of range), and then the rule's Python loop finds and explains it.  The
+ * caller passes no overlapped action (their leaves are the Python loop's). */
+static PyObject *
+k_loss_order_plain(PyObject *self, PyObject *args)
+{
+    PyObject *code_o, *stage_o, *mb_o, *result = NULL;
+    Py_ssize_t lo, hi;
+    long long f_code, last;
+    if (!PyArg_ParseTuple(args, "OOOnnLL", &code_o, &stage_o, &mb_o, &lo, &hi, &f_code, &last))
+        return NULL;
+    scratch_t sc = {{NULL}, 0};
+    ints_t code_c = {{NULL}}, stage_c = {{NULL}}, mb_c = {{NULL}};
+    Py_ssize_t n = 0, n2 = 0, n3 = 0;
+    if (!read_ints(&sc, code_o, &code_c, &n, "loss_order_plain: code") ||
+        !read_ints(&sc, stage_o, &stage_c, &n2, "loss_order_plain: stage") ||
+        !read_ints(&sc, mb_o, &mb_c, &n3, "loss_order_plain: mb"))
+        goto done;
+    if (n2 != n || n3 != n || lo < 0 || hi < lo || hi > n) {
+        PyErr_SetString(PyExc_ValueError, "loss_order_plain: the columns or the range disagree");
+        goto done;
+    }
+    long long seen = 0;
+    int in_order = 1;
+    for (Py_ssize_t i = lo; i < hi && in_order; i++)
+        if (int_at(&code_c, i) == f_code && int_at(&stage_c, i) == last)
+            in_order = int_at(&mb_c, i) == seen++;
+    result = PyBool_FromLong(in_order);
+done:
+    release_ints(&code_c);
+    release_ints(&stage_c);
+    release_ints(&mb_c);
+    scratch_free(&sc);
+    return result;
+}
+
 static PyObject *
 k_pair_send_waits(PyObject *self, PyObject *args)
 {
@@ -4687,6 +4727,8 @@ static PyMethodDef methods[] = {
     {"critical_path_plain", k_critical_path_plain, METH_VARARGS,
      "critical_path_plain(starts, wait, start_values, start_floats, end_values, end_floats, comm, "
      "tol) -> list | None."},
+    {"loss_order_plain", k_loss_order_plain, METH_VARARGS,
+     "loss_order_plain(code, stage, mb, lo, hi, f_code, last) -> bool: the last stage's forwards in order."},
     {"pair_send_waits", k_pair_send_waits, METH_VARARGS,
      "pair_send_waits(code, mb, waits, codes, stages, mbs, lengths, S, M, send_f, send_b, wait_f) -> "
      "(waits, sends) | None."},

@@ -1523,3 +1523,21 @@ def test_the_kernel_runs_pytorch_2_15s_wait_sends(family, d, m):
             rt = Runtime(rel, backend, layout, NcclOptions("device", False))
             answered += assert_same_run(lowered, rt)
     assert answered >= 1
+
+
+# --------------------------------------------------------------------------- loss_order_plain
+
+
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 3]), st.integers(0, 2), st.integers(-1, 4)), max_size=12),
+       st.integers(0, 12), st.integers(0, 12))
+def test_loss_order_plain_is_the_rules_in_order_case(rows, lo, hi):
+    """True exactly when the forwards (code 0) of the last stage (2) in [lo, hi) are
+    microbatches 0, 1, 2, ... in order: the case rules.loss_order leaves to the kernel."""
+    from array import array
+
+    lo, hi = min(lo, hi, len(rows)), min(max(lo, hi), len(rows))
+    code, stage, mb = (array(t, [r[k] for r in rows]) for k, t in enumerate("bii"))
+    mbs = [m for c, s, m in rows[lo:hi] if c == 0 and s == 2]
+    assert KERNEL.loss_order_plain(code, stage, mb, lo, hi, 0, 2) == (mbs == list(range(len(mbs))))
+    with pytest.raises(ValueError):
+        KERNEL.loss_order_plain(code, stage, mb, 0, len(rows) + 1, 0, 2)

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .. import diagnostics as dx
+from .. import _accel, diagnostics as dx
 from ..deps import MATCH, intended_receive
 from ..diagnostics import Location, Violation
 from ..graph import KIND_CODE, NCODES, Graph, explain_wait
@@ -373,6 +373,9 @@ def loss_order(g: Graph, rt: Runtime) -> Iterator[Violation]:
     # (on the last stage's device alone, when no action is off its device)
     d = p.routes[0][last]
     lo, hi = (g.starts[d], g.starts[d + 1]) if not g.wrong_device else (0, g.n)
+    kernel = _accel.kernel
+    if kernel is not None and not overlapped and kernel.loss_order_plain(code, stage, mbs, lo, hi, f_code, last):
+        return  # all in order (the kernel's answer); else the loop below finds and explains it
     # the plain forwards found by their code byte (code is an array of signed bytes), in order
     # with the overlaps
     found = re.finditer(re.escape(bytes((f_code,))), memoryview(code)[lo:hi].tobytes())
