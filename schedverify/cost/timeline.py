@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import _accel
@@ -150,8 +151,9 @@ class Timeline:
         return known if known is not None else max(self.end, default=0)
 
     def busy(self) -> list[float]:
-        st, dur = self.graph.starts, self.durations
-        return [sum(dur[st[d]:st[d + 1]]) for d in range(len(st) - 1)]
+        st, dur = self.graph.starts, iter(self.durations)
+        # one pass over the durations, each device's run in order (a slice would copy them)
+        return [sum(islice(dur, st[d + 1] - st[d])) for d in range(len(st) - 1)]
 
     def memory(self) -> MemoryResult:
         if self._memory is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import io
-from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -156,8 +155,8 @@ def _uniform_placement(order, devices: int, stages: int) -> PlacementSpec | None
 
 def _stage_sets(order) -> list[set]:
     """Each row's set of stages (of its leaves), read off the columns when given so."""
-    if isinstance(order, PlainRows):
-        stages, out, i = array("q", order.stages), [], 0
+    if isinstance(order, PlainRows):  # a view of the int64 column: its slices copy nothing
+        stages, out, i = memoryview(order.stages).cast("q"), [], 0
         for length in order.lengths:
             out.append(set(stages[i:i + length]))
             i += length
