@@ -3511,20 +3511,8 @@ done:
 }
 
 
-/* ------------------------------------------------------------------ pair_send_waits */
+/* ------------------------------------------------------------------ loss_order_plain */
 
-/* pair_send_waits(code, mb, waits, codes, stages, mbs, lengths, S, M, send_f, send_b, wait_f)
- *     -> (waits, sends) | None
- *
- * The twin of runtime.send_waits (PyTorch 2.15's _PendingSendTracker) for a graph compiled
- * from a schedule's columns with no duplicate and nothing off its device (the caller's case):
- * ``code``, ``mb`` the Graph's columns, ``waits`` its send_waits (increasing indices), and the
- * schedule's columns (grammar.PlainRows), where a WAIT_SEND's stage and microbatch are.  Each
- * wait retires the pending send of its label (SEND_F codes ``send_f`` and ``send_b`` in the
- * Graph; a wait's column code ``wait_f``, or one more for WAIT_SEND_B), the one before it on
- * its device: (the waits, the sends they retire), int arrays in wait order.  Declined (None):
- * a wait without a pending send (an orphan) or a send no wait retires, which the reference
- * reports. */
 /* loss_order_plain(code, stage, mb, lo, hi, f_code, last) -> bool
  *
  * The common case of rules.loss_order (docs/spec.md 8.3) over a Graph's columns: True when
@@ -3565,6 +3553,20 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ pair_send_waits */
+
+/* pair_send_waits(code, mb, waits, codes, stages, mbs, lengths, S, M, send_f, send_b, wait_f)
+ *     -> (waits, sends) | None
+ *
+ * The twin of runtime.send_waits (PyTorch 2.15's _PendingSendTracker) for a graph compiled
+ * from a schedule's columns with no duplicate and nothing off its device (the caller's case):
+ * ``code``, ``mb`` the Graph's columns, ``waits`` its send_waits (increasing indices), and the
+ * schedule's columns (grammar.PlainRows), where a WAIT_SEND's stage and microbatch are.  Each
+ * wait retires the pending send of its label (SEND_F codes ``send_f`` and ``send_b`` in the
+ * Graph; a wait's column code ``wait_f``, or one more for WAIT_SEND_B), the one before it on
+ * its device: (the waits, the sends they retire), int arrays in wait order.  Declined (None):
+ * a wait without a pending send (an orphan) or a send no wait retires, which the reference
+ * reports. */
 static PyObject *
 k_pair_send_waits(PyObject *self, PyObject *args)
 {
