@@ -42,7 +42,16 @@ def _free_port() -> int:
 def run_engine(steps, timeout: float = TIMEOUT, dualpipev: bool = False) -> tuple[str, float | None]:
     """("done", loss), ("hang", None) or ("error", None) of the two ranks running ``steps``
     (TrainSchedule's (name, microbatch, buffer) on PipelineEngine; with ``dualpipev``,
-    DualPipeVSchedule's (name, phase, buffer) on DualPipeVEngine)."""
+    DualPipeVSchedule's (name, phase, buffer) on DualPipeVEngine).  An error prints each
+    rank's output, which pytest shows with the failure."""
+    outcome, outs = _run_engine(steps, timeout, dualpipev)
+    if outcome[0] == "error":
+        for rank, (code, out) in enumerate(outs):
+            print(f"rank {rank} exited {code}:\n{out[-4000:]}")
+    return outcome
+
+
+def _run_engine(steps, timeout: float, dualpipev: bool):
     stream = [[[[name, buffer, phase] if dualpipev else [name, buffer] for name, phase, buffer in step]
                for step in steps(M, STAGES, stage)] for stage in range(STAGES)]
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(STAGES),
@@ -65,11 +74,11 @@ def run_engine(steps, timeout: float = TIMEOUT, dualpipev: bool = False) -> tupl
             out, _ = p.communicate()
         outs.append((p.returncode, out))
     if hung:
-        return "hang", None
+        return ("hang", None), outs
     done = [line for _, out in outs for line in out.splitlines() if line.startswith("DONE ")]
     if len(done) != STAGES or any(code != 0 for code, _ in outs):
-        return "error", None
-    return "done", float(done[-1].split()[1])
+        return ("error", None), outs
+    return ("done", float(done[-1].split()[1])), outs
 
 
 def mutated(change):
