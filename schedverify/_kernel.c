@@ -33,6 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #define MAX_DIGITS 18 /* grammar.MAX_DIGITS: the significant digits of an index, at most */
 
@@ -249,14 +252,93 @@ exact_int(PyObject *o, int *ok)
  * any of it is used to index memory.  An input that is consistent but not the kernel's case
  * (see _accel.py) returns None. */
 
+/* Big arrays on huge pages.  A million-action check writes hundreds of megabytes of fresh
+ * memory, and on 4 KiB pages the kernel takes a page fault (map and clear a page) for every
+ * 4 KiB of it: about a sixth of the whole check's time.  An array of HUGE_HINT_AT bytes or
+ * more is therefore marked for transparent huge pages before its first write (the 2 MiB
+ * pages inside it: madvise(MADV_HUGEPAGE), as NumPy's allocator does for its big arrays),
+ * so that one fault maps 2 MiB.  Only a hint: where the system's transparent huge pages
+ * are "never" (or on a platform without them) nothing changes but the speed.  The arrays
+ * CPython allocates and fills itself (array.array's) are written before the kernel sees
+ * them and keep small pages. */
+#define HUGE_HINT_AT ((size_t)4 << 20)
+#define HUGE_PAGE ((uintptr_t)2 << 20)
+
+static void
+huge_hint(void *p, size_t len)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p == NULL || len < HUGE_HINT_AT)
+        return;
+    uintptr_t lo = ((uintptr_t)p + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1), hi = ((uintptr_t)p + len) & ~(HUGE_PAGE - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a hint: its failure changes nothing */
+#else
+    (void)p;
+    (void)len;
+#endif
+}
+
+/* PyBytes_FromStringAndSize(NULL, n), its buffer (not yet written) hinted as above. */
+static PyObject *
+new_bytes(Py_ssize_t n)
+{
+    PyObject *b = PyBytes_FromStringAndSize(NULL, n);
+    if (b != NULL)
+        huge_hint(PyBytes_AS_STRING(b), (size_t)n);
+    return b;
+}
+
 /* Scratch arrays.  Each function registers every C array it allocates in its scratch_t and
  * frees them all with one scratch_free on its way out, whichever way it leaves. */
 #define MAX_SCRATCH 48
 
 typedef struct {
     void *block[MAX_SCRATCH];
+    size_t mapped[MAX_SCRATCH]; /* a block's bytes when it is its own mapping (map_big), else 0 */
     int count;
 } scratch_t;
+
+#define SCRATCH_INIT {{NULL}, {0}, 0}
+
+/* A big scratch array is a mapping of its own (zero, 2 MiB-aligned, hinted for huge pages),
+ * so that dropping it gives its memory back at once: a big block from malloc's heap (where
+ * glibc puts blocks up to 32 MiB once it has freed one that size) stays resident after it
+ * is freed until the heap's top is trimmed, and the phases after it would pay for it.  NULL
+ * when the platform has no such mapping or the system refuses one (then malloc's). */
+static void *
+map_big(size_t len)
+{
+#if defined(__linux__) && defined(MAP_ANONYMOUS)
+    size_t page = (size_t)HUGE_PAGE, total = len + page;
+    char *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    char *a = (char *)(((uintptr_t)m + page - 1) & ~(uintptr_t)(page - 1));
+    size_t head = (size_t)(a - m), keep = (len + 4095) & ~(size_t)4095;
+    if (head > 0)
+        munmap(m, head);
+    if (total - head > keep)
+        munmap(a + keep, total - head - keep);
+    huge_hint(a, keep);
+    return a;
+#else
+    (void)len;
+    return NULL;
+#endif
+}
+
+static void
+block_free(void *p, size_t mapped)
+{
+#if defined(__linux__) && defined(MAP_ANONYMOUS)
+    if (mapped) {
+        munmap(p, (mapped + 4095) & ~(size_t)4095);
+        return;
+    }
+#endif
+    PyMem_Free(p);
+}
 
 /* An array for n elements of size bytes (one more, so that n = 0 allocates too), zeroed when
  * zero is set; NULL with an exception set. */
@@ -267,7 +349,11 @@ scratch_array(scratch_t *sc, Py_ssize_t n, size_t size, int zero)
         PyErr_SetString(PyExc_SystemError, "_kernel: more than MAX_SCRATCH arrays");
         return NULL;
     }
-    void *p = zero ? PyMem_Calloc((size_t)n + 1, size) : PyMem_Malloc(size * ((size_t)n + 1));
+    size_t len = size * ((size_t)n + 1);
+    void *p = len >= HUGE_HINT_AT ? map_big(len) : NULL; /* zero, as a mapping is */
+    sc->mapped[sc->count] = p != NULL ? len : 0;
+    if (p == NULL)
+        p = zero ? PyMem_Calloc((size_t)n + 1, size) : PyMem_Malloc(len);
     if (p == NULL) {
         PyErr_NoMemory();
         return NULL;
@@ -279,8 +365,10 @@ scratch_array(scratch_t *sc, Py_ssize_t n, size_t size, int zero)
 static void
 scratch_free(scratch_t *sc)
 {
-    while (sc->count > 0)
-        PyMem_Free(sc->block[--sc->count]);
+    while (sc->count > 0) {
+        sc->count--;
+        block_free(sc->block[sc->count], sc->mapped[sc->count]);
+    }
 }
 
 /* Free one of sc's arrays now (a phase's own scratch, once the phase is over), so that the
@@ -290,8 +378,10 @@ scratch_drop(scratch_t *sc, void *p)
 {
     for (int k = sc->count - 1; p != NULL && k >= 0; k--)
         if (sc->block[k] == p) {
-            PyMem_Free(p);
-            sc->block[k] = sc->block[--sc->count];
+            block_free(p, sc->mapped[k]);
+            sc->count--;
+            sc->block[k] = sc->block[sc->count];
+            sc->mapped[k] = sc->mapped[sc->count];
             return;
         }
 }
@@ -680,7 +770,7 @@ k_parse_row(PyObject *self, PyObject *args)
     /* every cell is read into C arrays (raw memory: allocating it runs no Python code)
      * before the first Action is made */
     Py_ssize_t n = PyList_GET_SIZE(cells);
-    scratch_t sc = {{NULL}, 0};
+    scratch_t sc = SCRATCH_INIT;
     signed char *code = scratch_array(&sc, n, 1, 0);
     long long *stage = code ? scratch_array(&sc, n, sizeof(long long), 0) : NULL;
     long long *mb = stage ? scratch_array(&sc, n, sizeof(long long), 0) : NULL;
@@ -743,11 +833,11 @@ k_parse_rows(PyObject *self, PyObject *args)
     }
     if (n > PY_SSIZE_T_MAX / 8)
         Py_RETURN_NONE;
-    scratch_t sc = {{NULL}, 0};
+    scratch_t sc = SCRATCH_INIT;
     Py_ssize_t *len = scratch_array(&sc, D, sizeof(Py_ssize_t), 0);
-    PyObject *codes = len ? PyBytes_FromStringAndSize(NULL, n) : NULL;
-    PyObject *stages = codes ? PyBytes_FromStringAndSize(NULL, n * 8) : NULL;
-    PyObject *mbs = stages ? PyBytes_FromStringAndSize(NULL, n * 8) : NULL;
+    PyObject *codes = len ? new_bytes(n) : NULL;
+    PyObject *stages = codes ? new_bytes(n * 8) : NULL;
+    PyObject *mbs = stages ? new_bytes(n * 8) : NULL;
     PyObject *lengths = NULL, *result = NULL;
     if (mbs == NULL)
         goto done;
@@ -972,9 +1062,9 @@ k_scan_order(PyObject *self, PyObject *args)
         goto done;
     if (sc.cap > PY_SSIZE_T_MAX / 8)
         goto not_plain;
-    codes = PyBytes_FromStringAndSize(NULL, sc.cap);
-    stages = PyBytes_FromStringAndSize(NULL, sc.cap * 8);
-    mbs = PyBytes_FromStringAndSize(NULL, sc.cap * 8);
+    codes = new_bytes(sc.cap);
+    stages = new_bytes(sc.cap * 8);
+    mbs = new_bytes(sc.cap * 8);
     if (!codes || !stages || !mbs)
         goto done;
     sc.codes = PyBytes_AS_STRING(codes);
@@ -1059,9 +1149,9 @@ k_scan_csv(PyObject *self, PyObject *args)
     long long top_stage = -1, top_mb = -1;
     if ((lengths = PyList_New(0)) == NULL)
         goto done;
-    codes = PyBytes_FromStringAndSize(NULL, cap);
-    stages = PyBytes_FromStringAndSize(NULL, cap * 8);
-    mbs = PyBytes_FromStringAndSize(NULL, cap * 8);
+    codes = new_bytes(cap);
+    stages = new_bytes(cap * 8);
+    mbs = new_bytes(cap * 8);
     if (!codes || !stages || !mbs)
         goto done;
     char *cd = PyBytes_AS_STRING(codes);
@@ -1477,9 +1567,9 @@ lowered_columns(const lvec_t *rows, Py_ssize_t D)
     Py_ssize_t n = 0;
     for (Py_ssize_t d = 0; d < D; d++)
         n += rows[d].n;
-    PyObject *codes = PyBytes_FromStringAndSize(NULL, n);
-    PyObject *stages = PyBytes_FromStringAndSize(NULL, 8 * n);
-    PyObject *mbs = PyBytes_FromStringAndSize(NULL, 8 * n);
+    PyObject *codes = new_bytes(n);
+    PyObject *stages = new_bytes(8 * n);
+    PyObject *mbs = new_bytes(8 * n);
     PyObject *lengths = PyTuple_New(D), *result = NULL;
     if (codes == NULL || stages == NULL || mbs == NULL || lengths == NULL)
         goto done;
@@ -1563,7 +1653,7 @@ k_lower_plain(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++)
         if (c.code[i] > 3 || c.stage[i] < 0 || c.stage[i] >= S || c.mb[i] < 0 || c.mb[i] >= M)
             return declined();
-    scratch_t sc = {{0}, 0};
+    scratch_t sc = SCRATCH_INIT;
     lvec_t *mid = NULL;
     PyObject *codes_out = NULL, *stages_out = NULL, *mbs_out = NULL;
     int32_t *rank = scratch_array(&sc, S, sizeof(int32_t), 0);
@@ -1622,9 +1712,9 @@ k_lower_plain(PyObject *self, PyObject *args)
         off[d + 1] += off[d];
     }
     Py_ssize_t nout = off[D];
-    codes_out = PyBytes_FromStringAndSize(NULL, nout);
-    stages_out = PyBytes_FromStringAndSize(NULL, 8 * nout);
-    mbs_out = PyBytes_FromStringAndSize(NULL, 8 * nout);
+    codes_out = new_bytes(nout);
+    stages_out = new_bytes(8 * nout);
+    mbs_out = new_bytes(8 * nout);
     if (!codes_out || !stages_out || !mbs_out)
         goto done;
     char *oc = PyBytes_AS_STRING(codes_out);
@@ -1929,7 +2019,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         Py_RETURN_NONE;
 
     Py_ssize_t R = PyTuple_GET_SIZE(routes);
-    scratch_t sc = {{NULL}, 0};
+    scratch_t sc = SCRATCH_INIT;
     int32_t *route_dev, *mr = NULL, *table, *devs;
     int8_t *code;
     int32_t *stage, *mbs = NULL, *pos, *waitc;
@@ -2441,7 +2531,7 @@ k_durations_plain(PyObject *self, PyObject *args)
     PyObject *code_o, *table;
     if (!PyArg_ParseTuple(args, "OO!", &code_o, &PyList_Type, &table))
         return NULL;
-    scratch_t sc = {{NULL}, 0};
+    scratch_t sc = SCRATCH_INIT;
     Py_ssize_t n = 0, T;
     /* the codes first: reading them may run Python code (an iterator), which may change the
      * table; then the table's entries are held, and only then is anything made */
@@ -2508,7 +2598,7 @@ k_sweep_plain(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOO!O", &starts_o, &wait_o, &PyList_Type, &dur_o, &comm_o))
         return NULL;
     Py_ssize_t D1 = 0, n = 0;
-    scratch_t sc = {{NULL}, 0};
+    scratch_t sc = SCRATCH_INIT;
     ints_t wait = {{NULL}};
     column_t scol = {NULL}, ecol = {NULL};
     /* (1) what may run Python code: the columns read (an iterable is listed, a buffer
@@ -2534,7 +2624,7 @@ k_sweep_plain(PyObject *self, PyObject *args)
     /* the times go straight into the columns handed back; per action (head: n + 1, with the
      * "no producer" entry), then per device (scratch_array adds the one) */
     if (!(st = column_new(&scol, "d", n)) || !(en = column_new(&ecol, "d", n)) ||
-        !(sf = PyBytes_FromStringAndSize(NULL, n)) || !(ef = PyBytes_FromStringAndSize(NULL, n)) ||
+        !(sf = new_bytes(n)) || !(ef = new_bytes(n)) ||
         !(done_flag = scratch_array(&sc, n, 1, 1)) || !(head = scratch_array(&sc, n, sizeof(int32_t), 0)) ||
         !(nextw = scratch_array(&sc, D, sizeof(int32_t), 0)) ||
         !(stack = scratch_array(&sc, D, sizeof(int32_t), 0)) ||
@@ -2655,8 +2745,8 @@ done:
 /* runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds,
  *               nccl, buffered, by_edge, by_direction, lazy, retired_waits, retired_sends,
  *               max_cycles)
- *   -> (end_values, end_floats, ready_values, ready_floats, bind, partner, peer_device, lane_of,
- *       lanes, makespan, last, is_comm, hang) | None
+ *   -> (end_values, end_floats, ready_values, ready_floats, bind, partner, lane_of, lanes,
+ *       makespan, last, is_comm, hang) | None
  *
  * The twin of runtime.simulate (match, data_deps, _Sweep): PyTorch's runtime over gloo
  * (``nccl`` 0: one host lane per rank) or NCCL (a compute stream and one communication
@@ -2675,10 +2765,11 @@ done:
  * differ (a crossing), a number read_number does not take, or ints that could outgrow
  * doubles (bound as in sweep_plain, with each message's two durations counted).  Otherwise
  * every column is what the reference's RuntimeResult holds, number for number and type for
- * type (times as graph.Times columns; the start times, a SEND/RECV's ready and a compute
- * action's end - duration, are left for the caller to make when it reads them; bind,
- * partner, peer_device and lane_of are arrays of typecode "i", 4 bytes an entry, so it
- * declines 3n >= INT32_MAX): the operations are the reference's in its order, a value a
+ * type (times as graph.Times columns, their values bytes of native doubles; the start
+ * times, a SEND/RECV's ready and a compute action's end - duration, are left for the caller
+ * to make when it reads them; bind, partner and lane_of are bytes of native int32, 4 bytes
+ * an entry, so it declines 3n >= INT32_MAX; the matching's peer_device is the device of each
+ * message's partner, and no column here): the operations are the reference's in its order, a value a
  * float as soon as one operand is.  ``lanes``: per lane (rank, "host" | "compute" | "comm",
  * the stream's key as runtime._stream_label reads it, or None); ``makespan`` and ``last``:
  * max(end) as Python gives it, and the first action that ends then; ``is_comm``: bytes, 1
@@ -2836,12 +2927,15 @@ k_runtime_plain(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "runtime_plain: max_cycles is 0 to 1000");
         return NULL;
     }
-    scratch_t sc = {{NULL}, 0};
+    scratch_t sc = SCRATCH_INIT;
     PyObject *result = NULL, *lanes_l = NULL, *flags[4] = {NULL}; /* the times' floats; is_comm; never */
     PyObject *hang = NULL; /* a run that hangs: (cycles, stuck, unsent, never) */
     Py_ssize_t D1 = 0, n = 0, n2 = 0, n3 = 0, n4 = 0, S = 0;
     ints_t code_c = {{NULL}}, stage_c = {{NULL}}, mb_c = {{NULL}}, wait_c = {{NULL}};
-    column_t cols[6] = {{NULL}}; /* fin, ready (doubles); bind, partner, peer, lane_of (int32) */
+    /* fin, ready (doubles); bind, partner, lane_of (int32): bytes, which the kernel allocates
+     * unwritten, so that they are on huge pages (huge_hint); the caller reads them through
+     * memoryview casts */
+    PyObject *cols[5] = {NULL};
     /* (1) the columns and tables, which may run Python code, then every column made here */
     long long *starts = index_array(&sc, starts_o, &D1, "runtime_plain: starts");
     if (starts == NULL || !read_ints(&sc, code_o, &code_c, &n, "runtime_plain: code") ||
@@ -2897,14 +2991,16 @@ k_runtime_plain(PyObject *self, PyObject *args)
     }
     /* the int columns are int32 ("i", as int is on every platform CPython supports): the
      * actions (and 3n event keys) are fewer than INT32_MAX, checked above */
-    double *fv = column_new(&cols[0], "d", n), *rv = column_new(&cols[1], "d", n);
-    int32_t *bv = column_new(&cols[2], "i", 3 * n), *partner = column_new(&cols[3], "i", n),
-            *peer = column_new(&cols[4], "i", n), *lane_of = column_new(&cols[5], "i", n);
-    for (int q = 0; q < 3; q++)
-        if (!(flags[q] = PyBytes_FromStringAndSize(NULL, n)))
+    const Py_ssize_t col_len[5] = {8 * n, 8 * n, 12 * n, 4 * n, 4 * n};
+    for (int q = 0; q < 5; q++)
+        if (!(cols[q] = new_bytes(col_len[q])))
             goto done;
-    if (!fv || !rv || !bv || !partner || !peer || !lane_of)
-        goto done;
+    double *fv = (double *)PyBytes_AS_STRING(cols[0]), *rv = (double *)PyBytes_AS_STRING(cols[1]);
+    int32_t *bv = (int32_t *)PyBytes_AS_STRING(cols[2]), *partner = (int32_t *)PyBytes_AS_STRING(cols[3]),
+            *lane_of = (int32_t *)PyBytes_AS_STRING(cols[4]);
+    for (int q = 0; q < 3; q++)
+        if (!(flags[q] = new_bytes(n)))
+            goto done;
     unsigned char *ffp = (unsigned char *)PyBytes_AS_STRING(flags[0]), *rfp = (unsigned char *)PyBytes_AS_STRING(flags[1]);
     /* (2) from here on nothing is made and nothing is called: the columns read where they
      * lie (a code -1 is bookkeeping) and checked */
@@ -2972,14 +3068,17 @@ k_runtime_plain(PyObject *self, PyObject *args)
 
     /* (3) matching (runtime.match): per channel (sender, receiver, direction when the layout
      * splits it) the k-th send posted meets the k-th receive posted */
+    /* each message's peer rank: the matching's and the lanes' (every message has a partner
+     * on that rank, so the caller derives the column from partner) */
     unsigned char *is_comm = (unsigned char *)PyBytes_AS_STRING(flags[2]), *is_send = scratch_array(&sc, n, 1, 1);
+    int32_t *peer = scratch_array(&sc, n, sizeof(int32_t), 0);
     if (n > 0)
         memset(is_comm, 0, (size_t)n);
     long long nch = (long long)D * D * 2;
     if ((double)nch > 4.0 * (double)n + 1024.0)
         goto not_plain; /* a channel table that would not follow the action count */
     long long *scount = scratch_array(&sc, nch, sizeof(long long), 1), *rcount = scratch_array(&sc, nch, sizeof(long long), 1);
-    if (!is_comm || !is_send || !scount || !rcount)
+    if (!is_comm || !is_send || !peer || !scount || !rcount)
         goto done;
     /* the channel of message i on rank d */
 #define CHANNEL(i, d) ((((long long)(is_send[i] ? (d) : peer[i])) * D + (is_send[i] ? peer[i] : (d))) * 2 + \
@@ -3151,6 +3250,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
             }
     }
     scratch_drop(&sc, keys);
+    scratch_drop(&sc, peer);
     /* each lane's items, in order */
     long long *loff = scratch_array(&sc, L + 1, sizeof(long long), 1), *fill = scratch_array(&sc, L, sizeof(long long), 1);
     int32_t *items = skey; /* the keys are read: their array holds the items now */
@@ -3398,7 +3498,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
      * fin - duration: runtime._native makes them when they are read) */
     unsigned char *never = NULL; /* a hang: 1 where a compute never ended, a message was never ready */
     if (hung) {
-        if (!(flags[3] = PyBytes_FromStringAndSize(NULL, n)))
+        if (!(flags[3] = new_bytes(n)))
             goto done;
         never = (unsigned char *)PyBytes_AS_STRING(flags[3]);
     }
@@ -3487,17 +3587,14 @@ k_runtime_plain(PyObject *self, PyObject *args)
     PyObject *makespan = n ? rn_object(top) : PyLong_FromLong(0);
     if (makespan == NULL)
         goto done;
-    PyObject *c[6];
-    for (int q = 0; q < 6; q++)
-        c[q] = column_take(&cols[q]);
-    result = Py_BuildValue("(NONONNNNONLOO)", c[0], flags[0], c[1], flags[1], c[2], c[3], c[4], c[5], lanes_l,
-                           makespan, last, flags[2], hang ? hang : Py_None);
+    result = Py_BuildValue("(OOOOOOOONLOO)", cols[0], flags[0], cols[1], flags[1], cols[2], cols[3], cols[4],
+                           lanes_l, makespan, last, flags[2], hang ? hang : Py_None);
     goto done;
 not_plain:
     result = declined();
 done:
-    for (int q = 0; q < 6; q++)
-        column_free(&cols[q]);
+    for (int q = 0; q < 5; q++)
+        Py_XDECREF(cols[q]);
     for (int q = 0; q < 4; q++)
         Py_XDECREF(flags[q]);
     Py_XDECREF(lanes_l);
@@ -3528,7 +3625,7 @@ k_loss_order_plain(PyObject *self, PyObject *args)
     long long f_code, last;
     if (!PyArg_ParseTuple(args, "OOOnnLL", &code_o, &stage_o, &mb_o, &lo, &hi, &f_code, &last))
         return NULL;
-    scratch_t sc = {{NULL}, 0};
+    scratch_t sc = SCRATCH_INIT;
     ints_t code_c = {{NULL}}, stage_c = {{NULL}}, mb_c = {{NULL}};
     Py_ssize_t n = 0, n2 = 0, n3 = 0;
     if (!read_ints(&sc, code_o, &code_c, &n, "loss_order_plain: code") ||
@@ -3579,7 +3676,7 @@ k_pair_send_waits(PyObject *self, PyObject *args)
     columns_t c;
     if (!read_columns(codes, stages, mbs, lengths, 256, &c, "pair_send_waits"))
         return NULL;
-    scratch_t sc = {{NULL}, 0};
+    scratch_t sc = SCRATCH_INIT;
     ints_t code_c = {{NULL}}, mb_c = {{NULL}}, waits_c = {{NULL}};
     column_t out_w = {NULL}, out_s = {NULL};
     Py_ssize_t n = 0, n2 = 0, nw = 0;
@@ -3758,7 +3855,7 @@ k_memory_plain(PyObject *self, PyObject *args)
                           &static_o, &limit_o, &inert))
         return NULL;
     Py_ssize_t D1 = 0, n = 0, n2 = 0, ni = 0, no = 0;
-    scratch_t sc = {{NULL}, 0};
+    scratch_t sc = SCRATCH_INIT;
     /* (1) the columns and small tables, which may run Python code (an iterable is listed);
      * the code and stage columns are read where they lie (each entry once or twice) */
     long long *starts = index_array(&sc, starts_o, &D1, "memory_plain: starts");
@@ -3937,7 +4034,7 @@ k_critical_path_plain(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_ssize_t n = end.n, D1 = 0, nw = 0;
-    scratch_t sc = {{NULL}, 0};
+    scratch_t sc = SCRATCH_INIT;
     long long *starts = index_array(&sc, starts_o, &D1, "critical_path_plain: starts");
     ints_t wait = {{NULL}};
     PyObject *path = NULL, *result = NULL;
@@ -4079,7 +4176,7 @@ k_format_plain(PyObject *self, PyObject *args)
     /* each indexed action is held (a strong reference: an Action cannot change) before any
      * text is made; then nothing of the two lists is read again */
     Py_ssize_t n = PyList_GET_SIZE(indices), na = PyList_GET_SIZE(acts), held = 0;
-    scratch_t sc = {{NULL}, 0};
+    scratch_t sc = SCRATCH_INIT;
     PyObject **act = scratch_array(&sc, n, sizeof(PyObject *), 0);
     if (act == NULL)
         return NULL;
@@ -4145,7 +4242,7 @@ k_format_columns(PyObject *self, PyObject *args)
         return NULL;
     /* the indices read into C first: then nothing of the caller's list is read again */
     Py_ssize_t n = PyList_GET_SIZE(indices);
-    scratch_t sc = {{NULL}, 0};
+    scratch_t sc = SCRATCH_INIT;
     long long *at = scratch_array(&sc, n, sizeof(long long), 0);
     if (at == NULL)
         return NULL;
@@ -4276,7 +4373,7 @@ k_lower_keyed(PyObject *self, PyObject *args)
     const char *gsb = PyBytes_AS_STRING(gstages), *gmb = PyBytes_AS_STRING(gmbs);
     const double *ge = (const double *)PyBytes_AS_STRING(gends);
     Py_ssize_t cells = (Py_ssize_t)(S * M * 4);
-    scratch_t sc = {{0}, 0};
+    scratch_t sc = SCRATCH_INIT;
     lvec_t *mid = NULL, *out = NULL;
     lk_msg_t *msg = NULL;
     lk_ins_t *ins = NULL;
@@ -4524,7 +4621,7 @@ k_defer_recv_plain(PyObject *self, PyObject *args)
             || c.mb[i] < (c.code[i] >= LK_UNSHARD ? -1 : 0))
             return declined();
     Py_ssize_t cells = (Py_ssize_t)(S * M * 2);
-    scratch_t sc = {{0}, 0};
+    scratch_t sc = SCRATCH_INIT;
     PyObject *ocodes = NULL, *ostages = NULL, *ombs = NULL;
     int32_t *rank = scratch_array(&sc, S, sizeof(int32_t), 0);
     Py_ssize_t *tab = scratch_array(&sc, cells, sizeof(Py_ssize_t), 0);
@@ -4535,9 +4632,9 @@ k_defer_recv_plain(PyObject *self, PyObject *args)
     unsigned char *alive = scratch_array(&sc, n, 1, 1);
     Py_ssize_t *head = scratch_array(&sc, D, sizeof(Py_ssize_t), 0);
     Py_ssize_t *tail = scratch_array(&sc, D, sizeof(Py_ssize_t), 0);
-    ocodes = PyBytes_FromStringAndSize(NULL, n);
-    ostages = PyBytes_FromStringAndSize(NULL, 8 * n);
-    ombs = PyBytes_FromStringAndSize(NULL, 8 * n);
+    ocodes = new_bytes(n);
+    ostages = new_bytes(8 * n);
+    ombs = new_bytes(8 * n);
     if (!rank || !tab || !e_i || !e_next || !e_key || !e_peer || !alive || !head || !tail || !ocodes || !ostages
         || !ombs) {
         if (!PyErr_Occurred())
@@ -4714,7 +4811,7 @@ static PyMethodDef methods[] = {
     {"runtime_plain", k_runtime_plain, METH_VARARGS,
      "runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds, nccl, "
      "buffered, by_edge, by_direction, lazy, retired_waits, retired_sends, max_cycles) -> (end, ready as "
-     "times columns, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm, hang) | None."},
+     "times columns, bind, partner, lane_of, lanes, makespan, last, is_comm, hang) | None."},
     {"bind_path", k_bind_path, METH_VARARGS,
      "bind_path(bind, is_comm, last) -> list | None: the critical path of a compiled run, from its binders."},
     {"start_list", k_start_list, METH_VARARGS,

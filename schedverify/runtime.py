@@ -31,6 +31,7 @@ Every action is visited once and every wait is woken once: linear in the number 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -81,9 +82,24 @@ class Matching:
     """
 
     partner: list[int]
-    peer_device: list[int]  # of each SEND/RECV whose peer stage exists, else -1
+    if TYPE_CHECKING:
+        peer_device: list[int]
+    else:  # of each SEND/RECV whose peer stage exists, else -1 (the compiled run's: _PeerDevices)
+        peer_device: LazyField[list] = LazyField()
     crossed: list[tuple[int, int, int]]
     unmatched: list[tuple[int, str, int, int]]
+
+
+class _PeerDevices(Later[list]):
+    """Matching.peer_device of the compiled run, where every SEND/RECV has a partner (the
+    kernel declines the rest): the device of each message's partner, -1 for the others."""
+
+    def __init__(self, partner: Sequence[int], starts: Sequence[int]):
+        self.partner, self.starts = partner, starts
+
+    def make(self) -> list:
+        starts = self.starts
+        return [bisect_right(starts, p) - 1 if p >= 0 else -1 for p in self.partner]
 
 
 #: comm kind code -> whether it carries forward traffic (an activation) rather than a gradient
@@ -294,7 +310,7 @@ class RuntimeResult:
     else:  # the compiled run gives them as graph.Times columns, made into lists when read
         start: LazyField[list[float]] = LazyField()
         end: LazyField[list[float]] = LazyField()
-    bind: list[int]  # (or an array of them, from the compiled run)
+    bind: list[int]  # (or an int32 memoryview of them, from the compiled run)
     cycles: list[list[Wait]]
     stuck: list[Wait]
     matching: Matching
@@ -406,7 +422,11 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
                                runtime.lazy, *retired, MAX_CYCLES)
     if got is None:
         return None
-    fv, ff, rv, rf, bind, partner, peer_device, lane_of, lanes, makespan, last, is_comm, hang = got
+    # the columns come as bytes of native doubles and int32 (the kernel's own allocations,
+    # on huge pages where the system has them): read through typed views, not copied
+    fv, ff, rv, rf, bind, partner, lane_of, lanes, makespan, last, is_comm, hang = got
+    fv, rv = memoryview(fv).cast("d"), memoryview(rv).cast("d")
+    bind, partner, lane_of = (memoryview(c).cast("i") for c in (bind, partner, lane_of))
     kinds, labels = [], []
     for d, stream, key in lanes:
         if stream == "comm":
@@ -415,7 +435,7 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
             label, peer = ("host" if stream == "host" else "compute stream"), -1
         kinds.append((d, stream, peer))
         labels.append(label)
-    m = matching if matching is not None else Matching(partner, peer_device, [], [])
+    m = matching if matching is not None else Matching(partner, _PeerDevices(partner, g.starts), [], [])
     cycles: list[list[Wait]] = []
     stuck: list[Wait] = []
     never = None

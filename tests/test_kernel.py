@@ -815,7 +815,7 @@ BAD_CALLS = [
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (3,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [], [], 10)", "ValueError"),  # a route entry that is not a rank
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
-     "False, False, False, [], [], 10)[10]", "returned 0"),  # one F on one rank: the last action is 0
+     "False, False, False, [], [], 10)[9]", "returned 0"),  # one F on one rank: the last action is 0
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [0], [0], 10)", "ValueError"),  # a retired wait whose send is no send
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
