@@ -289,6 +289,15 @@ new_bytes(Py_ssize_t n)
     return b;
 }
 
+/* A result column of n entries of size bytes as new_bytes (the caller reads it through a
+ * memoryview cast): *out, and its buffer; NULL with an exception set. */
+static void *
+bytes_column(PyObject **out, Py_ssize_t n, size_t size)
+{
+    *out = new_bytes(n * (Py_ssize_t)size);
+    return *out ? PyBytes_AS_STRING(*out) : NULL;
+}
+
 /* Scratch arrays.  Each function registers every C array it allocates in its scratch_t and
  * frees them all with one scratch_free on its way out, whichever way it leaves. */
 #define MAX_SCRATCH 48
@@ -1895,7 +1904,8 @@ place_action(Py_ssize_t i, Py_ssize_t p, Py_ssize_t d, int c, long long s, long 
     stage[i] = (int32_t)s; /* in range: S, M and every position fit (compile_core) */
     if (mbs != NULL) /* NULL: the columns' own microbatches are read */
         mbs[i] = (int32_t)m;
-    pos[i] = (int32_t)p;
+    if (pos != NULL) /* NULL: a graph of the columns, whose positions are made on demand */
+        pos[i] = (int32_t)p;
     devs[i] = (int32_t)d;
     counts[c]++;
     return 1;
@@ -2022,17 +2032,19 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     scratch_t sc = SCRATCH_INIT;
     int32_t *route_dev, *mr = NULL, *table, *devs;
     int8_t *code;
-    int32_t *stage, *mbs = NULL, *pos, *waitc;
+    int32_t *stage, *mbs = NULL, *pos = NULL, *waitc;
     long long *starts, *inv = NULL;
     /* the entries of the columns without a code (codes K and up: graph.Graph.uncoded) and
      * among them, by their code's role (roles[code - K]), the REDUCE_GRADs (Graph.reduce_grads),
      * the WAIT_REDUCE_GRADs (Graph.reduce_waits) and the WAIT_SENDs (Graph.send_waits) */
     long long *uncoded = NULL, *reduces = NULL, *rwaits = NULL, *swaits = NULL;
     Py_ssize_t nuncoded = 0, nreduces = 0, nrwaits = 0, nswaits = 0;
-    column_t c_uncoded = {NULL}, c_swaits = {NULL};
-    /* the Graph's columns as graph.py's typecodes (COLUMN_TYPES), filled where they lie */
-    column_t c_dev = {NULL}, c_pos = {NULL}, c_starts = {NULL}, c_wait = {NULL}, c_code = {NULL},
-             c_stage = {NULL}, c_mb = {NULL};
+    column_t c_uncoded = {NULL}, c_swaits = {NULL}, c_starts = {NULL};
+    /* the Graph's columns (int8 code, the others int32), filled where they lie: bytes, on
+     * huge pages (new_bytes), which graph.compile_graph reads through memoryview casts; a
+     * graph of the columns has no pos (graph._ByDevice makes it on demand) and its devices
+     * are scratch */
+    PyObject *c_dev = NULL, *c_pos = NULL, *c_wait = NULL, *c_code = NULL, *c_stage = NULL, *c_mb = NULL;
     PyObject *acts = NULL, *result = NULL;
     Py_ssize_t ninv = 0, inv_cap = 0;
     int explicit = 0;
@@ -2057,9 +2069,10 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     if (!ok || R < 1)
         goto not_plain;
 
-    if (!(code = column_new(&c_code, "b", n)) || !(stage = column_new(&c_stage, "i", n)) ||
-        !(mbs = column_new(&c_mb, "i", n)) ||
-        !(pos = column_new(&c_pos, "i", n)) || !(devs = column_new(&c_dev, "i", n)) ||
+    if (!(code = bytes_column(&c_code, n, 1)) || !(stage = bytes_column(&c_stage, n, sizeof(int32_t))) ||
+        !(mbs = bytes_column(&c_mb, n, sizeof(int32_t))) ||
+        (order && !(pos = bytes_column(&c_pos, n, sizeof(int32_t)))) ||
+        !(devs = order ? bytes_column(&c_dev, n, sizeof(int32_t)) : scratch_array(&sc, n, sizeof(int32_t), 0)) ||
         !(starts = column_new(&c_starts, "q", D + 1)) || (order && !(acts = PyList_New(n))))
         goto fail;
 
@@ -2105,7 +2118,6 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
                 code[i] = -1;
                 stage[i] = -1;
                 mbs[i] = -1;
-                pos[i] = p;
                 devs[i] = (int32_t)d;
                 uncoded[nuncoded++] = i;
                 if (role == ROLE_REDUCE)
@@ -2168,7 +2180,8 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     for (int c = 0; c < K; c++)
         slot[c] = counts[c] ? present++ : -1;
     Py_ssize_t table_size = (Py_ssize_t)(S * M * (present ? present : 1));
-    if (!(table = scratch_array(&sc, table_size, sizeof(int32_t), 0)) || !(waitc = column_new(&c_wait, "i", n)))
+    if (!(table = scratch_array(&sc, table_size, sizeof(int32_t), 0)) ||
+        !(waitc = bytes_column(&c_wait, n, sizeof(int32_t))))
         goto fail;
     memset(table, 0xff, sizeof(int32_t) * (size_t)table_size); /* -1: no action */
     for (i = 0; i < n; i++) {
@@ -2230,14 +2243,9 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
 #undef LOOKUP
 
     {
-        PyObject *dev_l = column_take(&c_dev);
-        PyObject *pos_l = column_take(&c_pos);
         PyObject *starts_l = column_take(&c_starts);
-        PyObject *wait_l = column_take(&c_wait);
         PyObject *counts_l = list_of_ints(counts, K);
         PyObject *inv_l = PyList_New(ninv);
-        PyObject *code_l = column_take(&c_code);
-        PyObject *stage_l = column_take(&c_stage);
         int32_t *uv = column_new(&c_uncoded, "i", nuncoded), *sv = column_new(&c_swaits, "i", nswaits);
         for (Py_ssize_t k = 0; uv && k < nuncoded; k++)
             uv[k] = (int32_t)uncoded[k];
@@ -2245,7 +2253,6 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
             sv[k] = (int32_t)swaits[k];
         PyObject *uncoded_l = column_take(&c_uncoded), *swaits_l = column_take(&c_swaits);
         PyObject *reduces_l = list_of_ints(reduces, nreduces), *rwaits_l = list_of_ints(rwaits, nrwaits);
-        PyObject *mb_l = column_take(&c_mb);
         for (Py_ssize_t k = 0; inv_l && k < ninv; k++) {
             PyObject *pair = Py_BuildValue("(LL)", inv[2 * k], inv[2 * k + 1]);
             if (pair == NULL) {
@@ -2254,25 +2261,18 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
             }
             PyList_SET_ITEM(inv_l, k, pair);
         }
-        if (dev_l && pos_l && starts_l && wait_l && counts_l && inv_l && code_l && stage_l && uncoded_l &&
-            reduces_l && rwaits_l && swaits_l && mb_l) {
-            result = Py_BuildValue("(OOOOOOOOOOOOOOO)", acts ? acts : Py_None, dev_l, pos_l, starts_l, wait_l,
-                                   counts_l, inv_l, code_l, stage_l, explicit ? Py_True : Py_False, uncoded_l,
-                                   reduces_l, rwaits_l, swaits_l, mb_l);
+        if (starts_l && counts_l && inv_l && uncoded_l && reduces_l && rwaits_l && swaits_l) {
+            result = Py_BuildValue("(OOOOOOOOOOOOOOO)", acts ? acts : Py_None, c_dev ? c_dev : Py_None,
+                                   c_pos ? c_pos : Py_None, starts_l, c_wait, counts_l, inv_l, c_code, c_stage,
+                                   explicit ? Py_True : Py_False, uncoded_l, reduces_l, rwaits_l, swaits_l, c_mb);
         }
-        Py_XDECREF(mb_l);
         Py_XDECREF(uncoded_l);
         Py_XDECREF(reduces_l);
         Py_XDECREF(rwaits_l);
         Py_XDECREF(swaits_l);
-        Py_XDECREF(dev_l);
-        Py_XDECREF(pos_l);
         Py_XDECREF(starts_l);
-        Py_XDECREF(wait_l);
         Py_XDECREF(counts_l);
         Py_XDECREF(inv_l);
-        Py_XDECREF(code_l);
-        Py_XDECREF(stage_l);
     }
     goto done;
 
@@ -2284,13 +2284,13 @@ nomem:
 fail:
 done:
     Py_XDECREF(acts);
-    column_free(&c_dev);
-    column_free(&c_pos);
+    Py_XDECREF(c_dev);
+    Py_XDECREF(c_pos);
     column_free(&c_starts);
-    column_free(&c_wait);
-    column_free(&c_code);
-    column_free(&c_stage);
-    column_free(&c_mb);
+    Py_XDECREF(c_wait);
+    Py_XDECREF(c_code);
+    Py_XDECREF(c_stage);
+    Py_XDECREF(c_mb);
     column_free(&c_uncoded);
     column_free(&c_swaits);
     scratch_free(&sc);
@@ -2815,8 +2815,11 @@ compare_ll(const void *a, const void *b)
 typedef struct {
     const unsigned char *is_comm, *is_send;
     const int32_t *partner;
-    /* each action's duration: dtab[dix[i]], the table holding each distinct number object
-     * read (a duration per action is one of the costs' few numbers) */
+    /* each action's duration: dcode[code + 1] when every action of a code has the same
+     * one (dix NULL), else dtab[dix[i]], the table holding each distinct number object read
+     * (a duration per action is one of the costs' few numbers) */
+    const ints_t *code;
+    rnum_t dcode[MAX_CODES + 1];
     const int32_t *dix;
     const rnum_t *dtab;
     rnum_t comm;
@@ -2826,7 +2829,13 @@ typedef struct {
     double *fin_v, *ready_v;
     unsigned char *fin_f, *ready_f, *state;
     int32_t *bind;
-    int32_t *whead, *wnext; /* per action the lanes waiting for its fin, linked */
+    /* the lanes waiting: waited[k], the action blocked lane k waits for; whead[l], the
+     * first of the lanes that wait for an action of lane l, linked by wnext (the last to
+     * begin waiting first).  A lane per action would be a column; a list per lane is L
+     * entries, and an action's waiters are found on its own lane's list (RT_AWAITED: it
+     * has some) */
+    const int32_t *lane_of;
+    int32_t *waited, *whead, *wnext;
     int32_t *stack;
     Py_ssize_t top;
 } rt_t;
@@ -2834,6 +2843,7 @@ typedef struct {
 #define RT_HAS_FIN 1
 #define RT_HAS_READY 2
 #define RT_RETIRED 4 /* a WAIT_SEND whose data is the send it retires (in lastc) */
+#define RT_AWAITED 8 /* a lane waits for its fin */
 
 static inline rnum_t
 rt_fin(const rt_t *r, long long i)
@@ -2856,13 +2866,18 @@ rt_set_fin(rt_t *r, long long i, rnum_t t)
     r->fin_v[i] = t.v;
     r->fin_f[i] = t.f;
     r->state[i] |= RT_HAS_FIN;
-    int32_t k = r->whead[i];
-    r->whead[i] = -1;
+    if (!(r->state[i] & RT_AWAITED))
+        return;
+    r->state[i] &= (unsigned char)~RT_AWAITED;
     Py_ssize_t from = r->top;
-    while (k >= 0) {
-        int32_t next = r->wnext[k];
-        r->stack[r->top++] = k;
-        k = next;
+    for (int32_t *link = &r->whead[r->lane_of[i]]; *link >= 0;) {
+        int32_t k = *link;
+        if (r->waited[k] == i) { /* unlinked, onto the stack */
+            *link = r->wnext[k];
+            r->stack[r->top++] = k;
+        } else {
+            link = &r->wnext[k];
+        }
     }
     /* the list holds the lanes last to wait first: on the stack they go in the order they
      * began to wait, as the reference's list extends it, so that the last to wait runs first.
@@ -2878,7 +2893,7 @@ rt_set_fin(rt_t *r, long long i, rnum_t t)
 static inline rnum_t
 rt_dur(const rt_t *r, long long i)
 {
-    return r->dtab[r->dix[i]];
+    return r->dix != NULL ? r->dtab[r->dix[i]] : r->dcode[int_at(r->code, i) + 1];
 }
 
 static inline void
@@ -3029,18 +3044,42 @@ k_runtime_plain(PyObject *self, PyObject *args)
         goto done;
     }
 
-    /* durations and comm: each action's an index into a table of the number objects read
-     * (dtab has room for one per action; only the few the costs give are written) */
-    int32_t *dix = scratch_array(&sc, n, sizeof(int32_t), 0);
-    rnum_t *dtab = scratch_array(&sc, n, sizeof(rnum_t), 0), comm = {0, 0};
-    if (dix == NULL || dtab == NULL)
-        goto done;
+    /* durations and comm.  When every action of a code has the same number object for its
+     * duration (graph.durations_for with one cost per kind: a check's), each code's is read
+     * once (dcode) and no column is made; otherwise each action gets an index into a table
+     * of the number objects read (dtab has room for one per action; only the few the costs
+     * give are written) */
+    rnum_t comm = {0, 0}, dcode[MAX_CODES + 1] = {{0, 0}};
+    PyObject *dobj[MAX_CODES + 1] = {NULL};
+    int32_t *dix = NULL;
+    rnum_t *dtab = NULL;
     if (!read_number(comm_o, &comm.v, &comm.f))
         goto not_plain;
+    long long bound = 0;
+    int by_code = 1;
+    for (Py_ssize_t i = 0; i < n && by_code; i++) {
+        PyObject *o = PyList_GET_ITEM(dur_o, i);
+        long long c = CODE(i) + 1;
+        if (dobj[c] != o) {
+            if (dobj[c] != NULL) {
+                by_code = 0; /* a code with two objects: the table below */
+                break;
+            }
+            if (!read_number(o, &dcode[c].v, &dcode[c].f) || !(dcode[c].v >= 0))
+                goto not_plain;
+            dobj[c] = o;
+        }
+        if (!dcode[c].f && (bound += 2 * (long long)dcode[c].v) > EXACT_INT_MAX)
+            goto not_plain; /* a message's delta is one of its two durations: counted twice */
+    }
+    if (!by_code && (!(dix = scratch_array(&sc, n, sizeof(int32_t), 0)) ||
+                     !(dtab = scratch_array(&sc, n, sizeof(rnum_t), 0))))
+        goto done;
     PyObject *seen[NUMBER_CACHE] = {NULL};
     int32_t seen_at[NUMBER_CACHE] = {0}, ntab = 0, next_seen = 0;
-    long long bound = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    if (!by_code)
+        bound = 0;
+    for (Py_ssize_t i = 0; i < n && !by_code; i++) {
         PyObject *o = PyList_GET_ITEM(dur_o, i);
         int k = 0;
         while (k < NUMBER_CACHE && seen[k] != o)
@@ -3287,6 +3326,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
     r.is_comm = is_comm;
     r.is_send = is_send;
     r.partner = partner;
+    r.code = &code_c;
+    memcpy(r.dcode, dcode, sizeof dcode);
     r.dix = dix;
     r.dtab = dtab;
     r.comm = comm;
@@ -3297,13 +3338,14 @@ k_runtime_plain(PyObject *self, PyObject *args)
     r.ready_f = rfp;
     r.bind = bv;
     r.state = scratch_array(&sc, n, 1, 1);
-    r.whead = scratch_array(&sc, n, sizeof(int32_t), 0);
+    r.lane_of = lane_of;
+    r.whead = scratch_array(&sc, L, sizeof(int32_t), 0);
     r.wnext = scratch_array(&sc, L, sizeof(int32_t), 0);
     r.stack = scratch_array(&sc, L, sizeof(int32_t), 0);
     long long *ptr = scratch_array(&sc, L, sizeof(long long), 0), *source = scratch_array(&sc, L, sizeof(long long), 0);
     rnum_t *clock = scratch_array(&sc, L, sizeof(rnum_t), 0);
     unsigned char *blocked = scratch_array(&sc, L, 1, 1);
-    int32_t *waited = scratch_array(&sc, L, sizeof(int32_t), 0); /* a blocked lane's awaited action */
+    int32_t *waited = r.waited = scratch_array(&sc, L, sizeof(int32_t), 0); /* a blocked lane's awaited action */
     if (!r.state || !r.whead || !r.wnext || !r.stack || !ptr || !source || !clock || !blocked || !waited)
         goto done;
     for (Py_ssize_t k = 0; k < nret; k++) { /* checked above; a wait given twice: the last send */
@@ -3312,7 +3354,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
     }
     for (Py_ssize_t k = 0; k < 3 * n; k++)
         bv[k] = -1;
-    for (Py_ssize_t k = 0; k < n; k++)
+    for (Py_ssize_t k = 0; k < L; k++)
         r.whead[k] = -1;
     r.top = 0;
     for (Py_ssize_t k = L - 1; k >= 0; k--) {
@@ -3403,8 +3445,9 @@ k_runtime_plain(PyObject *self, PyObject *args)
             blocked[k] = awaited >= 0;
             if (awaited >= 0) {
                 waited[k] = (int32_t)awaited;
-                r.wnext[k] = r.whead[awaited];
-                r.whead[awaited] = (int32_t)k;
+                r.wnext[k] = r.whead[lane_of[awaited]];
+                r.whead[lane_of[awaited]] = (int32_t)k;
+                r.state[awaited] |= RT_AWAITED;
             }
         }
         /* nothing moves.  A lane still blocked is a hang: as the reference does (to report every

@@ -109,8 +109,8 @@ class Graph:
         acts: LazyField[list[Action]] = LazyField()
     # The integer columns are arrays (array.array: code of typecode b, starts q, the others
     # i, 4 bytes an entry, or q where an entry does not fit in 32 bits: only the reference
-    # takes such a schedule), whichever implementation built them, so the kernel reads them
-    # as C arrays.
+    # takes such a schedule) or, from the kernel, memoryviews of its bytes in those formats
+    # (its own allocation, on huge pages), so the kernel reads them as C arrays.
     if TYPE_CHECKING:  # the device of each action
         dev: array[int]
     else:  # (made on first read for a graph of a schedule's columns, as pos)
@@ -292,8 +292,13 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
         if columns is not None:  # it declined every schedule with a fact it leaves empty
             (acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit, uncoded, reduces, reduce_waits,
              waits, mb) = columns
+            # the kernel's columns are bytes of int8 (code) and int32, read where they lie
+            code = memoryview(code).cast("b")
+            stage, mb, wait = (memoryview(c).cast("i") for c in (stage, mb, wait))
             if cols is not None:  # d and i - starts[d]: not held through the check, which reads
                 dev, pos = _ByDevice(starts, True), _ByDevice(starts, False)  # them to name a place
+            else:
+                dev, pos = memoryview(dev).cast("i"), memoryview(pos).cast("i")
             return Graph(schedule, explicit, False, cast(list, _ActsOf(schedule)) if acts is None else acts,
                          dev, pos, starts, code, stage, mb, wait, {}, counts, inversions=inversions,
                          uncoded=uncoded, reduce_grads=reduces, reduce_waits=reduce_waits, send_waits=waits)

@@ -1405,6 +1405,22 @@ def test_the_kernels_run_is_the_reference_runtimes(schedule, runtime, data):
     assert answered == matched
 
 
+@given(with_comm, runtimes(), st.data())
+def test_the_kernels_run_reads_durations_that_differ_within_a_kind(schedule, runtime, data):
+    """Per-stage costs give a kind's actions different duration objects: the kernel then
+    reads each action's own (its table of the numbers read) instead of one per kind, and
+    still gives the reference's run."""
+    value = st.one_of(st.integers(1, 7), st.floats(0.01, 9.99))
+    per_stage = st.tuples(*[value] * schedule.stages)
+    costs = data.draw(st.builds(Costs, F=per_stage, B=per_stage, I=value, W=per_stage, SEND_F=per_stage,
+                                comm=st.one_of(st.just(0), st.floats(0.0, 2.0))))
+    answered = assert_same_run(schedule, runtime, costs)
+    with pure_python():
+        run = simulate_of(schedule, runtime)
+    assert answered == (compile_graph(schedule).explicit_comm and schedule.placement.microbatch_route is None
+                        and not run.matching.crossed and not run.matching.unmatched)
+
+
 @given(with_comm.flatmap(lambda s: mutations(s, kinds=("swap", "move", "drop", "duplicate"))), runtimes())
 def test_the_kernels_run_declines_or_equals_the_reference_on_mutated_schedules(mutation, runtime):
     """Crossed messages, surplus sends, hangs on a stream or on the host: the kernel declines
