@@ -315,10 +315,20 @@ typedef struct {
  * glibc puts blocks up to 32 MiB once it has freed one that size) stays resident after it
  * is freed until the heap's top is trimmed, and the phases after it would pay for it.  NULL
  * when the platform has no such mapping or the system refuses one (then malloc's). */
+/* (not under AddressSanitizer, which sees overruns in malloc's blocks, not in mappings) */
+#if defined(__linux__) && defined(MAP_ANONYMOUS) && !defined(__SANITIZE_ADDRESS__)
+#define MAP_BIG 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#undef MAP_BIG
+#endif
+#endif
+
 static void *
 map_big(size_t len)
 {
-#if defined(__linux__) && defined(MAP_ANONYMOUS)
+#ifdef MAP_BIG
     size_t page = (size_t)HUGE_PAGE, total = len + page;
     char *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED)
@@ -340,7 +350,7 @@ map_big(size_t len)
 static void
 block_free(void *p, size_t mapped)
 {
-#if defined(__linux__) && defined(MAP_ANONYMOUS)
+#ifdef MAP_BIG
     if (mapped) {
         munmap(p, (mapped + 4095) & ~(size_t)4095);
         return;
@@ -2842,7 +2852,7 @@ typedef struct {
 
 #define RT_HAS_FIN 1
 #define RT_HAS_READY 2
-#define RT_RETIRED 4 /* a WAIT_SEND whose data is the send it retires (in lastc) */
+#define RT_RETIRED 4 /* a WAIT_SEND whose data is the send it retires (in partner, meanwhile) */
 #define RT_AWAITED 8 /* a lane waits for its fin */
 
 static inline rnum_t
@@ -3204,7 +3214,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
     }
 
     /* a WAIT_SEND's data: the send it retires, alone (runtime.data_deps; the sweep reads it
-     * off lastc, which only a SEND/RECV has otherwise, and the state bit RT_RETIRED) */
+     * off the WAIT_SEND's entry of partner, which only a SEND/RECV has otherwise, -1 again
+     * once the sweep is over, and the state bit RT_RETIRED) */
     for (Py_ssize_t k = 0; k < nret; k++) {
         long long w = ret_w[k], snd = ret_s[k];
         if (w < 0 || w >= n || snd < 0 || snd >= n || is_comm[w] || !is_send[snd]) {
@@ -3219,9 +3230,9 @@ k_runtime_plain(PyObject *self, PyObject *args)
     Py_ssize_t L = 0, maxl = D + (nccl ? n : 0) + 1; /* a comm stream has an action at least */
     long long *lane_dev = scratch_array(&sc, maxl, sizeof(long long), 0), *lane_key = scratch_array(&sc, maxl, sizeof(long long), 0);
     int *lane_kind = scratch_array(&sc, maxl, sizeof(int), 0); /* 0 host, 1 compute, 2 comm */
-    int32_t *skey = scratch_array(&sc, n, sizeof(int32_t), 0), *lastc = scratch_array(&sc, n, sizeof(int32_t), 0);
+    int32_t *skey = scratch_array(&sc, n, sizeof(int32_t), 0);
     long long *keys = scratch_array(&sc, n, sizeof(long long), 0); /* one device's stream keys, sorted */
-    if (!lane_dev || !lane_key || !lane_kind || !skey || !lastc || !keys)
+    if (!lane_dev || !lane_key || !lane_kind || !skey || !keys)
         goto done;
     for (Py_ssize_t d = 0; d < D; d++) {
         if (!nccl) {
@@ -3237,15 +3248,12 @@ k_runtime_plain(PyObject *self, PyObject *args)
         lane_dev[compute] = d;
         lane_kind[compute] = 1;
         lane_key[compute] = -1;
-        long long last = -1;
         Py_ssize_t nkeys = 0;
         for (long long i = starts[d]; i < starts[d + 1]; i++) {
             if (!is_comm[i]) {
                 lane_of[i] = (int32_t)compute;
-                last = i;
                 continue;
             }
-            lastc[i] = (int32_t)last;
             long long e = peer[i];
             long long key = by_edge ? (is_send[i] ? (long long)d * D + e : e * D + d)
                             : by_direction ? fwd_k[CODE(i)]
@@ -3307,7 +3315,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
 #define RT_DEPS(i, out, nout)                                                                              \
     do {                                                                                                   \
         if (r.state[i] & RT_RETIRED) {                                                                     \
-            out[nout++] = lastc[i];                                                                        \
+            out[nout++] = partner[i];                                                                      \
             break;                                                                                         \
         }                                                                                                  \
         long long w_ = int_at(&wait_c, i), c_ = CODE(i);                                                   \
@@ -3343,14 +3351,19 @@ k_runtime_plain(PyObject *self, PyObject *args)
     r.wnext = scratch_array(&sc, L, sizeof(int32_t), 0);
     r.stack = scratch_array(&sc, L, sizeof(int32_t), 0);
     long long *ptr = scratch_array(&sc, L, sizeof(long long), 0), *source = scratch_array(&sc, L, sizeof(long long), 0);
+    /* a communication stream's cursor over its rank's actions (NCCL): the first not yet
+     * passed, and the last compute entry passed (each SEND/RECV waits for the compute its
+     * rank posted before it) */
+    long long *scan = scratch_array(&sc, L, sizeof(long long), 0), *posted = scratch_array(&sc, L, sizeof(long long), 0);
     rnum_t *clock = scratch_array(&sc, L, sizeof(rnum_t), 0);
     unsigned char *blocked = scratch_array(&sc, L, 1, 1);
     int32_t *waited = r.waited = scratch_array(&sc, L, sizeof(int32_t), 0); /* a blocked lane's awaited action */
-    if (!r.state || !r.whead || !r.wnext || !r.stack || !ptr || !source || !clock || !blocked || !waited)
+    if (!r.state || !r.whead || !r.wnext || !r.stack || !ptr || !source || !scan || !posted || !clock || !blocked ||
+        !waited)
         goto done;
     for (Py_ssize_t k = 0; k < nret; k++) { /* checked above; a wait given twice: the last send */
         r.state[ret_w[k]] |= RT_RETIRED;
-        lastc[ret_w[k]] = (int32_t)ret_s[k];
+        partner[ret_w[k]] = (int32_t)ret_s[k];
     }
     for (Py_ssize_t k = 0; k < 3 * n; k++)
         bv[k] = -1;
@@ -3359,6 +3372,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
     r.top = 0;
     for (Py_ssize_t k = L - 1; k >= 0; k--) {
         ptr[k] = loff[k];
+        scan[k] = starts[lane_dev[k]];
+        posted[k] = -1;
         clock[k].v = 0;
         clock[k].f = 0;
         source[k] = -1;
@@ -3381,7 +3396,12 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 long long i = items[p];
                 if (is_comm[i]) {
                     if (nccl) {
-                        long long c = lastc[i];
+                        long long c = posted[k], q = scan[k];
+                        for (; q < i; q++)
+                            if (!is_comm[q])
+                                c = q;
+                        scan[k] = q;
+                        posted[k] = c;
                         if (c >= 0) { /* the stream waits for the compute posted before it */
                             if (!(r.state[c] & RT_HAS_FIN)) {
                                 awaited = c;
@@ -3527,6 +3547,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
         }
     }
 #undef RT_EVENT
+    for (Py_ssize_t k = 0; k < nret; k++)
+        partner[ret_w[k]] = -1; /* a WAIT_SEND has no partner: the sweep is over */
     if (!hung)
         for (Py_ssize_t i = 0; i < n; i++)
             if (!(r.state[i] & RT_HAS_FIN))
