@@ -289,6 +289,17 @@ new_bytes(Py_ssize_t n)
     return b;
 }
 
+/* PyList_New(n), its item array (zeroed by calloc: not yet written, for a big one) hinted
+ * as above. */
+static PyObject *
+new_list(Py_ssize_t n)
+{
+    PyObject *l = PyList_New(n);
+    if (l != NULL && n > 0)
+        huge_hint(&PyList_GET_ITEM(l, 0), (size_t)n * sizeof(PyObject *));
+    return l;
+}
+
 /* A result column of n entries of size bytes as new_bytes (the caller reads it through a
  * memoryview cast): *out, and its buffer; NULL with an exception set. */
 static void *
@@ -742,7 +753,7 @@ num_within(num_t v, double tol)
 #define DEFINE_LIST_OF(name, type)                            \
     static PyObject *name(const type *v, Py_ssize_t n)        \
     {                                                         \
-        PyObject *out = PyList_New(n);                        \
+        PyObject *out = new_list(n);                        \
         if (out == NULL)                                      \
             return NULL;                                      \
         for (Py_ssize_t i = 0; i < n; i++) {                  \
@@ -805,7 +816,7 @@ k_parse_row(PyObject *self, PyObject *args)
             goto not_plain;
         code[i] = (signed char)c;
     }
-    out = PyList_New(n);
+    out = new_list(n);
     for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
         PyObject *a = plain_action(type, stage[i], PyTuple_GET_ITEM(kinds, code[i]), mb[i]);
         if (a == NULL)
@@ -2083,7 +2094,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         !(mbs = bytes_column(&c_mb, n, sizeof(int32_t))) ||
         (order && !(pos = bytes_column(&c_pos, n, sizeof(int32_t)))) ||
         !(devs = order ? bytes_column(&c_dev, n, sizeof(int32_t)) : scratch_array(&sc, n, sizeof(int32_t), 0)) ||
-        !(starts = column_new(&c_starts, "q", D + 1)) || (order && !(acts = PyList_New(n))))
+        !(starts = column_new(&c_starts, "q", D + 1)) || (order && !(acts = new_list(n))))
         goto fail;
 
     long long counts[MAX_CODES] = {0};
@@ -2482,7 +2493,7 @@ k_start_list(PyObject *self, PyObject *args)
             goto done;
         }
     }
-    if (!(out = PyList_New(n)))
+    if (!(out = new_list(n)))
         goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         num_t x;
@@ -2519,7 +2530,7 @@ k_times_list(PyObject *self, PyObject *args)
     times_t t;
     if (!PyArg_ParseTuple(args, "OO", &values, &floats) || !read_times(values, floats, &t, "times_list"))
         return NULL;
-    PyObject *out = PyList_New(t.n);
+    PyObject *out = new_list(t.n);
     for (Py_ssize_t i = 0; out != NULL && i < t.n; i++) {
         num_t x;
         PyObject *o = time_at(&t, i, &x) ? number_object(x.f, x.is_float) : NULL;
@@ -2563,7 +2574,7 @@ k_durations_plain(PyObject *self, PyObject *args)
         held[k] = PyList_GET_ITEM(table, k);
         Py_INCREF(held[k]);
     }
-    out = PyList_New(n);
+    out = new_list(n);
     for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
         PyObject *x = held[code[i] < 0 ? T - 1 : code[i]];
         Py_INCREF(x);
@@ -4265,7 +4276,7 @@ k_format_plain(PyObject *self, PyObject *args)
         Py_INCREF(a);
         act[held] = a;
     }
-    out = PyList_New(n);
+    out = new_list(n);
     for (Py_ssize_t k = 0; out != NULL && k < n; k++) {
         int ok = 1;
         PyObject *text = action_text(exact_int(PyTuple_GET_ITEM(act[k], 0), &ok), PyTuple_GET_ITEM(act[k], 1),
@@ -4326,7 +4337,7 @@ k_format_columns(PyObject *self, PyObject *args)
         }
         at[k] = i;
     }
-    out = PyList_New(n);
+    out = new_list(n);
     for (Py_ssize_t k = 0; out != NULL && k < n; k++) {
         long long i = at[k];
         PyObject *text = action_text(col.stage[i], PyTuple_GET_ITEM(kinds, col.code[i]), col.mb[i]);
