@@ -244,7 +244,7 @@ class Graph:
 
     @property
     def n(self) -> int:
-        return len(self.dev)
+        return len(self.code)  # (not dev: a graph of a schedule's columns makes it on demand)
 
     def names(self, indices: list[int]) -> list[str]:
         """``str`` of the actions at these indices."""
