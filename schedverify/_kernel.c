@@ -39,6 +39,13 @@
 
 #define MAX_DIGITS 18 /* grammar.MAX_DIGITS: the significant digits of an index, at most */
 
+/* grammar.PlainRows' stage and microbatch columns: a native int32 each (-1: no microbatch),
+ * half the memory of the int64 they were.  A reader declines a file with an index that does
+ * not fit (the Python reader takes it, and the check reports the index out of range); the
+ * lowerings write the indices they read, which fit. */
+typedef int32_t pr_t;
+#define PR_FITS(v) ((v) >= -1 && (v) <= INT32_MAX)
+
 /* ------------------------------------------------------------------ cells */
 
 /* The index of the kind whose text is the k characters at s, or -1. */
@@ -861,19 +868,19 @@ k_parse_rows(PyObject *self, PyObject *args)
             Py_RETURN_NONE;
         n += PyList_GET_SIZE(row); /* each list is in memory: the sum fits */
     }
-    if (n > PY_SSIZE_T_MAX / 8)
+    if (n > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(pr_t))
         Py_RETURN_NONE;
     scratch_t sc = SCRATCH_INIT;
     Py_ssize_t *len = scratch_array(&sc, D, sizeof(Py_ssize_t), 0);
     PyObject *codes = len ? new_bytes(n) : NULL;
-    PyObject *stages = codes ? new_bytes(n * 8) : NULL;
-    PyObject *mbs = stages ? new_bytes(n * 8) : NULL;
+    PyObject *stages = codes ? new_bytes(n * (Py_ssize_t)sizeof(pr_t)) : NULL;
+    PyObject *mbs = stages ? new_bytes(n * (Py_ssize_t)sizeof(pr_t)) : NULL;
     PyObject *lengths = NULL, *result = NULL;
     if (mbs == NULL)
         goto done;
     char *code_out = PyBytes_AS_STRING(codes);
-    long long *stage_out = (long long *)PyBytes_AS_STRING(stages);
-    long long *mb_out = (long long *)PyBytes_AS_STRING(mbs);
+    pr_t *stage_out = (pr_t *)PyBytes_AS_STRING(stages);
+    pr_t *mb_out = (pr_t *)PyBytes_AS_STRING(mbs);
     Py_ssize_t i = 0;
     long long top_stage = -1, top_mb = -1;
     if (PyList_GET_SIZE(rows) != D) /* changed while the objects were made: not a case */
@@ -887,11 +894,14 @@ k_parse_rows(PyObject *self, PyObject *args)
             PyObject *cell = PyList_GET_ITEM(row, p);
             if (!PyUnicode_Check(cell) || !PyUnicode_IS_ASCII(cell))
                 goto not_plain;
+            long long st, mb;
             int c = parse_cell((const char *)PyUnicode_1BYTE_DATA(cell), PyUnicode_GET_LENGTH(cell),
-                               kt.text, kt.len, kt.count, NULL, &stage_out[i], &mb_out[i]);
-            if (c < 0)
+                               kt.text, kt.len, kt.count, NULL, &st, &mb);
+            if (c < 0 || !PR_FITS(st) || !PR_FITS(mb))
                 goto not_plain;
             code_out[i] = (char)c;
+            stage_out[i] = (pr_t)st;
+            mb_out[i] = (pr_t)mb;
             if (stage_out[i] > top_stage)
                 top_stage = stage_out[i];
             if (mb_out[i] > top_mb)
@@ -943,20 +953,21 @@ typedef struct {
     kinds_t *kt;
     Py_ssize_t n, cap;
     char *codes;
-    long long *stages, *mbs, top_stage, top_mb;
+    pr_t *stages, *mbs;
+    long long top_stage, top_mb;
     PyObject *lengths; /* a list: each row's number of cells */
 } scan_t;
 
 /* One cell's columns: 1, or 0 to decline (more cells than the columns hold: not a text
- * whose quotes were counted). */
+ * whose quotes were counted; an index beyond the columns' int32). */
 static inline int
 scan_cell(scan_t *sc, int code, long long st, long long mb)
 {
-    if (sc->n >= sc->cap)
+    if (sc->n >= sc->cap || !PR_FITS(st) || !PR_FITS(mb))
         return 0;
     sc->codes[sc->n] = (char)code;
-    sc->stages[sc->n] = st;
-    sc->mbs[sc->n] = mb;
+    sc->stages[sc->n] = (pr_t)st;
+    sc->mbs[sc->n] = (pr_t)mb;
     if (st > sc->top_stage)
         sc->top_stage = st;
     if (mb > sc->top_mb)
@@ -1090,16 +1101,16 @@ k_scan_order(PyObject *self, PyObject *args)
     sc.cap = PyUnicode_Count(text, quote, pos, len) / 2;
     if (sc.cap < 0)
         goto done;
-    if (sc.cap > PY_SSIZE_T_MAX / 8)
+    if (sc.cap > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(pr_t))
         goto not_plain;
     codes = new_bytes(sc.cap);
-    stages = new_bytes(sc.cap * 8);
-    mbs = new_bytes(sc.cap * 8);
+    stages = new_bytes(sc.cap * (Py_ssize_t)sizeof(pr_t));
+    mbs = new_bytes(sc.cap * (Py_ssize_t)sizeof(pr_t));
     if (!codes || !stages || !mbs)
         goto done;
     sc.codes = PyBytes_AS_STRING(codes);
-    sc.stages = (long long *)PyBytes_AS_STRING(stages);
-    sc.mbs = (long long *)PyBytes_AS_STRING(mbs);
+    sc.stages = (pr_t *)PyBytes_AS_STRING(stages);
+    sc.mbs = (pr_t *)PyBytes_AS_STRING(mbs);
     int ok;
     switch (PyUnicode_KIND(text)) {
     case PyUnicode_1BYTE_KIND:
@@ -1115,8 +1126,8 @@ k_scan_order(PyObject *self, PyObject *args)
         goto done;
     if (ok == 0)
         goto not_plain;
-    if (_PyBytes_Resize(&codes, sc.n) < 0 || _PyBytes_Resize(&stages, sc.n * 8) < 0 ||
-        _PyBytes_Resize(&mbs, sc.n * 8) < 0)
+    if (_PyBytes_Resize(&codes, sc.n) < 0 || _PyBytes_Resize(&stages, sc.n * (Py_ssize_t)sizeof(pr_t)) < 0 ||
+        _PyBytes_Resize(&mbs, sc.n * (Py_ssize_t)sizeof(pr_t)) < 0)
         goto done; /* _PyBytes_Resize freed the one it could not resize and set it to NULL */
     PyObject *lengths = PyList_AsTuple(sc.lengths);
     if (lengths != NULL) {
@@ -1174,18 +1185,18 @@ k_scan_csv(PyObject *self, PyObject *args)
     Py_ssize_t len = PyUnicode_GET_LENGTH(text), cap = 1, n = 0, p = 0;
     for (Py_ssize_t q = 0; q < len; q++)
         cap += s[q] == ',' || s[q] == '\n';
-    if (cap > PY_SSIZE_T_MAX / 8)
+    if (cap > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(pr_t))
         return declined();
     long long top_stage = -1, top_mb = -1;
     if ((lengths = PyList_New(0)) == NULL)
         goto done;
     codes = new_bytes(cap);
-    stages = new_bytes(cap * 8);
-    mbs = new_bytes(cap * 8);
+    stages = new_bytes(cap * (Py_ssize_t)sizeof(pr_t));
+    mbs = new_bytes(cap * (Py_ssize_t)sizeof(pr_t));
     if (!codes || !stages || !mbs)
         goto done;
     char *cd = PyBytes_AS_STRING(codes);
-    long long *st = (long long *)PyBytes_AS_STRING(stages), *mb = (long long *)PyBytes_AS_STRING(mbs);
+    pr_t *st = (pr_t *)PyBytes_AS_STRING(stages), *mb = (pr_t *)PyBytes_AS_STRING(mbs);
     while (p < len) { /* a line: s[p..end), then its terminator */
         const char *nl = memchr(s + p, '\n', (size_t)(len - p));
         Py_ssize_t end = nl == NULL ? len : nl - s, next = nl == NULL ? len : end + 1;
@@ -1198,10 +1209,13 @@ k_scan_csv(PyObject *self, PyObject *args)
                 Py_ssize_t c = comma == NULL ? end : comma - s;
                 if (n >= cap)
                     goto not_plain;
-                int code = parse_cell(s + p, c - p, kt.text, kt.len, kt.count, bare, &st[n], &mb[n]);
-                if (code < 0)
+                long long cst, cmb;
+                int code = parse_cell(s + p, c - p, kt.text, kt.len, kt.count, bare, &cst, &cmb);
+                if (code < 0 || !PR_FITS(cst) || !PR_FITS(cmb))
                     goto not_plain;
                 cd[n] = (char)code;
+                st[n] = (pr_t)cst;
+                mb[n] = (pr_t)cmb;
                 if (st[n] > top_stage)
                     top_stage = st[n];
                 if (mb[n] > top_mb)
@@ -1220,7 +1234,8 @@ k_scan_csv(PyObject *self, PyObject *args)
         Py_DECREF(l);
         p = next;
     }
-    if (_PyBytes_Resize(&codes, n) < 0 || _PyBytes_Resize(&stages, n * 8) < 0 || _PyBytes_Resize(&mbs, n * 8) < 0)
+    if (_PyBytes_Resize(&codes, n) < 0 || _PyBytes_Resize(&stages, n * (Py_ssize_t)sizeof(pr_t)) < 0 ||
+        _PyBytes_Resize(&mbs, n * (Py_ssize_t)sizeof(pr_t)) < 0)
         goto done; /* _PyBytes_Resize freed the one it could not resize and set it to NULL */
     PyObject *rows = PyList_AsTuple(lengths);
     if (rows != NULL) {
@@ -1238,12 +1253,12 @@ done:
     return result;
 }
 
-/* The columns of grammar.PlainRows, checked: n actions, codes below ncodes, one int64 stage
- * and microbatch each (in native byte order, as parse_rows writes them), non-negative
+/* The columns of grammar.PlainRows, checked: n actions, codes below ncodes, one int32 stage
+ * and microbatch each (pr_t, in native byte order, as parse_rows writes them), non-negative
  * lengths summing to n.  0 with ValueError/TypeError set otherwise. */
 typedef struct {
     const unsigned char *code;
-    const long long *stage, *mb;
+    const pr_t *stage, *mb;
     Py_ssize_t n, D;
     PyObject *lengths;
 } columns_t;
@@ -1258,8 +1273,8 @@ read_columns(PyObject *codes, PyObject *stages, PyObject *mbs, PyObject *lengths
         return 0;
     }
     Py_ssize_t n = PyBytes_GET_SIZE(codes);
-    if (PyBytes_GET_SIZE(stages) != 8 * n || PyBytes_GET_SIZE(mbs) != 8 * n) {
-        PyErr_Format(PyExc_ValueError, "%s: one int64 stage and microbatch per code", what);
+    if (PyBytes_GET_SIZE(stages) != (Py_ssize_t)sizeof(pr_t) * n || PyBytes_GET_SIZE(mbs) != (Py_ssize_t)sizeof(pr_t) * n) {
+        PyErr_Format(PyExc_ValueError, "%s: one int32 stage and microbatch per code", what);
         return 0;
     }
     Py_ssize_t total = 0, D = PyTuple_GET_SIZE(lengths);
@@ -1283,8 +1298,8 @@ read_columns(PyObject *codes, PyObject *stages, PyObject *mbs, PyObject *lengths
         return 0;
     }
     out->code = code;
-    out->stage = (const long long *)PyBytes_AS_STRING(stages);
-    out->mb = (const long long *)PyBytes_AS_STRING(mbs);
+    out->stage = (const pr_t *)PyBytes_AS_STRING(stages);
+    out->mb = (const pr_t *)PyBytes_AS_STRING(mbs);
     out->n = n;
     out->D = D;
     out->lengths = lengths;
@@ -1453,7 +1468,7 @@ typedef struct {
 /* The unshard/reshard and reduce-grad passes over one rank's n actions, into *out: 1, 0 with
  * MemoryError, -1 with another exception set. */
 static int
-lower_bookkeeping(const unsigned char *code, const long long *st, const long long *mb, Py_ssize_t n,
+lower_bookkeeping(const unsigned char *code, const pr_t *st, const pr_t *mb, Py_ssize_t n,
                   long long M, long long *count, long long (*next)[LOWER_RESIDENT], int *nnext, lvec_t *out,
                   const dialect_t *how)
 {
@@ -1598,13 +1613,13 @@ lowered_columns(const lvec_t *rows, Py_ssize_t D)
     for (Py_ssize_t d = 0; d < D; d++)
         n += rows[d].n;
     PyObject *codes = new_bytes(n);
-    PyObject *stages = new_bytes(8 * n);
-    PyObject *mbs = new_bytes(8 * n);
+    PyObject *stages = new_bytes((Py_ssize_t)sizeof(pr_t) * n);
+    PyObject *mbs = new_bytes((Py_ssize_t)sizeof(pr_t) * n);
     PyObject *lengths = PyTuple_New(D), *result = NULL;
     if (codes == NULL || stages == NULL || mbs == NULL || lengths == NULL)
         goto done;
     char *c = PyBytes_AS_STRING(codes);
-    long long *st = (long long *)PyBytes_AS_STRING(stages), *mb = (long long *)PyBytes_AS_STRING(mbs);
+    pr_t *st = (pr_t *)PyBytes_AS_STRING(stages), *mb = (pr_t *)PyBytes_AS_STRING(mbs);
     long long top_stage = -1, top_mb = -1;
     Py_ssize_t i = 0;
     for (Py_ssize_t d = 0; d < D; d++) {
@@ -1614,8 +1629,8 @@ lowered_columns(const lvec_t *rows, Py_ssize_t D)
         PyTuple_SET_ITEM(lengths, d, len);
         for (Py_ssize_t p = 0; p < rows[d].n; p++, i++) {
             c[i] = (char)rows[d].code[p];
-            st[i] = rows[d].st[p];
-            mb[i] = rows[d].mb[p];
+            st[i] = (pr_t)rows[d].st[p]; /* (read off columns of pr_t: they fit) */
+            mb[i] = (pr_t)rows[d].mb[p];
             if (st[i] > top_stage)
                 top_stage = st[i];
             if (mb[i] > top_mb)
@@ -1743,20 +1758,20 @@ k_lower_plain(PyObject *self, PyObject *args)
     }
     Py_ssize_t nout = off[D];
     codes_out = new_bytes(nout);
-    stages_out = new_bytes(8 * nout);
-    mbs_out = new_bytes(8 * nout);
+    stages_out = new_bytes((Py_ssize_t)sizeof(pr_t) * nout);
+    mbs_out = new_bytes((Py_ssize_t)sizeof(pr_t) * nout);
     if (!codes_out || !stages_out || !mbs_out)
         goto done;
     char *oc = PyBytes_AS_STRING(codes_out);
-    long long *os = (long long *)PyBytes_AS_STRING(stages_out), *om = (long long *)PyBytes_AS_STRING(mbs_out);
+    pr_t *os = (pr_t *)PyBytes_AS_STRING(stages_out), *om = (pr_t *)PyBytes_AS_STRING(mbs_out);
     long long top_stage = -1, top_mb = -1;
 #define PUT(d, k, s, m) do { \
         Py_ssize_t at_ = pos[d]++; \
         if (at_ >= off[(d) + 1]) \
             goto overrun; \
         oc[at_] = (char)(k); \
-        os[at_] = (s); \
-        om[at_] = (m); \
+        os[at_] = (pr_t)(s); /* an index read off the columns: it fits */ \
+        om[at_] = (pr_t)(m); \
         if ((s) > top_stage) \
             top_stage = (s); \
         if ((m) > top_mb) \
@@ -4709,8 +4724,8 @@ k_defer_recv_plain(PyObject *self, PyObject *args)
     Py_ssize_t *head = scratch_array(&sc, D, sizeof(Py_ssize_t), 0);
     Py_ssize_t *tail = scratch_array(&sc, D, sizeof(Py_ssize_t), 0);
     ocodes = new_bytes(n);
-    ostages = new_bytes(8 * n);
-    ombs = new_bytes(8 * n);
+    ostages = new_bytes((Py_ssize_t)sizeof(pr_t) * n);
+    ombs = new_bytes((Py_ssize_t)sizeof(pr_t) * n);
     if (!rank || !tab || !e_i || !e_next || !e_key || !e_peer || !alive || !head || !tail || !ocodes || !ostages
         || !ombs) {
         if (!PyErr_Occurred())
@@ -4730,7 +4745,7 @@ k_defer_recv_plain(PyObject *self, PyObject *args)
     for (Py_ssize_t d = 0; d < D; d++)
         head[d] = tail[d] = -1;
     char *oc = PyBytes_AS_STRING(ocodes);
-    long long *os = (long long *)PyBytes_AS_STRING(ostages), *om = (long long *)PyBytes_AS_STRING(ombs);
+    pr_t *os = (pr_t *)PyBytes_AS_STRING(ostages), *om = (pr_t *)PyBytes_AS_STRING(ombs);
     long long top_stage = -1, top_mb = -1;
     Py_ssize_t o = 0, at = 0;
 #define EMIT(i) (oc[o] = (char)c.code[i], os[o] = c.stage[i], om[o] = c.mb[i], o++)

@@ -102,6 +102,10 @@ class Action(NamedTuple):
 Rows = tuple[tuple["Action | None", ...], ...]
 
 
+#: The typecode of :class:`PlainRows`' stage and microbatch columns (native int32).
+INDEX_TYPECODE = "i"
+
+
 @dataclass(frozen=True, eq=False)
 class PlainRows(Later[Rows]):
     """Rows of plain actions (each one F, B, I, W, SEND or RECV with its indices, or one
@@ -114,7 +118,8 @@ class PlainRows(Later[Rows]):
 
     ``codes``: per action, its kind's index in :data:`COLUMN_KINDS` (one byte each; a reader
     writes only those of :data:`CODED_KINDS`); ``stages``, ``mbs``: its stage and microbatch
-    (native int64 each; -1, no microbatch, for bookkeeping); ``lengths``: the actions of each
+    (native int32 each, typecode :data:`INDEX_TYPECODE`; -1, no microbatch, for bookkeeping; a
+    reader whose index does not fit leaves the file to the Python reader); ``lengths``: the actions of each
     row; ``top_stage``, ``top_mb``: the largest indices (-1: no action)."""
 
     codes: bytes
@@ -134,7 +139,7 @@ class PlainRows(Later[Rows]):
             rows: Rows = kernel.rows_of(self.codes, self.stages, self.mbs, self.lengths, Action,
                                         COLUMN_KINDS)
             return rows
-        stages, mbs = array("q", self.stages), array("q", self.mbs)
+        stages, mbs = array(INDEX_TYPECODE, self.stages), array(INDEX_TYPECODE, self.mbs)
         acts = [Action(s, COLUMN_KINDS[c], m if m >= 0 else None) for c, s, m in zip(self.codes, stages, mbs)]
         out, i = [], 0
         for length in self.lengths:
@@ -144,7 +149,7 @@ class PlainRows(Later[Rows]):
 
     def action(self, i: int) -> Action:
         """The Action at index ``i`` (device-major, as the rows run), made alone."""
-        stage, mb = memoryview(self.stages).cast("q")[i], memoryview(self.mbs).cast("q")[i]
+        stage, mb = memoryview(self.stages).cast(INDEX_TYPECODE)[i], memoryview(self.mbs).cast(INDEX_TYPECODE)[i]
         return Action(stage, COLUMN_KINDS[self.codes[i]], mb if mb >= 0 else None)
 
     def names(self, indices: list[int]) -> list[str]:
@@ -154,7 +159,7 @@ class PlainRows(Later[Rows]):
                                      COLUMN_KINDS) if kernel is not None else None)
         if got is not None:
             return got
-        stages, mbs = memoryview(self.stages).cast("q"), memoryview(self.mbs).cast("q")
+        stages, mbs = memoryview(self.stages).cast(INDEX_TYPECODE), memoryview(self.mbs).cast(INDEX_TYPECODE)
         return [f"{stages[i]}{COLUMN_KINDS[self.codes[i]]}{mbs[i] if mbs[i] >= 0 else ''}" for i in indices]
 
     @property

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import _accel
 from . import deps as rules
-from .grammar import CODED_KINDS, COLUMN_KINDS, COSTED_KINDS, KIND_CODE, NCODES
+from .grammar import CODED_KINDS, COLUMN_KINDS, COSTED_KINDS, INDEX_TYPECODE, KIND_CODE, NCODES
 from .lazy import LazyField, Later, given
 from .model import (
     B,
@@ -183,7 +183,7 @@ class Graph:
             return self.stage[i]
         cols = self.schedule.columns
         if cols is not None:
-            return memoryview(cols.stages).cast("q")[i]
+            return memoryview(cols.stages).cast(INDEX_TYPECODE)[i]
         return self.acts[i].stage
 
     def kind_of(self, i: int) -> str:

@@ -59,7 +59,8 @@ def corpus() -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------- cells
 
 def index(rng: random.Random) -> str:
-    """An index's digits, often at an edge of the bound of 18 significant digits."""
+    """An index's digits, often at an edge: of the bound of 18 significant digits, or of the
+    int32 columns the kernel reads an order into (grammar.INDEX_TYPECODE)."""
     roll = rng.random()
     if roll < 0.55:
         return str(rng.randrange(4))
@@ -67,6 +68,8 @@ def index(rng: random.Random) -> str:
         return str(rng.randrange(10**7))
     if roll < 0.82:
         return "0" * rng.choice((1, 5, 17, 18, 19, 300, 4400)) + str(rng.randrange(10))
+    if roll < 0.89:  # the columns' edge: scanned into them, or left to the Python reader
+        return str(rng.choice((2**31 - 2, 2**31 - 1, 2**31, 2**32)))
     if roll < 0.96:
         return str(rng.randrange(10**17, 10**18))  # 18 digits: read by both
     return str(rng.randrange(10**18, 10**19))  # 19: refused by both

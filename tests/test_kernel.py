@@ -113,6 +113,15 @@ def test_parse_row_agrees(cells):
 # --------------------------------------------------------------------------- the whole check
 
 
+def index_bytes(values) -> bytes:
+    """A stage or microbatch column of grammar.PlainRows (native int32)."""
+    from array import array
+
+    from schedverify.grammar import INDEX_TYPECODE
+
+    return array(INDEX_TYPECODE, list(values)).tobytes()
+
+
 def float_costs():
     """Costs that are not exact binary fractions, so that any change in the order of the
     additions would show in the last bits."""
@@ -766,37 +775,37 @@ BAD_CALLS = [
     ("scan_csv(b'0F0', KINDS8)", "TypeError"),  # bytes are not a str
     ("scan_csv('0F0', ('F', 1))", "TypeError"),
     ("scan_csv('0F0', KINDS8 * 3)", "ValueError"),  # at most 16 kinds
-    ("rows_of(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (2,), Action, KINDS8)", "ValueError"),  # lengths
-    ("rows_of(b'\\x09', b'\\x00' * 8, b'\\x00' * 8, (1,), Action, KINDS8)", "ValueError"),  # a code
-    ("rows_of(b'\\x00', b'\\x00' * 7, b'\\x00' * 8, (1,), Action, KINDS8)", "ValueError"),  # int64s
-    ("rows_of(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (-1, 2), Action, KINDS8)", "ValueError"),
-    ("rows_of(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, [1], Action, KINDS8)", "TypeError"),
-    ("rows_of(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), int, KINDS8)", "TypeError"),
-    ("format_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), [1], KINDS8)", "IndexError"),
-    ("format_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), [0], (1,))", "TypeError"),
-    ("compile_columns(b'\\x08', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
+    ("rows_of(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (2,), Action, KINDS8)", "ValueError"),  # lengths
+    ("rows_of(b'\\x09', b'\\x00' * 4, b'\\x00' * 4, (1,), Action, KINDS8)", "ValueError"),  # a code
+    ("rows_of(b'\\x00', b'\\x00' * 3, b'\\x00' * 4, (1,), Action, KINDS8)", "ValueError"),  # int32s
+    ("rows_of(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (-1, 2), Action, KINDS8)", "ValueError"),
+    ("rows_of(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, [1], Action, KINDS8)", "TypeError"),
+    ("rows_of(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (1,), int, KINDS8)", "TypeError"),
+    ("format_columns(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (1,), [1], KINDS8)", "IndexError"),
+    ("format_columns(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (1,), [0], (1,))", "TypeError"),
+    ("compile_columns(b'\\x08', b'\\x00' * 4, b'\\x00' * 4, (1,), 1, 1, ((0,),), None, "
      "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8, b'')", "ValueError"),  # a code beyond 7
-    ("compile_columns(b'\\x0e', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
+    ("compile_columns(b'\\x0e', b'\\x00' * 4, b'\\x00' * 4, (1,), 1, 1, ((0,),), None, "
      "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS14, ROLES)", "ValueError"),  # beyond the column kinds
-    ("compile_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
+    ("compile_columns(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (1,), 1, 1, ((0,),), None, "
      "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8[:7], b'')", "ValueError"),  # fewer column kinds
-    ("compile_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
+    ("compile_columns(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (1,), 1, 1, ((0,),), None, "
      "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS14, ROLES[:5])", "ValueError"),  # a role short
-    ("compile_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, ((0,),), None, "
+    ("compile_columns(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (1,), 1, 1, ((0,),), None, "
      "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS14, b'\\x04' * 6)", "ValueError"),  # no such role
-    ("compile_columns(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (0,), 1, 1, ((0,),), None, "
+    ("compile_columns(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (0,), 1, 1, ((0,),), None, "
      "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8, b'')", "ValueError"),  # lengths sum to 0, not 1
-    ("pair_send_waits(array('b', [4]), array('i', [0, 0]), array('i'), b'\\x04', b'\\x00' * 8, b'\\x00' * 8, "
+    ("pair_send_waits(array('b', [4]), array('i', [0, 0]), array('i'), b'\\x04', b'\\x00' * 4, b'\\x00' * 4, "
      "(1,), 1, 1, 4, 6, 12)", "ValueError"),  # a microbatch column longer than the codes
-    ("pair_send_waits(array('b', [4]), array('i', [0]), array('i'), b'\\x04\\x04', b'\\x00' * 16, "
-     "b'\\x00' * 16, (2,), 1, 1, 4, 6, 12)", "ValueError"),  # the graph shorter than the columns
-    ("pair_send_waits(array('d', [4.0]), array('i', [0]), array('i'), b'\\x04', b'\\x00' * 8, b'\\x00' * 8, "
+    ("pair_send_waits(array('b', [4]), array('i', [0]), array('i'), b'\\x04\\x04', b'\\x00' * 8, "
+     "b'\\x00' * 8, (2,), 1, 1, 4, 6, 12)", "ValueError"),  # the graph shorter than the columns
+    ("pair_send_waits(array('d', [4.0]), array('i', [0]), array('i'), b'\\x04', b'\\x00' * 4, b'\\x00' * 4, "
      "(1,), 1, 1, 4, 6, 12)", "TypeError"),  # codes that are not ints
-    ("pair_send_waits(array('b', [4]), array('i', [0]), array('i'), b'\\x04', b'\\x00' * 8, b'\\x00' * 8, "
+    ("pair_send_waits(array('b', [4]), array('i', [0]), array('i'), b'\\x04', b'\\x00' * 4, b'\\x00' * 4, "
      "(1,), 1, 1, 4, 6, 12)", "returned None"),  # a send no wait retires: the reference reports it
-    ("lower_plain(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, (0,), KINDS14, (0, 0))",
+    ("lower_plain(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (1,), 1, 1, (0,), KINDS14, (0, 0))",
      "TypeError"),  # a dialect of two flags
-    ("lower_plain(b'\\x00', b'\\x00' * 8, b'\\x00' * 8, (1,), 1, 1, (0,), KINDS8, (0, 0, 0))",
+    ("lower_plain(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (1,), 1, 1, (0,), KINDS8, (0, 0, 0))",
      "ValueError"),  # fewer kinds than the codes lowered
     ("compile_plain(((Action(0, 'F', 0),),), 1, 1, ((0,),), None, "
      "tuple(((0, (99,), -1),) for _ in range(8)), (None,) * 8, (), KINDS8, True)", "ValueError"),
@@ -851,8 +860,8 @@ BAD_CALLS = [
     ("memory_plain([0, 1, 1], [0], [0], M8[0], M8[1], emptying(M8[2], STATIC), M8[3], STATIC, None)",
      "ValueError"),  # the statics emptied by n_in's iterator
     ("under_gc_clearing([ACTS], lambda: format_plain(ACTS, list(range(300)), Action))[299]", "returned '299F0'"),
-    ("under_gc_clearing([INDICES], lambda: format_columns(b'\\x00' * 300, b'\\x00' * 2400, "
-     "b'\\x00' * 2400, (300,), INDICES, KINDS8))[299]", "returned '0F0'"),
+    ("under_gc_clearing([INDICES], lambda: format_columns(b'\\x00' * 300, b'\\x00' * 1200, "
+     "b'\\x00' * 1200, (300,), INDICES, KINDS8))[299]", "returned '0F0'"),
     ("compile_plain(((Action(0, 'F', 0),),), BadIndex(), 1, ((0,),), None, ((),) * 8, (None,) * 8, (), "
      "KINDS8, True)", "ZeroDivisionError"),  # __index__ raises: the error, not a crash
     ("scan_order('[]', BadIndex(), KINDS8)", "ZeroDivisionError"),
@@ -964,7 +973,8 @@ def test_inconsistent_arguments_raise_instead_of_crashing(call, error):
 def test_long_indices_are_read_alike_by_the_kernel_and_python(cell):
     """One rule for an index in both parsers: at most 18 significant digits, counted before
     anything is converted, leading zeros aside.  Within it the kernel's parse_row and
-    scan_order read the cell as parse_action does; beyond it the kernel declines and
+    scan_order read the cell as parse_action does (scan_order an index that fits its int32
+    columns); beyond it the kernel declines and
     parse_action refuses it naming the digits.  The kernel once accumulated 20 digits into
     a long long (signed overflow), and a microbatch index of 4,400 leading zeros passed the
     length check and reached int(), which raised a ValueError: a traceback in both paths."""
@@ -984,10 +994,41 @@ def test_long_indices_are_read_alike_by_the_kernel_and_python(cell):
     want = Action(int(stage.lstrip("0") or "0"), "F", int(mb.lstrip("0") or "0"))
     assert parse_action(cell) == want
     assert KERNEL.parse_row(["0F0", cell], Action, ("F",)) == [Action(0, "F", 0), want]
-    columns, end = scan_order(text, 0)
-    assert columns.make() == ((Action(0, "F", 0), want),) and end == len(text)
+    if max(want.stage, want.microbatch) <= 2**31 - 1:
+        columns, end = scan_order(text, 0)
+        assert columns.make() == ((Action(0, "F", 0), want),) and end == len(text)
+    else:  # beyond the columns' int32 (grammar.INDEX_TYPECODE): json and parse_action read it
+        assert scan_order(text, 0) is None
     with pure_python():
         assert parse_row(["0F0", cell]) in (None, [Action(0, "F", 0), want])  # None: parse_action reads it
+
+
+@pytest.mark.parametrize("big", [2**31 - 1, 2**31, 10**18 - 1])
+def test_a_csv_index_beyond_the_columns_int32_is_left_to_the_python_reader(tmp_path, big):
+    """The kernel reads a CSV into int32 columns (grammar.INDEX_TYPECODE): an index that
+    does not fit makes it decline the file, and the Python reader's verdict and report are
+    what the check gives; one that fits is read as it is."""
+    import subprocess
+    import sys
+
+    from schedverify.io.actions import scan_csv
+
+    text = f"0F0,0B0\n0F{big},0B{big}\n"
+    columns = scan_csv(text)
+    if big <= 2**31 - 1:
+        assert columns is not None and columns.make()[1] == (Action(0, "F", big), Action(0, "B", big))
+    else:
+        assert columns is None
+    path = tmp_path / "s.csv"
+    path.write_text(text)
+    reports = []
+    for pure in ("", "1"):
+        env = dict(os.environ, SCHEDVERIFY_PURE_PYTHON=pure)
+        done = subprocess.run([sys.executable, "-m", "schedverify", "check", str(path), "--lowering", "none"],
+                              capture_output=True, text=True, env=env, timeout=60)
+        reports.append((done.returncode, done.stdout, done.stderr))
+    # (so many microbatches are refused before anything is built, naming the row and cell)
+    assert reports[0] == reports[1] and reports[0][0] == 2 and f"{big + 1:,} microbatches" in reports[0][2], reports
 
 
 def test_format_plain_declines_what_is_not_an_action():
@@ -1142,12 +1183,12 @@ def test_bookkeeping_off_its_device_in_columns_is_left_to_the_reference():
     columns: the kernel declines, and the reference reports it as it does for rows."""
     from array import array
 
-    from schedverify.grammar import COLUMN_KINDS, PlainRows
+    from schedverify.grammar import COLUMN_KINDS, INDEX_TYPECODE, PlainRows
 
     def columns(entries, lengths):
         codes = bytes(COLUMN_KINDS.index(k) for _, k, _ in entries)
-        stages = array("q", [s for s, _, _ in entries]).tobytes()
-        mbs = array("q", [-1 if m is None else m for _, _, m in entries]).tobytes()
+        stages = array(INDEX_TYPECODE, [s for s, _, _ in entries]).tobytes()
+        mbs = array(INDEX_TYPECODE, [-1 if m is None else m for _, _, m in entries]).tobytes()
         top_stage = max(s for s, _, _ in entries)
         top_mb = max(-1 if m is None else m for _, _, m in entries)
         return PlainRows(codes, stages, mbs, tuple(lengths), top_stage, top_mb)
@@ -1250,8 +1291,8 @@ def test_defer_recv_plain_declines_what_it_cannot_place():
 
     def cols(entries, lengths):
         codes = bytes(COLUMN_KINDS.index(k) for _, k, _ in entries)
-        st_ = b"".join(s.to_bytes(8, "little", signed=True) for s, _, _ in entries)
-        mb = b"".join(m.to_bytes(8, "little", signed=True) for _, _, m in entries)
+        st_ = index_bytes(s for s, _, _ in entries)
+        mb = index_bytes(m for _, _, m in entries)
         return codes, st_, mb, lengths
 
     ok = cols([(0, "F", 0), (0, "SEND_F", 0), (1, "RECV_F", 0), (1, "F", 0)], (2, 2))
@@ -1318,8 +1359,8 @@ def test_format_csv_is_the_csv_writer():
     from schedverify.grammar import COLUMN_KINDS
 
     codes = bytes([0, 8, 10, 6])
-    stages = b"".join(s.to_bytes(8, "little", signed=True) for s in (0, 3, 12, 7))
-    mbs = b"".join(m.to_bytes(8, "little", signed=True) for m in (5, -1, -1, 123))
+    stages = index_bytes((0, 3, 12, 7))
+    mbs = index_bytes((5, -1, -1, 123))
     text = KERNEL.format_csv(codes, stages, mbs, (2, 0, 2), COLUMN_KINDS)
     assert text == "0F5,3UNSHARD\n\n12REDUCE_GRAD,7SEND_B123\n"
     buf = io.StringIO()
@@ -1328,7 +1369,7 @@ def test_format_csv_is_the_csv_writer():
         writer.writerow(row)
     assert buf.getvalue() == text
     assert KERNEL.format_csv(codes, stages, mbs, (2, 0, 2), COLUMN_KINDS[:-1] + ("BAD\u00e9",)) is None
-    neg = b"".join(s.to_bytes(8, "little", signed=True) for s in (0, -3, 12, 7))
+    neg = index_bytes((0, -3, 12, 7))
     assert KERNEL.format_csv(codes, neg, mbs, (2, 0, 2), COLUMN_KINDS) is None
 
 
@@ -1494,8 +1535,8 @@ def _as_columns(schedule):
     acts = [a for row in schedule.order for a in row]
     assert all(a is not None and a.sub is None for a in acts)
     mbs = [-1 if a.microbatch is None else a.microbatch for a in acts]
-    rows = PlainRows(bytes(COLUMN_KINDS.index(a.kind) for a in acts), array("q", [a.stage for a in acts]).tobytes(),
-                     array("q", mbs).tobytes(), tuple(len(row) for row in schedule.order),
+    rows = PlainRows(bytes(COLUMN_KINDS.index(a.kind) for a in acts), index_bytes(a.stage for a in acts),
+                     index_bytes(mbs), tuple(len(row) for row in schedule.order),
                      max((a.stage for a in acts), default=-1), max(mbs, default=-1))
     return dataclasses.replace(schedule, order=rows)
 

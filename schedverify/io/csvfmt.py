@@ -23,7 +23,7 @@ from ..limits import limits
 from ..model import (Action, Placement, PlacementSpec, RuleMap, Schedule, as_schedule, infer_sizes, leaf_rows,
                      rule_map, stage_devices)
 from .. import _accel
-from ..grammar import COLUMN_KINDS, PlainRows
+from ..grammar import COLUMN_KINDS, INDEX_TYPECODE, PlainRows
 from .actions import CellErrors, check_grammar, legacy_rows, parse_row, scan_csv
 from .files import as_text
 from .jsonfmt import refuse_huge_index
@@ -155,8 +155,8 @@ def _uniform_placement(order, devices: int, stages: int) -> PlacementSpec | None
 
 def _stage_sets(order) -> list[set]:
     """Each row's set of stages (of its leaves), read off the columns when given so."""
-    if isinstance(order, PlainRows):  # a view of the int64 column: its slices copy nothing
-        stages, out, i = memoryview(order.stages).cast("q"), [], 0
+    if isinstance(order, PlainRows):  # a view of the int32 column: its slices copy nothing
+        stages, out, i = memoryview(order.stages).cast(INDEX_TYPECODE), [], 0
         for length in order.lengths:
             out.append(set(stages[i:i + length]))
             i += length
