@@ -16,6 +16,7 @@
  *   sweep_plain        graph.py sweep                     ASAP start/end, no deadlock
  *   memory_plain       cost/memory.py memory_sweep        peaks per device
  *   critical_path_plain cost/timeline.py critical_path    the path's action indices
+ *   busy_plain         cost/timeline.py Timeline.busy     each device's busy time (int costs)
  *   format_plain       model.py Action.__str__            the path's action names
  *   parse_rows         io/actions.py parse_rows           plain rows -> grammar.PlainRows columns
  *   rows_of            grammar.py PlainRows.rows          those columns -> rows of Actions
@@ -2602,6 +2603,51 @@ done:
     return out;
 }
 
+/* busy_plain(starts, durations) -> list | None: each device's busy time, sum(durations of
+ * its actions) in order (cost/timeline.py Timeline.busy), when every duration is an exact
+ * int (then the sum is exact in any order: Python's ints, summed in long long with overflow
+ * checked); None when one is not (a float, a bool: Python's sum then adds them its own
+ * way) or a sum outgrows a long long. */
+static PyObject *
+k_busy_plain(PyObject *self, PyObject *args)
+{
+    PyObject *starts_o, *dur_o, *out = NULL;
+    if (!PyArg_ParseTuple(args, "OO!", &starts_o, &PyList_Type, &dur_o))
+        return NULL;
+    scratch_t sc = SCRATCH_INIT;
+    Py_ssize_t D1 = 0;
+    long long *starts = index_array(&sc, starts_o, &D1, "busy_plain: starts");
+    if (starts == NULL || !valid_starts(starts, D1, PyList_GET_SIZE(dur_o), "busy_plain"))
+        goto done;
+    long long *sums = scratch_array(&sc, D1, sizeof(long long), 1);
+    if (sums == NULL)
+        goto done;
+    /* nothing is made and nothing is called while the list's items are read */
+    for (Py_ssize_t d = 0; d + 1 < D1; d++)
+        for (long long i = starts[d]; i < starts[d + 1]; i++) {
+            PyObject *x = PyList_GET_ITEM(dur_o, i);
+            int overflow = 0;
+            long long v = PyLong_CheckExact(x) ? PyLong_AsLongLongAndOverflow(x, &overflow) : 0;
+            if (!PyLong_CheckExact(x) || overflow || (v > 0 && sums[d] > LLONG_MAX - v) ||
+                (v < 0 && sums[d] < LLONG_MIN - v)) {
+                out = declined();
+                goto done;
+            }
+            sums[d] += v;
+        }
+    out = new_list(D1 - 1);
+    for (Py_ssize_t d = 0; out != NULL && d + 1 < D1; d++) {
+        PyObject *x = PyLong_FromLongLong(sums[d]);
+        if (x == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, d, x);
+    }
+done:
+    scratch_free(&sc);
+    return out;
+}
+
 /* ------------------------------------------------------------------ sweep_plain */
 
 /* sweep_plain(starts, wait, durations, comm)
@@ -4910,6 +4956,8 @@ static PyMethodDef methods[] = {
      "runtime_plain's start times."},
     {"times_list", k_times_list, METH_VARARGS,
      "times_list(values, floats) -> list: a times column as Python's numbers."},
+    {"busy_plain", k_busy_plain, METH_VARARGS,
+     "busy_plain(starts, durations) -> list | None: each device's sum of int durations."},
     {"durations_plain", k_durations_plain, METH_VARARGS,
      "durations_plain(code, table) -> list: table[code[i]] per action (-1: the last entry)."},
     {"memory_plain", k_memory_plain, METH_VARARGS,

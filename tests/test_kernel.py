@@ -775,6 +775,8 @@ BAD_CALLS = [
     ("scan_csv(b'0F0', KINDS8)", "TypeError"),  # bytes are not a str
     ("scan_csv('0F0', ('F', 1))", "TypeError"),
     ("scan_csv('0F0', KINDS8 * 3)", "ValueError"),  # at most 16 kinds
+    ("busy_plain([0, 2], [1])", "ValueError"),  # starts beyond the durations
+    ("busy_plain([0, 1], (1,))", "TypeError"),  # a tuple, not a list
     ("rows_of(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (2,), Action, KINDS8)", "ValueError"),  # lengths
     ("rows_of(b'\\x09', b'\\x00' * 4, b'\\x00' * 4, (1,), Action, KINDS8)", "ValueError"),  # a code
     ("rows_of(b'\\x00', b'\\x00' * 3, b'\\x00' * 4, (1,), Action, KINDS8)", "ValueError"),  # int32s
@@ -1029,6 +1031,30 @@ def test_a_csv_index_beyond_the_columns_int32_is_left_to_the_python_reader(tmp_p
         reports.append((done.returncode, done.stdout, done.stderr))
     # (so many microbatches are refused before anything is built, naming the row and cell)
     assert reports[0] == reports[1] and reports[0][0] == 2 and f"{big + 1:,} microbatches" in reports[0][2], reports
+
+
+@given(st.lists(st.lists(st.one_of(st.integers(0, 10**6), st.integers(-2**63, 2**64), st.floats(0, 9.5),
+                                  st.booleans()), max_size=6), min_size=1, max_size=4))
+@example([[2**62, 2**62]])  # a sum beyond a long long: declined, Python's exact int
+@example([[1, 2], [], [3]])
+def test_busy_plain_is_pythons_sum_of_int_durations(rows):
+    """Each device's busy time is sum() of its durations: the kernel's when every one is an
+    exact int (the sum is then exact in any order), None for a float, a bool or a sum
+    beyond a long long, which Python's sum adds its own way."""
+    from array import array
+
+    starts = array("q", [0])
+    for row in rows:
+        starts.append(starts[-1] + len(row))
+    durations = [x for row in rows for x in row]
+    got = KERNEL.busy_plain(starts, durations)
+    want = [sum(row) for row in rows]
+    exact = all(type(x) is int for x in durations) and all(-2**63 <= x < 2**63 for x in durations) and all(
+        -2**63 <= sum(row[:k]) < 2**63 for row in rows for k in range(len(row) + 1))
+    if exact:
+        assert got == want and all(type(x) is int for x in got)
+    else:
+        assert got is None
 
 
 def test_format_plain_declines_what_is_not_an_action():
