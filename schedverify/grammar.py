@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from array import array
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from . import _accel
 from .errors import ActionSyntaxError
@@ -103,7 +103,7 @@ Rows = tuple[tuple["Action | None", ...], ...]
 
 
 #: The typecode of :class:`PlainRows`' stage and microbatch columns (native int32).
-INDEX_TYPECODE = "i"
+INDEX_TYPECODE: Final = "i"
 
 
 @dataclass(frozen=True, eq=False)

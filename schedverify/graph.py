@@ -122,13 +122,13 @@ class Graph:
     starts: array[int]  # device d's actions are starts[d]:starts[d+1]
     #: kind code of each action that is a single action of one of the eight kinds with an
     #: int stage in range and a microbatch, else -1 (overlaps, bookkeeping, malformed ones)
-    code: array[int]
-    stage: array[int]  # the stage of each action with a code, else -1
+    code: array[int] | memoryview[int]
+    stage: array[int] | memoryview[int]  # the stage of each action with a code, else -1
     #: the microbatch of each action with a code when it is an int in range, else -1
-    mb: array[int]
+    mb: array[int] | memoryview[int]
     #: wait[i]: the first action on another device that action i needs, or n (none).  A
     #: need on the same device that comes earlier is implied by device order and not kept.
-    wait: array[int]
+    wait: array[int] | memoryview[int]
     #: further waits of the few actions that have more: i -> ((j, rendezvous?), ...).  A
     #: rendezvous wait (a SEND until its RECV is posted: until j ends on the peer) has no latency.
     more_waits: dict[int, tuple[tuple[int, bool], ...]]
@@ -625,7 +625,7 @@ class Times(Later[list]):
     most 2^53).  The list Python's sweep makes is made from them on its first read
     (:mod:`schedverify.lazy`); the critical path and the makespan read the columns."""
 
-    values: array | memoryview
+    values: array | memoryview[float]
     floats: bytes
 
     def make(self) -> list:

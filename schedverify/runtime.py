@@ -81,7 +81,7 @@ class Matching:
     other side).
     """
 
-    partner: list[int]
+    partner: Sequence[int]  # (an int32 memoryview, from the compiled run)
     if TYPE_CHECKING:
         peer_device: list[int]
     else:  # of each SEND/RECV whose peer stage exists, else -1 (the compiled run's: _PeerDevices)
@@ -310,7 +310,7 @@ class RuntimeResult:
     else:  # the compiled run gives them as graph.Times columns, made into lists when read
         start: LazyField[list[float]] = LazyField()
         end: LazyField[list[float]] = LazyField()
-    bind: list[int]  # (or an int32 memoryview of them, from the compiled run)
+    bind: Sequence[int]  # (an int32 memoryview, from the compiled run)
     cycles: list[list[Wait]]
     stuck: list[Wait]
     matching: Matching
@@ -321,7 +321,7 @@ class RuntimeResult:
     is_comm: list[bool]  # (bytes of 0 and 1, from the compiled run)
     #: the lane of each action, and each lane's device and stream: "host" (torch), "compute"
     #: or "comm" (torch-nccl; with ``peer``: the device whose messages it carries, or -1)
-    lane_of: list[int] = field(default_factory=list)
+    lane_of: Sequence[int] = field(default_factory=list)
     lanes: list[tuple[int, str, int]] = field(default_factory=list)
     #: each lane in words: "host", "compute stream", "communication stream of edge 0->1", ...
     labels: list[str] = field(default_factory=list)
@@ -435,7 +435,8 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
             label, peer = ("host" if stream == "host" else "compute stream"), -1
         kinds.append((d, stream, peer))
         labels.append(label)
-    m = matching if matching is not None else Matching(partner, _PeerDevices(partner, g.starts), [], [])
+    peers: Any = _PeerDevices(partner, g.starts)  # a recipe for the field (lazy.py)
+    m = matching if matching is not None else Matching(partner, peers, [], [])
     cycles: list[list[Wait]] = []
     stuck: list[Wait] = []
     never = None
@@ -857,7 +858,7 @@ def blocker(r: RuntimeResult, w: Wait) -> int:
     return _blocker(w, r.ready_of, r.matching.partner)
 
 
-def _blocker(w: Wait, ready_of, partner: list[int]) -> int:
+def _blocker(w: Wait, ready_of, partner: Sequence[int]) -> int:
     """:func:`blocker`, with ``ready_of(j)`` the awaited action's ready time (None: not yet)."""
     j = w.awaited
     if w.event == END or ready_of(j) is None:
