@@ -2886,6 +2886,10 @@ rn_object(rnum_t x)
 #define RT_END 0
 #define RT_READY 1
 #define RT_DONE 2
+/* The binder of event e of action i, in the bind column: two entries an action, since an
+ * action has one event with a binder (a compute entry's END) or two (a SEND/RECV's READY and
+ * DONE); an event of the other kind has none (-1 in the reference's list of 3n) */
+#define RT_BIND_AT(i, e) (2 * (long long)(i) + ((e) == RT_DONE))
 
 static int
 compare_ll(const void *a, const void *b)
@@ -2981,7 +2985,7 @@ rt_dur(const rt_t *r, long long i)
 static inline void
 rt_finish(rt_t *r, long long x, rnum_t t, long long via)
 {
-    r->bind[3 * x + RT_DONE] = (int32_t)(3 * via + RT_READY);
+    r->bind[RT_BIND_AT(x, RT_DONE)] = (int32_t)(3 * via + RT_READY);
     rt_set_fin(r, x, t);
 }
 
@@ -3088,7 +3092,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
     }
     /* the int columns are int32 ("i", as int is on every platform CPython supports): the
      * actions (and 3n event keys) are fewer than INT32_MAX, checked above */
-    const Py_ssize_t col_len[5] = {8 * n, 8 * n, 12 * n, 4 * n, 4 * n};
+    const Py_ssize_t col_len[5] = {8 * n, 8 * n, 8 * n, 4 * n, 4 * n};
     for (int q = 0; q < 5; q++)
         if (!(cols[q] = new_bytes(col_len[q])))
             goto done;
@@ -3437,7 +3441,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         r.state[ret_w[k]] |= RT_RETIRED;
         partner[ret_w[k]] = (int32_t)ret_s[k];
     }
-    for (Py_ssize_t k = 0; k < 3 * n; k++)
+    for (Py_ssize_t k = 0; k < 2 * n; k++)
         bv[k] = -1;
     for (Py_ssize_t k = 0; k < L; k++)
         r.whead[k] = -1;
@@ -3485,7 +3489,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                             }
                         }
                         if (!(r.state[i] & RT_HAS_READY)) {
-                            bv[3 * i + RT_READY] = (int32_t)src;
+                            bv[RT_BIND_AT(i, RT_READY)] = (int32_t)src;
                             rt_set_ready(&r, i, now);
                         }
                         if (!(r.state[i] & RT_HAS_FIN)) {
@@ -3500,7 +3504,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                         continue;
                     }
                     if (!(r.state[i] & RT_HAS_READY)) { /* gloo: posting takes no host time */
-                        bv[3 * i + RT_READY] = (int32_t)src;
+                        bv[RT_BIND_AT(i, RT_READY)] = (int32_t)src;
                         rt_set_ready(&r, i, now);
                     }
                     p++;
@@ -3525,7 +3529,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 }
                 if (awaited >= 0)
                     break;
-                bv[3 * i + RT_END] = (int32_t)src;
+                bv[RT_BIND_AT(i, RT_END)] = (int32_t)src;
                 now = rn_add(st, rt_dur(&r, i));
                 src = 3 * i + RT_END;
                 rt_set_fin(&r, i, now);
@@ -3888,8 +3892,8 @@ done:
  * the compiled run's columns: from event key 3 * last + (DONE for a SEND/RECV, else END),
  * follow bind[key] (-1: time 0) until it ends or a key comes again (a hung run's released
  * waits, set at time 0, can close a cycle), each action once per run of keys it binds, then
- * reversed.  ``bind``: a buffer of 3n ints (typecode "i"), ``is_comm``: n bytes.  None when
- * bind is not such a buffer (the reference's list: the caller walks it). */
+ * reversed.  ``bind``: runtime_plain's column, 2n ints (typecode "i", RT_BIND_AT), ``is_comm``:
+ * n bytes.  None when bind is not such a buffer (the reference's list: the caller walks it). */
 static PyObject *
 k_bind_path(PyObject *self, PyObject *args)
 {
@@ -3909,8 +3913,8 @@ k_bind_path(PyObject *self, PyObject *args)
         f++;
     Py_ssize_t n = PyBytes_GET_SIZE(comm_o);
     if (strcmp(f, "i") != 0 || view.itemsize != sizeof(int) || view.ndim != 1 ||
-        view.len / (Py_ssize_t)sizeof(int) != 3 * n || ((uintptr_t)view.buf) % sizeof(int)) {
-        PyErr_SetString(PyExc_ValueError, "bind_path: bind is 3n ints (an array of typecode 'i') for n actions");
+        view.len / (Py_ssize_t)sizeof(int) != 2 * n || ((uintptr_t)view.buf) % sizeof(int)) {
+        PyErr_SetString(PyExc_ValueError, "bind_path: bind is 2n ints (typecode 'i') for n actions");
         goto done;
     }
     if (last < 0 || last >= n) {
@@ -3938,7 +3942,9 @@ k_bind_path(PyObject *self, PyObject *args)
             Py_DECREF(x);
             prev = i;
         }
-        key = bind[key];
+        long long e = key % 3;
+        int held = is_comm[i] ? e != RT_END : e == RT_END; /* else no binder: time 0 */
+        key = held ? bind[RT_BIND_AT(i, e)] : -1;
     }
     if (key >= 3 * (long long)n) {
         PyErr_SetString(PyExc_ValueError, "bind_path: a binder beyond the events");

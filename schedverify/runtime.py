@@ -310,7 +310,7 @@ class RuntimeResult:
     else:  # the compiled run gives them as graph.Times columns, made into lists when read
         start: LazyField[list[float]] = LazyField()
         end: LazyField[list[float]] = LazyField()
-    bind: Sequence[int]  # (an int32 memoryview, from the compiled run)
+    bind: Sequence[int]  # (read off two int32 entries per action, from the compiled run)
     cycles: list[list[Wait]]
     stuck: list[Wait]
     matching: Matching
@@ -356,7 +356,7 @@ class RuntimeResult:
             return []
         kernel = _accel.kernel
         if kernel is not None and not isinstance(self.is_comm, list):  # the compiled run's columns (bytes)
-            walked = kernel.bind_path(self.bind, self.is_comm, last)
+            walked = kernel.bind_path(getattr(self.bind, "packed", self.bind), self.is_comm, last)
             if walked is not None:
                 return walked
         key = 3 * last + (DONE if self.is_comm[last] else END)
@@ -451,12 +451,35 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
     start: Any = _Start(finish_times, ready_times, is_comm, durations, never)  # recipes for the lists (lazy.py)
     finish: Any = finish_times
     ready: Any = _Ready(ready_times, is_comm, never)
-    result = RuntimeResult(start, finish, bind, cycles, stuck, m, ready, is_comm, lane_of, kinds, labels, {}, nccl,
-                           makespan=makespan, last=last)
+    result = RuntimeResult(start, finish, _Binders(bind, is_comm), cycles, stuck, m, ready, is_comm, lane_of, kinds,
+                           labels, {}, nccl, makespan=makespan, last=last)
     if cycles:
         result.hangs = tuple(_hang(g, result, c) for c in cycles[:MAX_CYCLES])
         result.more_hangs = len(cycles) > MAX_CYCLES
     return result
+
+
+class _Binders(Sequence[int]):
+    """RuntimeResult.bind of the compiled run, ``bind[3 * i + event]`` as the reference's list
+    holds it, read off the kernel's column of two entries per action (``packed``: a compute
+    action's END, or a SEND/RECV's READY and DONE; an event of the other kind has no binder,
+    -1 in the reference's list too)."""
+
+    def __init__(self, packed: Sequence[int], is_comm: bytes):
+        self.packed, self.is_comm = packed, is_comm
+
+    def __len__(self) -> int:
+        return 3 * len(self.is_comm)
+
+    def __getitem__(self, key):  # an int key: one event's binder
+        if key < 0:
+            key += len(self)
+        if not 0 <= key < len(self):
+            raise IndexError("binder key out of range")
+        i, event = divmod(key, 3)
+        if (event != END) if self.is_comm[i] else (event == END):
+            return self.packed[2 * i + (event == DONE)]
+        return -1
 
 
 class _Start(Later[list]):

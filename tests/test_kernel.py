@@ -831,13 +831,13 @@ BAD_CALLS = [
      "False, False, False, [0], [0], 10)", "ValueError"),  # a retired wait whose send is no send
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [0], [], 10)", "ValueError"),  # a wait without its send
-    ("bind_path(array('i', [-1, -1]), b'\\x00', 0)", "ValueError"),  # not 3 binders per action
-    ("bind_path(array('i', [-1, -1, -1]), b'\\x00', 1)", "ValueError"),  # last is no action
-    ("bind_path(array('i', [9, -1, -1]), b'\\x00', 0)", "ValueError"),  # a binder beyond the events
-    ("bind_path(array('q', [-1, -1, -1]), b'\\x00', 0)", "ValueError"),  # 8-byte binders
-    ("bind_path([-1, -1, -1], b'\\x00', 0)", "returned None"),  # the reference's list: walked in Python
-    ("bind_path(array('i', [-1, -1, -1, 0, -1, -1]), b'\\x00\\x00', 1)", "returned [0, 1]"),
-    ("bind_path(array('i', [3, -1, -1, 0, -1, -1]), b'\\x00\\x00', 1)", "returned [0, 1]"),  # a cycle: stops
+    ("bind_path(array('i', [-1, -1, -1]), b'\\x00', 0)", "ValueError"),  # not 2 binders per action
+    ("bind_path(array('i', [-1, -1]), b'\\x00', 1)", "ValueError"),  # last is no action
+    ("bind_path(array('i', [9, -1]), b'\\x00', 0)", "ValueError"),  # a binder beyond the events
+    ("bind_path(array('q', [-1, -1]), b'\\x00', 0)", "ValueError"),  # 8-byte binders
+    ("bind_path([-1, -1], b'\\x00', 0)", "returned None"),  # the reference's list: walked in Python
+    ("bind_path(array('i', [-1, -1, 0, -1]), b'\\x00\\x00', 1)", "returned [0, 1]"),
+    ("bind_path(array('i', [3, -1, 0, -1]), b'\\x00\\x00', 1)", "returned [0, 1]"),  # a cycle: stops
     ("start_list(*T1, *T0, b'', [1])", "ValueError"),  # is_comm shorter than the columns
     ("start_list(*T1, *T0, b'\\x00', [])", "ValueError"),  # no duration per action
     ("start_list(*T1, *T0, '0', [1])", "TypeError"),  # is_comm not bytes
