@@ -42,8 +42,8 @@
 
 /* grammar.PlainRows' stage and microbatch columns: a native int32 each (-1: no microbatch),
  * half the memory of the int64 they were.  A reader declines a file with an index that does
- * not fit (the Python reader takes it, and the check reports the index out of range); the
- * lowerings write the indices they read, which fit. */
+ * not fit (the Python reader takes it, and says what it always said of it); the lowerings
+ * write the indices they read, which fit. */
 typedef int32_t pr_t;
 #define PR_FITS(v) ((v) >= -1 && (v) <= INT32_MAX)
 
@@ -262,7 +262,7 @@ exact_int(PyObject *o, int *ok)
 
 /* Big arrays on huge pages.  A million-action check writes hundreds of megabytes of fresh
  * memory, and on 4 KiB pages the kernel takes a page fault (map and clear a page) for every
- * 4 KiB of it: about a sixth of the whole check's time.  An array of HUGE_HINT_AT bytes or
+ * 4 KiB of it: about a fifth of the whole check's time.  An array of HUGE_HINT_AT bytes or
  * more is therefore marked for transparent huge pages before its first write (the 2 MiB
  * pages inside it: madvise(MADV_HUGEPAGE), as NumPy's allocator does for its big arrays),
  * so that one fault maps 2 MiB.  Only a hint: where the system's transparent huge pages
@@ -323,18 +323,13 @@ bytes_column(PyObject **out, Py_ssize_t n, size_t size)
 
 typedef struct {
     void *block[MAX_SCRATCH];
-    size_t mapped[MAX_SCRATCH]; /* a block's bytes when it is its own mapping (map_big), else 0 */
+    size_t mapped[MAX_SCRATCH]; /* a block's mapped bytes when it is its own mapping (map_big), else 0 */
     int count;
 } scratch_t;
 
 #define SCRATCH_INIT {{NULL}, {0}, 0}
 
-/* A big scratch array is a mapping of its own (zero, 2 MiB-aligned, hinted for huge pages),
- * so that dropping it gives its memory back at once: a big block from malloc's heap (where
- * glibc puts blocks up to 32 MiB once it has freed one that size) stays resident after it
- * is freed until the heap's top is trimmed, and the phases after it would pay for it.  NULL
- * when the platform has no such mapping or the system refuses one (then malloc's). */
-/* (not under AddressSanitizer, which sees overruns in malloc's blocks, not in mappings) */
+/* Not under AddressSanitizer, which sees overruns in malloc's blocks, not in mappings. */
 #if defined(__linux__) && defined(MAP_ANONYMOUS) && !defined(__SANITIZE_ADDRESS__)
 #define MAP_BIG 1
 #endif
@@ -344,8 +339,15 @@ typedef struct {
 #endif
 #endif
 
+/* A big scratch array is a mapping of its own (zero, 2 MiB-aligned, hinted for huge pages),
+ * so that dropping it gives its memory back at once: a big block from malloc's heap (where
+ * glibc puts blocks up to 32 MiB once it has freed one that size) stays resident after it
+ * is freed until the heap's top is trimmed, and the phases after it would pay for it.  The
+ * mapping's bytes from the array on go to *mapped (its unused tail, under 2 MiB, is never
+ * written, so it costs no memory).  NULL when the platform has no such mapping or the
+ * system refuses one (then malloc's). */
 static void *
-map_big(size_t len)
+map_big(size_t len, size_t *mapped)
 {
 #ifdef MAP_BIG
     size_t page = (size_t)HUGE_PAGE, total = len + page;
@@ -353,15 +355,15 @@ map_big(size_t len)
     if (m == MAP_FAILED)
         return NULL;
     char *a = (char *)(((uintptr_t)m + page - 1) & ~(uintptr_t)(page - 1));
-    size_t head = (size_t)(a - m), keep = (len + 4095) & ~(size_t)4095;
+    size_t head = (size_t)(a - m); /* whole pages: m is page-aligned, a 2 MiB-aligned */
     if (head > 0)
         munmap(m, head);
-    if (total - head > keep)
-        munmap(a + keep, total - head - keep);
-    huge_hint(a, keep);
+    *mapped = total - head;
+    huge_hint(a, len);
     return a;
 #else
     (void)len;
+    (void)mapped;
     return NULL;
 #endif
 }
@@ -371,7 +373,7 @@ block_free(void *p, size_t mapped)
 {
 #ifdef MAP_BIG
     if (mapped) {
-        munmap(p, (mapped + 4095) & ~(size_t)4095);
+        munmap(p, mapped);
         return;
     }
 #endif
@@ -387,9 +389,9 @@ scratch_array(scratch_t *sc, Py_ssize_t n, size_t size, int zero)
         PyErr_SetString(PyExc_SystemError, "_kernel: more than MAX_SCRATCH arrays");
         return NULL;
     }
-    size_t len = size * ((size_t)n + 1);
-    void *p = len >= HUGE_HINT_AT ? map_big(len) : NULL; /* zero, as a mapping is */
-    sc->mapped[sc->count] = p != NULL ? len : 0;
+    size_t len = size * ((size_t)n + 1), mapped = 0;
+    void *p = len >= HUGE_HINT_AT ? map_big(len, &mapped) : NULL; /* zero, as a mapping is */
+    sc->mapped[sc->count] = p != NULL ? mapped : 0;
     if (p == NULL)
         p = zero ? PyMem_Calloc((size_t)n + 1, size) : PyMem_Malloc(len);
     if (p == NULL) {
