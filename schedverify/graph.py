@@ -89,8 +89,20 @@ _MIXED_WITH = tuple(tuple(b for a, b in _MIXED_BY_CODE if a == c) + tuple(a for 
                     for c in range(NCODES))
 
 
+class KernelColumns:
+    """A mixin for what holds the kernel's columns as memoryviews of its bytes (memoryviews
+    cannot be pickled): pickled, each such column becomes an array of its format, which
+    every reader of the column takes alike."""
+
+    def __getstate__(self):
+        return {k: array(v.format, v.tobytes()) if isinstance(v, memoryview) else v for k, v in vars(self).items()}
+
+    def __setstate__(self, state) -> None:
+        vars(self).update(state)
+
+
 @dataclass(frozen=True)
-class Graph:
+class Graph(KernelColumns):
     """A schedule flattened for the engines.  ``i`` indexes actions in device order.
 
     A frozen record: whichever implementation built it, each field means what its comment
@@ -618,7 +630,7 @@ def _unmatched_comm(schedule: Schedule, acts: list[Action], producer: dict[int, 
 
 
 @dataclass(frozen=True, eq=False)
-class Times(Later[list]):
+class Times(KernelColumns, Later[list]):
     """Times as the compiled sweep returns them: ``values``, doubles (an array, or a
     memoryview of the kernel's bytes), and
     ``floats``, 1 where the time is a float and 0 where it is an int (exactly its double: at

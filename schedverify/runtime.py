@@ -42,7 +42,7 @@ from . import _accel
 from .deps import MATCH, RECEIVED, intended_receive  # noqa: F401 - intended_receive re-exported
 from .errors import UsageError
 from .grammar import CODED_KINDS, COLUMN_KINDS
-from .graph import KIND_CODE, NCODES, Graph, Times
+from .graph import KIND_CODE, NCODES, Graph, KernelColumns, Times
 from .lazy import LazyField, Later, given
 from .model import RECV_B, RECV_F, SEND_B, SEND_F, SEND_OF, SEND_WAIT_KINDS, WAIT_SEND_F
 from .releases import NcclOptions, Runtime  # noqa: F401 - NcclOptions re-exported (its public home)
@@ -70,7 +70,7 @@ MAX_CYCLES = 10
 
 
 @dataclass
-class Matching:
+class Matching(KernelColumns):
     """Which SEND each RECV receives from, per docs/spec.md 8.2.
 
     ``partner[i]``: the action matched with comm action ``i`` (-1: unmatched, or not a comm
@@ -90,7 +90,7 @@ class Matching:
     unmatched: list[tuple[int, str, int, int]]
 
 
-class _PeerDevices(Later[list]):
+class _PeerDevices(KernelColumns, Later[list]):
     """Matching.peer_device of the compiled run, where every SEND/RECV has a partner (the
     kernel declines the rest): the device of each message's partner, -1 for the others."""
 
@@ -298,7 +298,7 @@ class Hang:
 
 
 @dataclass
-class RuntimeResult:
+class RuntimeResult(KernelColumns):
     """Times of every action (``start``/``end``: for a SEND or RECV its ready and done
     times), and the hangs: ``cycles`` (each a list of Waits in wait order) and ``stuck``
     (every stuck lane).  ``bind[3 * i + event]`` is the event (packed the same way) that set
@@ -459,7 +459,7 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
     return result
 
 
-class _Binders(Sequence[int]):
+class _Binders(KernelColumns, Sequence[int]):
     """RuntimeResult.bind of the compiled run, ``bind[3 * i + event]`` as the reference's list
     holds it, read off the kernel's column of two entries per action (``packed``: a compute
     action's END, or a SEND/RECV's READY and DONE; an event of the other kind has no binder,

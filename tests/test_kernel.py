@@ -1488,6 +1488,30 @@ def test_the_kernels_run_reads_durations_that_differ_within_a_kind(schedule, run
                         and not run.matching.crossed and not run.matching.unmatched)
 
 
+@given(with_comm, runtimes())
+def test_the_kernels_graph_and_run_pickle_with_their_columns(schedule, runtime):
+    """The kernel's columns are memoryviews of its bytes, which pickle refuses: a Graph, a
+    RuntimeResult and a report pickle with them as arrays, and read back what they held."""
+    import pickle
+
+    from schedverify.runtime import simulate
+
+    g = compile_graph(schedule)
+    c = resolve_costs(schedule, None)
+    run = simulate(g, durations_for(g, c), c.comm, runtime)
+    g2, run2 = pickle.loads(pickle.dumps((g, run)))
+    for name in ("code", "stage", "mb", "wait", "dev", "pos", "starts"):
+        assert list(getattr(g2, name)) == list(getattr(g, name)), name
+    for name in ("bind", "lane_of", "end", "is_comm"):
+        assert list(getattr(run2, name)) == list(getattr(run, name)), name
+    assert list(run2.matching.partner) == list(run.matching.partner)
+    assert list(run2.matching.peer_device) == list(run.matching.peer_device)
+    assert run2.critical_path() == run.critical_path()
+    report = schedverify.check(schedule)
+    again = pickle.loads(pickle.dumps(report))
+    assert (again.verdict, again.violations) == (report.verdict, report.violations)
+
+
 @given(with_comm.flatmap(lambda s: mutations(s, kinds=("swap", "move", "drop", "duplicate"))), runtimes())
 def test_the_kernels_run_declines_or_equals_the_reference_on_mutated_schedules(mutation, runtime):
     """Crossed messages, surplus sends, hangs on a stream or on the host: the kernel declines
