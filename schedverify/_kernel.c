@@ -2637,14 +2637,7 @@ k_busy_plain(PyObject *self, PyObject *args)
             }
             sums[d] += v;
         }
-    out = new_list(D1 - 1);
-    for (Py_ssize_t d = 0; out != NULL && d + 1 < D1; d++) {
-        PyObject *x = PyLong_FromLongLong(sums[d]);
-        if (x == NULL)
-            Py_CLEAR(out);
-        else
-            PyList_SET_ITEM(out, d, x);
-    }
+    out = list_of_ints(sums, D1 - 1);
 done:
     scratch_free(&sc);
     return out;

@@ -1207,14 +1207,12 @@ def test_a_lowered_family_is_checked_without_making_actions(family, d, m, releas
 def test_bookkeeping_off_its_device_in_columns_is_left_to_the_reference():
     """An UNSHARD of a stage its device does not hold, or of a stage out of range, held as
     columns: the kernel declines, and the reference reports it as it does for rows."""
-    from array import array
-
-    from schedverify.grammar import COLUMN_KINDS, INDEX_TYPECODE, PlainRows
+    from schedverify.grammar import COLUMN_KINDS, PlainRows
 
     def columns(entries, lengths):
         codes = bytes(COLUMN_KINDS.index(k) for _, k, _ in entries)
-        stages = array(INDEX_TYPECODE, [s for s, _, _ in entries]).tobytes()
-        mbs = array(INDEX_TYPECODE, [-1 if m is None else m for _, _, m in entries]).tobytes()
+        stages = index_bytes(s for s, _, _ in entries)
+        mbs = index_bytes(-1 if m is None else m for _, _, m in entries)
         top_stage = max(s for s, _, _ in entries)
         top_mb = max(-1 if m is None else m for _, _, m in entries)
         return PlainRows(codes, stages, mbs, tuple(lengths), top_stage, top_mb)
