@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,18 @@ SEND_BUDGET = _register(
 MEMORY_LIMIT = _register(
     "SV601", "memory-limit-exceeded", "3.6 memory",
     "Peak memory on a device exceeds the limit.")
+
+
+def device_cycle(devices: Iterable[int]) -> str:
+    """A deadlock's devices as the message names them, ``0 -> 2 -> 1 -> 0``: the cycle closed
+    on its first device, a device that waits on itself (two of its own waits in a row) once."""
+    path: list[int] = []
+    for d in devices:
+        if not path or path[-1] != d:
+            path.append(d)
+    while len(path) > 1 and path[-1] == path[0]:
+        path.pop()
+    return " -> ".join(map(str, path + path[:1]))
 
 
 class Verdict(str, enum.Enum):

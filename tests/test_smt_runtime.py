@@ -120,6 +120,27 @@ def test_zero_delay_cycle_is_still_a_hang():
         assert z.codes() == ["SV402"]
 
 
+# the last stage (4, on device 1) has a copy of its forward 4F0 on device 2, first in its
+# order: that copy is SV202, not one of the last stage's forwards, so the loss order holds
+# (docs/spec.md 8.3: "on its device"); the hang's devices are named once each in turn
+DUPLICATED_LOSS_FORWARD = (
+    "3RECV_F0,3F0,3SEND_F0,3RECV_B0,3B0,3SEND_B0",
+    "0F0,0SEND_F0,4RECV_F0,4F0,4B0,4SEND_B0,0RECV_B0,0B0",
+    "4F0,1RECV_F0,1F0,2F0,2SEND_F0,2RECV_B0,2B0,1B0,1SEND_B0")
+
+
+def test_a_copy_of_the_loss_forward_off_its_device_is_a_duplicate_only():
+    s = csv(*DUPLICATED_LOSS_FORWARD)
+    assert s.placement.routes == ((1, 2, 2, 0, 1),)
+    for opts in SEMANTICS[:2]:
+        g, z = agree(s, **opts)
+        assert z.codes() == ["SV202", "SV402"] == g.codes(), opts
+        for v in g.violations + z.violations:
+            if v.code.code == "SV402":
+                path = v.message.split("devices ")[1].split(":")[0].split(" -> ")
+                assert path[0] == path[-1] and all(a != b for a, b in zip(path, path[1:])), v.message
+
+
 def test_recv_posted_before_the_send_it_waits_behind():
     # 0RECV_B0 is posted before 0SEND_F0 but nothing waits for it until 0B0: gloo runs it;
     # on NCCL the receive holds the head of device 0's stream, and the send behind it is

@@ -238,7 +238,7 @@ def deadlocks(g: Graph, cycles) -> Iterator[Violation]:
                 f"{explain_wait(g, head, awaited)}, which is at position {g.pos[shown]} on device {e}{behind}"
             )
             locations.append(loc(g, head))
-        devs = " -> ".join(str(g.dev[h]) for h, _ in cycle) + f" -> {g.dev[cycle[0][0]]}"
+        devs = dx.device_cycle(g.dev[h] for h, _ in cycle)
         code = dx.RENDEZVOUS_DEADLOCK if rendezvous else dx.DEADLOCK
         what = ("sends wait for receives that are never posted (valid under eager semantics, "
                 "hangs under rendezvous)") if rendezvous else "each waits for another"
@@ -413,7 +413,7 @@ def runtime_hangs(g: Graph, result: RuntimeResult) -> Iterator[Violation]:
     code = dx.COMM_STREAM_DEADLOCK if nccl_mode else dx.DEADLOCK
     for hang in result.hangs:
         cycle = hang.cycle
-        devs = " -> ".join(map(str, hang.devices)) + f" -> {cycle[0].device}"
+        devs = dx.device_cycle(hang.devices)
         if nccl_mode:
             what = ("NCCL runs each device's sends and receives in posting order and a send "
                     "completes only with its receive (this runs on gloo, hangs on NCCL)")

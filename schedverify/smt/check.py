@@ -187,6 +187,9 @@ class _Index:
                     expected = (routes[mroute[mb]] if mroute is not None else routes[0])[s]
                     if expected != d:
                         wrong.append((e, x, expected))
+        #: some action sits off its stage's device (SV201): the rules that read one device's
+        #: order (8.3) read every device's then, as the graph engine does
+        self.off_device = bool(wrong)
         V = self.found.append
         for e, why in malformed:
             V(Violation(dx.MALFORMED_ACTION, why, (self.loc(e),)))
@@ -938,7 +941,7 @@ class _Z3Check:
                          f"position {pj} on device {dj}")
             locs.append(ix.loc(e))
         devs = [ix.entries[edges[k][0]][0] for k in cycle]
-        path = " -> ".join(map(str, devs + devs[:1]))
+        path = dx.device_cycle(devs)
         code = dx.RENDEZVOUS_DEADLOCK if rdv else dx.DEADLOCK
         what = ("sends wait for receives that are never posted (valid under eager semantics, "
                 "hangs under rendezvous)") if rdv else "each waits for another"
@@ -1076,7 +1079,10 @@ class _Z3Check:
         if sched.placement.is_bidirectional or not self._rt.release.loss_list:
             return []
         last, seen = sched.stages - 1, 0
+        home = sched.placement.routes[0][last]
         for e, (d, _p, a) in enumerate(self.ix.entries):
+            if d != home and not self.ix.off_device:
+                continue  # "on its device": a copy elsewhere is SV202, not one of its forwards
             for x in a.leaves():
                 if x.kind != F or x.stage != last or type(x.microbatch) is not int:
                     continue
@@ -1219,7 +1225,7 @@ class _Z3Check:
             if len(names) > 6:
                 names = names[:3] + ["..."] + names[-3:]
             steps.append(f"rank {d}: [{'' if lo == ents[0] else '... '}{', '.join(names)}]")
-        path = " -> ".join(map(str, devs + devs[:1]))
+        path = dx.device_cycle(devs)
         if code is dx.COMM_STREAM_DEADLOCK:
             what = ("NCCL runs each device's sends and receives in posting order and a send completes "
                     "only with its receive (this runs on gloo, hangs on NCCL)")
