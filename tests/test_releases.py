@@ -141,6 +141,21 @@ def test_the_report_names_the_release_and_layout_it_assumed():
         "PyTorch 2.13 over gloo (the installed torch 2.13.0)")
 
 
+@pytest.mark.parametrize("options", [dict(comm_semantics="torch", torch="2.14"),
+                                     dict(comm_semantics="torch-nccl", torch="2.15", p2p="edge"),
+                                     dict(framework="megatron-core"), dict(framework="deepspeed")])
+def test_a_report_through_a_runtime_pickles_with_its_release(options):
+    import pickle
+
+    r = sv.check(FAMILIES["1f1b"](2, 2), **options)
+    back = pickle.loads(pickle.dumps(r))
+    assert back.profile == r.profile and back.to_json() == r.to_json()
+    rel = back.profile.release
+    assert rel == r.profile.release and type(rel.switches) is type(r.profile.release.switches)
+    with pytest.raises(TypeError):  # still read-only
+        rel.switches["x"] = None  # type: ignore[index]
+
+
 # ------------------------------------------------------------------ 2.15's grammar and rules
 
 # 1F1B on 2 ranks, 2 microbatches, as PyTorch 2.15's lowering writes it

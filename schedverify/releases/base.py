@@ -215,6 +215,15 @@ class Release:
     #: what changed from the release before, in words (docs/spec.md section 9)
     changes: tuple[str, ...] = ()
 
+    def __getstate__(self) -> dict[str, object]:
+        # a report names its release: it pickles (to a worker process, a cache) with it,
+        # its read-only switches as a plain dict
+        return {**self.__dict__, "switches": dict(self.switches)}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, MappingProxyType(v) if k == "switches" else v)  # type: ignore[arg-type]
+
     @property
     def name(self) -> str:
         return f"{self.framework} {self.version}" + (f" {self.engine}" if self.engine else "")
