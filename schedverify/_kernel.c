@@ -2832,7 +2832,8 @@ done:
  * for its duration), one route (``route``: S ints, the rank of each stage), no BATCH, no
  * second wait (the caller declines those); each WAIT_SEND of ``retired_waits`` waits for the
  * send of ``retired_sends`` at the same place, its only data (runtime.send_waits: PyTorch
- * 2.15's _PendingSendTracker).  ``received``: per code, (stage offset of the producer, RECV
+ * 2.15's _PendingSendTracker).  ``durations``: a list, one number per action, or a tuple, one
+ * per kind code and then the one for code -1 (graph.CodeDurations: no list of n).  ``received``: per code, (stage offset of the producer, RECV
  * code) for a kind whose input from another rank comes through a RECV, else None;
  * ``comm_kinds``: per code, (peer stage offset, is a send, carries an activation, the code
  * of the action it is meant for) for SEND/RECV, else None.
@@ -3015,10 +3016,17 @@ k_runtime_plain(PyObject *self, PyObject *args)
         *rw_o, *rs_o;
     int nccl, buffered, by_edge, by_direction, lazy;
     Py_ssize_t max_cycles;
-    if (!PyArg_ParseTuple(args, "OOOOOO!OOO!O!pppppOOn", &starts_o, &code_o, &stage_o, &mb_o, &wait_o,
-                          &PyList_Type, &dur_o, &comm_o, &route_o, &PyTuple_Type, &received_o, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO!O!pppppOOn", &starts_o, &code_o, &stage_o, &mb_o, &wait_o,
+                          &dur_o, &comm_o, &route_o, &PyTuple_Type, &received_o, &PyTuple_Type,
                           &kinds_o, &nccl, &buffered, &by_edge, &by_direction, &lazy, &rw_o, &rs_o, &max_cycles))
         return NULL;
+    if (!PyList_Check(dur_o) && !PyTuple_Check(dur_o)) {
+        PyErr_SetString(PyExc_TypeError, "runtime_plain: durations is a list (one per action) or a tuple (one "
+                                         "per kind code, then the one for -1)");
+        return NULL;
+    }
+    /* a tuple: every action of a code lasts its code's entry (graph.CodeDurations' table) */
+    const int per_code = PyTuple_Check(dur_o);
     if (max_cycles < 0 || max_cycles > 1000) {
         PyErr_SetString(PyExc_ValueError, "runtime_plain: max_cycles is 0 to 1000");
         return NULL;
@@ -3046,7 +3054,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
     if (ret_s == NULL)
         goto done;
     Py_ssize_t D = D1 - 1, K = PyTuple_GET_SIZE(kinds_o);
-    if (n2 != n || n3 != n || n4 != n || nret != nret2 || PyList_GET_SIZE(dur_o) != n || K < 1 || K > MAX_CODES ||
+    if (n2 != n || n3 != n || n4 != n || nret != nret2 || Py_SIZE(dur_o) != (per_code ? K + 1 : n) || K < 1 ||
+        K > MAX_CODES ||
         PyTuple_GET_SIZE(received_o) != K || n >= INT32_MAX / 3 || D >= (1 << 15)) { /* bind: 3n int32 */
         PyErr_SetString(PyExc_ValueError, "runtime_plain: the columns' and tables' lengths disagree");
         goto done;
@@ -3120,7 +3129,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         }
     if ((double)S * (double)M > 4.0 * (double)n + 1024.0)
         goto not_plain; /* a dense RECV table that would not follow the action count */
-    if (PyList_GET_SIZE(dur_o) != n) {
+    if (Py_SIZE(dur_o) != (per_code ? K + 1 : n)) { /* a list Python code changed meanwhile */
         PyErr_SetString(PyExc_ValueError, "runtime_plain: one duration per action");
         goto done;
     }
@@ -3138,9 +3147,16 @@ k_runtime_plain(PyObject *self, PyObject *args)
         goto not_plain;
     long long bound = 0;
     int by_code = 1;
+    if (per_code) /* the table's own order: code 0 .. K - 1, then -1 */
+        for (Py_ssize_t c = 0; c <= K; c++) {
+            Py_ssize_t at = c == K ? 0 : c + 1;
+            if (!read_number(PyTuple_GET_ITEM(dur_o, c), &dcode[at].v, &dcode[at].f) || !(dcode[at].v >= 0))
+                goto not_plain;
+            dobj[at] = PyTuple_GET_ITEM(dur_o, c);
+        }
     for (Py_ssize_t i = 0; i < n && by_code; i++) {
-        PyObject *o = PyList_GET_ITEM(dur_o, i);
         long long c = CODE(i) + 1;
+        PyObject *o = per_code ? dobj[c] : PyList_GET_ITEM(dur_o, i);
         if (dobj[c] != o) {
             if (dobj[c] != NULL) {
                 by_code = 0; /* a code with two objects: the table below */

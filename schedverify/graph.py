@@ -817,6 +817,63 @@ def _posted_after(g: Graph, k: int) -> str:
     return f"{nxt} (after {g.acts[k]})" if nxt is not None else str(g.acts[k])
 
 
+class CodeDurations(Sequence):
+    """Each action's duration as its kind's, read off the graph's code column: the list
+    :func:`durations_for` gives, without a Python object per action.  ``table``: one number
+    per kind code, then the one for code -1 (bookkeeping), so that ``table[code[i]]`` reads
+    both.  Indexing and iterating read the table; :meth:`tolist` makes the list."""
+
+    def __init__(self, code: Sequence[int], table: tuple):
+        self.code, self.table = code, table
+
+    def __len__(self) -> int:
+        return len(self.code)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.table[c] for c in self.code[i]]
+        return self.table[self.code[i]]
+
+    def __iter__(self):
+        return map(self.table.__getitem__, self.code)
+
+    def tolist(self) -> list:
+        kernel = _accel.kernel
+        return kernel.durations_plain(self.code, list(self.table)) if kernel is not None else list(self)
+
+    def with_zero(self, codes) -> CodeDurations:
+        """The same with the kinds of ``codes`` lasting the int 0 (their compute share)."""
+        return CodeDurations(self.code, tuple(0 if c in codes else v for c, v in enumerate(self.table[:-1]))
+                             + self.table[-1:])
+
+    def device_sums(self, starts: Sequence[int]) -> list | None:
+        """Each device's sum of its actions' durations (``starts`` as Graph.starts), exactly
+        as Python's sum adds them, when every entry is an int: a count per kind and device,
+        no pass over the actions in Python.  None when one is not."""
+        if not all(type(v) is int for v in self.table):
+            return None
+        raw = memoryview(self.code).cast("B") if isinstance(self.code, memoryview) else None
+        out = []
+        for lo, hi in zip(starts, starts[1:]):
+            seg = raw[lo:hi].tobytes() if raw is not None else bytes(c & 0xFF for c in self.code[lo:hi])
+            out.append(sum(v * seg.count((c if c < len(self.table) - 1 else -1) & 0xFF)
+                           for c, v in enumerate(self.table) if v))
+        return out
+
+    def __reduce__(self):
+        return CodeDurations, (array("b", bytes(memoryview(self.code).cast("B"))) if isinstance(
+            self.code, memoryview) else self.code, self.table)
+
+
+def code_durations(g: Graph, costs) -> CodeDurations | None:
+    """:func:`durations_for` as a :class:`CodeDurations`, when every action's duration is its
+    kind's (one cost per kind, no overlapped or malformed action); else None."""
+    values = [getattr(costs, k) for k in CODED_KINDS]
+    if g.uncoded_leaves or any(isinstance(v, tuple) for v in values):
+        return None
+    return CodeDurations(g.code, tuple(values) + (0,))
+
+
 def durations_for(g: Graph, costs) -> list[float]:
     """Each action's duration under ``costs`` (a :class:`schedverify.model.Costs`)."""
     kinds = [k for k, _ in sorted(KIND_CODE.items(), key=lambda kv: kv[1])]

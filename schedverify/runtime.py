@@ -42,7 +42,7 @@ from . import _accel
 from .deps import MATCH, RECEIVED, intended_receive  # noqa: F401 - intended_receive re-exported
 from .errors import UsageError
 from .grammar import CODED_KINDS, COLUMN_KINDS
-from .graph import KIND_CODE, NCODES, Graph, KernelColumns, Times
+from .graph import KIND_CODE, NCODES, CodeDurations, Graph, KernelColumns, Times
 from .lazy import LazyField, Later, given
 from .model import RECV_B, RECV_F, SEND_B, SEND_F, SEND_OF, SEND_WAIT_KINDS, WAIT_SEND_F
 from .releases import NcclOptions, Runtime  # noqa: F401 - NcclOptions re-exported (its public home)
@@ -374,7 +374,7 @@ class RuntimeResult(KernelColumns):
         return path
 
 
-def simulate(g: Graph, durations: list[float], comm: float, runtime: Runtime,
+def simulate(g: Graph, durations: Sequence[float], comm: float, runtime: Runtime,
              matching: Matching | None = None, waits: SendWaits | None = None) -> RuntimeResult:
     """Run ``g`` on ``runtime`` (a :class:`~schedverify.releases.Runtime`: PyTorch's runtime
     of one release over gloo or NCCL), docs/spec.md 8.4 and 9."""
@@ -406,8 +406,8 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
     the sweep runs, and finds what the kernel declined)."""
     kernel = _accel.kernel
     rel = runtime.release
-    if (kernel is None or type(durations) is not list or not g.explicit_comm or g.more_waits or g.batches
-            or rel.blocking_p2p or g.schedule.placement.microbatch_route is not None
+    if (kernel is None or type(durations) not in (list, CodeDurations) or not g.explicit_comm or g.more_waits
+            or g.batches or rel.blocking_p2p or g.schedule.placement.microbatch_route is not None
             or g.uncoded_leaves or g.duplicates or g.wrong_device or g.inversions or g.missing_recv
             or g.unmatched_comm):
         return None
@@ -416,7 +416,8 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
         (list(retires), list(retires.values()))
     nccl = runtime.on_nccl
     layout = runtime.layout
-    got = kernel.runtime_plain(g.starts, g.code, g.stage, g.mb, g.wait, durations, comm,
+    table = durations.table if isinstance(durations, CodeDurations) else durations
+    got = kernel.runtime_plain(g.starts, g.code, g.stage, g.mb, g.wait, table, comm,
                                tuple(g.schedule.placement.routes[0]), _RECEIVED_BY_CODE, _COMM_BY_CODE,
                                nccl, nccl and runtime.nccl.buffered_sends, layout.by_edge, layout.by_direction,
                                runtime.lazy, *retired, MAX_CYCLES)
@@ -487,14 +488,15 @@ class _Start(Later[list]):
     column of their own: a SEND/RECV's ready time, a compute action's end minus its duration,
     as the sweep below computes them (the same Python operation on the same numbers)."""
 
-    def __init__(self, finish: Times, ready: Times, is_comm: bytes, durations: list, never: bytes | None):
+    def __init__(self, finish: Times, ready: Times, is_comm: bytes, durations: Sequence, never: bytes | None):
         self.finish, self.ready, self.is_comm, self.durations = finish, ready, is_comm, durations
         self.never = never  # a hang's: 1 where a compute action never ended (its start is 0)
 
     def make(self) -> list:
         kernel = _accel.kernel
+        durations = self.durations.tolist() if isinstance(self.durations, CodeDurations) else self.durations
         made = (kernel.start_list(self.finish.values, self.finish.floats, self.ready.values, self.ready.floats,
-                                  self.is_comm, self.durations, self.never) if kernel is not None else None)
+                                  self.is_comm, durations, self.never) if kernel is not None else None)
         if made is not None:
             return made
         never = self.never or bytes(len(self.is_comm))

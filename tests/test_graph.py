@@ -273,3 +273,33 @@ def test_dev_and_pos_of_a_graph_of_columns_are_made_from_starts():
     ref = compile_graph(s, fast=False)
     assert (list(g.dev), list(g.pos)) == (list(ref.dev), list(ref.pos))
     assert g.dev.typecode == g.pos.typecode == "i"
+
+
+@given(valid_schedules(comm=None, with_costs=True), st.booleans())
+def test_durations_by_code_are_the_list_without_it(s, floats):
+    """code_durations: the durations_for list read off the code column, its per-device sums
+    Python's (exact ints), its compute share the comm kinds zeroed, and it pickles."""
+    import pickle
+
+    from schedverify.graph import code_durations, durations_for
+    from schedverify.model import resolve_costs
+
+    g = compile_graph(s)
+    c = resolve_costs(s, None)
+    if floats:
+        c = dataclasses.replace(c, F=c.F + 0.5) if not isinstance(c.F, tuple) else c
+    listed, by_code = durations_for(g, c), code_durations(g, c)
+    if by_code is None:  # a per-stage cost, an overlap or a malformed action: only the list
+        assert g.uncoded_leaves or any(isinstance(getattr(c, k), tuple) for k in KIND_CODE)
+        return
+    assert list(by_code) == listed == by_code.tolist() == [by_code[i] for i in range(len(by_code))]
+    assert by_code[1:3] == listed[1:3]
+    sums = [sum(listed[lo:hi]) for lo, hi in zip(g.starts, g.starts[1:])]
+    got = by_code.device_sums(g.starts)
+    if all(type(v) is int for v in listed):
+        assert got == sums and all(type(x) is int for x in got)
+    elif any(type(v) is float for v in by_code.table):
+        assert got is None  # floats: Python's own order of additions decides
+    comm = {KIND_CODE[k] for k in COMM_KINDS}
+    assert list(by_code.with_zero(comm)) == [0 if code in comm else d for code, d in zip(g.code, listed)]
+    assert list(pickle.loads(pickle.dumps(by_code))) == listed

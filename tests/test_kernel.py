@@ -27,7 +27,7 @@ from schedverify import _accel
 from schedverify.cost.memory import memory_sweep
 from schedverify.cost.timeline import Timeline
 from schedverify.generators import FAMILIES
-from schedverify.graph import Graph, compile_graph, durations_for, sweep
+from schedverify.graph import Graph, code_durations, compile_graph, durations_for, sweep
 from schedverify.errors import ActionSyntaxError
 from schedverify.io.actions import parse_action, parse_row
 from schedverify.model import B, I, W, Costs, MemoryModel, resolve_costs, resolve_memory
@@ -849,6 +849,14 @@ BAD_CALLS = [
     # 20,000 ranks and one action: a channel table per pair of ranks would be gigabytes; declined
     ("runtime_plain([0, 1], [0], [0], [0], [1], ['x'], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [], [], 10)", "returned None"),  # a duration that is not a number: declined
+    ("runtime_plain([0, 1], [0], [0], [0], [1], (1,) * 9, 0, (0,), (None,) * 8, (None,) * 8, False, False, "
+     "False, False, False, [], [], 10)[8]", "returned 1"),  # a duration per kind code and one for -1
+    ("runtime_plain([0, 1], [0], [0], [0], [1], (1,) * 8, 0, (0,), (None,) * 8, (None,) * 8, False, False, "
+     "False, False, False, [], [], 10)", "ValueError"),  # a table without the entry for -1
+    ("runtime_plain([0, 1], [0], [0], [0], [1], (1,) + ('x',) * 8, 0, (0,), (None,) * 8, (None,) * 8, "
+     "False, False, False, False, False, [], [], 10)", "returned None"),  # a kind's that is no number
+    ("runtime_plain([0, 1], [0], [0], [0], [1], {0: 1}, 0, (0,), (None,) * 8, (None,) * 8, False, False, "
+     "False, False, False, [], [], 10)", "TypeError"),  # neither a list nor a tuple
     # hostile arguments: Python code that runs inside the call (an iterator, the collector's
     # callbacks, __index__) and changes or refuses what the kernel reads.  Each once read
     # freed or NULL item storage (ASan, UBSan; signal 11 without them).
@@ -1427,6 +1435,22 @@ def assert_same_run(schedule, runtime, costs=None) -> bool:
         fast = simulate(g, d, c.comm, runtime)
     with pure_python():
         slow = simulate(g, d, c.comm, runtime)
+    same_run(fast, slow)
+    fresh = simulate(g, d, c.comm, runtime)  # its end times not yet read: the path from its own last action
+    assert fresh.critical_path() == slow.critical_path()
+    by_code = code_durations(g, c)  # one cost per kind: the table, no list, in both engines
+    if by_code is not None:
+        assert list(by_code) == d and by_code.tolist() == d and len(by_code) == len(d)
+        with spying() as spy_table:
+            same_run(simulate(g, by_code, c.comm, runtime), slow)
+        assert ("runtime_plain" in spy_table.answered) == ("runtime_plain" in spy.answered)
+        with pure_python():
+            same_run(simulate(g, by_code, c.comm, runtime), slow)
+    return "runtime_plain" in spy.answered
+
+
+def same_run(fast, slow) -> None:
+    """Two RuntimeResults hold the same run, field by field and number for number."""
     for name in RUNTIME_FIELDS:
         a, b = getattr(fast, name), getattr(slow, name)
         if name in ("start", "end", "ready"):
@@ -1438,11 +1462,8 @@ def assert_same_run(schedule, runtime, costs=None) -> bool:
         assert a == b, name
     for name in ("partner", "peer_device", "crossed", "unmatched"):
         assert list(getattr(fast.matching, name)) == list(getattr(slow.matching, name)), name
-    fresh = simulate(g, d, c.comm, runtime)  # its end times not yet read: the path from its own last action
-    assert fresh.critical_path() == slow.critical_path()
     if fast.makespan is not None:
         assert typed([fast.makespan]) == typed([max(slow.end, default=0)])
-    return "runtime_plain" in spy.answered
 
 
 def simulate_of(schedule, runtime):

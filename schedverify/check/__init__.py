@@ -10,14 +10,14 @@ from __future__ import annotations
 import math
 from functools import cached_property
 from itertools import islice
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from ..cost.memory import memory_sweep
 from ..cost.timeline import Timeline, order_only_metrics, run_timeline
 from .. import diagnostics as dx
 from ..diagnostics import Report, Verdict, Violation
 from ..errors import DeadlockError, InvalidSchedule, UsageError
-from ..graph import compile_graph, durations_for
+from ..graph import KIND_CODE, CodeDurations, code_durations, compile_graph, durations_for
 from ..model import COMM_KINDS, Schedule, as_schedule, resolve_costs, resolve_memory
 from ..releases import GLOO, Runtime, runtime_of
 from ..runtime import RuntimeResult, send_waits, simulate
@@ -106,12 +106,17 @@ class _Run:
 
     def _run_runtime(self, rt: Runtime) -> None:
         g = self.graph
-        durations = durations_for(g, self.costs)
+        by_code = code_durations(g, self.costs)
+        durations: Sequence = by_code if by_code is not None else durations_for(g, self.costs)
         result = simulate(g, durations, self.costs.comm, rt, waits=self.waits)
         costs = self.costs
         # busy = compute only (the durations themselves when SEND/RECV cost the int 0)
-        compute = durations if all(type(v) is int and v == 0 for v in (getattr(costs, k) for k in COMM_KINDS)) \
-            else [0 if c else d for c, d in zip(result.is_comm, durations)]
+        if all(type(v) is int and v == 0 for v in (getattr(costs, k) for k in COMM_KINDS)):
+            compute = durations
+        elif isinstance(durations, CodeDurations):
+            compute = durations.with_zero({KIND_CODE[k] for k in COMM_KINDS})
+        else:
+            compute = [0 if c else d for c, d in zip(result.is_comm, durations)]
         self.timeline = Timeline(g, self.costs, self.memory_model, compute, result, result.critical_path,
                                  retired_by=self._retired_by())
         self.runtime, self.hangs = result, result

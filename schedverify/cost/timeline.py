@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import _accel
-from ..graph import Graph, SweepResult, Times, durations_for, sweep
+from ..graph import CodeDurations, Graph, SweepResult, Times, durations_for, sweep
 from ..lazy import LazyField, Later
 from ..model import Costs, MemoryModel, Schedule
 from .memory import MemoryResult, memory_sweep
@@ -104,7 +104,7 @@ class TimedRun(Protocol):
 class Timeline:
     """The as-soon-as-possible execution of a schedule under given costs."""
 
-    def __init__(self, graph: Graph, costs: Costs, memory: MemoryModel, durations: list[float],
+    def __init__(self, graph: Graph, costs: Costs, memory: MemoryModel, durations: Sequence[float],
                  result: TimedRun, critical_path: Callable[[], list[int]] | None = None, *,
                  retired_by: Mapping[int, int] | None = None):
         """``result`` holds the times (a :class:`SweepResult`, or the runtime model's result,
@@ -152,8 +152,11 @@ class Timeline:
 
     def busy(self) -> list[float]:
         kernel = _accel.kernel
-        got = kernel.busy_plain(self.graph.starts, self.durations) if kernel is not None and type(
-            self.durations) is list else None
+        if isinstance(self.durations, CodeDurations):
+            got = self.durations.device_sums(self.graph.starts)
+        else:
+            got = kernel.busy_plain(self.graph.starts, self.durations) if kernel is not None and type(
+                self.durations) is list else None
         if got is not None:  # every duration an int: the sums are exact whatever adds them
             return got
         st, dur = self.graph.starts, iter(self.durations)
