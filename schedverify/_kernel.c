@@ -2822,8 +2822,8 @@ done:
 /* runtime_plain(starts, code, stage, mb, wait, durations, comm, route, received, comm_kinds,
  *               nccl, buffered, by_edge, by_direction, lazy, retired_waits, retired_sends,
  *               max_cycles)
- *   -> (end_values, end_floats, ready_values, ready_floats, bind, partner, lane_of, lanes,
- *       makespan, last, is_comm, hang) | None
+ *   -> (end_values, end_floats, ready_values, ready_floats, bind, done_by, partner, lane_of,
+ *       lanes, makespan, last, is_comm, hang) | None
  *
  * The twin of runtime.simulate (match, data_deps, _Sweep): PyTorch's runtime over gloo
  * (``nccl`` 0: one host lane per rank) or NCCL (a compute stream and one communication
@@ -2845,8 +2845,9 @@ done:
  * every column is what the reference's RuntimeResult holds, number for number and type for
  * type (times as graph.Times columns, their values bytes of native doubles; the start
  * times, a SEND/RECV's ready and a compute action's end - duration, are left for the caller
- * to make when it reads them; bind, partner and lane_of are bytes of native int32, 4 bytes
- * an entry, so it declines 3n >= INT32_MAX; the matching's peer_device is the device of each
+ * to make when it reads them; bind and partner are bytes of native int32, 4 bytes an entry,
+ * so it declines 3n >= INT32_MAX (bind and done_by: the binders, RT_DONE_NONE), and lane_of
+ * of uint16 (lane_t: it declines a run of more lanes); the matching's peer_device is the device of each
  * message's partner, and no column here): the operations are the reference's in its order, a value a
  * float as soon as one operand is.  ``lanes``: per lane (rank, "host" | "compute" | "comm",
  * the stream's key as runtime._stream_label reads it, or None); ``makespan`` and ``last``:
@@ -2860,7 +2861,9 @@ done:
  * each head it stopped at (in the order the rounds found them), ``unsent`` over gloo the
  * sends never done whose lane ran to its end (before 2.15 the runtime's step waits for each),
  * ``never`` bytes, 1 where a compute action never ended or a SEND/RECV was never ready; what
- * never happened is the int 0 in the time columns, as in the reference's. */
+ * never happened is the int 0 in the time columns, as in the reference's.  ``ready_values``
+ * and ``ready_floats`` are None for a run that ends: each ready time is then its binder's
+ * fin (rt_ready), which bound_ready reads off bind and the end times when they are asked for. */
 typedef struct {
     double v;
     unsigned char f; /* 1: a float; 0: an int, exactly v */
@@ -2882,10 +2885,15 @@ rn_object(rnum_t x)
 #define RT_END 0
 #define RT_READY 1
 #define RT_DONE 2
-/* The binder of event e of action i, in the bind column: two entries an action, since an
- * action has one event with a binder (a compute entry's END) or two (a SEND/RECV's READY and
- * DONE); an event of the other kind has none (-1 in the reference's list of 3n) */
-#define RT_BIND_AT(i, e) (2 * (long long)(i) + ((e) == RT_DONE))
+/* The binders (runtime.RuntimeResult.bind, 3n entries in the reference's list) as two
+ * columns: ``bind``, one int32 an action, the event that set a compute action's END or a
+ * SEND/RECV's READY (-1: time 0); and ``done_by``, one byte an action, what set a SEND/RECV's
+ * DONE, which is always the READY of the message or of its partner (rt_finish): RT_DONE_SELF,
+ * RT_DONE_PARTNER, or RT_DONE_NONE (-1 in the reference's list, as an event of the other kind
+ * is).  Four bytes an action fewer than an int32 per event that has a binder. */
+#define RT_DONE_NONE 0
+#define RT_DONE_SELF 1
+#define RT_DONE_PARTNER 2
 
 static int
 compare_ll(const void *a, const void *b)
@@ -2893,6 +2901,12 @@ compare_ll(const void *a, const void *b)
     long long x = *(const long long *)a, y = *(const long long *)b;
     return (x > y) - (x < y);
 }
+
+/* A lane's index in runtime_plain's lane_of column: two bytes an action.  A run with more
+ * lanes (NCCL's per-edge or lazily paired streams of more than a few hundred ranks that
+ * each talk to many peers) is declined, and the reference runs it. */
+typedef uint16_t lane_t;
+#define RT_LANE_MAX 65535
 
 typedef struct {
     const unsigned char *is_comm, *is_send;
@@ -2907,16 +2921,18 @@ typedef struct {
     rnum_t comm;
     int buffered;
     /* the times, in the result's columns: fin (a compute action's end, a SEND/RECV's done)
-     * and ready, each a value and its float flag; state: bit 0 fin known, bit 1 ready known */
+     * and ready, each a value and its float flag; state: bit 0 fin known, bit 1 ready known.
+     * ready_v is NULL until the run hangs (rt_ready: a ready time is its binder's fin) */
     double *fin_v, *ready_v;
     unsigned char *fin_f, *ready_f, *state;
     int32_t *bind;
+    unsigned char *done_by;
     /* the lanes waiting: waited[k], the action blocked lane k waits for; whead[l], the
      * first of the lanes that wait for an action of lane l, linked by wnext (the last to
      * begin waiting first).  A lane per action would be a column; a list per lane is L
      * entries, and an action's waiters are found on its own lane's list (RT_AWAITED: it
      * has some) */
-    const int32_t *lane_of;
+    const lane_t *lane_of;
     int32_t *waited, *whead, *wnext;
     int32_t *stack;
     Py_ssize_t top;
@@ -2934,11 +2950,25 @@ rt_fin(const rt_t *r, long long i)
     return x;
 }
 
+/* A SEND/RECV becomes ready at its lane's clock, and the lane's clock is always the fin of
+ * the event that set it last (its binder), or the int 0 before any (binder -1).  Until a
+ * run hangs every fin is set once, before it is read, so the ready time is read off the
+ * binder and needs no column (9 bytes an action); the rounds of a hang release waits at a
+ * provisional time that a partner may set again, so from the first round the ready times
+ * are kept as the reference keeps them (ready_v, filled from the binders then). */
 static inline rnum_t
 rt_ready(const rt_t *r, long long i)
 {
-    rnum_t x = {r->ready_v[i], r->ready_f[i]};
-    return x;
+    if (r->ready_v != NULL) {
+        rnum_t x = {r->ready_v[i], r->ready_f[i]};
+        return x;
+    }
+    int32_t b = r->bind[i];
+    if (b < 0) {
+        rnum_t zero = {0, 0};
+        return zero;
+    }
+    return rt_fin(r, b / 3);
 }
 
 /* action i's fin is t: the lanes waiting for it go back on the stack */
@@ -2981,7 +3011,7 @@ rt_dur(const rt_t *r, long long i)
 static inline void
 rt_finish(rt_t *r, long long x, rnum_t t, long long via)
 {
-    r->bind[RT_BIND_AT(x, RT_DONE)] = (int32_t)(3 * via + RT_READY);
+    r->done_by[x] = via == x ? RT_DONE_SELF : RT_DONE_PARTNER; /* via: x or its partner */
     rt_set_fin(r, x, t);
 }
 
@@ -2989,8 +3019,10 @@ rt_finish(rt_t *r, long long x, rnum_t t, long long via)
 static void
 rt_set_ready(rt_t *r, long long x, rnum_t t)
 {
-    r->ready_v[x] = t.v;
-    r->ready_f[x] = t.f;
+    if (r->ready_v != NULL) { /* else t is its binder's fin (rt_ready) */
+        r->ready_v[x] = t.v;
+        r->ready_f[x] = t.f;
+    }
     r->state[x] |= RT_HAS_READY;
     long long p = r->partner[x];
     int sending = r->is_send[x];
@@ -3036,10 +3068,10 @@ k_runtime_plain(PyObject *self, PyObject *args)
     PyObject *hang = NULL; /* a run that hangs: (cycles, stuck, unsent, never) */
     Py_ssize_t D1 = 0, n = 0, n2 = 0, n3 = 0, n4 = 0, S = 0;
     ints_t code_c = {{NULL}}, stage_c = {{NULL}}, mb_c = {{NULL}}, wait_c = {{NULL}};
-    /* fin, ready (doubles); bind, partner, lane_of (int32): bytes, which the kernel allocates
+    /* fin, ready (doubles); bind, partner (int32), lane_of (lane_t): bytes, which it allocates
      * unwritten, so that they are on huge pages (huge_hint); the caller reads them through
      * memoryview casts */
-    PyObject *cols[5] = {NULL};
+    PyObject *cols[5] = {NULL}, *done_o = NULL;
     /* (1) the columns and tables, which may run Python code, then every column made here */
     long long *starts = index_array(&sc, starts_o, &D1, "runtime_plain: starts");
     if (starts == NULL || !read_ints(&sc, code_o, &code_c, &n, "runtime_plain: code") ||
@@ -3096,17 +3128,20 @@ k_runtime_plain(PyObject *self, PyObject *args)
     }
     /* the int columns are int32 ("i", as int is on every platform CPython supports): the
      * actions (and 3n event keys) are fewer than INT32_MAX, checked above */
-    const Py_ssize_t col_len[5] = {8 * n, 8 * n, 8 * n, 4 * n, 4 * n};
+    const Py_ssize_t col_len[5] = {8 * n, 0, 4 * n, 4 * n, (Py_ssize_t)sizeof(lane_t) * n}; /* ready: a hang's, below */
     for (int q = 0; q < 5; q++)
-        if (!(cols[q] = new_bytes(col_len[q])))
+        if (q != 1 && !(cols[q] = new_bytes(col_len[q])))
             goto done;
-    double *fv = (double *)PyBytes_AS_STRING(cols[0]), *rv = (double *)PyBytes_AS_STRING(cols[1]);
-    int32_t *bv = (int32_t *)PyBytes_AS_STRING(cols[2]), *partner = (int32_t *)PyBytes_AS_STRING(cols[3]),
-            *lane_of = (int32_t *)PyBytes_AS_STRING(cols[4]);
+    double *fv = (double *)PyBytes_AS_STRING(cols[0]), *rv = NULL;
+    int32_t *bv = (int32_t *)PyBytes_AS_STRING(cols[2]), *partner = (int32_t *)PyBytes_AS_STRING(cols[3]);
+    lane_t *lane_of = (lane_t *)PyBytes_AS_STRING(cols[4]);
     for (int q = 0; q < 3; q++)
-        if (!(flags[q] = new_bytes(n)))
+        if (q != 1 && !(flags[q] = new_bytes(n)))
             goto done;
-    unsigned char *ffp = (unsigned char *)PyBytes_AS_STRING(flags[0]), *rfp = (unsigned char *)PyBytes_AS_STRING(flags[1]);
+    if (!(done_o = new_bytes(n)))
+        goto done;
+    unsigned char *done_by = (unsigned char *)PyBytes_AS_STRING(done_o);
+    unsigned char *ffp = (unsigned char *)PyBytes_AS_STRING(flags[0]), *rfp = NULL;
     /* (2) from here on nothing is made and nothing is called: the columns read where they
      * lie (a code -1 is bookkeeping) and checked */
 #define CODE(i) int_at(&code_c, (i))
@@ -3327,10 +3362,12 @@ k_runtime_plain(PyObject *self, PyObject *args)
             lane_kind[L] = 0;
             lane_key[L] = -1;
             for (long long i = starts[d]; i < starts[d + 1]; i++)
-                lane_of[i] = (int32_t)L;
+                lane_of[i] = (lane_t)L; /* L < D < 2^15 */
             L++;
             continue;
         }
+        if (L > RT_LANE_MAX)
+            goto not_plain; /* more lanes than lane_t holds */
         Py_ssize_t compute = L++;
         lane_dev[compute] = d;
         lane_kind[compute] = 1;
@@ -3338,7 +3375,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         Py_ssize_t nkeys = 0;
         for (long long i = starts[d]; i < starts[d + 1]; i++) {
             if (!is_comm[i]) {
-                lane_of[i] = (int32_t)compute;
+                lane_of[i] = (lane_t)compute;
                 continue;
             }
             long long e = peer[i];
@@ -3364,6 +3401,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
             if (k == 0 || keys[k] != keys[k - 1])
                 keys[distinct++] = keys[k];
         Py_ssize_t first = L;
+        if (first + distinct - 1 > RT_LANE_MAX)
+            goto not_plain; /* more lanes than lane_t holds */
         for (Py_ssize_t k = 0; k < distinct; k++) {
             lane_dev[L] = d;
             lane_kind[L] = 2;
@@ -3380,7 +3419,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                     else
                         hi = mid;
                 }
-                lane_of[i] = (int32_t)(first + lo);
+                lane_of[i] = (lane_t)(first + lo);
             }
     }
     scratch_drop(&sc, keys);
@@ -3429,9 +3468,10 @@ k_runtime_plain(PyObject *self, PyObject *args)
     r.buffered = nccl && buffered;
     r.fin_v = fv;
     r.fin_f = ffp;
-    r.ready_v = rv;
-    r.ready_f = rfp;
+    r.ready_v = NULL;
+    r.ready_f = NULL;
     r.bind = bv;
+    r.done_by = done_by;
     r.state = scratch_array(&sc, n, 1, 1);
     r.lane_of = lane_of;
     r.whead = scratch_array(&sc, L, sizeof(int32_t), 0);
@@ -3452,8 +3492,10 @@ k_runtime_plain(PyObject *self, PyObject *args)
         r.state[ret_w[k]] |= RT_RETIRED;
         partner[ret_w[k]] = (int32_t)ret_s[k];
     }
-    for (Py_ssize_t k = 0; k < 2 * n; k++)
+    for (Py_ssize_t k = 0; k < n; k++)
         bv[k] = -1;
+    if (n > 0)
+        memset(done_by, RT_DONE_NONE, (size_t)n);
     for (Py_ssize_t k = 0; k < L; k++)
         r.whead[k] = -1;
     r.top = 0;
@@ -3500,7 +3542,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                             }
                         }
                         if (!(r.state[i] & RT_HAS_READY)) {
-                            bv[RT_BIND_AT(i, RT_READY)] = (int32_t)src;
+                            bv[i] = (int32_t)src;
                             rt_set_ready(&r, i, now);
                         }
                         if (!(r.state[i] & RT_HAS_FIN)) {
@@ -3515,7 +3557,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                         continue;
                     }
                     if (!(r.state[i] & RT_HAS_READY)) { /* gloo: posting takes no host time */
-                        bv[RT_BIND_AT(i, RT_READY)] = (int32_t)src;
+                        bv[i] = (int32_t)src;
                         rt_set_ready(&r, i, now);
                     }
                     p++;
@@ -3540,7 +3582,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 }
                 if (awaited >= 0)
                     break;
-                bv[RT_BIND_AT(i, RT_END)] = (int32_t)src;
+                bv[i] = (int32_t)src;
                 now = rn_add(st, rt_dur(&r, i));
                 src = 3 * i + RT_END;
                 rt_set_fin(&r, i, now);
@@ -3569,6 +3611,20 @@ k_runtime_plain(PyObject *self, PyObject *args)
             break;
         if (!hung) {
             hung = 1;
+            /* from here on the ready times are kept (rt_ready), as they are now */
+            rv = scratch_array(&sc, n, sizeof(double), 0);
+            rfp = scratch_array(&sc, n, 1, 0);
+            if (!rv || !rfp)
+                goto done;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                rnum_t x = {0, 0};
+                if (r.state[i] & RT_HAS_READY)
+                    x = rt_ready(&r, i);
+                rv[i] = x.v;
+                rfp[i] = x.f;
+            }
+            r.ready_v = rv;
+            r.ready_f = rfp;
             stuck_w = scratch_array(&sc, 4 * cap, sizeof(long long), 0);
             cyc = scratch_array(&sc, 4 * cap, sizeof(long long), 0);
             cyc_off = scratch_array(&sc, cap + 1, sizeof(long long), 0);
@@ -3666,7 +3722,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 rv[i] = 0, rfp[i] = 0;
         }
         rnum_t fin = rt_fin(&r, i);
-        if (!is_comm[i]) {
+        if (hung && !is_comm[i]) {
             rv[i] = 0;
             rfp[i] = 0;
         }
@@ -3736,10 +3792,20 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 Py_DECREF(x);
             }
     }
+    if (hung) { /* the kept ready times, as columns; None for a run that ends (runtime._native
+                 * reads them off the binders) */
+        cols[1] = PyBytes_FromStringAndSize((const char *)rv, 8 * n);
+        flags[1] = PyBytes_FromStringAndSize((const char *)rfp, n);
+        if (cols[1] == NULL || flags[1] == NULL)
+            goto done;
+    } else {
+        cols[1] = (Py_INCREF(Py_None), Py_None);
+        flags[1] = (Py_INCREF(Py_None), Py_None);
+    }
     PyObject *makespan = n ? rn_object(top) : PyLong_FromLong(0);
     if (makespan == NULL)
         goto done;
-    result = Py_BuildValue("(OOOOOOOONLOO)", cols[0], flags[0], cols[1], flags[1], cols[2], cols[3], cols[4],
+    result = Py_BuildValue("(OOOOOOOOONLOO)", cols[0], flags[0], cols[1], flags[1], cols[2], done_o, cols[3], cols[4],
                            lanes_l, makespan, last, flags[2], hang ? hang : Py_None);
     goto done;
 not_plain:
@@ -3750,6 +3816,7 @@ done:
     for (int q = 0; q < 4; q++)
         Py_XDECREF(flags[q]);
     Py_XDECREF(lanes_l);
+    Py_XDECREF(done_o);
     Py_XDECREF(hang);
     release_ints(&code_c);
     release_ints(&stage_c);
@@ -3899,41 +3966,63 @@ done:
 
 /* ------------------------------------------------------------------ bind_path */
 
-/* bind_path(bind, is_comm, last) -> list | None: runtime.RuntimeResult.critical_path over
- * the compiled run's columns: from event key 3 * last + (DONE for a SEND/RECV, else END),
- * follow bind[key] (-1: time 0) until it ends or a key comes again (a hung run's released
- * waits, set at time 0, can close a cycle), each action once per run of keys it binds, then
- * reversed.  ``bind``: runtime_plain's column, 2n ints (typecode "i", RT_BIND_AT), ``is_comm``:
- * n bytes.  None when bind is not such a buffer (the reference's list: the caller walks it). */
+/* bind_path(bind, done_by, partner, is_comm, last) -> list | None:
+ * runtime.RuntimeResult.critical_path over the compiled run's columns: from event key
+ * 3 * last + (DONE for a SEND/RECV, else END), follow each event's binder (-1: time 0) until
+ * it ends or a key comes again (a hung run's released waits, set at time 0, can close a
+ * cycle), each action once per run of keys it binds, then reversed.  ``bind``, ``done_by``:
+ * runtime_plain's binder columns (n ints, typecode "i", and n bytes: RT_DONE_NONE), ``partner``
+ * its n ints, ``is_comm`` n bytes.  None when bind is not such a buffer (the reference's
+ * list: the caller walks it). */
+/* The buffer o as n native ints (typecode "i", aligned): its data, held in *view (released
+ * by the caller when view->obj is set), or NULL with ValueError naming ``what``. */
+static const int *
+int_column(PyObject *o, Py_buffer *view, Py_ssize_t n, const char *what)
+{
+    view->obj = NULL;
+    if (PyObject_GetBuffer(o, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        view->obj = NULL;
+        return NULL;
+    }
+    const char *f = view->format ? view->format : "B";
+    if (*f == '@')
+        f++;
+    if (strcmp(f, "i") != 0 || view->itemsize != sizeof(int) || view->ndim != 1 ||
+        view->len / (Py_ssize_t)sizeof(int) != n || (n > 0 && ((uintptr_t)view->buf) % sizeof(int))) {
+        PyErr_Format(PyExc_ValueError, "%s is n ints (typecode 'i') for the n actions", what);
+        return NULL;
+    }
+    return (const int *)view->buf;
+}
+
 static PyObject *
 k_bind_path(PyObject *self, PyObject *args)
 {
-    PyObject *bind_o, *comm_o;
+    PyObject *bind_o, *done_o, *partner_o, *comm_o;
     Py_ssize_t last;
-    if (!PyArg_ParseTuple(args, "OSn", &bind_o, &comm_o, &last))
+    if (!PyArg_ParseTuple(args, "OSOSn", &bind_o, &done_o, &partner_o, &comm_o, &last))
         return NULL;
     if (!PyObject_CheckBuffer(bind_o))
         Py_RETURN_NONE;
-    Py_buffer view;
-    if (PyObject_GetBuffer(bind_o, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
-        return NULL;
+    Py_buffer bview, pview;
+    pview.obj = NULL;
     PyObject *out = NULL;
     unsigned char *seen = NULL;
-    const char *f = view.format ? view.format : "B";
-    if (*f == '@')
-        f++;
     Py_ssize_t n = PyBytes_GET_SIZE(comm_o);
-    if (strcmp(f, "i") != 0 || view.itemsize != sizeof(int) || view.ndim != 1 ||
-        view.len / (Py_ssize_t)sizeof(int) != 2 * n || ((uintptr_t)view.buf) % sizeof(int)) {
-        PyErr_SetString(PyExc_ValueError, "bind_path: bind is 2n ints (typecode 'i') for n actions");
+    const int *bind = int_column(bind_o, &bview, n, "bind_path: bind");
+    const int *partner = bind != NULL ? int_column(partner_o, &pview, n, "bind_path: partner") : NULL;
+    if (partner == NULL)
+        goto done;
+    if (PyBytes_GET_SIZE(done_o) != n) {
+        PyErr_SetString(PyExc_ValueError, "bind_path: done_by is n bytes for the n actions");
         goto done;
     }
     if (last < 0 || last >= n) {
         PyErr_SetString(PyExc_ValueError, "bind_path: last is an action");
         goto done;
     }
-    const int *bind = (const int *)view.buf;
     const unsigned char *is_comm = (const unsigned char *)PyBytes_AS_STRING(comm_o);
+    const unsigned char *done_by = (const unsigned char *)PyBytes_AS_STRING(done_o);
     if (!(seen = PyMem_Calloc((size_t)(3 * n + 7) / 8, 1)) || !(out = PyList_New(0))) {
         if (seen == NULL)
             PyErr_NoMemory();
@@ -3954,8 +4043,18 @@ k_bind_path(PyObject *self, PyObject *args)
             prev = i;
         }
         long long e = key % 3;
-        int held = is_comm[i] ? e != RT_END : e == RT_END; /* else no binder: time 0 */
-        key = held ? bind[RT_BIND_AT(i, e)] : -1;
+        if (is_comm[i] ? e == RT_END : e != RT_END)
+            key = -1; /* an event of the other kind has no binder: time 0 */
+        else if (e != RT_DONE)
+            key = bind[i];
+        else if (done_by[i] == RT_DONE_SELF)
+            key = 3 * i + RT_READY;
+        else if (done_by[i] == RT_DONE_PARTNER && partner[i] >= 0 && partner[i] < n)
+            key = 3 * (long long)partner[i] + RT_READY;
+        else if (done_by[i] == RT_DONE_NONE)
+            key = -1;
+        else
+            key = 3 * (long long)n; /* reported below */
     }
     if (key >= 3 * (long long)n) {
         PyErr_SetString(PyExc_ValueError, "bind_path: a binder beyond the events");
@@ -3966,7 +4065,59 @@ k_bind_path(PyObject *self, PyObject *args)
         Py_CLEAR(out);
 done:
     PyMem_Free(seen);
-    PyBuffer_Release(&view);
+    if (bview.obj != NULL)
+        PyBuffer_Release(&bview);
+    if (pview.obj != NULL)
+        PyBuffer_Release(&pview);
+    return out;
+}
+
+/* bound_ready(bind, end_values, end_floats, is_comm) -> (values, floats): the ready times of
+ * a runtime_plain run that ended, which it gives as no column (rt_ready): a SEND/RECV's is
+ * the fin of its READY binder (bind[i] = 3j + event: action j's end or done), or the int 0
+ * when it has none; every other action's entry is 0, as runtime_plain's column of a hang
+ * holds it.  The columns as runtime_plain's: bytes of doubles, and a flag byte each. */
+static PyObject *
+k_bound_ready(PyObject *self, PyObject *args)
+{
+    PyObject *bind_o, *ev, *ef, *comm_o;
+    if (!PyArg_ParseTuple(args, "OOOS", &bind_o, &ev, &ef, &comm_o))
+        return NULL;
+    times_t e;
+    if (!read_times(ev, ef, &e, "bound_ready"))
+        return NULL;
+    Py_buffer view;
+    PyObject *values = NULL, *floats = NULL, *out = NULL;
+    Py_ssize_t n = e.n;
+    const int *bind = int_column(bind_o, &view, n, "bound_ready: bind");
+    if (bind == NULL)
+        goto done;
+    if (PyBytes_GET_SIZE(comm_o) != n) {
+        PyErr_SetString(PyExc_ValueError, "bound_ready: is_comm is n bytes for the n end times");
+        goto done;
+    }
+    const unsigned char *is_comm = (const unsigned char *)PyBytes_AS_STRING(comm_o);
+    for (Py_ssize_t i = 0; i < n; i++) /* checked before anything is made */
+        if (is_comm[i] && (bind[i] < -1 || bind[i] / 3 >= n)) {
+            PyErr_SetString(PyExc_ValueError, "bound_ready: a binder beyond the events");
+            goto done;
+        }
+    double *rv = bytes_column(&values, n, sizeof(double));
+    unsigned char *rf = rv != NULL ? bytes_column(&floats, n, 1) : NULL;
+    if (rf == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int b = is_comm[i] ? bind[i] : -1;
+        rv[i] = b >= 0 ? e.v[b / 3] : 0;
+        rf[i] = b >= 0 ? e.f[b / 3] : 0;
+    }
+    out = PyTuple_Pack(2, values, floats);
+done:
+    Py_XDECREF(values);
+    Py_XDECREF(floats);
+    if (view.obj != NULL)
+        PyBuffer_Release(&view);
+    PyBuffer_Release(&e.view);
     return out;
 }
 
@@ -4967,7 +5118,11 @@ static PyMethodDef methods[] = {
      "buffered, by_edge, by_direction, lazy, retired_waits, retired_sends, max_cycles) -> (end, ready as "
      "times columns, bind, partner, lane_of, lanes, makespan, last, is_comm, hang) | None."},
     {"bind_path", k_bind_path, METH_VARARGS,
-     "bind_path(bind, is_comm, last) -> list | None: the critical path of a compiled run, from its binders."},
+     "bind_path(bind, done_by, partner, is_comm, last) -> list | None: the critical path of a compiled run, "
+     "from its binders."},
+    {"bound_ready", k_bound_ready, METH_VARARGS,
+     "bound_ready(bind, end_values, end_floats, is_comm) -> (values, floats): the ready times of a "
+     "runtime_plain run that ended."},
     {"start_list", k_start_list, METH_VARARGS,
      "start_list(end_values, end_floats, ready_values, ready_floats, is_comm, durations[, never]) -> list | None: "
      "runtime_plain's start times."},

@@ -32,6 +32,7 @@ Every action is visited once and every wait is woken once: linear in the number 
 from __future__ import annotations
 
 from bisect import bisect_right
+from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -355,8 +356,9 @@ class RuntimeResult(KernelColumns):
         if last < 0:
             return []
         kernel = _accel.kernel
-        if kernel is not None and not isinstance(self.is_comm, list):  # the compiled run's columns (bytes)
-            walked = kernel.bind_path(getattr(self.bind, "packed", self.bind), self.is_comm, last)
+        b = self.bind
+        if kernel is not None and isinstance(b, _Binders):  # the compiled run's columns
+            walked = kernel.bind_path(b.packed, b.done_by, b.partner, self.is_comm, last)
             if walked is not None:
                 return walked
         key = 3 * last + (DONE if self.is_comm[last] else END)
@@ -425,9 +427,12 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
         return None
     # the columns come as bytes of native doubles and int32 (the kernel's own allocations,
     # on huge pages where the system has them): read through typed views, not copied
-    fv, ff, rv, rf, bind, partner, lane_of, lanes, makespan, last, is_comm, hang = got
-    fv, rv = memoryview(fv).cast("d"), memoryview(rv).cast("d")
-    bind, partner, lane_of = (memoryview(c).cast("i") for c in (bind, partner, lane_of))
+    fv, ff, rv, rf, bind, done_by, partner, lane_of, lanes, makespan, last, is_comm, hang = got
+    bind, partner = (memoryview(c).cast("i") for c in (bind, partner))
+    lane_of = memoryview(lane_of).cast("H")  # two bytes a lane index (the kernel's lane_t)
+    finish_times = Times(memoryview(fv).cast("d"), ff)
+    # a run that ends gives no ready column: each ready time is its binder's end (_BoundReady)
+    ready_times = Times(memoryview(rv).cast("d"), rf) if rv is not None else _BoundReady(finish_times, bind, is_comm)
     kinds, labels = [], []
     for d, stream, key in lanes:
         if stream == "comm":
@@ -448,12 +453,11 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
         if not runtime.waits_for_sends:  # over gloo: the step waits for every send it posted
             stuck += [Wait(lane_of[i], g.device_of(i), i, i, DONE) for i in unsent]
         stuck.sort(key=lambda w: (w.device, g.position_of(w.head)))
-    finish_times, ready_times = Times(fv, ff), Times(rv, rf)
     start: Any = _Start(finish_times, ready_times, is_comm, durations, never)  # recipes for the lists (lazy.py)
     finish: Any = finish_times
     ready: Any = _Ready(ready_times, is_comm, never)
-    result = RuntimeResult(start, finish, _Binders(bind, is_comm), cycles, stuck, m, ready, is_comm, lane_of, kinds,
-                           labels, {}, nccl, makespan=makespan, last=last)
+    result = RuntimeResult(start, finish, _Binders(bind, done_by, partner, is_comm), cycles, stuck, m, ready, is_comm,
+                           lane_of, kinds, labels, {}, nccl, makespan=makespan, last=last)
     if cycles:
         result.hangs = tuple(_hang(g, result, c) for c in cycles[:MAX_CYCLES])
         result.more_hangs = len(cycles) > MAX_CYCLES
@@ -462,12 +466,14 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
 
 class _Binders(KernelColumns, Sequence[int]):
     """RuntimeResult.bind of the compiled run, ``bind[3 * i + event]`` as the reference's list
-    holds it, read off the kernel's column of two entries per action (``packed``: a compute
-    action's END, or a SEND/RECV's READY and DONE; an event of the other kind has no binder,
-    -1 in the reference's list too)."""
+    holds it, read off the kernel's two columns: ``packed``, one entry per action (what set a
+    compute action's END, or a SEND/RECV's READY), and ``done_by``, one byte (what set a
+    SEND/RECV's DONE, which is always the READY of the message or of its ``partner``: 1 its
+    own, 2 its partner's, 0 none).  An event of the other kind has no binder, -1 in the
+    reference's list too."""
 
-    def __init__(self, packed: Sequence[int], is_comm: bytes):
-        self.packed, self.is_comm = packed, is_comm
+    def __init__(self, packed: Sequence[int], done_by: bytes, partner: Sequence[int], is_comm: bytes):
+        self.packed, self.done_by, self.partner, self.is_comm = packed, done_by, partner, is_comm
 
     def __len__(self) -> int:
         return 3 * len(self.is_comm)
@@ -478,9 +484,12 @@ class _Binders(KernelColumns, Sequence[int]):
         if not 0 <= key < len(self):
             raise IndexError("binder key out of range")
         i, event = divmod(key, 3)
-        if (event != END) if self.is_comm[i] else (event == END):
-            return self.packed[2 * i + (event == DONE)]
-        return -1
+        if not ((event != END) if self.is_comm[i] else (event == END)):
+            return -1
+        if event != DONE:
+            return self.packed[i]
+        by = self.done_by[i]
+        return -1 if by == 0 else 3 * (i if by == 1 else self.partner[i]) + READY
 
 
 class _Start(Later[list]):
@@ -502,6 +511,57 @@ class _Start(Later[list]):
         never = self.never or bytes(len(self.is_comm))
         return [r if c else (0 if x else f - t) for c, r, f, t, x in
                 zip(self.is_comm, self.ready.make(), self.finish.make(), self.durations, never)]
+
+
+class _BoundReady(Times):
+    """The ready times of a compiled run that ended, which the kernel hands back as no column
+    (``runtime_plain``): a SEND/RECV becomes ready at its lane's clock, which is the end (or
+    done) of the event that binds it, or the int 0 before any; every other action's entry is
+    0.  The columns are made on the first read of ``values`` or ``floats``; :meth:`at` reads
+    one entry alone."""
+
+    finish: Times
+    bind: Sequence[int]
+    is_comm: bytes
+
+    def __init__(self, finish: Times, bind: Sequence[int], is_comm: bytes):
+        object.__setattr__(self, "finish", finish)
+        object.__setattr__(self, "bind", bind)
+        object.__setattr__(self, "is_comm", is_comm)
+
+    def _columns(self) -> tuple:
+        made = self.__dict__.get("_made")
+        if made is None:
+            kernel = _accel.kernel
+            if kernel is not None:
+                v, f = kernel.bound_ready(self.bind, self.finish.values, self.finish.floats, self.is_comm)
+                made = (memoryview(v).cast("d"), f)
+            else:  # a pickled run read back without the kernel: the same, in Python
+                entries = [self._entry(i) for i in range(len(self.is_comm))]
+                made = (array("d", (v for v, _ in entries)), bytes(f for _, f in entries))
+            object.__setattr__(self, "_made", made)
+        return made
+
+    def _entry(self, i: int) -> tuple[float, int]:
+        b = self.bind[i] if self.is_comm[i] else -1
+        return (self.finish.values[b // 3], self.finish.floats[b // 3]) if b >= 0 else (0.0, 0)
+
+    @property
+    def values(self):
+        return self._columns()[0]
+
+    @property
+    def floats(self) -> bytes:
+        return self._columns()[1]
+
+    def at(self, i: int):
+        v, f = self._entry(i)
+        return v if f else int(v)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_made", None)  # made again from the binders when read
+        return state
 
 
 class _Ready(Later[list]):

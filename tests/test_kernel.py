@@ -826,19 +826,32 @@ BAD_CALLS = [
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (3,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [], [], 10)", "ValueError"),  # a route entry that is not a rank
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
-     "False, False, False, [], [], 10)[9]", "returned 0"),  # one F on one rank: the last action is 0
+     "False, False, False, [], [], 10)[10]", "returned 0"),  # one F on one rank: the last action is 0
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [0], [0], 10)", "ValueError"),  # a retired wait whose send is no send
     ("runtime_plain([0, 1], [0], [0], [0], [1], [1], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [0], [], 10)", "ValueError"),  # a wait without its send
-    ("bind_path(array('i', [-1, -1, -1]), b'\\x00', 0)", "ValueError"),  # not 2 binders per action
-    ("bind_path(array('i', [-1, -1]), b'\\x00', 1)", "ValueError"),  # last is no action
-    ("bind_path(array('i', [9, -1]), b'\\x00', 0)", "ValueError"),  # a binder beyond the events
-    ("bind_path(array('q', [-1, -1]), b'\\x00', 0)", "ValueError"),  # 8-byte binders
-    ("bind_path([-1, -1], b'\\x00', 0)", "returned None"),  # the reference's list: walked in Python
-    ("bind_path(array('i', [-1, -1, 0, -1]), b'\\x00\\x00', 1)", "returned [0, 1]"),
-    ("bind_path(array('i', [3, -1, 0, -1]), b'\\x00\\x00', 1)", "returned [0, 1]"),  # a cycle: stops
+    # not 1 binder per action
+    ("bind_path(array('i', [-1, -1]), b'\\x00', array('i', [-1]), b'\\x00', 0)", "ValueError"),
+    ("bind_path(array('i', [-1]), b'\\x00', array('i', [-1]), b'\\x00', 1)", "ValueError"),  # last is no action
+    ("bind_path(array('i', [9]), b'\\x00', array('i', [-1]), b'\\x00', 0)", "ValueError"),  # a binder beyond the events
+    ("bind_path(array('q', [-1]), b'\\x00', array('i', [-1]), b'\\x00', 0)", "ValueError"),  # 8-byte binders
+    ("bind_path(array('i', [-1]), b'', array('i', [-1]), b'\\x00', 0)", "ValueError"),  # no done_by per action
+    ("bind_path([-1, -1, -1], b'\\x00', [-1], b'\\x00', 0)", "returned None"),  # the reference's list: walked in Python
+    ("bind_path(array('i', [-1, 0]), b'\\x00\\x00', array('i', [-1, -1]), b'\\x00\\x00', 1)", "returned [0, 1]"),
+    # a cycle: stops
+    ("bind_path(array('i', [3, 0]), b'\\x00\\x00', array('i', [-1, -1]), b'\\x00\\x00', 1)", "returned [0, 1]"),
+    ("bind_path(array('i', [-1, -1]), b'\\x00\\x02', array('i', [1, 0]), b'\\x01\\x01', 1)", "returned [0, 1]"),
+    # a receive done when its send was ready (its partner's READY)
+    ("bind_path(array('i', [-1, -1]), b'\\x00\\x07', array('i', [1, 0]), b'\\x01\\x01', 1)", "ValueError"),  # done_by 7
     ("start_list(*T1, *T0, b'', [1])", "ValueError"),  # is_comm shorter than the columns
+    ("bound_ready(array('i', [0]), *T1, b'\\x01')", "returned (b'\\x00\\x00\\x00\\x00\\x00\\x00\\xf0?', b'\\x01')"),
+    # a message bound by action 0's end: ready when it ended, at 1.0 (a float)
+    ("bound_ready(array('i', [-1]), *T1, b'\\x01')[1]", "returned b'\\x00'"),  # no binder: the int 0
+    ("bound_ready(array('i', [3]), *T1, b'\\x01')", "ValueError"),  # a binder beyond the events
+    ("bound_ready(array('i', [0, -1]), *T1, b'\\x01')", "ValueError"),  # not 1 binder per action
+    ("bound_ready(array('q', [0]), *T1, b'\\x01')", "ValueError"),  # 8-byte binders
+    ("bound_ready(array('i', [0]), *T1, b'')", "ValueError"),  # is_comm shorter than the columns
     ("start_list(*T1, *T0, b'\\x00', [])", "ValueError"),  # no duration per action
     ("start_list(*T1, *T0, '0', [1])", "TypeError"),  # is_comm not bytes
     ("start_list(*T1, *T0, b'\\x00', ['x'])", "returned None"),  # a duration that is not a number
@@ -850,7 +863,7 @@ BAD_CALLS = [
     ("runtime_plain([0, 1], [0], [0], [0], [1], ['x'], 0, (0,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [], [], 10)", "returned None"),  # a duration that is not a number: declined
     ("runtime_plain([0, 1], [0], [0], [0], [1], (1,) * 9, 0, (0,), (None,) * 8, (None,) * 8, False, False, "
-     "False, False, False, [], [], 10)[8]", "returned 1"),  # a duration per kind code and one for -1
+     "False, False, False, [], [], 10)[9]", "returned 1"),  # a duration per kind code and one for -1
     ("runtime_plain([0, 1], [0], [0], [0], [1], (1,) * 8, 0, (0,), (None,) * 8, (None,) * 8, False, False, "
      "False, False, False, [], [], 10)", "ValueError"),  # a table without the entry for -1
     ("runtime_plain([0, 1], [0], [0], [0], [1], (1,) + ('x',) * 8, 0, (0,), (None,) * 8, (None,) * 8, "
@@ -1462,6 +1475,8 @@ def same_run(fast, slow) -> None:
         assert a == b, name
     for name in ("partner", "peer_device", "crossed", "unmatched"):
         assert list(getattr(fast.matching, name)) == list(getattr(slow.matching, name)), name
+    # one entry read alone (an explanation names a few actions of a million) is the list's
+    assert typed([fast.ready_of(i) for i in range(len(slow.ready))]) == typed(slow.ready)
     if fast.makespan is not None:
         assert typed([fast.makespan]) == typed([max(slow.end, default=0)])
 
@@ -1523,6 +1538,11 @@ def test_the_kernels_graph_and_run_pickle_with_their_columns(schedule, runtime):
         assert list(getattr(g2, name)) == list(getattr(g, name)), name
     for name in ("bind", "lane_of", "end", "is_comm"):
         assert list(getattr(run2, name)) == list(getattr(run, name)), name
+    assert typed(run2.ready) == typed(run.ready) and typed(run2.start) == typed(run.start)
+    fresh = pickle.dumps(simulate(g, durations_for(g, c), c.comm, runtime))  # no time read yet
+    with pure_python():  # read back where no kernel is: the ready times made in Python
+        run3 = pickle.loads(fresh)
+        assert typed(run3.ready) == typed(run.ready) and typed(run3.start) == typed(run.start)
     assert list(run2.matching.partner) == list(run.matching.partner)
     assert list(run2.matching.peer_device) == list(run.matching.peer_device)
     assert run2.critical_path() == run.critical_path()
@@ -1536,6 +1556,50 @@ def test_the_kernels_run_declines_or_equals_the_reference_on_mutated_schedules(m
     """Crossed messages, surplus sends, hangs on a stream or on the host: the kernel declines
     (the reference finds and explains them) or gives the reference's run."""
     assert_same_run(mutation.schedule, runtime)
+
+
+def _many_peers(devices: int, peers: int):
+    """A forward chain whose stages walk every edge d -> d + j (mod devices), j = 1..peers,
+    once (an Eulerian circuit of that circulant graph): each rank sends to ``peers`` ranks
+    and receives from as many, so under NCCL's per-edge layout it has 1 + 2 * peers lanes."""
+    out_edges = {d: [(d + j) % devices for j in range(peers, 0, -1)] for d in range(devices)}
+    stack, route = [0], []
+    while stack:  # Hierholzer
+        d = stack[-1]
+        if out_edges[d]:
+            stack.append(out_edges[d].pop())
+        else:
+            route.append(stack.pop())
+    route.reverse()
+    rows: list[list[str]] = [[] for _ in range(devices)]
+    for s, d in enumerate(route):
+        if s > 0:
+            rows[d].append(f"{s}RECV_F0")
+        rows[d].append(f"{s}F0")
+        if s + 1 < len(route):
+            rows[d].append(f"{s}SEND_F0")
+    return schedverify.loads_csv("\n".join(",".join(r) for r in rows) + "\n")
+
+
+@pytest.mark.parametrize("devices, peers, answered", [(255, 127, True), (256, 128, False)])
+def test_the_kernels_run_takes_lanes_up_to_what_two_bytes_hold(devices, peers, answered):
+    """lane_of is two bytes an action: a run of 65,025 lanes is the kernel's, and the
+    reference's field for field; one of 65,792 is declined, and the reference runs it."""
+    from schedverify.releases import resolve
+    from schedverify.runtime import simulate
+
+    s = _many_peers(devices, peers)
+    rt = resolve("torch-nccl", torch="2.15", p2p="edge")
+    g = compile_graph(s)
+    c = resolve_costs(s, None)
+    with spying() as spy:
+        run = simulate(g, code_durations(g, c), c.comm, rt)
+    assert len(run.lanes) == devices * (1 + 2 * peers) and run.completed
+    assert ("runtime_plain" in spy.answered) == answered
+    if answered:
+        assert max(run.lane_of) > 255  # two bytes read back as they were written
+        with pure_python():
+            same_run(run, simulate(g, durations_for(g, c), c.comm, rt))
 
 
 def test_a_hangs_released_waits_wake_their_lanes_in_the_references_order():
