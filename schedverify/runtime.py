@@ -31,8 +31,8 @@ Every action is visited once and every wait is woken once: linear in the number 
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -425,8 +425,8 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
                                runtime.lazy, *retired, MAX_CYCLES)
     if got is None:
         return None
-    # the columns come as bytes of native doubles and int32 (the kernel's own allocations,
-    # on huge pages where the system has them): read through typed views, not copied
+    # the columns come as bytes of native doubles, int32 and uint16 (the kernel's own
+    # allocations, on huge pages where the system has them): read through typed views, not copied
     fv, ff, rv, rf, bind, done_by, partner, lane_of, lanes, makespan, last, is_comm, hang = got
     bind, partner = (memoryview(c).cast("i") for c in (bind, partner))
     lane_of = memoryview(lane_of).cast("H")  # two bytes a lane index (the kernel's lane_t)
