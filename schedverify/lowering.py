@@ -109,14 +109,24 @@ def torch_lowering(schedule: Schedule, *, defer_recv: bool | None = None, torch:
     return schedule.with_(order=order, name=_lowered_name(schedule, release, opts))
 
 
+#: Passes that change nothing with the runtime's default options, whatever the rows:
+#: ``_validate_send_waits`` only checks the waits, which ``_defer_recv_ops`` (moving RECVs)
+#: leaves as they are, and the send budget is off without ``max_outstanding_sends``.
+_INERT_BY_DEFAULT = frozenset({"validate_send_waits", "send_budget"})
+
+
 def deferred_lowering(schedule: Schedule, plain: Schedule, *, torch: str | Release | Runtime | None = None) -> Schedule:
     """``torch_lowering(schedule, defer_recv=True, torch=torch)``, given ``plain``, the same
     lowering without ``defer_pp_recv`` (``torch_lowering(schedule, torch=torch)``): where
-    ``_defer_recv_ops`` is the release's last pass (2.13, 2.14) it runs over ``plain`` alone
-    (the kernel's ``defer_recv_plain`` over its columns), the passes before it being the same;
-    otherwise the whole lowering runs again."""
+    every pass after ``_defer_recv_ops`` changes nothing with the default options (2.13 and
+    2.14: none after it; 2.15: the waits' check and the send budget), it runs over ``plain``
+    alone (the kernel's ``defer_recv_plain`` over its columns, as ``torch_lowering`` runs it
+    after ``lower_plain``), then those passes, the passes before it being the same; otherwise
+    the whole lowering runs again."""
     release, opts = _release_and_options(torch, None, True)
-    if release.lowering[-1] != "defer_recv" or schedule.placement.is_bidirectional:
+    passes = release.lowering
+    after = passes[passes.index("defer_recv") + 1:] if "defer_recv" in passes else None
+    if after is None or not _INERT_BY_DEFAULT.issuperset(after) or schedule.placement.is_bidirectional:
         return torch_lowering(schedule, defer_recv=True, torch=torch)
     name = _lowered_name(schedule, release, opts)
     found = _kernel_columns(schedule, release, opts)
@@ -124,8 +134,10 @@ def deferred_lowering(schedule: Schedule, plain: Schedule, *, torch: str | Relea
         fast = _deferred_columns(found[0], schedule, plain.columns)
         if fast is not None:
             return schedule.with_(order=fast, name=name)
+    ctx = _Context(schedule, opts)
     rows: Rows = {d: [a for a in row if a is not None] for d, row in enumerate(plain.order)}
-    rows = _defer_recv(rows, _Context(schedule, opts))
+    for pass_name in ("defer_recv", *after):
+        rows = _PASSES[pass_name](rows, ctx)
     return schedule.with_(order=tuple(tuple(rows[d]) for d in range(schedule.devices)), name=name)
 
 

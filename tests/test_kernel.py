@@ -1314,13 +1314,25 @@ def _deferred_from_plain(schedule, release):
 
 @given(compute_only, st.sampled_from(["2.13", "2.14", "2.15"]))
 def test_the_deferred_lowering_from_the_plain_one_is_pytorchs(schedule, release):
-    """``lower`` lowers once and defers the receives of that lowering (its last pass, before
-    2.15): the same rows, or the same error, as PyTorch's lowering with defer_pp_recv, with
-    the kernel and without."""
+    """``lower`` lowers once and defers the receives of that lowering (its last pass before
+    2.15; in 2.15 only the waits' check and an idle send budget come after it): the same rows,
+    or the same error, as PyTorch's lowering with defer_pp_recv, with the kernel and without."""
     want = _deferred(schedule, release)
     assert _deferred_from_plain(schedule, release) in (None, want)
     with pure_python():
         assert _deferred_from_plain(schedule, release) in (None, want)
+
+
+@pytest.mark.parametrize("release", ["2.13", "2.14", "2.15"])
+def test_the_deferred_lowering_does_not_lower_again(release):
+    from schedverify.lowering import deferred_lowering, torch_lowering
+
+    s = schedverify.loads(schedverify.dumps(generated("1f1b", 4, 8)))
+    plain = torch_lowering(s, torch=release)
+    with spying() as spy:
+        got = deferred_lowering(s, plain, torch=release)
+    assert "lower_plain" not in spy.answered and spy.answered.get("defer_recv_plain") == 1
+    assert got.order == torch_lowering(s, defer_recv=True, torch=release).order
 
 
 @pytest.mark.parametrize("family,d,m", [("1f1b", 4, 9), ("gpipe", 3, 5), ("interleaved-1f1b", 2, 4),
