@@ -823,7 +823,7 @@ class CodeDurations(Sequence):
     per kind code, then the one for code -1 (bookkeeping), so that ``table[code[i]]`` reads
     both.  Indexing and iterating read the table; :meth:`tolist` makes the list."""
 
-    def __init__(self, code: Sequence[int], table: tuple):
+    def __init__(self, code: array[int] | memoryview[int], table: tuple):
         self.code, self.table = code, table
 
     def __len__(self) -> int:
@@ -852,37 +852,38 @@ class CodeDurations(Sequence):
         no pass over the actions in Python.  None when one is not."""
         if not all(type(v) is int for v in self.table):
             return None
-        raw = memoryview(self.code).cast("B") if isinstance(self.code, memoryview) else None
+        raw = memoryview(self.code).cast("B")  # the codes as bytes: -1 is 0xFF, the table's last
+        byte_of = [*range(len(self.table) - 1), 0xFF]
         out = []
         for lo, hi in zip(starts, starts[1:]):
-            seg = raw[lo:hi].tobytes() if raw is not None else bytes(c & 0xFF for c in self.code[lo:hi])
-            out.append(sum(v * seg.count((c if c < len(self.table) - 1 else -1) & 0xFF)
-                           for c, v in enumerate(self.table) if v))
+            seg = raw[lo:hi].tobytes()
+            out.append(sum(v * seg.count(b) for b, v in zip(byte_of, self.table) if v))
         return out
 
-    def __reduce__(self):
-        return CodeDurations, (array("b", bytes(memoryview(self.code).cast("B"))) if isinstance(
-            self.code, memoryview) else self.code, self.table)
+    def __reduce__(self):  # the code column (a memoryview of the kernel's bytes) as an array
+        return CodeDurations, (array("b", memoryview(self.code).cast("B").tobytes()), self.table)
+
+
+def _by_kind(g: Graph, costs) -> CodeDurations | None:
+    """Each action's duration as its kind's cost (bookkeeping and uncoded leaves 0), or None
+    when a cost is per stage."""
+    values = tuple(getattr(costs, k) for k in CODED_KINDS)  # in code order
+    return None if any(isinstance(v, tuple) for v in values) else CodeDurations(g.code, values + (0,))
 
 
 def code_durations(g: Graph, costs) -> CodeDurations | None:
     """:func:`durations_for` as a :class:`CodeDurations`, when every action's duration is its
     kind's (one cost per kind, no overlapped or malformed action); else None."""
-    values = [getattr(costs, k) for k in CODED_KINDS]
-    if g.uncoded_leaves or any(isinstance(v, tuple) for v in values):
-        return None
-    return CodeDurations(g.code, tuple(values) + (0,))
+    return None if g.uncoded_leaves else _by_kind(g, costs)
 
 
 def durations_for(g: Graph, costs) -> list[float]:
     """Each action's duration under ``costs`` (a :class:`schedverify.model.Costs`)."""
-    kinds = [k for k, _ in sorted(KIND_CODE.items(), key=lambda kv: kv[1])]
-    values = [getattr(costs, k) for k in kinds]
-    if not any(isinstance(v, tuple) for v in values):
-        table = values + [0]  # index -1: patched below
-        kernel = _accel.kernel
-        out = kernel.durations_plain(g.code, table) if kernel is not None else list(map(table.__getitem__, g.code))
+    by_kind = _by_kind(g, costs)
+    if by_kind is not None:
+        out = by_kind.tolist()  # the uncoded leaves patched below
     else:
+        values = [getattr(costs, k) for k in CODED_KINDS]
         S = g.schedule.stages
         table = [[per_stage(v, s) for s in range(S)] for v in values]
         out = [table[c][s] if c >= 0 else 0 for c, s in zip(g.code, g.stage)]
