@@ -198,10 +198,28 @@ def same_numbers(result, pp, vpp) -> bool:
                     and torch.allclose(torch.tensor(got[s][1]), b, atol=1e-6) for s, (w, b) in grads.items()))
 
 
+#: what a rank says when the port chosen for its group was taken meanwhile by another process
+#: (CI runs other real-runtime tiers beside this one): the run never started, so it says
+#: nothing of the schedule, and the case is launched again on fresh ports
+PORT_TAKEN = "EADDRINUSE"
+
+
 @pytest.fixture(scope="module")
 def outcomes():
-    """Every case run once, all at once, in one launch of tests/_mgrt.py."""
-    cases = [{k: v for k, v in c.items() if k != "edit"} for c in CASES.values()]
+    """Every case run once, all at once, in one launch of tests/_mgrt.py; a case whose group
+    could not bind its port, launched again (at most twice)."""
+    results = _launch(list(CASES))
+    for _ in range(2):
+        lost = [n for n, r in results.items() if r["outcome"] == "error" and PORT_TAKEN in str(r["detail"])]
+        if not lost:
+            break
+        results.update(_launch(lost))
+    return results
+
+
+def _launch(names: list[str]) -> dict:
+    """The cases ``names`` run at once in one launch of tests/_mgrt.py, by name."""
+    cases = [{k: v for k, v in CASES[n].items() if k != "edit"} for n in names]
     env = dict(os.environ, SV_MG_TIMEOUT=str(TIMEOUT), OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, str(WORKER)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -216,7 +234,7 @@ def outcomes():
             os.killpg(proc.pid, 9)
     assert proc.returncode == 0, err[-2000:]
     results = {r["name"]: r for r in map(json.loads, out.splitlines())}
-    assert sorted(results) == sorted(CASES), err[-2000:]
+    assert sorted(results) == sorted(names), err[-2000:]
     return results
 
 
