@@ -1291,7 +1291,7 @@ read_columns(PyObject *codes, PyObject *stages, PyObject *mbs, PyObject *lengths
         total += (Py_ssize_t)len;
     }
     const unsigned char *code = (const unsigned char *)PyBytes_AS_STRING(codes);
-    for (Py_ssize_t i = 0; i < n; i++)
+    for (Py_ssize_t i = 0; ncodes < 256 && i < n; i++) /* 256: every byte is a code (the caller checks) */
         if (code[i] >= ncodes) {
             PyErr_Format(PyExc_ValueError, "%s: a code is not the index of a kind", what);
             return 0;
@@ -1416,6 +1416,17 @@ lvec_push(lvec_t *v, int code, long long st, long long mb)
     v->mb[v->n] = mb;
     v->n++;
     return 1;
+}
+
+/* Room for cap entries in an empty *v: 1, 0 out of memory. */
+static int
+lvec_reserve(lvec_t *v, Py_ssize_t cap)
+{
+    v->code = PyMem_Malloc((size_t)cap + 1);
+    v->st = PyMem_Malloc(((size_t)cap + 1) * sizeof(long long));
+    v->mb = PyMem_Malloc(((size_t)cap + 1) * sizeof(long long));
+    v->cap = cap;
+    return v->code != NULL && v->st != NULL && v->mb != NULL;
 }
 
 static void
@@ -1559,6 +1570,11 @@ done:
 static int
 lower_wait_send(const lvec_t *in, lvec_t *out, long long M, unsigned char *state)
 {
+    Py_ssize_t sends = 0; /* a wait per send at most: out's exact room, not doubled as it grows */
+    for (Py_ssize_t k = 0; k < in->n; k++)
+        sends += in->code[k] == 4 || in->code[k] == 6;
+    if (!lvec_reserve(out, in->n + sends))
+        return 0;
     for (Py_ssize_t k = 0; k < in->n; k++) {
         int c = in->code[k];
         long long s = in->st[k], m = in->mb[k];
@@ -4542,8 +4558,8 @@ k_format_columns(PyObject *self, PyObject *args)
             return NULL;
         }
     }
-    columns_t col;
-    if (!read_columns(codes, stages, mbs, lengths, (int)nkinds, &col, "format_columns"))
+    columns_t col; /* its codes checked at the indices alone: a few names of a long run cost a few */
+    if (!read_columns(codes, stages, mbs, lengths, 256, &col, "format_columns"))
         return NULL;
     /* the indices read into C first: then nothing of the caller's list is read again */
     Py_ssize_t n = PyList_GET_SIZE(indices);
@@ -4558,6 +4574,10 @@ k_format_columns(PyObject *self, PyObject *args)
         if (!ok || i < 0 || i >= col.n) {
             PyErr_SetString(ok || PyLong_Check(index) ? PyExc_IndexError : PyExc_TypeError,
                             "format_columns: an index is not an index of the columns");
+            goto done;
+        }
+        if (col.code[i] >= nkinds) {
+            PyErr_SetString(PyExc_ValueError, "format_columns: a code is not the index of a kind");
             goto done;
         }
         if (col.stage[i] < 0 || col.mb[i] < -1) { /* no reader or lowering writes these */
@@ -4724,6 +4744,9 @@ k_lower_keyed(PyObject *self, PyObject *args)
             goto done;
         at += len;
     }
+    /* each phase's scratch goes when the phase ends, so that the next one does not hold it too */
+    scratch_drop(&sc, next);
+    scratch_drop(&sc, nnext);
     /* per rank: the row index and the end of each compute, in row order; where each leaf sits */
     for (Py_ssize_t k = 0; k < cells; k++)
         atp[k] = -1;
@@ -4786,6 +4809,9 @@ k_lower_keyed(PyObject *self, PyObject *args)
             user[q] = use;
             q++;
         }
+    scratch_drop(&sc, endt);
+    scratch_drop(&sc, has);
+    scratch_drop(&sc, atp);
     qsort(msg, (size_t)nmsg, sizeof(lk_msg_t), lk_cmp);
     /* each end after the last compute that ends by the key, but after the producer (a SEND)
      * or before the consumer (a RECV): bisect_right over the rank's compute ends, which is a
@@ -4818,6 +4844,13 @@ k_lower_keyed(PyObject *self, PyObject *args)
             w->mb = e->mb;
         }
     }
+    PyMem_Free(msg);
+    msg = NULL;
+    scratch_drop(&sc, producer);
+    scratch_drop(&sc, user);
+    scratch_drop(&sc, cursor);
+    scratch_drop(&sc, cpos);
+    scratch_drop(&sc, cend);
     /* each rank's row, written in place: bucket b of a rank (its inserts after row item
      * b - 1, in message order) starts past the b items before it and the inserts of the
      * buckets before it (before[b], counted per rank), so an insert of bucket b goes to
@@ -4863,6 +4896,13 @@ k_lower_keyed(PyObject *self, PyObject *args)
         row->code[at] = (signed char)e->code;
         row->st[at] = e->st;
         row->mb[at] = e->mb;
+    }
+    PyMem_Free(ins);
+    ins = NULL;
+    scratch_free(&sc);
+    for (Py_ssize_t d = 0; d < D; d++) {
+        lvec_free(&mid[d]);
+        mid[d] = (lvec_t){NULL, NULL, NULL, 0, 0};
     }
     if (how.wait_send) {
         int r = lower_wait_sends(out, D, S, M);

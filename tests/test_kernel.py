@@ -785,6 +785,7 @@ BAD_CALLS = [
     ("rows_of(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (1,), int, KINDS8)", "TypeError"),
     ("format_columns(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (1,), [1], KINDS8)", "IndexError"),
     ("format_columns(b'\\x00', b'\\x00' * 4, b'\\x00' * 4, (1,), [0], (1,))", "TypeError"),
+    ("format_columns(b'\\x00\\x09', b'\\x00' * 8, b'\\x00' * 8, (2,), [1], KINDS8)", "ValueError"),  # its code
     ("compile_columns(b'\\x08', b'\\x00' * 4, b'\\x00' * 4, (1,), 1, 1, ((0,),), None, "
      "((),) * 8, (None,) * 8, (), KINDS8, True, KINDS8, b'')", "ValueError"),  # a code beyond 7
     ("compile_columns(b'\\x0e', b'\\x00' * 4, b'\\x00' * 4, (1,), 1, 1, ((0,),), None, "
