@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import _accel
 from . import deps as rules
-from .grammar import CODED_KINDS, COLUMN_KINDS, COSTED_KINDS, INDEX_TYPECODE, KIND_CODE, NCODES
+from .grammar import CODED_KINDS, COLUMN_KINDS, COSTED_KINDS, INDEX_TYPECODE, KIND_CODE, NCODES, PlainRows
 from .lazy import LazyField, Later, given
 from .model import (
     B,
@@ -260,12 +260,24 @@ class Graph(KernelColumns):
 
     def names(self, indices: list[int]) -> list[str]:
         """``str`` of the actions at these indices."""
-        cols = self.schedule.columns
-        if cols is not None and isinstance(given(self, "acts"), _ActsOf):
+        cols = self._columns()
+        if cols is not None:
             return cols.names(indices)
         kernel = _accel.kernel
         names = kernel.format_plain(self.acts, indices, Action) if kernel is not None else None
         return names if names is not None else list(map(str, map(self.acts.__getitem__, indices)))
+
+    def namer(self) -> Graph | PlainRows:
+        """What names this graph's actions as :meth:`names` does, holding no more of it than
+        that: the schedule's columns for a graph of them (so that a report's critical path
+        does not keep the graph), else the graph."""
+        cols = self._columns()
+        return self if cols is None else cols
+
+    def _columns(self) -> PlainRows | None:
+        """The schedule's columns when this graph's actions are theirs, one for one."""
+        cols = self.schedule.columns
+        return cols if cols is not None and isinstance(given(self, "acts"), _ActsOf) else None
 
     def position_of(self, i: int) -> int:
         """``pos[i]``, found from ``starts`` for a graph of a schedule's columns (rows without
@@ -277,10 +289,8 @@ class Graph(KernelColumns):
     def action(self, i: int) -> Action:
         """``acts[i]``, read off the schedule's columns when the list is not made (a rule or an
         explanation that names a few actions of a million)."""
-        cols = self.schedule.columns
-        if cols is not None and isinstance(given(self, "acts"), _ActsOf):
-            return cols.action(i)
-        return self.acts[i]
+        cols = self._columns()
+        return self.acts[i] if cols is None else cols.action(i)
 
     def where(self, i: int) -> tuple[int, int, str]:
         return self.dev[i], self.pos[i], str(self.acts[i])

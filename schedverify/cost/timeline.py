@@ -77,11 +77,12 @@ class PathNames(Later[tuple[str, ...]]):
     """The names of a critical path's actions, made when they are first read: naming the
     125,000 actions on the path of a million-action schedule costs as much as finding it."""
 
-    graph: Graph
+    #: what names the graph's actions (Graph.namer: not the graph itself where it need not be)
+    namer: Any
     path: list[int]
 
     def make(self) -> tuple[str, ...]:
-        return tuple(self.graph.names(self.path))
+        return tuple(self.namer.names(self.path))
 
 
 class TimedRun(Protocol):
@@ -231,7 +232,7 @@ class Timeline:
             DeviceMetrics(d, busy[d], T - busy[d], mem.peak_inflight[d], mem.peak_memory[d], mem.static[d])
             for d in range(D)
         )
-        path: Any = PathNames(self.graph, self.critical_path())  # a recipe for the field (lazy.py)
+        path: Any = PathNames(self.graph.namer(), self.critical_path())  # a recipe for the field (lazy.py)
         return Metrics(T, frac, ratio, devices, path, self.costs)
 
 
