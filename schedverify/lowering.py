@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Any, cast
 
@@ -604,7 +604,12 @@ def lower(schedule: Schedule, *, costs=None, comm_semantics: str = "torch-nccl",
 @dataclass(frozen=True)
 class Lowered:
     """What :func:`lower_checked` found: the lowering it chose and its report, and the reports
-    of the compute-only schedule and of PyTorch's plain lowering, all under one runtime."""
+    of the compute-only schedule and of PyTorch's plain lowering, all under one runtime.
+
+    ``report`` is what :func:`~schedverify.check.check` returns for ``schedule``; the other two
+    keep their verdicts, violations and metrics but not their timelines or runtime runs (each
+    is as large as its schedule: a caller who wants one checks that schedule), unless one of
+    them is ``report`` itself."""
 
     schedule: Schedule
     report: Any
@@ -633,13 +638,24 @@ def lower_checked(schedule: Schedule, *, costs=None, comm_semantics: str = "torc
         raise LoweringError(f"the compute-only schedule is invalid ({len(base.violations)} violation"
                             f"{'s' * (len(base.violations) != 1)}; first: {first})")
     ours = _keyed_lowering(schedule, base.timeline, rt)
-    mine, theirs = check(ours, **options), check(plain, **options)
+    base = _verdict_only(base)
+    # one run held at a time: PyTorch's lowering's report is cut to its verdict before ours
+    # is checked, and checked again in full in the rare case that it is the answer
+    theirs = _verdict_only(check(plain, **options))
+    mine = check(ours, **options)
     if mine.is_valid and (not theirs.is_valid or mine.metrics.makespan <= theirs.metrics.makespan):
         return Lowered(ours, mine, base, theirs, plain)
     if theirs.is_valid:  # never worse than PyTorch's: then PyTorch's is the answer
+        del mine
+        theirs = check(plain, **options)
         return Lowered(plain.with_(name=f"{schedule.name or 'schedule'} lowered"), theirs, base, theirs, plain)
     raise LoweringError(f"no lowering runs on {rt.release.name} under {comm_semantics}: ours fails with "
                         + str(mine.violations[0]) + "; PyTorch's with " + str(theirs.violations[0]))
+
+
+def _verdict_only(report):
+    """``report`` without its timeline and runtime run (its verdict, violations and metrics)."""
+    return replace(report, timeline=None, runtime=None)
 
 
 def _keyed_lowering(schedule: Schedule, timeline, rt: Runtime) -> Schedule:

@@ -218,6 +218,9 @@ class _Sends(Later[list[int]]):
 
     def make(self) -> list[int]:
         g = self.g
+        codes = memoryview(g.code).cast("B").tobytes()
+        if not any(codes.find(c) >= 0 for c in _SENDS):  # a compute-only schedule: no pass in Python
+            return []
         repeats = {again for _, again in g.duplicates}  # SV202: only a label's first send counts
         mbs = g.mb  # -1: out of range (SV102)
         return [i for i, c in enumerate(g.code) if c in _SENDS and mbs[i] >= 0 and i not in repeats]

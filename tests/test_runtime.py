@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import schedverify as sv
 from schedverify.generators import FAMILIES
-from schedverify.lowering import LoweringError, torch_lowering
+from schedverify.lowering import LoweringError, lower_checked, torch_lowering
 from schedverify.runtime import NcclOptions
 from schedverify.strategies import costs, mutations, schedules, valid_schedules
 
@@ -171,6 +171,51 @@ def test_lower_beats_or_equals_pytorch_on_every_family(family, semantics, nccl):
     assert ours.is_valid, [str(v) for v in ours.violations[:3]]
     assert ours.metrics.makespan == sv.check(s, comm_semantics="torch").metrics.makespan
     assert theirs.metrics.makespan is None or ours.metrics.makespan <= theirs.metrics.makespan
+
+
+def test_lower_checked_holds_the_run_of_its_answer_alone():
+    """The compute-only and PyTorch reports of lower_checked keep their verdicts and metrics,
+    not their runs (each as large as its schedule); the answer's report is check's, whole."""
+    s = FAMILIES["interleaved-1f1b"](4, 8)
+    found = lower_checked(s, torch="2.15", p2p="shared")
+    assert found.report.timeline is not None and found.report.runtime is not None
+    assert found.report.to_json() == sv.check(found.schedule, torch="2.15", p2p="shared").to_json()
+    for got, schedule in ((found.compute_only, s), (found.pytorch, found.plain)):
+        assert got.timeline is None and got.runtime is None
+        assert got.to_json() == sv.check(schedule, torch="2.15", p2p="shared").to_json()
+
+
+def test_lower_checked_falls_back_to_pytorchs_lowering_with_its_whole_report(monkeypatch):
+    """When our construction does not run (here, made to hang), PyTorch's lowering is the
+    answer, with the report check gives it (checked again in full: its summary was cut)."""
+    import schedverify.lowering as lowering
+
+    s = FAMILIES["1f1b"](4, 8)
+    hangs = torch_lowering(s, torch="2.15")
+    order = [list(row) for row in hangs.order]
+    order[1].reverse()
+    monkeypatch.setattr(lowering, "_keyed_lowering", lambda *_: hangs.with_(order=tuple(map(tuple, order))))
+    found = lower_checked(s, torch="2.15", p2p="shared")
+    assert found.schedule.order == found.plain.order and found.report is found.pytorch
+    assert found.report.timeline is not None and found.report.runtime is not None
+    assert found.report.to_json() == sv.check(found.plain, torch="2.15", p2p="shared").to_json()
+
+
+def test_a_reports_critical_path_does_not_hold_the_graph_of_a_schedule_of_columns():
+    """A report cut to its verdict and metrics (as lower_checked's) lets its graph go: the
+    critical path's names are read off the schedule's columns."""
+    import gc
+    import weakref
+
+    s = sv.loads_csv(sv.dumps_csv(torch_lowering(FAMILIES["1f1b"](4, 8), torch="2.15")))
+    assert s.columns is not None
+    report = sv.check(s, torch="2.15")
+    names = sv.check(s, torch="2.15").to_json()["metrics"]["critical_path"]
+    graph = weakref.ref(report.timeline.graph)
+    report.timeline = report.runtime = None
+    gc.collect()
+    assert graph() is None
+    assert list(report.metrics.critical_path) == names
 
 
 def test_lower_refuses_what_cannot_run():

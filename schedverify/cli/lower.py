@@ -66,29 +66,32 @@ def run(args, out, err) -> int:
                               p2p=rt.layout.name, runtime_options=rt.options)
     except SchedverifyError as e:
         raise UsageError(f"{source}: cannot lower: {e}") from None
-    lowered = found.schedule
+    lowered, plain = found.schedule, found.plain
     # lower_checked's reports hold unless a memory limit adds a rule: then check again with it
     again = memory_limit is not None
     report = check(lowered, **options) if again else found.report
-    pytorch = check(found.plain, **options) if again else found.pytorch
+    if not report.is_valid:  # lower() re-checks: this cannot happen, but never write a bad one
+        raise UsageError(f"{source}: the lowering does not check: {report.violations[0]}")
+    pytorch = check(plain, **options) if again else found.pytorch
     base = (check(schedule, **options) if again else found.compute_only).metrics.makespan
     lines = [f"{source}: lowered for {sem} on {rt.release.name} ({rt.layout.name} layout): "
              f"{lowered.num_actions} actions, re-checked: {report.verdict.value.upper()}"]
-    deferred = check(deferred_lowering(schedule, found.plain, torch=rt), **options)
-    for label, what in (("compute-only", f"makespan {base:g}"), ("ours", _cell(report)),
-                        ("PyTorch's lowering", _cell(pytorch)), ("PyTorch, defer_pp_recv", _cell(deferred))):
-        lines.append(f"  {label:<24} {what}")
-    if not report.is_valid:  # lower() re-checks: this cannot happen, but never write a bad one
-        raise UsageError(f"{source}: the lowering does not check: {report.violations[0]}")
-    summary = "\n".join(lines)
-    if args.output is None or args.output == "-":
+    rows = [("compute-only", f"makespan {base:g}"), ("ours", _cell(report)), ("PyTorch's lowering", _cell(pytorch))]
+    del found, report, pytorch  # their runs, as large as the schedule, before the next one
+    to_stdout = args.output is None or args.output == "-"
+    if to_stdout:
         print(dumps_csv(lowered).rstrip("\n"), file=out)
-        print(summary, file=err)
-        return EXIT_OK
-    text = dumps_for(lowered, args.output, default="csv")
-    write_output(args.output, text, inputs=(args.file,))
-    print(summary, file=out)
-    print(f"wrote {args.output}", file=out)
+    else:
+        write_output(args.output, dumps_for(lowered, args.output, default="csv"), inputs=(args.file,))
+    # the written schedule and PyTorch's plain lowering go before the last run: the row of
+    # PyTorch's defer_pp_recv lowering is for comparison only
+    deferred = deferred_lowering(schedule, plain, torch=rt)
+    del lowered, plain
+    rows.append(("PyTorch, defer_pp_recv", _cell(check(deferred, **options))))
+    lines += [f"  {label:<24} {what}" for label, what in rows]
+    print("\n".join(lines), file=err if to_stdout else out)
+    if not to_stdout:
+        print(f"wrote {args.output}", file=out)
     return EXIT_OK
 
 
