@@ -141,6 +141,22 @@ def test_the_generated_schedule_is_the_certificate_and_the_published_loop(which,
     assert [list(r) for r in sched.order] == reference(family, p, m, chunks)
 
 
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(2, 40), data=st.data())
+def test_zb_v_below_2p_minus_1_is_the_certificates_order_there_truncated_and_the_published_loop(p, data):
+    """Below m = 2p - 1 the generated ZB-V is the certificate's order at 2p - 1 with the
+    microbatches >= m dropped (what the prover's truncation bounds are about), and the
+    published loop's."""
+    m = data.draw(st.integers(1, 2 * p - 2), label="m")
+    source = covering("zb-v", p, m, None)
+    assert source is not None and source.truncated == 2 * p - 1
+    from schedverify.generators.vshape import zb_v_rows
+
+    cut = lambda order: [[a for a in row if a.microbatch < m] for row in order]  # noqa: E731
+    got = [list(r) for r in generate("zb-v", p, m).order]
+    assert got == cut(rows(source.cert, p, 2 * p - 1)) == cut(_zb_v_phases(p, 2 * p - 1)) == zb_v_rows(p, m)
+
+
 @pytest.mark.parametrize("family", ["zb-v", "dualpipe", "dualpipe-v"])
 def test_a_certificate_compiled_once_or_at_the_sizes_gives_the_published_loop(family):
     """A ``compile_once`` certificate is evaluated from its one compile for every size at a
@@ -219,10 +235,10 @@ def test_a_zb_v_generator_changed_at_a_large_size_raises_at_generation(monkeypat
     assert generate("zb-v", 24, 47).devices == 24  # unchanged below p = 25: accepted
     with pytest.raises(InternalError, match="device 0, position 50: 49W0, the certificate's is 49I0"):
         generate("zb-v", 25, 49)
-    # below m = 2p - 1 no certificate covers the size: the loop's order is returned unchecked
-    from schedverify.generators.vshape import zb_v_rows
-
-    assert list(generate("zb-v", 25, 48).order[0]) != zb_v_rows(25, 48)[0]
+    # below m = 2p - 1 too: there the order is the certificate's at 2p - 1, truncated
+    with pytest.raises(InternalError, match=r"zb-v at 25 devices, 48 microbatches, 2 chunks \(its order at "
+                                            r"m = 49, microbatches >= 48 dropped\) differs from its certificate"):
+        generate("zb-v", 25, 48)
     code, out, err = _cli(["prove", "--family", "zb-v", "peak_memory/2 <= peak_memory@1f1b",
                            "--domain", "p=25..25,m=49..49"])
     assert code == 70 and out == "" and "internal error" in err and "Traceback" not in err

@@ -59,9 +59,10 @@ def _first(family: str, chunks: int | None) -> Certificate | None:
 def covering(family: str, devices: int, microbatches: int, chunks: int | None = None,
              group_size: int | None = None, max_inflight: int | None = None):
     """What the family's schedule at these sizes and options is built from
-    (:class:`.order.Source`: its all-sizes certificate, read by :func:`.order.rows`), or
-    None: a group size other than the devices, a chunk count without a certificate, sizes
-    outside the certificate's domain, or a family without one (its generator's own code
+    (:class:`.order.Source`: its all-sizes certificate, read by :func:`.order.rows`, or
+    truncated below its domain: Certificate.truncates), or None: a group size other than the
+    devices, a chunk count without a certificate, sizes outside the certificate's domain
+    (and not below it by truncation), or a family without one (its generator's own code
     then).  ``chunks`` as :func:`families` gives it: None for a family without chunks
     option (ZB-V's two chunks are its certificate's own) and for ZB-H1's one-chunk form;
     the generators pass the chunk count they build (this package reads nothing of theirs:
@@ -78,8 +79,11 @@ def covering(family: str, devices: int, microbatches: int, chunks: int | None = 
     cert = _first(family, v)
     if cert is None or (v is not None and cert.chunks_per_device != v):
         return None
-    if not cert.in_domain(PyOps, devices, microbatches):  # ZB-V below m = 2p - 1
-        return None
+    if not cert.in_domain(PyOps, devices, microbatches):
+        if cert.truncates is None or devices < 1 or microbatches < 1:
+            return None
+        m0 = cert.truncates(PyOps, devices)  # ZB-V below m = 2p - 1: its order at 2p - 1, truncated
+        return Source(cert, truncated=m0) if microbatches < m0 and cert.in_domain(PyOps, devices, m0) else None
     if max_inflight is not None and max_inflight < devices:
         return Source(cert, gap=max_inflight) if family == "1f1b" else None
     return Source(cert)

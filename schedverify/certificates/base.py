@@ -444,6 +444,14 @@ class Certificate:
     #: the timing on its cone, and the cones cover every cost; the makespan is then the
     #: cone's chain on each cone, a case split on the costs
     cones: tuple = ()
+    #: ``truncates(o, p) -> m0`` for a family whose order below ``m0`` microbatches (outside
+    #: ``domain``) is this certificate's order at ``m0`` with the actions of microbatches
+    #: >= m dropped (ZB-V: 2p - 1, as the paper's and PyTorch's builders do): the family's
+    #: generator returns that order (:class:`.order.Source`), and the peaks there are bounded
+    #: by those at ``m0`` (docs/proofs.md section 2, "below the certificate: truncation").
+    #: None: the family has no such sizes
+    truncates: Callable | None = None
+    truncated_below: str = ""  # m0 as text ("2*p - 1")
     summary: str = ""
     order_argument: str = ""
     notes: tuple[str, ...] = field(default=())

@@ -230,20 +230,35 @@ def gapped_rows(cert: Certificate, p: int, m: int, k: int) -> list[list[Action]]
     return out
 
 
+def truncated_rows(cert: Certificate, p: int, m: int, m0: int) -> list[list[Action]]:
+    """Every device's order of ``cert`` at ``m0`` microbatches with the actions of
+    microbatches >= ``m`` dropped (Certificate.truncates)."""
+    return [[a for a in row if a.microbatch is not None and a.microbatch < m] for row in rows(cert, p, m0)]
+
+
 @dataclass(frozen=True)
 class Source:
     """What a certified schedule is made of: a certificate, and for 1F1B with at most
-    ``gap`` microbatches in flight (``gap`` < p) the virtual index it is read at."""
+    ``gap`` microbatches in flight (``gap`` < p) the virtual index it is read at, or below
+    the certificate's domain (``truncated``: Certificate.truncates' m0) its order at m0
+    microbatches with those >= m dropped."""
 
     cert: Certificate
     gap: int | None = None
+    truncated: int | None = None
 
     def rows(self, p: int, m: int) -> list[list[Action]]:
+        if self.truncated is not None:
+            return truncated_rows(self.cert, p, m, self.truncated)
         return rows(self.cert, p, m) if self.gap is None else gapped_rows(self.cert, p, m, self.gap)
 
     def verify(self, schedule, p: int, m: int) -> None:
-        """:func:`verify`, or for a gapped order a comparison with :func:`gapped_rows`;
+        """:func:`verify`, or for a gapped or truncated order a comparison with its rows;
         O(actions) either way."""
+        if self.truncated is not None:
+            _compare(schedule, self.rows(p, m), f"the schedule of {_where(self.cert, p, m)} (its order at "
+                                                f"m = {self.truncated}, microbatches >= {m} dropped)")
+            return
         if self.gap is None:
             verify(schedule, self.cert, p, m)
             return

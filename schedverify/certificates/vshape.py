@@ -20,9 +20,11 @@ device d starts at (d + t) t_F, so the makespan is (6m + p - 1) t_F.  Every devi
 most 2p chunk activations (peak memory 2p half-stages: 1F1B's p stages), reached at its
 first chunk-1 forward of phase 3.
 
-Below m = 2p - 1 the generator builds the order for 2p - 1 microbatches and drops the
-actions of microbatches >= m, so the phases' lengths depend on how many of each are
-dropped; no certificate is written for that range (its claims stay finite-range there).
+Below m = 2p - 1 the order is this one at 2p - 1 microbatches with the actions of
+microbatches >= m dropped (``truncates``; the paper's builder and PyTorch's do the same), so
+the phases' lengths depend on how many of each are dropped, and no closed form is written
+for positions or times there.  Its peaks are bounded by those at 2p - 1 and by two chunk
+activations per microbatch (docs/proofs.md section 2, "below the certificate: truncation").
 """
 
 from __future__ import annotations
@@ -181,7 +183,8 @@ ZB_V = Certificate(
     peak_memory2=lambda o, p, m, d: (4 * p, 2 * p - 1),
     warmup=lambda o, p, m, d: 2 * p,
     top=DEVICE_0_TOPS,
-    count=lambda o, m: 2 * m, chunks=2, placement="v",
+    count=lambda o, m: 2 * m, chunks=2, placement="v", truncates=lambda o, p: 2 * p - 1,
+    truncated_below="2*p - 1",
     action=_action, index_of=_index_of, compile_once=True,
     summary="m >= 2p - 1: seven phases per device (warm-up, f1 i1 w1, f0 i0 w0 f1 i1 w1, cool-down), "
             "no wait after the first action at unit costs",

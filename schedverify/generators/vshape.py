@@ -48,14 +48,13 @@ def zb_v(devices: int, microbatches: int) -> Schedule:
     ``M >= 1``.  Peak in flight on device ``d``: ``min(2D, 2M, M+1+d)`` chunk activations,
     at most 1F1B's ``D`` full stages.
 
-    For ``M >= 2D-1`` the order is built from the family's all-sizes certificate
-    (certificates/vshape.py: these phases in closed form), so what ``schedverify prove``
-    proves there is about this order; below, microbatches are dropped and the order is the
-    loop of :func:`zb_v_rows`, uncertified.
+    The order is built from the family's all-sizes certificate (certificates/vshape.py:
+    these phases in closed form for ``M >= 2D-1``; below, its order at ``2D-1`` with the
+    microbatches ``>= M`` dropped), so what ``schedverify prove`` proves is about this order.
     """
     positive("zb-v", devices=devices, microbatches=microbatches)
     order = certified("zb-v", devices, microbatches)
-    if order is None:  # M < 2D-1: no certificate covers the size
+    if order is None:  # every size is covered (above 2D-1 by the phases, below by truncation)
         order = zb_v_rows(devices, microbatches)
     return assemble(
         "zb-v", order, stages=2 * devices, microbatches=microbatches, placement="v",
@@ -66,9 +65,8 @@ def zb_v(devices: int, microbatches: int) -> Schedule:
 
 def zb_v_rows(devices: int, microbatches: int) -> list[list[Action]]:
     """Every device's order of ZB-V by the paper's loop (the phases of :func:`zb_v`), built
-    for ``max(M, 2D-1)`` microbatches with those ``>= M`` dropped: what :func:`zb_v` returns
-    below ``M = 2D-1``, and the reference its certificate is compared with above
-    (``tests/test_certified.py``)."""
+    for ``max(M, 2D-1)`` microbatches with those ``>= M`` dropped: the reference the
+    certificate's order is compared with at every size (``tests/test_certified.py``)."""
     n = max(2 * devices - 1, microbatches)
     order = []
     for d in range(devices):
