@@ -126,6 +126,31 @@ def test_catalogue_loads_and_covers_every_source():
     assert len(ids) == len(set(ids))
 
 
+def test_the_verdicts_table_of_proofs_readme_is_what_prove_gives():
+    """proofs/README.md's table and its count say what ``schedverify prove proofs/`` gives
+    today: each claim's verdict and the sizes it is judged over."""
+    import re
+
+    code, out, _ = _cli(["prove", str(PROOFS), "--format", "json"])
+    assert code == 0
+    got = {r["id"]: r for r in json.loads(out)}
+    text = (PROOFS / "README.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 6 and cells[0] in got:
+            rows[cells[0]] = cells
+    assert rows.keys() == got.keys()
+    for cid, cells in rows.items():
+        r = got[cid]
+        over = r["kind"].replace("all sizes in ", "all sizes: ", 1).replace("finite range ", "finite: ", 1)
+        assert (cells[3], cells[4].split(" (bench:")[0]) == (r["verdict"], over), cid
+    proved = [r for r in got.values() if r["verdict"] == "PROVED"]
+    every = sum(r["kind"].startswith("all sizes") for r in proved)
+    assert re.search(rf"{len(got)} claims: {len(proved)} proved \({every} for all sizes, "
+                     rf"{len(proved) - every} on a finite range\)", text)
+
+
 def test_catalogue_bad_file_is_input_error(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('source = "x"\n[[claim]]\ntext = "makespan == 1"\nfamly = "1f1b"\n')

@@ -26,7 +26,7 @@ import sympy
 from sympy.core.function import AppliedUndef
 
 from ..certificates import certificate_options
-from ..errors import UsageError
+from ..errors import NotDerived, UsageError
 from .statement import ALL, Claim, Parsed, optimum_refs, parse_assumptions, parse_claim
 
 PROVED, REFUTED, UNKNOWN = "PROVED", "REFUTED", "UNKNOWN"
@@ -200,6 +200,11 @@ class _Env:
         self.denominators: list = []
         #: optimal_makespan(...) of the claim: function name -> a Z3 real, bounded by the laws
         self.optima: dict = {}
+        #: families whose certificate covers the domain's sizes below it by truncation
+        #: (Certificate.truncates): their peaks there are reals bounded from above, and the
+        #: bounds, which hold where the certificate's domain does not, are in ``truncation``
+        self.truncated: set = set()
+        self.truncation: list = []
 
     # -- metrics
     def metric(self, fam: str, metric: str, device, cert=None):
@@ -215,10 +220,14 @@ class _Env:
         if metric in ("peak_inflight", "peak_memory", "fwd_before_bwd"):
             dev = cert.top[metric](o, p, m) if device is None else device
             if metric == "peak_inflight":
-                return R(cert.peak_inflight(o, p, m, dev)[0])
-            if metric == "peak_memory":
-                return R(cert.peak_memory2(o, p, m, dev)[0]) / 2
-            return R(cert.warmup(o, p, m, dev))
+                exact = R(cert.peak_inflight(o, p, m, dev)[0])
+            elif metric == "peak_memory":
+                exact = R(cert.peak_memory2(o, p, m, dev)[0]) / 2
+            else:
+                exact = R(cert.warmup(o, p, m, dev))
+            if fam not in self.truncated:
+                return exact
+            return z3.If(cert.in_domain(o, p, m), exact, self._truncated_peak(cert, metric, device))
         if metric == "busy":
             return busy()
         from ..certificates.check import _end
@@ -237,6 +246,29 @@ class _Env:
         if metric == "bubble_fraction":
             return (T - b) / T  # every device is as busy (m of each kind): per device = whole
         raise UsageError(f"unknown metric {metric!r}")
+
+    def _truncated_peak(self, cert, metric: str, device):
+        """A peak of ``cert``'s family below its domain, where its order is the one at m0 =
+        ``cert.truncates(p)`` with the actions of microbatches >= m dropped: a real X with
+        0 <= X <= the peak at m0 (dropping a microbatch's actions never raises a device's
+        memory at the actions that stay: each activation is allocated before it is freed, on
+        its device) and X <= chunks * m (a device holds at most one activation of each of
+        its stages per microbatch, each of size 1).  docs/proofs.md section 2, "below the
+        certificate: truncation"."""
+        z3, o = self.z3, self.o
+        p, m = self.size["p"], self.size["m"]
+        R = z3.ToReal
+        m0 = cert.truncates(o, p)
+        if metric == "fwd_before_bwd":
+            raise NotDerived(f"below m = {cert.truncated_below} the order of {cert.family} is its order at "
+                             f"m = {cert.truncated_below} truncated: only its peaks are bounded there")
+        dev = cert.top[metric](o, p, m0) if device is None else device
+        at_m0 = (R(cert.peak_inflight(o, p, m0, dev)[0]) if metric == "peak_inflight"
+                 else R(cert.peak_memory2(o, p, m0, dev)[0]) / 2)
+        x = z3.Real(f"{metric}_{cert.family}_below_{len(self.truncation)}")
+        self.truncation.append(z3.Implies(z3.Not(cert.in_domain(o, p, m)), z3.And(
+            x >= 0, x <= at_m0, x <= cert.chunks_per_device * R(m))))
+        return x
 
     # -- sympy -> z3
     def real(self, e):
@@ -494,6 +526,8 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
         if z3.eq(z3.simplify(cert.in_domain(env.o, p, m)), z3.simplify(z3.And(p >= 1, m >= 1))):
             continue  # every size in the domain has p >= 1, m >= 1: nothing to ask
         cover, why = _query(base + [z3.Not(cert.in_domain(env.o, p, m))], limits)
+        if cover == "sat" and _below_by_truncation(env, fam, cert, base, limits):
+            continue
         if cover != "unsat":
             if cover == "unknown":
                 out.verdict = UNKNOWN
@@ -534,6 +568,10 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
                       "none needed (the claim reads no timing)") if cert.timing else "order only",
             "domain": cert.domain, "check_seconds": round(chk.seconds, 3),
             "obligations": len(chk.obligations),
+            **({"below": f"m < {cert.truncated_below}: its order at m = {cert.truncated_below} with the "
+                         f"microbatches >= m dropped; each peak at most the one at m = {cert.truncated_below} "
+                         f"and {cert.chunks_per_device} per microbatch (docs/proofs.md section 2)"}
+               if fam in env.truncated else {}),
             "checked": "Z3's proof of these exact obligations is recorded (certificates/checked.json)"
                        if chk.recorded else "proved by Z3 in this run"}
     vsub = {V: sympy.Integer(v)}
@@ -546,7 +584,7 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
                 f"{k}={_val(mo, env.size[k])}" for k in ("p", "m")) + ")"
             raise UsageError(f"a device index of the claim is out of range 0..p-1 somewhere in the "
                              f"domain{at}; narrow the domain")
-    base += env.side
+    base += env.side + env.truncation
     for text, den in env.denominators:  # as the finite prover: a division by zero is refused
         if text.is_Symbol and text.name in ("p", "m") or text.is_number and text != 0:
             continue  # a size (>= 1) or a number: never zero
@@ -567,6 +605,10 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
         out.reason = "no size in the domain is allowed by the assumptions"
     elif status == "unsat":
         out.verdict = PROVED
+    elif status == "sat" and env.truncated:  # maybe only where a peak is no more than bounded
+        out.reason = (f"below m = {', '.join(picks[f].truncated_below for f in sorted(env.truncated))} the "
+                      f"order of {', '.join(sorted(env.truncated))} is its order there with microbatches "
+                      f"dropped, whose peaks are bounded from above only: the bounds do not decide the claim")
     elif status == "unknown":
         out.verdict = UNKNOWN
         out.reason = f"Z3: {model}"
@@ -584,6 +626,25 @@ def judge(claim: Claim, domain_text: str, store: CertificateStore, *, timeout_s:
                           if status == "unsat" else f"Z3: {model}")
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _below_by_truncation(env: _Env, fam: str, cert, base: list, limits: tuple[float, int]) -> bool:
+    """Whether every size of the domain outside ``cert``'s is below it by truncation
+    (Certificate.truncates) and the claim reads only peaks of ``fam``: then ``fam``'s peaks
+    there are bounded (``_Env._truncated_peak``), and True."""
+    if cert.truncates is None:
+        return False
+    if any(env.parsed.refs[name].metric not in ("peak_inflight", "peak_memory")
+           for name, f in env.fams.items() if f == fam):
+        return False
+    z3, o = env.z3, env.o
+    p, m = env.size["p"], env.size["m"]
+    m0 = cert.truncates(o, p)
+    below = z3.And(m < m0, cert.in_domain(o, p, m0))
+    if _query(base + [z3.Not(z3.Or(cert.in_domain(o, p, m), below))], limits)[0] != "unsat":
+        return False
+    env.truncated.add(fam)
+    return True
 
 
 def make_check(constraints, extra, limits: tuple[float, int]):

@@ -160,7 +160,8 @@ def _result_text(res) -> str:
                      f"docs/proofs.md")
         if res.below:
             lines.append(f"  and exactly at all {res.checked} sizes of the finite range {res.below} "
-                         f"(no certificate there)")
+                         f"(below the closed forms of the certificate)")
+        lines += [f"  {f} below the certificate, {x['below']}" for f, x in res.certificates.items() if "below" in x]
     elif res.verdict == "PROVED":
         lines.append(f"  exactly, at all {res.checked} sizes in the domain, for every cost allowed")
     for opt, bounds in res.laws.items():
