@@ -44,3 +44,12 @@ if not os.environ.get("SCHEDVERIFY_PURE_PYTHON"):
 def describe() -> str:
     """Which paths ``check`` runs, for ``--version`` and the benchmarks."""
     return "compiled kernel" if kernel is not None else "pure Python, no compiled kernel"
+
+
+def keep_freed_memory() -> bool:
+    """Tell the allocator to keep what it frees for the next blocks (``_kernel.c``,
+    ``keep_freed_memory``: a million-action check frees and makes columns of tens of
+    megabytes in turn, and a fresh page costs a fault).  Only the command line calls it: it
+    changes the whole process's allocator, which a library must not do to its host.  False
+    without the kernel or glibc."""
+    return kernel is not None and bool(kernel.keep_freed_memory())

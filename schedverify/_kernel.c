@@ -37,6 +37,9 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #define MAX_DIGITS 18 /* grammar.MAX_DIGITS: the significant digits of an index, at most */
 
@@ -409,6 +412,33 @@ scratch_free(scratch_t *sc)
         sc->count--;
         block_free(sc->block[sc->count], sc->mapped[sc->count]);
     }
+}
+
+/* keep_freed_memory() -> bool: glibc's malloc told to keep the blocks it frees for the next
+ * ones (M_TRIM_THRESHOLD: never give the top of the heap back; M_MMAP_THRESHOLD: blocks up
+ * to 32 MiB, glibc's largest, from the heap, the threshold fixed there instead of moving).
+ * A check or a lowering of a million actions makes and drops result columns of tens of
+ * megabytes one after another (a run's times, then the next run's); by default glibc hands
+ * each back to the system as it is freed and maps the next one fresh, and a fresh page is
+ * a fault and a clearing by the system, where a kept one is only written again (`perf` of
+ * `schedverify lower` at a million compute actions: a fifth of its samples in clearing
+ * pages, a tenth with the blocks kept).  The peak stays what it was, within a percent:
+ * what is kept is what the process held a moment before.  The big scratch arrays keep
+ * their own mappings (map_big), given back when dropped, so that a phase's scratch is never
+ * held through the next.  For a process that is ours
+ * only (the command line calls it first): a library must not change its host's allocator.
+ * False where there is no glibc, or it refuses (an allocator that replaces it, as a
+ * sanitizer's does), and then nothing changed. */
+static PyObject *
+k_keep_freed_memory(PyObject *self, PyObject *noargs)
+{
+#if defined(__GLIBC__) && defined(M_TRIM_THRESHOLD) && defined(M_MMAP_THRESHOLD)
+    int ok = mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1;
+    ok = ok && mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
+    return PyBool_FromLong(ok);
+#else
+    Py_RETURN_FALSE;
+#endif
 }
 
 /* Free one of sc's arrays now (a phase's own scratch, once the phase is over), so that the
@@ -5188,6 +5218,8 @@ static PyMethodDef methods[] = {
      "defer_recv_plain(codes, stages, mbs, lengths, S, M, rank_of) -> columns | None."},
     {"format_csv", k_format_csv, METH_VARARGS,
      "format_csv(codes, stages, mbs, lengths, kinds) -> str | None: PyTorch's CSV of the columns."},
+    {"keep_freed_memory", k_keep_freed_memory, METH_NOARGS,
+     "keep_freed_memory() -> bool: glibc's malloc keeps what it frees for the next blocks (the command line's)."},
     {"format_plain", k_format_plain, METH_VARARGS,
      "format_plain(acts, indices, action_type) -> list[str] | None: str() of plain actions."},
     {NULL, NULL, 0, NULL},

@@ -1744,3 +1744,55 @@ def test_loss_order_plain_is_the_rules_in_order_case(rows, lo, hi):
     assert KERNEL.loss_order_plain(code, stage, mb, lo, hi, 0, 2) == (mbs == list(range(len(mbs))))
     with pytest.raises(ValueError):
         KERNEL.loss_order_plain(code, stage, mb, 0, len(rows) + 1, 0, 2)
+
+
+# --------------------------------------------------------------------------- keep_freed_memory
+
+_FREED = r"""
+import json, sys
+from schedverify import _accel
+from schedverify.cli import main
+
+def rss():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS")) // 1024
+
+kept = _accel.keep_freed_memory() if sys.argv[1] == "keep" else None
+start = rss()
+block = b"x" * (24 << 20)  # written whole: a block glibc maps on its own by default
+before = rss()
+del block
+print(json.dumps({"kept": kept, "grew": before - start, "given_back": before - rss()}))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status") or __import__("platform").libc_ver()[0] != "glibc"
+                    or bool(os.environ.get("LD_PRELOAD")),  # another allocator (the sanitizer's) before glibc's
+                    reason="glibc's own malloc on Linux")
+def test_keep_freed_memory_keeps_a_freed_block_for_the_next_one():
+    """By default glibc gives a freed 24 MiB block back to the system at once (and the next
+    one is mapped fresh, a fault per page); once told, it keeps it.  In a subprocess: it
+    changes the whole process's allocator."""
+    import subprocess
+    import sys
+
+    got = {}
+    for mode in ("default", "keep"):
+        out = subprocess.run([sys.executable, "-c", _FREED, mode], capture_output=True, text=True, check=True)
+        got[mode] = json.loads(out.stdout)
+    assert got["default"]["grew"] >= 20 and got["default"]["given_back"] >= 20, got
+    assert got["keep"]["kept"] is True and got["keep"]["grew"] >= 20 and got["keep"]["given_back"] <= 4, got
+
+
+def test_the_command_line_and_only_it_keeps_freed_memory(monkeypatch, capsys):
+    """main() tunes the allocator before it runs the command (the process is the command's);
+    importing schedverify and checking a schedule, as a library's host does, does not."""
+    from schedverify import cli
+
+    calls = []
+    monkeypatch.setattr(_accel, "keep_freed_memory", lambda: calls.append(1) or True)
+    schedverify.check(generated("1f1b", 2, 2))
+    assert calls == []
+    monkeypatch.setattr("sys.argv", ["schedverify", "--version"])
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    assert exit_.value.code == 0 and calls == [1]

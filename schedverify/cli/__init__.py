@@ -25,6 +25,7 @@ import threading
 from typing import TextIO
 from collections.abc import Callable, Sequence
 
+from .. import _accel
 from ..errors import InternalError, SchedverifyError
 
 EXIT_OK = 0
@@ -251,6 +252,8 @@ def main() -> None:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+    # the process is the command's: its allocator may keep what it frees (faster big checks)
+    _accel.keep_freed_memory()
     code = run()
     if code == EXIT_INTERRUPTED:
         with contextlib.suppress(ValueError):  # answered: a further Ctrl-C does not print a traceback
