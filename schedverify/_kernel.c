@@ -1416,9 +1416,12 @@ static int read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long lon
 #define LK_WAIT_SEND_F 12 /* WAIT_SEND_B is one more */
 #define LK_KINDS 14
 
+/* A lowered row being built: code, stage and microbatch per entry, the stage and the
+ * microbatch of the columns' own type (pr_t: every index a lowering writes is one the
+ * columns read, or one more or less, or -1), 9 bytes an entry. */
 typedef struct {
     signed char *code;
-    long long *st, *mb;
+    pr_t *st, *mb;
     Py_ssize_t n, cap;
 } lvec_t;
 
@@ -1431,19 +1434,19 @@ lvec_push(lvec_t *v, int code, long long st, long long mb)
         if (c == NULL)
             return 0;
         v->code = c;
-        long long *s = PyMem_Realloc(v->st, (size_t)cap * sizeof(long long));
+        pr_t *s = PyMem_Realloc(v->st, (size_t)cap * sizeof(pr_t));
         if (s == NULL)
             return 0;
         v->st = s;
-        long long *m = PyMem_Realloc(v->mb, (size_t)cap * sizeof(long long));
+        pr_t *m = PyMem_Realloc(v->mb, (size_t)cap * sizeof(pr_t));
         if (m == NULL)
             return 0;
         v->mb = m;
         v->cap = cap;
     }
     v->code[v->n] = (signed char)code;
-    v->st[v->n] = st;
-    v->mb[v->n] = mb;
+    v->st[v->n] = (pr_t)st;
+    v->mb[v->n] = (pr_t)mb;
     v->n++;
     return 1;
 }
@@ -1453,8 +1456,8 @@ static int
 lvec_reserve(lvec_t *v, Py_ssize_t cap)
 {
     v->code = PyMem_Malloc((size_t)cap + 1);
-    v->st = PyMem_Malloc(((size_t)cap + 1) * sizeof(long long));
-    v->mb = PyMem_Malloc(((size_t)cap + 1) * sizeof(long long));
+    v->st = PyMem_Malloc(((size_t)cap + 1) * sizeof(pr_t));
+    v->mb = PyMem_Malloc(((size_t)cap + 1) * sizeof(pr_t));
     v->cap = cap;
     return v->code != NULL && v->st != NULL && v->mb != NULL;
 }
@@ -4906,8 +4909,8 @@ k_lower_keyed(PyObject *self, PyObject *args)
     for (Py_ssize_t d = 0; d < D; d++) {
         Py_ssize_t len = mid[d].n + added[d];
         out[d].code = PyMem_Malloc((size_t)len + 1);
-        out[d].st = PyMem_Malloc(sizeof(long long) * ((size_t)len + 1));
-        out[d].mb = PyMem_Malloc(sizeof(long long) * ((size_t)len + 1));
+        out[d].st = PyMem_Malloc(sizeof(pr_t) * ((size_t)len + 1));
+        out[d].mb = PyMem_Malloc(sizeof(pr_t) * ((size_t)len + 1));
         if (out[d].code == NULL || out[d].st == NULL || out[d].mb == NULL)
             goto nomem;
         out[d].n = out[d].cap = len;
