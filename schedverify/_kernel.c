@@ -2957,8 +2957,23 @@ compare_ll(const void *a, const void *b)
 typedef uint16_t lane_t;
 #define RT_LANE_MAX 65535
 
+/* runtime_plain's lanes: with at most RT_SCAN_LANES lanes on every device, a lane's cursor
+ * steps over its device's actions (lane_next) instead of a list of its items */
+#define RT_SCAN_LANES 8
+
+/* the first action of lane k at index i or after, below end (end: none) */
+static inline long long
+lane_next(const lane_t *lane_of, Py_ssize_t k, long long i, long long end)
+{
+    while (i < end && lane_of[i] != k)
+        i++;
+    return i;
+}
+
+
 typedef struct {
-    const unsigned char *is_comm, *is_send;
+    const unsigned char *is_comm;
+    unsigned char send_of[MAX_CODES]; /* per kind code: 1 for a SEND (no column: read off the code) */
     const int32_t *partner;
     /* each action's duration: dcode[code + 1] when every action of a code has the same
      * one (dix NULL), else dtab[dix[i]], the table holding each distinct number object read
@@ -2991,6 +3006,14 @@ typedef struct {
 #define RT_HAS_READY 2
 #define RT_RETIRED 4 /* a WAIT_SEND whose data is the send it retires (in partner, meanwhile) */
 #define RT_AWAITED 8 /* a lane waits for its fin */
+
+/* action i is a SEND */
+static inline int
+rt_is_send(const rt_t *r, long long i)
+{
+    long long c = int_at(r->code, i);
+    return c >= 0 && r->send_of[c];
+}
 
 static inline rnum_t
 rt_fin(const rt_t *r, long long i)
@@ -3074,7 +3097,7 @@ rt_set_ready(rt_t *r, long long x, rnum_t t)
     }
     r->state[x] |= RT_HAS_READY;
     long long p = r->partner[x];
-    int sending = r->is_send[x];
+    int sending = rt_is_send(r, x);
     rnum_t dx = rt_dur(r, x), dp = rt_dur(r, p);
     if (r->buffered && sending)
         rt_finish(r, x, rn_add(t, dx.v > dp.v ? dx : dp), x);
@@ -3290,7 +3313,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
      * splits it) the k-th send posted meets the k-th receive posted */
     /* each message's peer rank: the matching's and the lanes' (every message has a partner
      * on that rank, so the caller derives the column from partner) */
-    unsigned char *is_comm = (unsigned char *)PyBytes_AS_STRING(flags[2]), *is_send = scratch_array(&sc, n, 1, 1);
+    unsigned char *is_comm = (unsigned char *)PyBytes_AS_STRING(flags[2]);
     int32_t *peer = scratch_array(&sc, n, sizeof(int32_t), 0);
     if (n > 0)
         memset(is_comm, 0, (size_t)n);
@@ -3298,10 +3321,12 @@ k_runtime_plain(PyObject *self, PyObject *args)
     if ((double)nch > 4.0 * (double)n + 1024.0)
         goto not_plain; /* a channel table that would not follow the action count */
     long long *scount = scratch_array(&sc, nch, sizeof(long long), 1), *rcount = scratch_array(&sc, nch, sizeof(long long), 1);
-    if (!is_comm || !is_send || !peer || !scount || !rcount)
+    if (!is_comm || !peer || !scount || !rcount)
         goto done;
     /* the channel of message i on rank d */
-#define CHANNEL(i, d) ((((long long)(is_send[i] ? (d) : peer[i])) * D + (is_send[i] ? peer[i] : (d))) * 2 + \
+    /* a message is a send by its code (send_k), no column */
+#define IS_SEND(i) (CODE(i) >= 0 && send_k[CODE(i)])
+#define CHANNEL(i, d) ((((long long)(IS_SEND(i) ? (d) : peer[i])) * D + (IS_SEND(i) ? peer[i] : (d))) * 2 + \
                        (by_direction && !by_edge ? fwd_k[CODE(i)] : 0))
     for (Py_ssize_t d = 0; d < D; d++)
         for (long long i = starts[d]; i < starts[d + 1]; i++) {
@@ -3311,12 +3336,11 @@ k_runtime_plain(PyObject *self, PyObject *args)
             if (c < 0 || !is_comm_k[c])
                 continue;
             is_comm[i] = 1;
-            is_send[i] = (unsigned char)send_k[c];
             long long ps = STAGE(i) + peer_off[c];
             if (ps < 0 || ps >= S || MB(i) < 0)
                 goto not_plain; /* no peer: the reference reports it */
             peer[i] = (int32_t)route[ps];
-            (is_send[i] ? scount : rcount)[CHANNEL(i, d)]++;
+            (send_k[c] ? scount : rcount)[CHANNEL(i, d)]++;
         }
     /* the sends and receives of each channel, in posting order (index order: a channel's
      * sends are all one rank's, and so are its receives) */
@@ -3336,7 +3360,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         for (long long i = starts[d]; i < starts[d + 1]; i++)
             if (is_comm[i]) {
                 long long k = CHANNEL(i, d);
-                if (is_send[i])
+                if (IS_SEND(i))
                     sl[soff[k] + scount[k]++] = (int32_t)i;
                 else
                     rl[roff[k] + rcount[k]++] = (int32_t)i;
@@ -3389,7 +3413,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
      * once the sweep is over, and the state bit RT_RETIRED) */
     for (Py_ssize_t k = 0; k < nret; k++) {
         long long w = ret_w[k], snd = ret_s[k];
-        if (w < 0 || w >= n || snd < 0 || snd >= n || is_comm[w] || !is_send[snd]) {
+        if (w < 0 || w >= n || snd < 0 || snd >= n || is_comm[w] || !IS_SEND(snd)) {
             PyErr_SetString(PyExc_ValueError, "runtime_plain: a retired wait is not a compute entry or its "
                                               "send not a send");
             goto done;
@@ -3428,7 +3452,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 continue;
             }
             long long e = peer[i];
-            long long key = by_edge ? (is_send[i] ? (long long)d * D + e : e * D + d)
+            long long key = by_edge ? (IS_SEND(i) ? (long long)d * D + e : e * D + d)
                             : by_direction ? fwd_k[CODE(i)]
                             : lazy ? (d < e ? (long long)d * D + e : e * D + d) : 0;
             skey[i] = (int32_t)key;
@@ -3473,17 +3497,41 @@ k_runtime_plain(PyObject *self, PyObject *args)
     }
     scratch_drop(&sc, keys);
     scratch_drop(&sc, peer);
-    /* each lane's items, in order */
-    long long *loff = scratch_array(&sc, L + 1, sizeof(long long), 1), *fill = scratch_array(&sc, L, sizeof(long long), 1);
-    int32_t *items = skey; /* the keys are read: their array holds the items now */
-    if (!loff || !fill)
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++)
-        loff[lane_of[i] + 1]++;
-    for (Py_ssize_t k = 0; k < L; k++)
-        loff[k + 1] += loff[k];
-    for (Py_ssize_t i = 0; i < n; i++)
-        items[loff[lane_of[i]] + fill[lane_of[i]]++] = (int32_t)i;
+    /* each lane's items, in order.  A lane's items are its device's actions on that lane, in
+     * index order, so a lane's cursor may be an action index that steps to the next one of
+     * its lane (lane_next): every lane passes over its device's actions once, and a device
+     * with few lanes (gloo's one, NCCL's compute stream and a stream or two: RT_SCAN_LANES)
+     * needs no list.  With more (NCCL's per-edge or lazily paired streams of a device that
+     * talks to many peers) each lane's items are listed (items, loff), so that no lane passes
+     * over the actions of many others: 4 bytes an action. */
+    Py_ssize_t most = 0;
+    for (Py_ssize_t k = 0, run = 0; k < L; k++) {
+        run = k > 0 && lane_dev[k] == lane_dev[k - 1] ? run + 1 : 1;
+        if (run > most)
+            most = run;
+    }
+    int32_t *items = NULL;
+    long long *loff = NULL;
+    scratch_drop(&sc, skey); /* the keys are read */
+    if (most > RT_SCAN_LANES) {
+        long long *fill = scratch_array(&sc, L, sizeof(long long), 1);
+        loff = scratch_array(&sc, L + 1, sizeof(long long), 1);
+        items = scratch_array(&sc, n, sizeof(int32_t), 0);
+        if (!loff || !fill || !items)
+            goto done;
+        for (Py_ssize_t i = 0; i < n; i++)
+            loff[lane_of[i] + 1]++;
+        for (Py_ssize_t k = 0; k < L; k++)
+            loff[k + 1] += loff[k];
+        for (Py_ssize_t i = 0; i < n; i++)
+            items[loff[lane_of[i]] + fill[lane_of[i]]++] = (int32_t)i;
+        scratch_drop(&sc, fill);
+    }
+    /* a lane's cursor: its first item, the end of its items, the action at one, the next */
+#define LANE_START(k) (items ? loff[k] : lane_next(lane_of, (k), starts[lane_dev[k]], starts[lane_dev[k] + 1]))
+#define LANE_STOP(k) (items ? loff[(k) + 1] : starts[lane_dev[k] + 1])
+#define LANE_AT(p) (items ? (long long)items[p] : (p))
+#define LANE_NEXT(k, p, stop) (items ? (p) + 1 : lane_next(lane_of, (k), (p) + 1, (stop)))
 
     /* (6) the sweep (runtime._Sweep.run), until nothing moves.  RT_DEPS: the data of compute
      * entry i as the step (4) above describes it, into out[0..nout) */
@@ -3507,7 +3555,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
     } while (0)
     rt_t r;
     r.is_comm = is_comm;
-    r.is_send = is_send;
+    for (Py_ssize_t c = 0; c < K; c++)
+        r.send_of[c] = (unsigned char)send_k[c];
     r.partner = partner;
     r.code = &code_c;
     memcpy(r.dcode, dcode, sizeof dcode);
@@ -3549,7 +3598,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         r.whead[k] = -1;
     r.top = 0;
     for (Py_ssize_t k = L - 1; k >= 0; k--) {
-        ptr[k] = loff[k];
+        ptr[k] = LANE_START(k);
         scan[k] = starts[lane_dev[k]];
         posted[k] = -1;
         clock[k].v = 0;
@@ -3567,11 +3616,11 @@ k_runtime_plain(PyObject *self, PyObject *args)
     for (;;) {
         while (r.top > 0) {
             Py_ssize_t k = r.stack[--r.top];
-            long long p = ptr[k], stop = loff[k + 1], src = source[k];
+            long long p = ptr[k], stop = LANE_STOP(k), src = source[k];
             rnum_t now = clock[k];
             long long awaited = -1; /* the action whose fin the lane waits for */
             while (p < stop) {
-                long long i = items[p];
+                long long i = LANE_AT(p);
                 if (is_comm[i]) {
                     if (nccl) {
                         long long c = posted[k], q = scan[k];
@@ -3602,14 +3651,14 @@ k_runtime_plain(PyObject *self, PyObject *args)
                             now = rt_fin(&r, i);
                             src = 3 * i + RT_DONE;
                         }
-                        p++;
+                        p = LANE_NEXT(k, p, stop);
                         continue;
                     }
                     if (!(r.state[i] & RT_HAS_READY)) { /* gloo: posting takes no host time */
                         bv[i] = (int32_t)src;
                         rt_set_ready(&r, i, now);
                     }
-                    p++;
+                    p = LANE_NEXT(k, p, stop);
                     continue;
                 }
                 rnum_t st = now;
@@ -3635,7 +3684,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 now = rn_add(st, rt_dur(&r, i));
                 src = 3 * i + RT_END;
                 rt_set_fin(&r, i, now);
-                p++;
+                p = LANE_NEXT(k, p, stop);
             }
             ptr[k] = p;
             clock[k] = now;
@@ -3691,7 +3740,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         for (Py_ssize_t k = 0; k < L; k++) {
             if (!blocked[k])
                 continue;
-            long long head = items[ptr[k]], j = waited[k];
+            long long head = LANE_AT(ptr[k]), j = waited[k];
             if (seen_head[k] != head) { /* seen.setdefault((lane, head), wait): a lane's heads only grow */
                 seen_head[k] = head;
                 long long *w = stuck_w + 4 * nseen++;
@@ -3720,7 +3769,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 at++;
             for (; at < len; at++) {
                 long long x = path[at], *w = cyc + 4 * nwaits++;
-                w[0] = x, w[1] = items[ptr[x]], w[2] = waited[x], w[3] = RT_EVENT(waited[x]);
+                w[0] = x, w[1] = LANE_AT(ptr[x]), w[2] = waited[x], w[3] = RT_EVENT(waited[x]);
             }
             cyc_off[++ncycles] = nwaits;
             found++;
@@ -3832,7 +3881,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         /* over gloo, the sends never done whose host lane ran to its end (before 2.15 the step
          * ends by waiting for each: the caller adds them) */
         for (Py_ssize_t i = 0; !nccl && i < n; i++)
-            if (is_send[i] && !(r.state[i] & RT_HAS_FIN) && ptr[lane_of[i]] == loff[lane_of[i] + 1]) {
+            if (rt_is_send(&r, i) && !(r.state[i] & RT_HAS_FIN) && ptr[lane_of[i]] == LANE_STOP(lane_of[i])) {
                 PyObject *x = PyLong_FromSsize_t(i);
                 if (x == NULL || PyList_Append(unsent, x) < 0) {
                     Py_XDECREF(x);
@@ -3857,6 +3906,11 @@ k_runtime_plain(PyObject *self, PyObject *args)
     result = Py_BuildValue("(OOOOOOOOONLOO)", cols[0], flags[0], cols[1], flags[1], cols[2], done_o, cols[3], cols[4],
                            lanes_l, makespan, last, flags[2], hang ? hang : Py_None);
     goto done;
+#undef IS_SEND
+#undef LANE_START
+#undef LANE_STOP
+#undef LANE_AT
+#undef LANE_NEXT
 not_plain:
     result = declined();
 done:

@@ -1615,6 +1615,34 @@ def test_the_kernels_run_takes_lanes_up_to_what_two_bytes_hold(devices, peers, a
             same_run(run, simulate(g, durations_for(g, c), c.comm, rt))
 
 
+@pytest.mark.parametrize("peers", [3, 4])
+@pytest.mark.parametrize("hang", [False, True])
+def test_the_kernels_run_steps_over_a_few_lanes_and_lists_many(peers, hang):
+    """With at most RT_SCAN_LANES (8) lanes on a device a lane's cursor steps over its
+    device's actions; with more, each lane's items are listed.  A rank of 3 peers has 7
+    lanes under NCCL's per-edge layout, one of 4 has 9: both ways give the reference's run,
+    and so do the rounds of a hang (rank 0's first SEND_F posted after the F that follows it
+    in the chain, whose input it must first receive)."""
+    from schedverify.releases import resolve
+    from schedverify.runtime import simulate
+
+    s = _many_peers(2 * peers + 1, peers)
+    if hang:
+        row = list(s.order[0])
+        k = next(i for i, a in enumerate(row) if a.kind == "SEND_F")
+        row.insert(k + 3, row.pop(k))  # past the next RECV_F and F of rank 0
+        s = s.with_(order=(tuple(row), *s.order[1:]))
+    rt = resolve("torch-nccl", torch="2.15", p2p="edge")
+    g = compile_graph(s)
+    c = resolve_costs(s, None)
+    with spying() as spy:
+        run = simulate(g, code_durations(g, c), c.comm, rt)
+    assert "runtime_plain" in spy.answered and run.completed != hang
+    assert max(run.lane_of) - min(run.lane_of) + 1 == len(run.lanes) == (2 * peers + 1) * (1 + 2 * peers)
+    with pure_python():
+        same_run(run, simulate(g, durations_for(g, c), c.comm, rt))
+
+
 def test_a_hangs_released_waits_wake_their_lanes_in_the_references_order():
     """Rank 1 posts its RECV_B before its SEND_F on NCCL's one stream: a cycle with rank 2.
     Releasing rank 1's receive wakes its stream and its compute lane (B waits for that
