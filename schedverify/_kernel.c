@@ -422,7 +422,7 @@ scratch_free(scratch_t *sc)
  * each back to the system as it is freed and maps the next one fresh, and a fresh page is
  * a fault and a clearing by the system, where a kept one is only written again (`perf` of
  * `schedverify lower` at a million compute actions: a fifth of its samples in clearing
- * pages, a tenth with the blocks kept).  The peak stays what it was, within a percent:
+ * pages, a tenth with the blocks kept).  The peak stays what it was, within a few percent:
  * what is kept is what the process held a moment before.  The big scratch arrays keep
  * their own mappings (map_big), given back when dropped, so that a phase's scratch is never
  * held through the next.  For a process that is ours
