@@ -2970,7 +2970,6 @@ lane_next(const lane_t *lane_of, Py_ssize_t k, long long i, long long end)
     return i;
 }
 
-
 typedef struct {
     const unsigned char *is_comm;
     unsigned char send_of[MAX_CODES]; /* per kind code: 1 for a SEND (no column: read off the code) */
