@@ -1681,8 +1681,8 @@ lowered_columns(const lvec_t *rows, Py_ssize_t D)
         PyTuple_SET_ITEM(lengths, d, len);
         for (Py_ssize_t p = 0; p < rows[d].n; p++, i++) {
             c[i] = (char)rows[d].code[p];
-            st[i] = (pr_t)rows[d].st[p]; /* (read off columns of pr_t: they fit) */
-            mb[i] = (pr_t)rows[d].mb[p];
+            st[i] = rows[d].st[p];
+            mb[i] = rows[d].mb[p];
             if (st[i] > top_stage)
                 top_stage = st[i];
             if (mb[i] > top_mb)
@@ -3006,12 +3006,18 @@ typedef struct {
 #define RT_RETIRED 4 /* a WAIT_SEND whose data is the send it retires (in partner, meanwhile) */
 #define RT_AWAITED 8 /* a lane waits for its fin */
 
-/* action i is a SEND */
+/* action i is a SEND: read off its kind code (send_of: 1 per SEND code), no column */
+static inline int
+code_is_send(const ints_t *code, const unsigned char *send_of, long long i)
+{
+    long long c = int_at(code, i);
+    return c >= 0 && send_of[c];
+}
+
 static inline int
 rt_is_send(const rt_t *r, long long i)
 {
-    long long c = int_at(r->code, i);
-    return c >= 0 && r->send_of[c];
+    return code_is_send(r->code, r->send_of, i);
 }
 
 static inline rnum_t
@@ -3314,6 +3320,9 @@ k_runtime_plain(PyObject *self, PyObject *args)
      * on that rank, so the caller derives the column from partner) */
     unsigned char *is_comm = (unsigned char *)PyBytes_AS_STRING(flags[2]);
     int32_t *peer = scratch_array(&sc, n, sizeof(int32_t), 0);
+    rt_t r; /* the sweep's state; whether a message is a send is read off its code from here on */
+    for (Py_ssize_t c = 0; c < K; c++)
+        r.send_of[c] = (unsigned char)send_k[c];
     if (n > 0)
         memset(is_comm, 0, (size_t)n);
     long long nch = (long long)D * D * 2;
@@ -3323,8 +3332,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
     if (!is_comm || !peer || !scount || !rcount)
         goto done;
     /* the channel of message i on rank d */
-    /* a message is a send by its code (send_k), no column */
-#define IS_SEND(i) (CODE(i) >= 0 && send_k[CODE(i)])
+#define IS_SEND(i) code_is_send(&code_c, r.send_of, (i))
 #define CHANNEL(i, d) ((((long long)(IS_SEND(i) ? (d) : peer[i])) * D + (IS_SEND(i) ? peer[i] : (d))) * 2 + \
                        (by_direction && !by_edge ? fwd_k[CODE(i)] : 0))
     for (Py_ssize_t d = 0; d < D; d++)
@@ -3422,6 +3430,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
     /* (5) the lanes (runtime._Sweep._build_lanes): gloo, one per rank; NCCL, per rank its
      * compute stream, then a stream per key in the keys' order */
     Py_ssize_t L = 0, maxl = D + (nccl ? n : 0) + 1; /* a comm stream has an action at least */
+    Py_ssize_t most = 1; /* the most lanes a device has */
     long long *lane_dev = scratch_array(&sc, maxl, sizeof(long long), 0), *lane_key = scratch_array(&sc, maxl, sizeof(long long), 0);
     int *lane_kind = scratch_array(&sc, maxl, sizeof(int), 0); /* 0 host, 1 compute, 2 comm */
     int32_t *skey = scratch_array(&sc, n, sizeof(int32_t), 0);
@@ -3481,6 +3490,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
             lane_key[L] = keys[k];
             L++;
         }
+        if (1 + distinct > most)
+            most = 1 + distinct;
         for (long long i = starts[d]; i < starts[d + 1]; i++)
             if (is_comm[i]) { /* its key's place among the distinct keys */
                 Py_ssize_t lo = 0, hi = distinct - 1;
@@ -3503,12 +3514,6 @@ k_runtime_plain(PyObject *self, PyObject *args)
      * needs no list.  With more (NCCL's per-edge or lazily paired streams of a device that
      * talks to many peers) each lane's items are listed (items, loff), so that no lane passes
      * over the actions of many others: 4 bytes an action. */
-    Py_ssize_t most = 0;
-    for (Py_ssize_t k = 0, run = 0; k < L; k++) {
-        run = k > 0 && lane_dev[k] == lane_dev[k - 1] ? run + 1 : 1;
-        if (run > most)
-            most = run;
-    }
     int32_t *items = NULL;
     long long *loff = NULL;
     scratch_drop(&sc, skey); /* the keys are read */
@@ -3552,10 +3557,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         if (r_ >= 0 && r_ < i && lane_dev[lane_of[r_]] == d_)                                              \
             out[nout++] = (int32_t)r_;                                                                     \
     } while (0)
-    rt_t r;
     r.is_comm = is_comm;
-    for (Py_ssize_t c = 0; c < K; c++)
-        r.send_of[c] = (unsigned char)send_k[c];
     r.partner = partner;
     r.code = &code_c;
     memcpy(r.dcode, dcode, sizeof dcode);

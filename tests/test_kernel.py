@@ -1779,7 +1779,6 @@ def test_loss_order_plain_is_the_rules_in_order_case(rows, lo, hi):
 _FREED = r"""
 import json, sys
 from schedverify import _accel
-from schedverify.cli import main
 
 def rss():
     return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS")) // 1024
