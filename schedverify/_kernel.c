@@ -1294,6 +1294,7 @@ typedef struct {
     const pr_t *stage, *mb;
     Py_ssize_t n, D;
     PyObject *lengths;
+    PyObject *stages, *mbs; /* the bytes objects of stage and mb (borrowed) */
 } columns_t;
 
 static int
@@ -1336,6 +1337,8 @@ read_columns(PyObject *codes, PyObject *stages, PyObject *mbs, PyObject *lengths
     out->n = n;
     out->D = D;
     out->lengths = lengths;
+    out->stages = stages;
+    out->mbs = mbs;
     return 1;
 }
 
@@ -1989,8 +1992,9 @@ place_action(Py_ssize_t i, Py_ssize_t p, Py_ssize_t d, int c, long long s, long 
     if (s < 0 || s >= S || m < 0 || m >= M || route_dev[(mr ? mr[m] : 0) * S + s] != d)
         return 0;
     code[i] = (int8_t)c;
-    stage[i] = (int32_t)s; /* in range: S, M and every position fit (compile_core) */
-    if (mbs != NULL) /* NULL: the columns' own microbatches are read */
+    if (stage != NULL) /* NULL: the columns' own stages and microbatches are the Graph's */
+        stage[i] = (int32_t)s; /* in range: S, M and every position fit (compile_core) */
+    if (mbs != NULL)
         mbs[i] = (int32_t)m;
     if (pos != NULL) /* NULL: a graph of the columns, whose positions are made on demand */
         pos[i] = (int32_t)p;
@@ -2120,7 +2124,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     scratch_t sc = SCRATCH_INIT;
     int32_t *route_dev, *mr = NULL, *table, *devs;
     int8_t *code;
-    int32_t *stage, *mbs = NULL, *pos = NULL, *waitc;
+    int32_t *stage = NULL, *mbs = NULL, *pos = NULL, *waitc;
     long long *starts, *inv = NULL;
     /* the entries of the columns without a code (codes K and up: graph.Graph.uncoded) and
      * among them, by their code's role (roles[code - K]), the REDUCE_GRADs (Graph.reduce_grads),
@@ -2130,8 +2134,9 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     column_t c_uncoded = {NULL}, c_swaits = {NULL}, c_starts = {NULL};
     /* the Graph's columns (int8 code, the others int32), filled where they lie: bytes, on
      * huge pages (new_bytes), which graph.compile_graph reads through memoryview casts; a
-     * graph of the columns has no pos (graph._ByDevice makes it on demand) and its devices
-     * are scratch */
+     * graph of the columns has no pos (graph._ByDevice makes it on demand), its devices are
+     * scratch, and its stage and mb are the columns' own bytes (Graph.stage and Graph.mb
+     * hold an uncoded entry's indices as the columns do; a coded one's are in range here) */
     PyObject *c_dev = NULL, *c_pos = NULL, *c_wait = NULL, *c_code = NULL, *c_stage = NULL, *c_mb = NULL;
     PyObject *acts = NULL, *result = NULL;
     Py_ssize_t ninv = 0, inv_cap = 0;
@@ -2157,8 +2162,9 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     if (!ok || R < 1)
         goto not_plain;
 
-    if (!(code = bytes_column(&c_code, n, 1)) || !(stage = bytes_column(&c_stage, n, sizeof(int32_t))) ||
-        !(mbs = bytes_column(&c_mb, n, sizeof(int32_t))) ||
+    if (!(code = bytes_column(&c_code, n, 1)) ||
+        (!cols && (!(stage = bytes_column(&c_stage, n, sizeof(int32_t))) ||
+                   !(mbs = bytes_column(&c_mb, n, sizeof(int32_t))))) ||
         (order && !(pos = bytes_column(&c_pos, n, sizeof(int32_t)))) ||
         !(devs = order ? bytes_column(&c_dev, n, sizeof(int32_t)) : scratch_array(&sc, n, sizeof(int32_t), 0)) ||
         !(starts = column_new(&c_starts, "q", D + 1)) || (order && !(acts = new_list(n))))
@@ -2171,10 +2177,8 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
      * of range, off its placed device), else 1 with its columns filled.  One definition for
      * both front ends (the columns of PlainRows and the rows of Actions). */
 #define PLACE(c, s, m) place_action(i, p, d, (c), (s), (m), S, M, route_dev, mr, allow_comm, is_comm, \
-                                    &explicit, code, stage, cols ? NULL : mbs, pos, devs, counts)
+                                    &explicit, code, stage, mbs, pos, devs, counts)
     if (cols) { /* the columns of grammar.PlainRows: plain actions, no idle slot */
-        for (Py_ssize_t k = 0; k < n; k++) /* bookkeeping's are -1; one out of range declines below */
-            mbs[k] = cols->mb[k] >= -1 && cols->mb[k] < M ? (int32_t)cols->mb[k] : -1;
         for (Py_ssize_t k = 0; k < n && !uncoded; k++)
             if (cols->code[k] >= K && (!(uncoded = scratch_array(&sc, n, sizeof(long long), 0)) ||
                                        !(reduces = scratch_array(&sc, n, sizeof(long long), 0)) ||
@@ -2193,19 +2197,18 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
                 }
                 /* bookkeeping (graph._bookkeeping): a stage in range held by the device on
                  * some route; a send's wait (graph._send_wait): its stage and microbatch in
-                 * range, on the device they are placed on.  No code, stage or microbatch in
-                 * the Graph */
+                 * range, on the device they are placed on.  No code in the Graph; its stage
+                 * and microbatch as the columns hold them (a microbatch below -1, which the
+                 * Graph would hold as none, declines) */
                 long long s = cols->stage[i], m = cols->mb[i];
                 int role = roles[c - K], held = 0;
                 if (role == ROLE_SEND_WAIT)
                     held = s >= 0 && s < S && m >= 0 && m < M && route_dev[(mr ? mr[m] : 0) * S + s] == d;
                 for (Py_ssize_t r = 0; role != ROLE_SEND_WAIT && r < R && !held && s >= 0 && s < S; r++)
                     held = route_dev[r * S + s] == d;
-                if (!held)
+                if (!held || m < -1)
                     goto not_plain;
                 code[i] = -1;
-                stage[i] = -1;
-                mbs[i] = -1;
                 devs[i] = (int32_t)d;
                 uncoded[nuncoded++] = i;
                 if (role == ROLE_REDUCE)
@@ -2263,7 +2266,8 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
 
     /* the table has a slot per (stage, microbatch) for each kind the schedule has (a
      * compute-only 1F1B: F and B, a quarter of the eight); a kind it lacks has no producer */
-    const int32_t *mb = mbs; /* each action's microbatch */
+    /* each action's stage and microbatch */
+    const int32_t *st = cols ? cols->stage : stage, *mb = cols ? cols->mb : mbs;
     int slot[MAX_CODES], present = 0;
     for (int c = 0; c < K; c++)
         slot[c] = counts[c] ? present++ : -1;
@@ -2276,7 +2280,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         waitc[i] = (int32_t)n;
         if (code[i] < 0)
             continue; /* bookkeeping: no key */
-        Py_ssize_t key = (Py_ssize_t)(((long long)stage[i] * M + mb[i]) * present + slot[code[i]]);
+        Py_ssize_t key = (Py_ssize_t)(((long long)st[i] * M + mb[i]) * present + slot[code[i]]);
         if (table[key] != -1)
             goto not_plain; /* a duplicate */
         table[key] = (int32_t)i;
@@ -2287,7 +2291,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         int c = code[i], found = 0;
         if (c < 0)
             continue; /* bookkeeping needs nothing */
-        long long s = stage[i], m = mb[i];
+        long long s = st[i], m = mb[i];
         if (explicit && match_code[c] >= 0) { /* a SEND or RECV without its peer */
             long long ps = s + match_off[c];
             if (ps < 0 || ps >= S || LOOKUP(ps, m, match_code[c]) < 0)
@@ -2351,8 +2355,9 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         }
         if (starts_l && counts_l && inv_l && uncoded_l && reduces_l && rwaits_l && swaits_l) {
             result = Py_BuildValue("(OOOOOOOOOOOOOOO)", acts ? acts : Py_None, c_dev ? c_dev : Py_None,
-                                   c_pos ? c_pos : Py_None, starts_l, c_wait, counts_l, inv_l, c_code, c_stage,
-                                   explicit ? Py_True : Py_False, uncoded_l, reduces_l, rwaits_l, swaits_l, c_mb);
+                                   c_pos ? c_pos : Py_None, starts_l, c_wait, counts_l, inv_l, c_code,
+                                   cols ? cols->stages : c_stage, explicit ? Py_True : Py_False, uncoded_l,
+                                   reduces_l, rwaits_l, swaits_l, cols ? cols->mbs : c_mb);
         }
         Py_XDECREF(uncoded_l);
         Py_XDECREF(reduces_l);
@@ -3224,14 +3229,14 @@ k_runtime_plain(PyObject *self, PyObject *args)
 #define CODE(i) int_at(&code_c, (i))
 #define STAGE(i) int_at(&stage_c, (i))
 #define MB(i) int_at(&mb_c, (i))
-    long long M = 1; /* the microbatches the columns name (mb -1: none, or out of range) */
+    long long M = 1; /* the microbatches the coded entries name (mb -1: out of range) */
     for (Py_ssize_t i = 0; i < n; i++) {
         long long c = CODE(i), w = int_at(&wait_c, i);
         if (c < -1 || c >= K || w < 0 || w > n || (c >= 0 && (STAGE(i) < 0 || STAGE(i) >= S))) {
             PyErr_SetString(PyExc_ValueError, "runtime_plain: a code, stage or wait out of range");
             goto done;
         }
-        if (MB(i) >= M)
+        if (c >= 0 && MB(i) >= M) /* (an uncoded entry's stage and mb are not read) */
             M = MB(i) + 1;
     }
     for (Py_ssize_t s = 0; s < S; s++)

@@ -135,8 +135,13 @@ class Graph(KernelColumns):
     #: kind code of each action that is a single action of one of the eight kinds with an
     #: int stage in range and a microbatch, else -1 (overlaps, bookkeeping, malformed ones)
     code: array[int] | memoryview[int]
-    stage: array[int] | memoryview[int]  # the stage of each action with a code, else -1
-    #: the microbatch of each action with a code when it is an int in range, else -1
+    #: the stage of each action with a code; of another single action (bookkeeping, a send's
+    #: wait, one out of range) its stage when an int of 32 bits, as a schedule's columns hold
+    #: it, else -1 (an overlap: -1).  A reader of an entry's index reads its code first.
+    stage: array[int] | memoryview[int]
+    #: the microbatch of each action with a code when it is an int in range, else -1; of
+    #: another single action its microbatch when an int >= 0 of 32 bits, else -1.  A graph
+    #: of a schedule's columns holds the columns' own stage and mb bytes: no copy.
     mb: array[int] | memoryview[int]
     #: wait[i]: the first action on another device that action i needs, or n (none).  A
     #: need on the same device that comes earlier is implied by device order and not kept.
@@ -436,6 +441,7 @@ class _Facts:
 
 
 _MALFORMED, _OUT_OF_RANGE = -1, -2
+_INT32 = 2**31  # an uncoded action's index is kept when it fits an int32 column (a schedule's columns' width)
 
 
 def _leaves(a: Action) -> tuple[Action, ...] | None:
@@ -486,6 +492,11 @@ def _index(schedule: Schedule, acts: list[Action], dev: list[int],
                 mbs[i] = mb
         else:
             uncoded.append(i)
+            if sub is None:  # its own indices where they are ints, as a schedule's columns hold them
+                if type(s) is int and -_INT32 <= s < _INT32:
+                    stage[i] = s
+                if type(mb) is int and 0 <= mb < _INT32:
+                    mbs[i] = mb
             if sub is None and kind in BOOKKEEPING_KINDS:
                 _bookkeeping(schedule, i, a, dev[i], facts)
                 continue

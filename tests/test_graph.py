@@ -67,7 +67,10 @@ def assert_graph_means(g: Graph, semantics: str = "eager") -> None:
         plain = (a.sub is None and a.kind in KIND_CODE and a.microbatch is not None
                  and type(a.stage) is int and 0 <= a.stage < S)
         assert g.code[i] == (KIND_CODE[a.kind] if plain else -1)
-        assert g.stage[i] == (a.stage if plain else -1)
+        # a single action's own indices (an int32 stage; a microbatch >= 0, in range when coded)
+        single, mb = a.sub is None, a.microbatch
+        assert g.stage[i] == (a.stage if single and type(a.stage) is int and -2**31 <= a.stage < 2**31 else -1)
+        assert g.mb[i] == (mb if single and type(mb) is int and 0 <= mb < (M if plain else 2**31) else -1)
     assert list(g.uncoded) == [i for i, c in enumerate(g.code) if c < 0]
     # producer: the first action running each well-formed in-range leaf
     first: dict[int, int] = {}

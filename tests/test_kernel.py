@@ -1256,6 +1256,25 @@ def test_bookkeeping_off_its_device_in_columns_is_left_to_the_reference():
     assert g.kind_of(3) == "REDUCE_GRAD" and g.stage_of(4) == 1 and list(g.mb) == [-1, 0, 0, -1] * 2
 
 
+def test_a_graph_of_columns_reads_their_stage_and_microbatch_bytes_in_place():
+    """The Graph of a schedule's columns holds the columns' own stage and microbatch bytes,
+    not a copy (8 bytes a lowered action), and an uncoded entry reads its indices through
+    them: 2.15's waits of each send, the bookkeeping of a stage."""
+    from schedverify.lowering import torch_lowering
+
+    s = torch_lowering(schedverify.loads(schedverify.dumps(FAMILIES["1f1b"](4, 8))), torch="2.15")
+    cols = s.columns
+    assert cols is not None  # the kernel's lowering of the reader's columns
+    with spying() as spy:
+        g = compile_graph(s)  # as check compiles it for PyTorch's runtime: messages matched by label
+    assert "compile_columns" in spy.answered
+    assert g.stage.obj is cols.stages and g.mb.obj is cols.mbs
+    acts = [a for row in s.order for a in row]
+    waits = [i for i in g.uncoded if acts[i].kind.startswith("WAIT_SEND")]
+    assert len(waits) == 2 * 8 * 3  # a wait per send: each microbatch's F and B over 3 boundaries
+    assert all((g.code[i], g.stage[i], g.mb[i]) == (-1, acts[i].stage, acts[i].microbatch) for i in waits)
+
+
 # --------------------------------------------------------------------------- lower_keyed, defer_recv_plain, format_csv
 
 
