@@ -133,9 +133,12 @@ def test_every_imported_megatron_schedule_checks_valid_on_megatrons_loop_but_the
     combined = combined and vpp > 1
     s = mg.schedule(pp, vpp, m, group, combined_1f1b=combined, functions=OURS, **single_ops(vpp, overlap))
     g = sv.check(s, comm_semantics=semantics)
-    if pp == 2 and vpp > 1 and not overlap and m > 2 or pp == 2 and vpp > 1 and not overlap and g.codes():
-        # p2p_communication.py at PP = 2: next_rank == prev_rank, and one batch carries both a
-        # send_prev and a send_next to it, which the peer receives as recv_prev, recv_next
+    # p2p_communication.py at PP = 2: next_rank == prev_rank, and a batch that carries both a
+    # send_prev and a send_next to it is received by the peer as recv_prev, recv_next.  Such a
+    # batch comes with a steady state: not when the warm-up runs every forward (combined_1f1b's
+    # one more warm-up microbatch at M = 3, VPP = 3)
+    both = any(a.kind == BATCH and {x.kind for x in a.sub} >= {SEND_F, SEND_B} for row in s.order for a in row)
+    if pp == 2 and vpp > 1 and not overlap and both:
         assert set(g.codes()) == {"SV504"}, g.codes()
     else:
         assert g.is_valid, (size, overlap, combined, semantics, [str(v) for v in g.violations[:2]])
