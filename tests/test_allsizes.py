@@ -180,6 +180,21 @@ def test_grid_claims_are_extended_and_pinned_ones_stay_finite(store):
     assert plain.kind == "finite range p=2..4,m=1..8" and plain.checked == 24
 
 
+def test_a_grid_counterexample_refutes_for_all_sizes_without_a_certificate(store):
+    """DualPipe's certificate has no timing, so its bubble claim is judged on the grid; the
+    counterexample found there (p = 4, past every m at p = 2) refutes it for every size, and
+    the verdict says it need not be the smallest."""
+    claim = Claim("bubble_time == (p/2 - 1)*((t_F + t_B) + t_B - 3*t_W)", "dualpipe",
+                  "c == 0, t_I == t_F, t_W == t_F, m >= 2*p", "p=2..8,m=1..24")
+    res = prove(claim, all_sizes=True, store=store)
+    assert res.verdict == "REFUTED" and res.kind == "all sizes in p >= 2, m >= 1"
+    assert {k: res.counterexample["sizes"][k] for k in ("p", "m")} == {"p": 4, "m": 8}
+    assert not res.minimal and res.reason.startswith("not shown to be the smallest")
+    assert "no timing" in res.all_sizes_reason  # why the certificate did not decide it
+    # without all_sizes the grid's verdict stays the grid's
+    assert prove(claim).kind == "finite range p=2..8,m=1..24"
+
+
 def test_no_certificate_or_another_cost_slice_is_unknown_with_the_reason(store):
     res = prove(Claim("peak_inflight <= 2*p", "v-half", "", ALL), store=store)
     assert res.verdict == "UNKNOWN" and "no all-sizes certificate" in res.reason
@@ -188,11 +203,14 @@ def test_no_certificate_or_another_cost_slice_is_unknown_with_the_reason(store):
     for text in ("fwd_before_bwd(0) <= 2*p", "peak_inflight*t_F <= makespan"):
         res = prove(Claim(text, "zb-v", "c == 0, t_I == t_F, t_W == t_F", ALL), store=store)
         assert res.verdict == "UNKNOWN", text
-        assert res.reason == "the domain is not inside the certificate's (p >= 1, m >= 2*p - 1)", text
-    # interleaved 1F1B's timing holds on c == 0: without it there is no all-sizes verdict
+        assert res.reason == ("the domain is not inside the certificate's (p >= 1, m >= 2*p - 1); the exact "
+                              "search found no counterexample on p=2..8,m=1..24"), text
+    # interleaved 1F1B's timing holds on c == 0: without it the certificate decides nothing,
+    # and the exact search on the grid finds the claim false with latency, for all sizes
     res = prove(Claim("bubble_ratio == (p - 1)/(v*m)", "interleaved-1f1b", "",
                       "p >= 2, m >= 1, v == 2"), store=store)
-    assert res.verdict == "UNKNOWN" and "c == 0" in res.reason
+    assert res.verdict == "REFUTED" and "c == 0" in res.all_sizes_reason
+    assert res.counterexample["costs"]["c"] not in (0, "0") and res.kind.startswith("all sizes in p >= 2, m >= 1, v == 2")
     # no v in the domain: the generator's default, said so (the kind and the conditions show it)
     res = prove(Claim("peak_inflight <= 2*p*v", "interleaved-1f1b", "", ALL), store=store)
     assert res.verdict == "PROVED" and res.kind == f"all sizes in {ALL}, v == 2, m % p == 0"
@@ -202,7 +220,8 @@ def test_no_certificate_or_another_cost_slice_is_unknown_with_the_reason(store):
     assert res.verdict == "UNKNOWN" and "bound v in the domain" in res.reason
     res = prove(Claim("bubble_time == (p - 1)*t_F", "zb-h1", "m >= p", "p >= 2, m >= 1, v == 1"),
                 store=store)
-    assert res.verdict == "UNKNOWN" and "c == 0" in res.reason
+    assert res.verdict == "REFUTED" and "c == 0" in res.all_sizes_reason
+    assert res.minimal.startswith("found by the exact search, which tried every smaller m")
     # on a grid the finite prover still answers, and the refutation counts for all sizes
     res = prove(Claim("bubble_time == (p - 1)*t_F", "zb-h1", "m >= p", "p=2..4,m=1..8,v=1..1"),
                 all_sizes=True, store=store)
@@ -824,7 +843,7 @@ def test_a_split_verdict_says_which_sizes_are_finite():
     ("peak_memory(d) <= 2*m", "PROVED"),
     (SPLIT, "UNKNOWN"),  # true, but not from the bounds alone
     ("peak_inflight >= 1", "UNKNOWN"),  # the bounds are from above only
-    ("peak_inflight <= 2*p - 1", "UNKNOWN"),  # false at m >= 2p - 1: refuted on a grid, not here
+    ("peak_inflight <= 2*p - 1", "REFUTED"),  # false: by the grid's counterexample
 ])
 def test_zb_v_peaks_below_2p_minus_1_are_bounded_by_truncation(text, verdict, store):
     """Below m = 2p - 1 ZB-V's order is its order at 2p - 1 with microbatches dropped: each
@@ -832,9 +851,12 @@ def test_zb_v_peaks_below_2p_minus_1_are_bounded_by_truncation(text, verdict, st
     proves upper bounds for every size and decides nothing else."""
     res = prove(Claim(text, "zb-v", "", "p >= 2, m >= 1"), store=store)
     assert res.verdict == verdict, res.to_json()
+    why = "below m = 2*p - 1 the order of zb-v is its order there with microbatches dropped, whose peaks are " \
+          "bounded from above only"
     if verdict == "UNKNOWN":
-        assert res.reason.startswith("below m = 2*p - 1 the order of zb-v is its order there with microbatches "
-                                     "dropped, whose peaks are bounded from above only"), res.reason
+        assert res.reason.startswith(why), res.reason
+    if verdict == "REFUTED":  # for all sizes, the bounds' reason kept
+        assert res.kind == "all sizes in p >= 2, m >= 1" and res.all_sizes_reason.startswith(why)
 
 
 def test_the_truncation_bounds_hold_on_the_simulated_schedule():
@@ -884,11 +906,14 @@ def test_dualpipe_false_past_the_grid_is_refuted_at_the_smallest_size(store):
 def test_dualpipe_timing_and_busy_time_stay_unknown_for_all_sizes(store):
     """The certificates give the order (leaves), not the start times: a makespan claim and a
     busy-time claim (a full B costs t_B, its leaves I and W do not) are not judged by them."""
-    for text in ("busy == 2*m*(t_F + t_I + t_W)", "makespan >= 0"):
-        res = prove(Claim(text, "dualpipe-v", "c == 0, m >= 2*p", "p >= 1, m >= 2*p"), store=store)
-        assert res.verdict == "UNKNOWN" and "no timing" in res.reason, res.to_json()
-    res = prove(Claim("busy == 1", "dualpipe", "", "p >= 2, m >= 2*p"), store=store)
-    assert res.verdict == "UNKNOWN" and "leaves" in res.reason
+    res = prove(Claim("makespan >= 0", "dualpipe-v", "c == 0, m >= 2*p", "p >= 1, m >= 2*p"), store=store)
+    assert res.verdict == "UNKNOWN" and "no timing" in res.reason, res.to_json()
+    assert res.reason.endswith("the exact search found no counterexample on p=1..7,m=1..24")
+    # a false one is refuted for all sizes by the exact search on the grid (a full B costs t_B)
+    for text, family in (("busy == 2*m*(t_F + t_I + t_W)", "dualpipe-v"), ("busy == 1", "dualpipe")):
+        res = prove(Claim(text, family, "c == 0, m >= 2*p", "p >= 2, m >= 2*p"), store=store)
+        assert res.verdict == "REFUTED" and res.kind.startswith("all sizes in p >= 2, m >= 2*p"), res.to_json()
+        assert "leaves" in res.all_sizes_reason
 
 
 def test_the_dualpipe_catalogue_peaks_are_judged_for_all_sizes(store):

@@ -12,10 +12,12 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import sympy
+
 from ..errors import NotDerived, UsageError
 from ..formulas.sizes import family as family_of
 from ..formulas.sizes import has_chunks
-from .statement import Claim, parse_claim, parse_domain
+from .statement import Claim, parse_assumptions, parse_claim, parse_domain, split_top
 from .finite import (DEFAULT_DOMAIN, PROVED, REFUTED, UNKNOWN, Result,  # noqa: F401 - re-exported
                      _default_v, _default_v_condition, prove_finite)
 
@@ -35,7 +37,8 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
 
     t0 = time.perf_counter()
     if allsizes.is_inequality_domain(claim.domain):
-        return _from_all_sizes(claim, claim.domain, store, timeout_s, t0, required=True)
+        res = _from_all_sizes(claim, claim.domain, store, timeout_s, t0, required=True)
+        return res if res.verdict != UNKNOWN else _searched(claim, res, timeout_s, t0)
     reason, ext = "", None
     if all_sizes:
         ext, reason = _extension(claim)
@@ -52,14 +55,89 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
                 return split
     res = prove_finite(claim, timeout_s)
     res.all_sizes_reason = reason
-    if all_sizes and res.verdict == REFUTED and ext is not None and _first_row(res):
-        # A counterexample holds in any larger domain; found at the domain's smallest p (and
-        # v), after every smaller m there, it is also the smallest of the unbounded domain.
-        res.kind = f"all sizes in {ext}"
-        res.minimal = (f"found by the exact search, which tried every smaller m at the domain's "
-                       f"smallest p = {_refuted_sizes(res)['p']}")
+    if all_sizes and res.verdict == REFUTED and ext is not None:
+        # A counterexample in the grid is one of the unbounded domain too: the claim is false
+        # for all sizes, whichever sizes have a certificate.
+        searched = res.kind[len("finite range "):]
+        res.kind = f"all sizes in {ext}" + "".join(f", {c}" for c, _ in res.conditions)
+        if _first_row(res):  # at the smallest p (and v), after every smaller m there
+            res.minimal = (f"found by the exact search, which tried every smaller m at the domain's "
+                           f"smallest p = {_refuted_sizes(res)['p']}")
+        elif not res.reason:  # a smaller p has m beyond the grid, which was not searched
+            res.reason = (f"not shown to be the smallest: the exact search met it first, by p and then m, "
+                          f"over {searched}; a smaller p with a larger m was not searched")
     res.seconds = time.perf_counter() - t0
     return res
+
+
+#: an inequality domain no certificate decides is searched for a counterexample on this
+#: many p and m, from the smallest the domain allows up (the catalogue's grid p=2..8,m=1..24)
+GRID_P, GRID_M = 7, 24
+
+
+def _searched(claim: Claim, unknown: Result, timeout_s: float, t0: float) -> Result:
+    """An UNKNOWN all-sizes verdict, after the exact search for a counterexample on a grid
+    inside the domain (:func:`_grid`): REFUTED for all sizes when it finds one (a
+    counterexample holds in the whole domain), the UNKNOWN with what was searched when not."""
+    grid = _grid(claim, unknown.domain["all sizes"])
+    if grid is None:
+        return unknown
+    res = prove_finite(grid, timeout_s)
+    searched = res.kind[len("finite range "):]
+    if res.verdict != REFUTED:
+        unknown.reason += f"; the exact search found no counterexample on {searched}"
+        unknown.seconds = time.perf_counter() - t0
+        return unknown
+    first = _first_row(res)
+    res.claim, res.domain = claim, unknown.domain
+    res.kind, res.conditions = unknown.kind, unknown.conditions
+    res.all_sizes_reason = unknown.reason
+    if first and not res.reason:  # the domain's smallest p, after every smaller m
+        res.minimal = (f"found by the exact search, which tried every smaller m at the domain's "
+                       f"smallest p = {_refuted_sizes(res)['p']}")
+    elif not res.reason:
+        res.reason = (f"not shown to be the smallest: the exact search met it first, by p and then m, "
+                      f"over {searched}; a smaller p with a larger m was not searched")
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _grid(claim: Claim, domain_text: str) -> Claim | None:
+    """The claim on GRID_P x GRID_M sizes from the smallest p and m the domain allows (each
+    by its relations on it alone), its relations on p and m as assumptions and its chunk
+    counts as the grid's; None for a domain about d or k, or with chunk counts unbounded or
+    apart."""
+    from . import allsizes
+
+    items = [t.strip() for t in split_top(domain_text) if t.strip()]
+    rels = [(t, parse_assumptions(t, "--domain")[0]) for t in items]
+    if any(r.symbols & {"d", "k"} for _, r in rels):
+        return None
+    lows: dict[str, int] = {}
+    for name in ("p", "m"):
+        own = [r for _, r in rels if r.symbols == {name}]
+        sym = sympy.Symbol(name)
+        low = next((k for k in range(1, 4097) if all(
+            bool(_RELATION[r.op](r.lhs.subs(sym, k), r.rhs.subs(sym, k))) for r in own)), None)
+        if low is None:
+            return None
+        lows[name] = low
+    text = f"p={lows['p']}..{lows['p'] + GRID_P - 1},m={lows['m']}..{lows['m'] + GRID_M - 1}"
+    chunky = bool(claim.family) and has_chunks(claim.family)
+    if any("v" in r.symbols for _, r in rels):
+        vals, _ = allsizes.chunk_values(domain_text, chunky, _default_v(claim))
+        if not vals or vals != list(range(vals[0], vals[-1] + 1)):
+            return None
+        text += f",v={vals[0]}..{vals[-1]}"
+    ps, ms = sympy.Symbol("p"), sympy.Symbol("m")
+    grid = [{ps: p, ms: m} for p in range(lows["p"], lows["p"] + GRID_P) for m in range(lows["m"], lows["m"] + GRID_M)]
+    # the relations on p and m that exclude a size of the grid (its lower ends hold already)
+    on_sizes = [t for t, r in rels if r.symbols and r.symbols <= {"p", "m"} and not all(
+        bool(_RELATION[r.op](r.lhs.subs(at), r.rhs.subs(at))) for at in grid)]
+    return dataclasses.replace(claim, domain=text, assume=", ".join(x for x in (claim.assume, *on_sizes) if x))
+
+
+_RELATION = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
 
 
 def _split(claim: Claim, ext: str, store, timeout_s: float, t0: float) -> Result | None:

@@ -196,7 +196,7 @@ def _optima(text: str, refs: dict, where: str) -> str:
 
 def _optimum_options(text: str, where: str) -> OptimumRef:
     opts: dict[str, Any] = {}
-    for item in (t.strip() for t in _split_top(text)):
+    for item in (t.strip() for t in split_top(text)):
         if not item:
             continue
         name, eq, value = (x.strip() for x in item.partition("="))
@@ -275,7 +275,7 @@ def parse_assumptions(text: str | list | None, where: str = "--assume") -> list[
     """``"t_W <= t_F, c == 0"`` (or a list of such strings): relations without metrics."""
     if not text:
         return []
-    items = text if isinstance(text, list) else _split_top(text)
+    items = text if isinstance(text, list) else split_top(text)
     out = []
     for item in items:
         item = item.strip()
@@ -288,7 +288,7 @@ def parse_assumptions(text: str | list | None, where: str = "--assume") -> list[
     return out
 
 
-def _split_top(text: str) -> list[str]:
+def split_top(text: str) -> list[str]:
     out: list[str] = []
     cur: list[str] = []
     depth = 0

@@ -181,7 +181,10 @@ def _result_text(res) -> str:
         lines.append(f"  smallest: {res.minimal}{confirmed}")
     if res.reason:
         lines.append(f"  reason: {res.reason}")
-    elif res.all_sizes_reason:
+    if res.all_sizes_reason and res.verdict == "REFUTED" and res.kind.startswith("all sizes"):
+        lines.append(f"  the certificate did not decide it ({res.all_sizes_reason}): the exact search's "
+                     f"counterexample did")  # refuted on a grid, for all sizes
+    elif res.all_sizes_reason and not res.reason:
         lines.append(f"  no all-sizes verdict: {res.all_sizes_reason}")
     if res.skipped:
         shown = ", ".join("(" + ",".join(map(str, s)) + ")" for s in res.skipped[:8])
