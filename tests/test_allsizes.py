@@ -195,6 +195,19 @@ def test_a_grid_counterexample_refutes_for_all_sizes_without_a_certificate(store
     assert prove(claim).kind == "finite range p=2..8,m=1..24"
 
 
+def test_the_grid_search_stops_at_its_budget_and_says_where():
+    """An undecided all-sizes claim is searched on a grid for at most --timeout seconds: a
+    search out of time is UNKNOWN, naming the first size it did not judge, never PROVED."""
+    from schedverify.claims.finite import prove_finite
+
+    claim = Claim("makespan >= 0", "1f1b", "", "p=2..8,m=1..24")
+    res = prove_finite(claim, 20.0, budget_s=0.0)
+    assert res.verdict == "UNKNOWN" and res.checked == 0 and res.stopped_at == "p=2, m=1"
+    assert res.reason == "the search's budget of 0 s ran out before p=2, m=1"
+    whole = prove_finite(claim, 20.0, budget_s=None)
+    assert whole.verdict == "PROVED" and whole.checked == 7 * 24 and not whole.stopped_at
+
+
 def test_no_certificate_or_another_cost_slice_is_unknown_with_the_reason(store):
     res = prove(Claim("peak_inflight <= 2*p", "v-half", "", ALL), store=store)
     assert res.verdict == "UNKNOWN" and "no all-sizes certificate" in res.reason

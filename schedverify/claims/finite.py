@@ -98,6 +98,8 @@ class Result:
     conditions: list = field(default_factory=list)
     #: all sizes, a claim about the optimum: per optimal_makespan(...), the laws' bounds
     laws: dict = field(default_factory=dict)
+    #: a search given a time budget that ran out: the first size it did not judge, else ""
+    stopped_at: str = ""
 
     def to_json(self) -> dict:
         c = self.claim
@@ -269,7 +271,10 @@ def _domain_json(prep: _Prepared) -> dict:
     return out
 
 
-def prove_finite(claim: Claim, timeout_s: float) -> Result:
+def prove_finite(claim: Claim, timeout_s: float, budget_s: float | None = None) -> Result:
+    """Judge ``claim`` at every size of its finite domain, by p, then v, then m, each size
+    with Z3 given ``timeout_s``; with ``budget_s``, the search stops at the first size it
+    reaches after that many seconds: UNKNOWN then, unless a smaller size refuted it."""
     t0 = time.perf_counter()
     prep = _prepare(claim, timeout_s)
     res = Result(claim, PROVED, _domain_json(prep))
@@ -285,6 +290,9 @@ def prove_finite(claim: Claim, timeout_s: float) -> Result:
     for p in range(dom["p"][0], dom["p"][1] + 1):
         for v in vs:
             for m in range(dom["m"][0], dom["m"][1] + 1):
+                if budget_s is not None and time.perf_counter() - t0 > budget_s:
+                    res.stopped_at = _sizes_text({"p": p, "m": m} if v is None else {"p": p, "m": m, "v": v})
+                    break
                 at = {_SIZE["p"]: sympy.Integer(p), _SIZE["m"]: sympy.Integer(m)}
                 if any(not _holds(a.op, a.lhs.xreplace(at), a.rhs.xreplace(at)) for a in size_only):
                     n_d = len(range(max(0, dom.get("d", (0, p - 1))[0]), min(p - 1, dom.get("d", (0, p - 1))[1]) + 1))
@@ -330,7 +338,14 @@ def prove_finite(claim: Claim, timeout_s: float) -> Result:
                                       f"this counterexample need not be the smallest")
                     res.seconds = time.perf_counter() - t0
                     return res
-    if unknown:
+            if res.stopped_at:
+                break
+        if res.stopped_at:
+            break
+    if res.stopped_at:
+        res.verdict = UNKNOWN
+        res.reason = f"the search's budget of {budget_s:g} s ran out before {res.stopped_at}"
+    elif unknown:
         res.verdict = UNKNOWN
         res.reason = f"undecided at {len(unknown)} size(s), e.g. " + "; ".join(unknown[:3])
     elif res.checked == 0:

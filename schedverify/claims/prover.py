@@ -77,15 +77,18 @@ GRID_P, GRID_M = 7, 24
 
 def _searched(claim: Claim, unknown: Result, timeout_s: float, t0: float) -> Result:
     """An UNKNOWN all-sizes verdict, after the exact search for a counterexample on a grid
-    inside the domain (:func:`_grid`): REFUTED for all sizes when it finds one (a
-    counterexample holds in the whole domain), the UNKNOWN with what was searched when not."""
+    inside the domain (:func:`_grid`), for at most ``timeout_s`` seconds: REFUTED for all
+    sizes when it finds one (a counterexample holds in the whole domain), the UNKNOWN with
+    what was searched when not."""
     grid = _grid(claim, unknown.domain["all sizes"])
     if grid is None:
         return unknown
-    res = prove_finite(grid, timeout_s)
+    res = prove_finite(grid, timeout_s, budget_s=timeout_s)
     searched = res.kind[len("finite range "):]
     if res.verdict != REFUTED:
         unknown.reason += f"; the exact search found no counterexample on {searched}"
+        if res.stopped_at:
+            unknown.reason += f" before {res.stopped_at}, where its budget (--timeout, {timeout_s:g} s) ran out"
         unknown.seconds = time.perf_counter() - t0
         return unknown
     first = _first_row(res)

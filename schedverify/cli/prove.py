@@ -55,7 +55,8 @@ def register(sub) -> None:
                         "the package's checked.json); no claim is judged")
     p.add_argument("-o", "--output", metavar="FILE", help="with --check-certificates: where to write")
     p.add_argument("--timeout", type=float, default=20.0, metavar="SECONDS",
-                   help="Z3 time limit per size (default 20)")
+                   help="Z3 time limit per size, and the time the exact search may take on a grid "
+                        "inside an all-sizes domain that no certificate decides (default 20)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(handler=run)
 
