@@ -58,14 +58,9 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
     if all_sizes and res.verdict == REFUTED and ext is not None:
         # A counterexample in the grid is one of the unbounded domain too: the claim is false
         # for all sizes, whichever sizes have a certificate.
-        searched = res.kind[len("finite range "):]
+        searched, first = res.kind[len("finite range "):], _first_row(res)
         res.kind = f"all sizes in {ext}" + "".join(f", {c}" for c, _ in res.conditions)
-        if _first_row(res):  # at the smallest p (and v), after every smaller m there
-            res.minimal = (f"found by the exact search, which tried every smaller m at the domain's "
-                           f"smallest p = {_refuted_sizes(res)['p']}")
-        elif not res.reason:  # a smaller p has m beyond the grid, which was not searched
-            res.reason = (f"not shown to be the smallest: the exact search met it first, by p and then m, "
-                          f"over {searched}; a smaller p with a larger m was not searched")
+        _say_if_smallest(res, searched, first)
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -95,14 +90,23 @@ def _searched(claim: Claim, unknown: Result, timeout_s: float, t0: float) -> Res
     res.claim, res.domain = claim, unknown.domain
     res.kind, res.conditions = unknown.kind, unknown.conditions
     res.all_sizes_reason = unknown.reason
-    if first and not res.reason:  # the domain's smallest p, after every smaller m
-        res.minimal = (f"found by the exact search, which tried every smaller m at the domain's "
-                       f"smallest p = {_refuted_sizes(res)['p']}")
-    elif not res.reason:
-        res.reason = (f"not shown to be the smallest: the exact search met it first, by p and then m, "
-                      f"over {searched}; a smaller p with a larger m was not searched")
+    _say_if_smallest(res, searched, first)
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _say_if_smallest(res: Result, searched: str, first: bool) -> None:
+    """A grid's counterexample, now one for all sizes: the smallest when ``first`` (the
+    domain's smallest p, and v, after every smaller m there) and no smaller size was left
+    undecided (``res.reason``), else said not to be shown the smallest."""
+    if res.reason:
+        return
+    if first:
+        res.minimal = (f"found by the exact search, which tried every smaller m at the domain's "
+                       f"smallest p = {_refuted_sizes(res)['p']}")
+    else:  # a smaller p has m beyond the grid, which was not searched
+        res.reason = (f"not shown to be the smallest: the exact search met it first, by p and then m, "
+                      f"over {searched}; a smaller p with a larger m was not searched")
 
 
 def _grid(claim: Claim, domain_text: str) -> Claim | None:
