@@ -4736,6 +4736,22 @@ lk_cmp(const void *pa, const void *pb)
     return 0;
 }
 
+/* lower_keyed merges the ranks' runs of messages for at most this many ranks (each message
+ * read costs a comparison per rank), and sorts them all for more */
+#define LK_MERGE_RANKS 16
+
+/* the least message at the runs' heads (run d: msg[head[d] .. end[d])), taken off its run;
+ * some run is not empty */
+static inline const lk_msg_t *
+lk_least(const lk_msg_t *msg, Py_ssize_t *head, const Py_ssize_t *end, Py_ssize_t D)
+{
+    Py_ssize_t best = -1;
+    for (Py_ssize_t d = 0; d < D; d++)
+        if (head[d] < end[d] && (best < 0 || lk_cmp(&msg[head[d]], &msg[head[best]]) < 0))
+            best = d;
+    return &msg[head[best]++];
+}
+
 typedef struct {
     int32_t pos; /* insert after this row index (-1: before the first) */
     int32_t dev, st, mb, code;
@@ -4878,7 +4894,11 @@ k_lower_keyed(PyObject *self, PyObject *args)
         goto nomem;
     /* the messages, by key: (time the data is ready, sender, receiver, stage, label, microbatch) */
     Py_ssize_t q = 0;
-    for (Py_ssize_t d = 0; d < D; d++)
+    Py_ssize_t *head = scratch_array(&sc, D + 1, sizeof(Py_ssize_t), 0); /* each rank's messages: a run */
+    if (head == NULL)
+        goto nomem;
+    for (Py_ssize_t d = 0; d < D; d++) {
+        head[d] = q;
         for (Py_ssize_t k = 0; k < mid[d].n; k++) {
             int code = mid[d].code[k];
             long long s = mid[d].st[k], m = mid[d].mb[k], peer;
@@ -4902,10 +4922,24 @@ k_lower_keyed(PyObject *self, PyObject *args)
             user[q] = use;
             q++;
         }
+    }
+    head[D] = q;
     scratch_drop(&sc, endt);
     scratch_drop(&sc, has);
     scratch_drop(&sc, atp);
-    qsort(msg, (size_t)nmsg, sizeof(lk_msg_t), lk_cmp);
+    /* the messages in key order.  Each rank's come in its rows' order, whose ends rise (checked
+     * above), so each rank's run is sorted but where ends tie; a run that is not is sorted
+     * alone, and the runs of a few ranks are merged as the loop below reads them (the key is
+     * a total order: the merge gives qsort's order).  Many ranks: one qsort of them all. */
+    const int merge = D <= LK_MERGE_RANKS;
+    if (!merge)
+        qsort(msg, (size_t)nmsg, sizeof(lk_msg_t), lk_cmp);
+    for (Py_ssize_t d = 0; merge && d < D; d++)
+        for (Py_ssize_t x = head[d] + 1; x < head[d + 1]; x++)
+            if (lk_cmp(&msg[x - 1], &msg[x]) > 0) {
+                qsort(msg + head[d], (size_t)(head[d + 1] - head[d]), sizeof(lk_msg_t), lk_cmp);
+                break;
+            }
     /* each end after the last compute that ends by the key, but after the producer (a SEND)
      * or before the consumer (a RECV): bisect_right over the rank's compute ends, which is a
      * cursor per rank moving forward, since the keys come in increasing time */
@@ -4913,8 +4947,13 @@ k_lower_keyed(PyObject *self, PyObject *args)
     Py_ssize_t *cursor = scratch_array(&sc, D, sizeof(Py_ssize_t), 1);
     if (cursor == NULL)
         goto nomem;
+    Py_ssize_t *run_end = scratch_array(&sc, D, sizeof(Py_ssize_t), 0); /* run d: msg[head[d] .. run_end[d]) */
+    if (run_end == NULL)
+        goto nomem;
+    for (Py_ssize_t d = 0; d < D; d++)
+        run_end[d] = head[d + 1];
     for (Py_ssize_t x = 0; x < nmsg; x++) {
-        const lk_msg_t *e = &msg[x];
+        const lk_msg_t *e = merge ? lk_least(msg, head, run_end, D) : &msg[x];
         for (int side = 0; side < 2; side++) {
             Py_ssize_t d = side == 0 ? (Py_ssize_t)e->src : (Py_ssize_t)e->dst;
             Py_ssize_t lo = side == 0 ? producer[e->seq] : -1, hi = side == 0 ? mid[d].n - 1 : user[e->seq] - 1;

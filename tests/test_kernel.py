@@ -1426,6 +1426,32 @@ def test_kernel_keyed_lowering_of_the_families(family, d, m):
     assert {"lower_keyed", "format_csv"} <= answered.keys()
 
 
+@pytest.mark.parametrize("family,d,m,costs", [
+    ("1f1b", 4, 8, Costs(F=1, B=0, W=0)),  # a B ends with the F before it: a rank's messages tie
+    ("zb-h1", 3, 6, Costs(F=0, B=0, I=0, W=0)),  # every end ties
+    ("1f1b", 17, 3, None),  # more ranks than lower_keyed merges (LK_MERGE_RANKS): one sort
+])
+def test_kernel_keyed_lowering_orders_tied_and_many_ranks_messages_as_python_sorts_them(family, d, m, costs):
+    """lower_keyed merges each rank's messages, sorting a rank's run alone when its ends tie
+    out of key order, and sorts them all for many ranks: each the order of Python's sort.
+    Our construction itself is compared (lower_checked may answer with PyTorch's lowering)."""
+    from schedverify.check import check
+    from schedverify.lowering import _keyed_lowering
+    from schedverify.releases import resolve
+
+    def keyed(release):
+        loaded = schedverify.loads(schedverify.dumps(generated(family, d, m)))
+        base = check(loaded, costs=costs, torch=release)
+        return _keyed_lowering(loaded, base.timeline, resolve("torch-nccl", torch=release)).order
+
+    for release in ("2.14", "2.15"):
+        with spying() as spy:
+            fast = keyed(release)
+        with pure_python():
+            assert keyed(release) == fast
+        assert "lower_keyed" in spy.answered
+
+
 def test_format_csv_is_the_csv_writer():
     """The kernel's CSV of columns is csv.writer's of the rows: an empty row is a bare line,
     a bookkeeping action has no microbatch; a kind it cannot write, or a negative stage, is
