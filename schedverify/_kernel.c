@@ -4740,16 +4740,17 @@ lk_cmp(const void *pa, const void *pb)
  * read costs a comparison per rank), and sorts them all for more */
 #define LK_MERGE_RANKS 16
 
-/* the least message at the runs' heads (run d: msg[head[d] .. end[d])), taken off its run;
- * some run is not empty */
+/* the least message at the runs' heads (run d: msg[run[d] .. run[d + 1]), of which taken[d]
+ * are taken), taken off its run; some run is not empty */
 static inline const lk_msg_t *
-lk_least(const lk_msg_t *msg, Py_ssize_t *head, const Py_ssize_t *end, Py_ssize_t D)
+lk_least(const lk_msg_t *msg, const Py_ssize_t *run, Py_ssize_t *taken, Py_ssize_t D)
 {
     Py_ssize_t best = -1;
     for (Py_ssize_t d = 0; d < D; d++)
-        if (head[d] < end[d] && (best < 0 || lk_cmp(&msg[head[d]], &msg[head[best]]) < 0))
+        if (run[d] + taken[d] < run[d + 1] &&
+            (best < 0 || lk_cmp(&msg[run[d] + taken[d]], &msg[run[best] + taken[best]]) < 0))
             best = d;
-    return &msg[head[best]++];
+    return &msg[run[best] + taken[best]++];
 }
 
 typedef struct {
@@ -4894,11 +4895,11 @@ k_lower_keyed(PyObject *self, PyObject *args)
         goto nomem;
     /* the messages, by key: (time the data is ready, sender, receiver, stage, label, microbatch) */
     Py_ssize_t q = 0;
-    Py_ssize_t *head = scratch_array(&sc, D + 1, sizeof(Py_ssize_t), 0); /* each rank's messages: a run */
-    if (head == NULL)
+    Py_ssize_t *run = scratch_array(&sc, D + 1, sizeof(Py_ssize_t), 0); /* each rank's messages: a run */
+    if (run == NULL)
         goto nomem;
     for (Py_ssize_t d = 0; d < D; d++) {
-        head[d] = q;
+        run[d] = q;
         for (Py_ssize_t k = 0; k < mid[d].n; k++) {
             int code = mid[d].code[k];
             long long s = mid[d].st[k], m = mid[d].mb[k], peer;
@@ -4923,7 +4924,7 @@ k_lower_keyed(PyObject *self, PyObject *args)
             q++;
         }
     }
-    head[D] = q;
+    run[D] = q;
     scratch_drop(&sc, endt);
     scratch_drop(&sc, has);
     scratch_drop(&sc, atp);
@@ -4935,9 +4936,9 @@ k_lower_keyed(PyObject *self, PyObject *args)
     if (!merge)
         qsort(msg, (size_t)nmsg, sizeof(lk_msg_t), lk_cmp);
     for (Py_ssize_t d = 0; merge && d < D; d++)
-        for (Py_ssize_t x = head[d] + 1; x < head[d + 1]; x++)
+        for (Py_ssize_t x = run[d] + 1; x < run[d + 1]; x++)
             if (lk_cmp(&msg[x - 1], &msg[x]) > 0) {
-                qsort(msg + head[d], (size_t)(head[d + 1] - head[d]), sizeof(lk_msg_t), lk_cmp);
+                qsort(msg + run[d], (size_t)(run[d + 1] - run[d]), sizeof(lk_msg_t), lk_cmp);
                 break;
             }
     /* each end after the last compute that ends by the key, but after the producer (a SEND)
@@ -4947,13 +4948,11 @@ k_lower_keyed(PyObject *self, PyObject *args)
     Py_ssize_t *cursor = scratch_array(&sc, D, sizeof(Py_ssize_t), 1);
     if (cursor == NULL)
         goto nomem;
-    Py_ssize_t *run_end = scratch_array(&sc, D, sizeof(Py_ssize_t), 0); /* run d: msg[head[d] .. run_end[d]) */
-    if (run_end == NULL)
+    Py_ssize_t *taken = scratch_array(&sc, D, sizeof(Py_ssize_t), 1);
+    if (taken == NULL)
         goto nomem;
-    for (Py_ssize_t d = 0; d < D; d++)
-        run_end[d] = head[d + 1];
     for (Py_ssize_t x = 0; x < nmsg; x++) {
-        const lk_msg_t *e = merge ? lk_least(msg, head, run_end, D) : &msg[x];
+        const lk_msg_t *e = merge ? lk_least(msg, run, taken, D) : &msg[x];
         for (int side = 0; side < 2; side++) {
             Py_ssize_t d = side == 0 ? (Py_ssize_t)e->src : (Py_ssize_t)e->dst;
             Py_ssize_t lo = side == 0 ? producer[e->seq] : -1, hi = side == 0 ? mid[d].n - 1 : user[e->seq] - 1;

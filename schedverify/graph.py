@@ -441,7 +441,8 @@ class _Facts:
 
 
 _MALFORMED, _OUT_OF_RANGE = -1, -2
-_INT32 = 2**31  # an uncoded action's index is kept when it fits an int32 column (a schedule's columns' width)
+#: an uncoded action's index is kept when it fits a schedule's index columns (INDEX_TYPECODE)
+_INDEX_BOUND = 2 ** (8 * array(INDEX_TYPECODE).itemsize - 1)
 
 
 def _leaves(a: Action) -> tuple[Action, ...] | None:
@@ -493,9 +494,9 @@ def _index(schedule: Schedule, acts: list[Action], dev: list[int],
         else:
             uncoded.append(i)
             if sub is None:  # its own indices where they are ints, as a schedule's columns hold them
-                if type(s) is int and -_INT32 <= s < _INT32:
+                if type(s) is int and -_INDEX_BOUND <= s < _INDEX_BOUND:
                     stage[i] = s
-                if type(mb) is int and 0 <= mb < _INT32:
+                if type(mb) is int and 0 <= mb < _INDEX_BOUND:
                     mbs[i] = mb
             if sub is None and kind in BOOKKEEPING_KINDS:
                 _bookkeeping(schedule, i, a, dev[i], facts)

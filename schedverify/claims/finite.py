@@ -292,7 +292,10 @@ def prove_finite(claim: Claim, timeout_s: float, budget_s: float | None = None) 
             for m in range(dom["m"][0], dom["m"][1] + 1):
                 if budget_s is not None and time.perf_counter() - t0 > budget_s:
                     res.stopped_at = _sizes_text({"p": p, "m": m} if v is None else {"p": p, "m": m, "v": v})
-                    break
+                    res.verdict = UNKNOWN
+                    res.reason = f"the search's budget of {budget_s:g} s ran out before {res.stopped_at}"
+                    res.seconds = time.perf_counter() - t0
+                    return res
                 at = {_SIZE["p"]: sympy.Integer(p), _SIZE["m"]: sympy.Integer(m)}
                 if any(not _holds(a.op, a.lhs.xreplace(at), a.rhs.xreplace(at)) for a in size_only):
                     n_d = len(range(max(0, dom.get("d", (0, p - 1))[0]), min(p - 1, dom.get("d", (0, p - 1))[1]) + 1))
@@ -338,14 +341,7 @@ def prove_finite(claim: Claim, timeout_s: float, budget_s: float | None = None) 
                                       f"this counterexample need not be the smallest")
                     res.seconds = time.perf_counter() - t0
                     return res
-            if res.stopped_at:
-                break
-        if res.stopped_at:
-            break
-    if res.stopped_at:
-        res.verdict = UNKNOWN
-        res.reason = f"the search's budget of {budget_s:g} s ran out before {res.stopped_at}"
-    elif unknown:
+    if unknown:
         res.verdict = UNKNOWN
         res.reason = f"undecided at {len(unknown)} size(s), e.g. " + "; ".join(unknown[:3])
     elif res.checked == 0:

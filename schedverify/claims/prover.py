@@ -12,14 +12,12 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import sympy
-
 from ..errors import NotDerived, UsageError
 from ..formulas.sizes import family as family_of
 from ..formulas.sizes import has_chunks
 from .statement import Claim, parse_assumptions, parse_claim, parse_domain, split_top
 from .finite import (DEFAULT_DOMAIN, PROVED, REFUTED, UNKNOWN, Result,  # noqa: F401 - re-exported
-                     _default_v, _default_v_condition, prove_finite)
+                     _SIZE, _default_v, _default_v_condition, _holds, prove_finite)
 
 
 def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
@@ -123,9 +121,9 @@ def _grid(claim: Claim, domain_text: str) -> Claim | None:
     lows: dict[str, int] = {}
     for name in ("p", "m"):
         own = [r for _, r in rels if r.symbols == {name}]
-        sym = sympy.Symbol(name)
+        sym = _SIZE[name]
         low = next((k for k in range(1, 4097) if all(
-            bool(_RELATION[r.op](r.lhs.subs(sym, k), r.rhs.subs(sym, k))) for r in own)), None)
+            _holds(r.op, r.lhs.subs(sym, k), r.rhs.subs(sym, k)) for r in own)), None)
         if low is None:
             return None
         lows[name] = low
@@ -136,15 +134,13 @@ def _grid(claim: Claim, domain_text: str) -> Claim | None:
         if not vals or vals != list(range(vals[0], vals[-1] + 1)):
             return None
         text += f",v={vals[0]}..{vals[-1]}"
-    ps, ms = sympy.Symbol("p"), sympy.Symbol("m")
+    ps, ms = _SIZE["p"], _SIZE["m"]
     grid = [{ps: p, ms: m} for p in range(lows["p"], lows["p"] + GRID_P) for m in range(lows["m"], lows["m"] + GRID_M)]
     # the relations on p and m that exclude a size of the grid (its lower ends hold already)
     on_sizes = [t for t, r in rels if r.symbols and r.symbols <= {"p", "m"} and not all(
-        bool(_RELATION[r.op](r.lhs.subs(at), r.rhs.subs(at))) for at in grid)]
+        _holds(r.op, r.lhs.subs(at), r.rhs.subs(at)) for at in grid)]
     return dataclasses.replace(claim, domain=text, assume=", ".join(x for x in (claim.assume, *on_sizes) if x))
 
-
-_RELATION = {"==": sympy.Eq, "!=": sympy.Ne, "<=": sympy.Le, ">=": sympy.Ge, "<": sympy.Lt, ">": sympy.Gt}
 
 
 def _split(claim: Claim, ext: str, store, timeout_s: float, t0: float) -> Result | None:
