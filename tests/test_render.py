@@ -384,6 +384,25 @@ def test_critical_path_is_the_timeline_s():
     assert [str(view.graph.acts[i]) for i in view.critical] == list(sv.check(s).metrics.critical_path)
 
 
+@pytest.mark.parametrize("D, M, most", [(2, 1, 12), (4, 8, 12), (4, 8, 5), (3, 2, 2)])
+def test_the_text_reports_path_names_only_the_actions_it_shows(D, M, most):
+    """The text report shows a long critical path's first and last few actions: it names
+    those alone (the whole path of a million-action run is a hundred thousand strings), and
+    shows what it showed when it named them all."""
+    from schedverify.lazy import given as given_field
+    from schedverify.render.text import report_text
+
+    s = FAMILIES["1f1b"](D, M)
+    report = sv.check(s)
+    assert type(given_field(report.metrics, "critical_path")).__name__ == "PathNames"
+    text = report_text("s.json", s, report, max_path=most)
+    names = given_field(report.metrics, "critical_path").make()
+    long = len(names) > most
+    assert ("_critical_path_made" in vars(report.metrics)) is not long  # made only to show all
+    shown = names if not long else names[:most // 2] + ("...",) + names[-most // 2:]
+    assert f"critical path ({len(names)} actions): " + " -> ".join(shown) in text
+
+
 # --------------------------------------------------------------------------- images
 
 

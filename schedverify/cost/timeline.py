@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import _accel
 from ..graph import CodeDurations, Graph, SweepResult, Times, durations_for, sweep
-from ..lazy import LazyField, Later
+from ..lazy import LazyField, Later, given
 from ..model import Costs, MemoryModel, Schedule
 from .memory import MemoryResult, memory_sweep
 
@@ -55,6 +55,18 @@ class Metrics:
     @property
     def peak_inflight(self) -> int:
         return max((d.peak_inflight for d in self.devices), default=0)
+
+    def critical_path_shown(self, most: int) -> tuple[int, list[str]]:
+        """The critical path's length and its names as a report shows them: every one when
+        there are at most ``most``, else the first ``most // 2`` and the last, around "...".
+        Names not made yet are made for those alone (the whole path of a million-action run
+        is a hundred thousand strings)."""
+        names = given(self, "critical_path")
+        if isinstance(names, PathNames) and len(names.path) > most:
+            path = names.path
+            return len(path), names.namer.names(path[:most // 2]) + ["..."] + names.namer.names(path[-most // 2:])
+        made = list(self.critical_path)
+        return len(made), made if len(made) <= most else made[:most // 2] + ["..."] + made[-most // 2:]
 
     @property
     def peak_memory(self) -> float:

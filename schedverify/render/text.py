@@ -199,10 +199,9 @@ def report_text(source: str, schedule: Schedule, report: Report, *, show_grid: b
             framework_memory = memory(s)
         if framework_memory is not None:
             lines.extend("  " + printable(line) for line in framework_memory.lines())
-        if m.critical_path:
-            path = list(m.critical_path)
-            shown = path if len(path) <= max_path else path[: max_path // 2] + ["..."] + path[-max_path // 2:]
-            lines.append(f"  critical path ({len(path)} actions): " + " -> ".join(shown))
+        length, shown = m.critical_path_shown(max_path)
+        if length:
+            lines.append(f"  critical path ({length} actions): " + " -> ".join(shown))
     if show_grid:
         marks = {(loc.device, loc.position) for v in report.violations for loc in v.locations
                  if loc.position is not None}
@@ -489,10 +488,9 @@ def timeline_text(source: str, view, width: int = 100, *, max_path: int = 12) ->
         lines.append("not drawn (missing): " + ", ".join(view.missing[:20])
                      + (" ..." if len(view.missing) > 20 else ""))
     lines += _violation_lines(report)
-    if m.critical_path:
-        path = list(m.critical_path)
-        shown = path if len(path) <= max_path else path[: max_path // 2] + ["..."] + path[-max_path // 2:]
-        lines.append(f"critical path ({len(path)} actions): " + " -> ".join(shown))
+    length, shown = m.critical_path_shown(max_path)
+    if length:
+        lines.append(f"critical path ({length} actions): " + " -> ".join(shown))
     return "\n".join(lines)
 
 
