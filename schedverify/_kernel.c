@@ -2897,13 +2897,15 @@ done:
  * differ (a crossing), a number read_number does not take, or ints that could outgrow
  * doubles (bound as in sweep_plain, with each message's two durations counted).  Otherwise
  * every column is what the reference's RuntimeResult holds, number for number and type for
- * type (times as graph.Times columns, their values bytes of native doubles; the start
+ * type (times as graph.Times columns, their values bytes of native doubles, end_floats None
+ * when no end is a float: the caller's flags are then all 0; the start
  * times, a SEND/RECV's ready and a compute action's end - duration, are left for the caller
  * to make when it reads them; bind and partner are bytes of native int32, 4 bytes an entry,
  * so it declines 3n >= INT32_MAX (bind and done_by: the binders, RT_DONE_NONE), and lane_of
- * of uint16 (lane_t: it declines a run of more lanes); the matching's peer_device is the device of each
- * message's partner, and no column here): the operations are the reference's in its order, a value a
- * float as soon as one operand is.  ``lanes``: per lane (rank, "host" | "compute" | "comm",
+ * of uint8 when the layout makes at most 256 lanes, else of uint16 (lane_t: it declines a
+ * run of more lanes), so the caller reads its width off its length; the matching's
+ * peer_device is the device of each message's partner, and no column here): the
+ * operations are the reference's in its order, a value a float as soon as one operand is.  ``lanes``: per lane (rank, "host" | "compute" | "comm",
  * the stream's key as runtime._stream_label reads it, or None); ``makespan`` and ``last``:
  * max(end) as Python gives it, and the first action that ends then; ``is_comm``: bytes, 1
  * for each SEND/RECV.
@@ -2956,11 +2958,33 @@ compare_ll(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* A lane's index in runtime_plain's lane_of column: two bytes an action.  A run with more
- * lanes (NCCL's per-edge or lazily paired streams of more than a few hundred ranks that
+/* A lane's index in runtime_plain's lane_of column: one byte an action when the layout
+ * allows at most 256 lanes (lane_bound), else two.  A run with more lanes than two bytes
+ * hold (NCCL's per-edge or lazily paired streams of more than a few hundred ranks that
  * each talk to many peers) is declined, and the reference runs it. */
 typedef uint16_t lane_t;
 #define RT_LANE_MAX 65535
+#define RT_LANE_BYTE 256 /* the lanes one byte an action holds */
+
+typedef struct {
+    unsigned char *b; /* one byte an action, or NULL: then h, two */
+    lane_t *h;
+} lanes_t;
+
+static inline long long
+lane_at(const lanes_t *l, long long i)
+{
+    return l->b != NULL ? l->b[i] : l->h[i];
+}
+
+static inline void
+lane_set(lanes_t *l, long long i, Py_ssize_t k)
+{
+    if (l->b != NULL)
+        l->b[i] = (unsigned char)k;
+    else
+        l->h[i] = (lane_t)k;
+}
 
 /* runtime_plain's lanes: with at most RT_SCAN_LANES lanes on every device, a lane's cursor
  * steps over its device's actions (lane_next) instead of a list of its items */
@@ -2968,15 +2992,19 @@ typedef uint16_t lane_t;
 
 /* the first action of lane k at index i or after, below end (end: none) */
 static inline long long
-lane_next(const lane_t *lane_of, Py_ssize_t k, long long i, long long end)
+lane_next(const lanes_t *lane_of, Py_ssize_t k, long long i, long long end)
 {
-    while (i < end && lane_of[i] != k)
+    if (lane_of->b != NULL) {
+        while (i < end && lane_of->b[i] != k)
+            i++;
+        return i;
+    }
+    while (i < end && lane_of->h[i] != k)
         i++;
     return i;
 }
 
 typedef struct {
-    const unsigned char *is_comm;
     unsigned char send_of[MAX_CODES]; /* per kind code: 1 for a SEND (no column: read off the code) */
     const int32_t *partner;
     /* each action's duration: dcode[code + 1] when every action of a code has the same
@@ -2993,6 +3021,7 @@ typedef struct {
      * ready_v is NULL until the run hangs (rt_ready: a ready time is its binder's fin) */
     double *fin_v, *ready_v;
     unsigned char *fin_f, *ready_f, *state;
+    int any_float; /* a fin was a float: until then fin_f is not written (it is all 0) */
     int32_t *bind;
     unsigned char *done_by;
     /* the lanes waiting: waited[k], the action blocked lane k waits for; whead[l], the
@@ -3000,7 +3029,7 @@ typedef struct {
      * begin waiting first).  A lane per action would be a column; a list per lane is L
      * entries, and an action's waiters are found on its own lane's list (RT_AWAITED: it
      * has some) */
-    const lane_t *lane_of;
+    lanes_t lane_of;
     int32_t *waited, *whead, *wnext;
     int32_t *stack;
     Py_ssize_t top;
@@ -3058,13 +3087,16 @@ static inline void
 rt_set_fin(rt_t *r, long long i, rnum_t t)
 {
     r->fin_v[i] = t.v;
-    r->fin_f[i] = t.f;
+    if (t.f || r->any_float) { /* fin_f is zero until the first float (a zero mapping, unwritten) */
+        r->fin_f[i] = t.f;
+        r->any_float = 1;
+    }
     r->state[i] |= RT_HAS_FIN;
     if (!(r->state[i] & RT_AWAITED))
         return;
     r->state[i] &= (unsigned char)~RT_AWAITED;
     Py_ssize_t from = r->top;
-    for (int32_t *link = &r->whead[r->lane_of[i]]; *link >= 0;) {
+    for (int32_t *link = &r->whead[lane_at(&r->lane_of, i)]; *link >= 0;) {
         int32_t k = *link;
         if (r->waited[k] == i) { /* unlinked, onto the stack */
             *link = r->wnext[k];
@@ -3149,7 +3181,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
     PyObject *result = NULL, *lanes_l = NULL, *flags[4] = {NULL}; /* the times' floats; is_comm; never */
     PyObject *hang = NULL; /* a run that hangs: (cycles, stuck, unsent, never) */
     Py_ssize_t D1 = 0, n = 0, n2 = 0, n3 = 0, n4 = 0, S = 0;
-    ints_t code_c = {{NULL}}, stage_c = {{NULL}}, mb_c = {{NULL}}, wait_c = {{NULL}};
+    ints_t code_c = {{NULL}}, stage_c = {{NULL}}, mb_c = {{NULL}}, wait_c = {{NULL}}, ret_w = {{NULL}},
+           ret_s = {{NULL}};
     /* fin, ready (doubles); bind, partner (int32), lane_of (lane_t): bytes, which it allocates
      * unwritten, so that they are on huge pages (huge_hint); the caller reads them through
      * memoryview casts */
@@ -3163,9 +3196,9 @@ k_runtime_plain(PyObject *self, PyObject *args)
         goto done;
     long long *route = index_array(&sc, route_o, &S, "runtime_plain: route");
     Py_ssize_t nret = 0, nret2 = 0;
-    long long *ret_w = route ? index_array(&sc, rw_o, &nret, "runtime_plain: retired_waits") : NULL;
-    long long *ret_s = ret_w ? index_array(&sc, rs_o, &nret2, "runtime_plain: retired_sends") : NULL;
-    if (ret_s == NULL)
+    /* read where they lie (an int32 array each: 8 bytes a pair, not 16 copied) */
+    if (route == NULL || !read_ints(&sc, rw_o, &ret_w, &nret, "runtime_plain: retired_waits") ||
+        !read_ints(&sc, rs_o, &ret_s, &nret2, "runtime_plain: retired_sends"))
         goto done;
     Py_ssize_t D = D1 - 1, K = PyTuple_GET_SIZE(kinds_o);
     if (n2 != n || n3 != n || n4 != n || nret != nret2 || Py_SIZE(dur_o) != (per_code ? K + 1 : n) || K < 1 ||
@@ -3210,20 +3243,28 @@ k_runtime_plain(PyObject *self, PyObject *args)
     }
     /* the int columns are int32 ("i", as int is on every platform CPython supports): the
      * actions (and 3n event keys) are fewer than INT32_MAX, checked above */
-    const Py_ssize_t col_len[5] = {8 * n, 0, 4 * n, 4 * n, (Py_ssize_t)sizeof(lane_t) * n}; /* ready: a hang's, below */
+    /* the most lanes the layout makes: a rank's compute stream (or host lane) and a stream
+     * per key of its messages (runtime._stream_key): one per peer and direction (per edge),
+     * per peer (lazily paired), per direction, or one */
+    const double lane_bound = (double)D * (!nccl ? 1.0 : 1.0 + (by_edge ? 2.0 * (double)D : by_direction ? 2.0
+                                                               : lazy ? (double)D : 1.0));
+    const Py_ssize_t lane_w = lane_bound <= RT_LANE_BYTE ? 1 : (Py_ssize_t)sizeof(lane_t);
+    const Py_ssize_t col_len[5] = {8 * n, 0, 4 * n, 4 * n, lane_w * n}; /* ready: a hang's, below */
     for (int q = 0; q < 5; q++)
         if (q != 1 && !(cols[q] = new_bytes(col_len[q])))
             goto done;
     double *fv = (double *)PyBytes_AS_STRING(cols[0]), *rv = NULL;
     int32_t *bv = (int32_t *)PyBytes_AS_STRING(cols[2]), *partner = (int32_t *)PyBytes_AS_STRING(cols[3]);
-    lane_t *lane_of = (lane_t *)PyBytes_AS_STRING(cols[4]);
-    for (int q = 0; q < 3; q++)
-        if (q != 1 && !(flags[q] = new_bytes(n)))
-            goto done;
+    lanes_t lane_of = {lane_w == 1 ? (unsigned char *)PyBytes_AS_STRING(cols[4]) : NULL,
+                       lane_w == 1 ? NULL : (lane_t *)PyBytes_AS_STRING(cols[4])};
     if (!(done_o = new_bytes(n)))
         goto done;
     unsigned char *done_by = (unsigned char *)PyBytes_AS_STRING(done_o);
-    unsigned char *ffp = (unsigned char *)PyBytes_AS_STRING(flags[0]), *rfp = NULL;
+    /* the fins' float flags: zero, and written from the first float on (rt_set_fin); a
+     * column for the caller only when there was one (a run of ints: n bytes it never holds) */
+    unsigned char *ffp = scratch_array(&sc, n, 1, 1), *rfp = NULL;
+    if (ffp == NULL)
+        goto done;
     /* (2) from here on nothing is made and nothing is called: the columns read where they
      * lie (a code -1 is bookkeeping) and checked */
 #define CODE(i) int_at(&code_c, (i))
@@ -3323,18 +3364,22 @@ k_runtime_plain(PyObject *self, PyObject *args)
      * splits it) the k-th send posted meets the k-th receive posted */
     /* each message's peer rank: the matching's and the lanes' (every message has a partner
      * on that rank, so the caller derives the column from partner) */
-    unsigned char *is_comm = (unsigned char *)PyBytes_AS_STRING(flags[2]);
+    /* whether action i is a SEND/RECV, read off its code: is_comm, the column the caller
+     * reads, is made at the end, when the sweep's scratch is given back (n bytes fewer at
+     * the peak) */
+    unsigned char comm_of[MAX_CODES + 1] = {0}; /* per code + 1 (-1: bookkeeping, no message) */
+    for (Py_ssize_t c = 0; c < K; c++)
+        comm_of[c + 1] = (unsigned char)is_comm_k[c];
+#define IS_COMM(i) comm_of[CODE(i) + 1]
     int32_t *peer = scratch_array(&sc, n, sizeof(int32_t), 0);
     rt_t r; /* the sweep's state; whether a message is a send is read off its code from here on */
     for (Py_ssize_t c = 0; c < K; c++)
         r.send_of[c] = (unsigned char)send_k[c];
-    if (n > 0)
-        memset(is_comm, 0, (size_t)n);
     long long nch = (long long)D * D * 2;
     if ((double)nch > 4.0 * (double)n + 1024.0)
         goto not_plain; /* a channel table that would not follow the action count */
     long long *scount = scratch_array(&sc, nch, sizeof(long long), 1), *rcount = scratch_array(&sc, nch, sizeof(long long), 1);
-    if (!is_comm || !peer || !scount || !rcount)
+    if (!peer || !scount || !rcount)
         goto done;
     /* the channel of message i on rank d */
 #define IS_SEND(i) code_is_send(&code_c, r.send_of, (i))
@@ -3347,7 +3392,6 @@ k_runtime_plain(PyObject *self, PyObject *args)
             long long c = CODE(i);
             if (c < 0 || !is_comm_k[c])
                 continue;
-            is_comm[i] = 1;
             long long ps = STAGE(i) + peer_off[c];
             if (ps < 0 || ps >= S || MB(i) < 0)
                 goto not_plain; /* no peer: the reference reports it */
@@ -3370,7 +3414,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
     }
     for (Py_ssize_t d = 0; d < D; d++)
         for (long long i = starts[d]; i < starts[d + 1]; i++)
-            if (is_comm[i]) {
+            if (IS_COMM(i)) {
                 long long k = CHANNEL(i, d);
                 if (IS_SEND(i))
                     sl[soff[k] + scount[k]++] = (int32_t)i;
@@ -3424,8 +3468,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
      * off the WAIT_SEND's entry of partner, which only a SEND/RECV has otherwise, -1 again
      * once the sweep is over, and the state bit RT_RETIRED) */
     for (Py_ssize_t k = 0; k < nret; k++) {
-        long long w = ret_w[k], snd = ret_s[k];
-        if (w < 0 || w >= n || snd < 0 || snd >= n || is_comm[w] || !IS_SEND(snd)) {
+        long long w = int_at(&ret_w, k), snd = int_at(&ret_s, k);
+        if (w < 0 || w >= n || snd < 0 || snd >= n || IS_COMM(w) || !IS_SEND(snd)) {
             PyErr_SetString(PyExc_ValueError, "runtime_plain: a retired wait is not a compute entry or its "
                                               "send not a send");
             goto done;
@@ -3448,7 +3492,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
             lane_kind[L] = 0;
             lane_key[L] = -1;
             for (long long i = starts[d]; i < starts[d + 1]; i++)
-                lane_of[i] = (lane_t)L; /* L < D < 2^15 */
+                lane_set(&lane_of, i, L); /* L < D: within lane_bound */
             L++;
             continue;
         }
@@ -3460,8 +3504,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
         lane_key[compute] = -1;
         Py_ssize_t nkeys = 0;
         for (long long i = starts[d]; i < starts[d + 1]; i++) {
-            if (!is_comm[i]) {
-                lane_of[i] = (lane_t)compute;
+            if (!IS_COMM(i)) {
+                lane_set(&lane_of, i, compute);
                 continue;
             }
             long long e = peer[i];
@@ -3487,8 +3531,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
             if (k == 0 || keys[k] != keys[k - 1])
                 keys[distinct++] = keys[k];
         Py_ssize_t first = L;
-        if (first + distinct - 1 > RT_LANE_MAX)
-            goto not_plain; /* more lanes than lane_t holds */
+        if (first + distinct - 1 > (lane_w == 1 ? RT_LANE_BYTE - 1 : RT_LANE_MAX))
+            goto not_plain; /* more lanes than lane_of holds (one byte: never, by lane_bound) */
         for (Py_ssize_t k = 0; k < distinct; k++) {
             lane_dev[L] = d;
             lane_kind[L] = 2;
@@ -3498,7 +3542,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         if (1 + distinct > most)
             most = 1 + distinct;
         for (long long i = starts[d]; i < starts[d + 1]; i++)
-            if (is_comm[i]) { /* its key's place among the distinct keys */
+            if (IS_COMM(i)) { /* its key's place among the distinct keys */
                 Py_ssize_t lo = 0, hi = distinct - 1;
                 while (lo < hi) {
                     Py_ssize_t mid = (lo + hi) / 2;
@@ -3507,7 +3551,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                     else
                         hi = mid;
                 }
-                lane_of[i] = (lane_t)(first + lo);
+                lane_set(&lane_of, i, first + lo);
             }
     }
     scratch_drop(&sc, keys);
@@ -3529,18 +3573,20 @@ k_runtime_plain(PyObject *self, PyObject *args)
         if (!loff || !fill || !items)
             goto done;
         for (Py_ssize_t i = 0; i < n; i++)
-            loff[lane_of[i] + 1]++;
+            loff[lane_at(&lane_of, i) + 1]++;
         for (Py_ssize_t k = 0; k < L; k++)
             loff[k + 1] += loff[k];
-        for (Py_ssize_t i = 0; i < n; i++)
-            items[loff[lane_of[i]] + fill[lane_of[i]]++] = (int32_t)i;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            long long k = lane_at(&lane_of, i);
+            items[loff[k] + fill[k]++] = (int32_t)i;
+        }
         scratch_drop(&sc, fill);
     }
     /* a lane's cursor: its first item, the end of its items, the action at one, the next */
-#define LANE_START(k) (items ? loff[k] : lane_next(lane_of, (k), starts[lane_dev[k]], starts[lane_dev[k] + 1]))
+#define LANE_START(k) (items ? loff[k] : lane_next(&lane_of, (k), starts[lane_dev[k]], starts[lane_dev[k] + 1]))
 #define LANE_STOP(k) (items ? loff[(k) + 1] : starts[lane_dev[k] + 1])
 #define LANE_AT(p) (items ? (long long)items[p] : (p))
-#define LANE_NEXT(k, p, stop) (items ? (p) + 1 : lane_next(lane_of, (k), (p) + 1, (stop)))
+#define LANE_NEXT(k, p, stop) (items ? (p) + 1 : lane_next(&lane_of, (k), (p) + 1, (stop)))
 
     /* (6) the sweep (runtime._Sweep.run), until nothing moves.  RT_DEPS: the data of compute
      * entry i as the step (4) above describes it, into out[0..nout) */
@@ -3555,14 +3601,13 @@ k_runtime_plain(PyObject *self, PyObject *args)
             out[nout++] = (int32_t)w_;                                                                     \
         if (c_ < 0 || rec_code[c_] < 0 || MB(i) < 0)                                                      \
             break;                                                                                         \
-        long long ps_ = STAGE(i) + rec_off[c_], d_ = lane_dev[lane_of[i]];                                 \
+        long long ps_ = STAGE(i) + rec_off[c_], d_ = lane_dev[lane_at(&lane_of, i)];                             \
         if (ps_ < 0 || ps_ >= S || route[ps_] == d_)                                                       \
             break;                                                                                         \
         long long r_ = recv_at[(recv_slot[rec_code[c_]] * S + STAGE(i)) * M + MB(i)];                      \
-        if (r_ >= 0 && r_ < i && lane_dev[lane_of[r_]] == d_)                                              \
+        if (r_ >= 0 && r_ < i && lane_dev[lane_at(&lane_of, r_)] == d_)                                   \
             out[nout++] = (int32_t)r_;                                                                     \
     } while (0)
-    r.is_comm = is_comm;
     r.partner = partner;
     r.code = &code_c;
     memcpy(r.dcode, dcode, sizeof dcode);
@@ -3572,6 +3617,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
     r.buffered = nccl && buffered;
     r.fin_v = fv;
     r.fin_f = ffp;
+    r.any_float = 0;
     r.ready_v = NULL;
     r.ready_f = NULL;
     r.bind = bv;
@@ -3593,8 +3639,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
         !waited)
         goto done;
     for (Py_ssize_t k = 0; k < nret; k++) { /* checked above; a wait given twice: the last send */
-        r.state[ret_w[k]] |= RT_RETIRED;
-        partner[ret_w[k]] = (int32_t)ret_s[k];
+        r.state[int_at(&ret_w, k)] |= RT_RETIRED;
+        partner[int_at(&ret_w, k)] = (int32_t)int_at(&ret_s, k);
     }
     for (Py_ssize_t k = 0; k < n; k++)
         bv[k] = -1;
@@ -3627,11 +3673,11 @@ k_runtime_plain(PyObject *self, PyObject *args)
             long long awaited = -1; /* the action whose fin the lane waits for */
             while (p < stop) {
                 long long i = LANE_AT(p);
-                if (is_comm[i]) {
+                if (IS_COMM(i)) {
                     if (nccl) {
                         long long c = posted[k], q = scan[k];
                         for (; q < i; q++)
-                            if (!is_comm[q])
+                            if (!IS_COMM(q))
                                 c = q;
                         scan[k] = q;
                         posted[k] = c;
@@ -3678,10 +3724,10 @@ k_runtime_plain(PyObject *self, PyObject *args)
                         break;
                     }
                     /* a RECV's done, or a compute action's end plus the latency */
-                    rnum_t t = is_comm[j] ? rt_fin(&r, j) : rn_add(rt_fin(&r, j), comm);
+                    rnum_t t = IS_COMM(j) ? rt_fin(&r, j) : rn_add(rt_fin(&r, j), comm);
                     if (t.v > st.v) {
                         st = t;
-                        src = 3 * j + (is_comm[j] ? RT_DONE : RT_END);
+                        src = 3 * j + (IS_COMM(j) ? RT_DONE : RT_END);
                     }
                 }
                 if (awaited >= 0)
@@ -3698,8 +3744,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
             blocked[k] = awaited >= 0;
             if (awaited >= 0) {
                 waited[k] = (int32_t)awaited;
-                r.wnext[k] = r.whead[lane_of[awaited]];
-                r.whead[lane_of[awaited]] = (int32_t)k;
+                r.wnext[k] = r.whead[lane_at(&lane_of, awaited)];
+                r.whead[lane_at(&lane_of, awaited)] = (int32_t)k;
                 r.state[awaited] |= RT_AWAITED;
             }
         }
@@ -3742,7 +3788,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
             for (Py_ssize_t k = 0; k < L; k++)
                 seen_head[k] = -1;
         }
-#define RT_EVENT(j) (is_comm[j] ? RT_DONE : RT_END)
+#define RT_EVENT(j) (IS_COMM(j) ? RT_DONE : RT_END)
         for (Py_ssize_t k = 0; k < L; k++) {
             if (!blocked[k])
                 continue;
@@ -3754,8 +3800,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
             }
             /* the lane that must move (runtime._Sweep.waited_lane): the awaited action's, or,
              * when it is a message posted and waiting, its partner's */
-            long long b = (!is_comm[j] || !(r.state[j] & RT_HAS_READY)) ? j : partner[j];
-            target[k] = blocked[lane_of[b]] ? lane_of[b] : -1;
+            long long b = (!IS_COMM(j) || !(r.state[j] & RT_HAS_READY)) ? j : partner[j];
+            target[k] = blocked[lane_at(&lane_of, b)] ? (int32_t)lane_at(&lane_of, b) : -1;
             colour[k] = -1;
         }
         Py_ssize_t found = 0;
@@ -3795,13 +3841,12 @@ k_runtime_plain(PyObject *self, PyObject *args)
     }
 #undef RT_EVENT
     for (Py_ssize_t k = 0; k < nret; k++)
-        partner[ret_w[k]] = -1; /* a WAIT_SEND has no partner: the sweep is over */
+        partner[int_at(&ret_w, k)] = -1; /* a WAIT_SEND has no partner: the sweep is over */
     if (!hung)
         for (Py_ssize_t i = 0; i < n; i++)
             if (!(r.state[i] & RT_HAS_FIN))
                 goto not_plain; /* a message never done (a send left pending at the end) */
 #undef RT_DEPS
-#undef CODE
 #undef STAGE
 #undef MB
 
@@ -3819,14 +3864,17 @@ k_runtime_plain(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++) {
         if (hung) { /* what never happened is 0, an int (the reference's times of a hang) */
             unsigned char st = r.state[i];
-            never[i] = !(st & (is_comm[i] ? RT_HAS_READY : RT_HAS_FIN));
-            if (!(st & RT_HAS_FIN))
-                fv[i] = 0, ffp[i] = 0;
+            never[i] = !(st & (IS_COMM(i) ? RT_HAS_READY : RT_HAS_FIN));
+            if (!(st & RT_HAS_FIN)) {
+                fv[i] = 0;
+                if (r.any_float) /* (else 0 already, and unwritten) */
+                    ffp[i] = 0;
+            }
             if (!(st & RT_HAS_READY))
                 rv[i] = 0, rfp[i] = 0;
         }
         rnum_t fin = rt_fin(&r, i);
-        if (hung && !is_comm[i]) {
+        if (hung && !IS_COMM(i)) {
             rv[i] = 0;
             rfp[i] = 0;
         }
@@ -3887,7 +3935,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         /* over gloo, the sends never done whose host lane ran to its end (before 2.15 the step
          * ends by waiting for each: the caller adds them) */
         for (Py_ssize_t i = 0; !nccl && i < n; i++)
-            if (rt_is_send(&r, i) && !(r.state[i] & RT_HAS_FIN) && ptr[lane_of[i]] == LANE_STOP(lane_of[i])) {
+            if (rt_is_send(&r, i) && !(r.state[i] & RT_HAS_FIN) && ptr[lane_at(&lane_of, i)] == LANE_STOP(lane_at(&lane_of, i))) {
                 PyObject *x = PyLong_FromSsize_t(i);
                 if (x == NULL || PyList_Append(unsent, x) < 0) {
                     Py_XDECREF(x);
@@ -3906,6 +3954,23 @@ k_runtime_plain(PyObject *self, PyObject *args)
         cols[1] = (Py_INCREF(Py_None), Py_None);
         flags[1] = (Py_INCREF(Py_None), Py_None);
     }
+    /* the sweep's scratch is given back before the last column is made */
+    scratch_drop(&sc, r.state);
+    scratch_drop(&sc, recv_at);
+    if (!(flags[2] = new_bytes(n)))
+        goto done;
+    if (r.any_float) {
+        if (!(flags[0] = PyBytes_FromStringAndSize((const char *)ffp, n)))
+            goto done;
+    } else {
+        flags[0] = (Py_INCREF(Py_None), Py_None);
+    }
+    scratch_drop(&sc, ffp);
+    unsigned char *is_comm = (unsigned char *)PyBytes_AS_STRING(flags[2]);
+    for (Py_ssize_t i = 0; i < n; i++)
+        is_comm[i] = IS_COMM(i);
+#undef IS_COMM
+#undef CODE
     PyObject *makespan = n ? rn_object(top) : PyLong_FromLong(0);
     if (makespan == NULL)
         goto done;
@@ -3931,6 +3996,8 @@ done:
     release_ints(&stage_c);
     release_ints(&mb_c);
     release_ints(&wait_c);
+    release_ints(&ret_w);
+    release_ints(&ret_s);
     scratch_free(&sc);
     return result;
 }

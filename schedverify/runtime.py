@@ -432,8 +432,9 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
     # allocations, on huge pages where the system has them): read through typed views, not copied
     fv, ff, rv, rf, bind, done_by, partner, lane_of, lanes, makespan, last, is_comm, hang = got
     bind, partner = (memoryview(c).cast("i") for c in (bind, partner))
-    lane_of = memoryview(lane_of).cast("H")  # two bytes a lane index (the kernel's lane_t)
-    finish_times = Times(memoryview(fv).cast("d"), ff)
+    # a lane index in one byte (at most 256 lanes) or two (the kernel's lane_t)
+    lane_of = memoryview(lane_of).cast("B" if len(lane_of) == len(g.code) else "H")
+    finish_times = Times(memoryview(fv).cast("d"), ff) if ff is not None else _IntTimes(memoryview(fv).cast("d"))
     # a run that ends gives no ready column: each ready time is its binder's end (_BoundReady)
     ready_times = Times(memoryview(rv).cast("d"), rf) if rv is not None else _BoundReady(finish_times, bind, is_comm)
     kinds, labels = [], []
@@ -514,6 +515,26 @@ class _Start(Later[list]):
         never = self.never or bytes(len(self.is_comm))
         return [r if c else (0 if x else f - t) for c, r, f, t, x in
                 zip(self.is_comm, self.ready.make(), self.finish.make(), self.durations, never)]
+
+
+class _IntTimes(Times):
+    """The end times of a compiled run none of which is a float, which the kernel hands back
+    without their float flags (``runtime_plain``: n bytes the run need not hold): ``floats``,
+    all 0, is made on its first read."""
+
+    def __init__(self, values: memoryview[float]):
+        object.__setattr__(self, "values", values)
+
+    @property
+    def floats(self) -> bytes:
+        made = self.__dict__.get("_floats")
+        if made is None:
+            made = bytes(len(self.values))
+            object.__setattr__(self, "_floats", made)
+        return made
+
+    def at(self, i: int):
+        return int(self.values[i])
 
 
 class _BoundReady(Times):

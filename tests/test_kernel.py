@@ -1641,8 +1641,9 @@ def _many_peers(devices: int, peers: int):
 
 @pytest.mark.parametrize("devices, peers, answered", [(255, 127, True), (256, 128, False)])
 def test_the_kernels_run_takes_lanes_up_to_what_two_bytes_hold(devices, peers, answered):
-    """lane_of is two bytes an action: a run of 65,025 lanes is the kernel's, and the
-    reference's field for field; one of 65,792 is declined, and the reference runs it."""
+    """lane_of is two bytes an action when the layout makes more than 256 lanes: a run of
+    65,025 lanes is the kernel's, and the reference's field for field; one of 65,792 is
+    declined, and the reference runs it."""
     from schedverify.releases import resolve
     from schedverify.runtime import simulate
 
@@ -1658,6 +1659,54 @@ def test_the_kernels_run_takes_lanes_up_to_what_two_bytes_hold(devices, peers, a
         assert max(run.lane_of) > 255  # two bytes read back as they were written
         with pure_python():
             same_run(run, simulate(g, durations_for(g, c), c.comm, rt))
+
+
+@pytest.mark.parametrize("backend, devices, width", [
+    ("torch", 256, "B"), ("torch", 257, "H"), ("torch-nccl", 128, "B"), ("torch-nccl", 129, "H")])
+def test_the_kernels_run_holds_a_lane_in_one_byte_when_the_layout_makes_at_most_256(backend, devices, width):
+    """lane_of is one byte an action when the layout makes at most 256 lanes (gloo: one a
+    rank; NCCL's shared layout: two a rank), else two: at the bound the last lane is 255, and
+    either way the run is the reference's field for field."""
+    from schedverify.lowering import torch_lowering
+    from schedverify.releases import resolve
+    from schedverify.runtime import simulate
+
+    # enough microbatches that the channel table (2 D^2) follows the action count
+    s = torch_lowering(FAMILIES["1f1b"](devices, 2 * devices // 21 + 1), torch="2.15")
+    rt = resolve(backend, torch="2.15")
+    g = compile_graph(s)
+    c = resolve_costs(s, None)
+    with spying() as spy:
+        run = simulate(g, code_durations(g, c), c.comm, rt)
+    assert "runtime_plain" in spy.answered and run.completed
+    assert run.lane_of.format == width and max(run.lane_of) == len(run.lanes) - 1 >= 255
+    with pure_python():
+        same_run(run, simulate(g, durations_for(g, c), c.comm, rt))
+
+
+@pytest.mark.parametrize("costs", [None, Costs(F=1.5), Costs(comm=0.25)])
+def test_the_kernels_run_of_ints_holds_no_float_flags(costs):
+    """A run whose times are all ints hands back no float flags for its end times (n bytes
+    it need not hold): they are made, all 0, when they are read, and the times are the
+    reference's, types too; a run with a float among its costs keeps its column."""
+    from schedverify.lazy import given as given_field
+    from schedverify.lowering import torch_lowering
+    from schedverify.releases import resolve
+    from schedverify.runtime import simulate
+
+    s = torch_lowering(FAMILIES["1f1b"](3, 5), torch="2.15")
+    rt = resolve("torch-nccl", torch="2.15")
+    g = compile_graph(s)
+    c = resolve_costs(s, costs)
+    with spying() as spy:
+        run = simulate(g, durations_for(g, c), c.comm, rt)
+    assert "runtime_plain" in spy.answered
+    end = given_field(run, "end")
+    assert ("_floats" in vars(end)) is False and (type(end).__name__ == "_IntTimes") == (costs is None)
+    with pure_python():
+        slow = simulate(g, durations_for(g, c), c.comm, rt)
+    assert bytes(end.floats) == bytes(type(t) is float for t in slow.end)
+    same_run(run, slow)
 
 
 @pytest.mark.parametrize("peers", [3, 4])
