@@ -3370,7 +3370,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
     unsigned char comm_of[MAX_CODES + 1] = {0}; /* per code + 1 (-1: bookkeeping, no message) */
     for (Py_ssize_t c = 0; c < K; c++)
         comm_of[c + 1] = (unsigned char)is_comm_k[c];
-#define IS_COMM(i) comm_of[CODE(i) + 1]
+    const signed char *code1 = code_c.i1; /* int8 codes (a graph's): read directly, the hot case */
+#define IS_COMM(i) comm_of[(code1 != NULL ? code1[i] : CODE(i)) + 1]
     int32_t *peer = scratch_array(&sc, n, sizeof(int32_t), 0);
     rt_t r; /* the sweep's state; whether a message is a send is read off its code from here on */
     for (Py_ssize_t c = 0; c < K; c++)
@@ -3589,8 +3590,8 @@ k_runtime_plain(PyObject *self, PyObject *args)
 #define LANE_NEXT(k, p, stop) (items ? (p) + 1 : lane_next(&lane_of, (k), (p) + 1, (stop)))
 
     /* (6) the sweep (runtime._Sweep.run), until nothing moves.  RT_DEPS: the data of compute
-     * entry i as the step (4) above describes it, into out[0..nout) */
-#define RT_DEPS(i, out, nout)                                                                              \
+     * entry i on device d as the step (4) above describes it, into out[0..nout) */
+#define RT_DEPS(i, d, out, nout)                                                                           \
     do {                                                                                                   \
         if (r.state[i] & RT_RETIRED) {                                                                     \
             out[nout++] = partner[i];                                                                      \
@@ -3601,11 +3602,11 @@ k_runtime_plain(PyObject *self, PyObject *args)
             out[nout++] = (int32_t)w_;                                                                     \
         if (c_ < 0 || rec_code[c_] < 0 || MB(i) < 0)                                                      \
             break;                                                                                         \
-        long long ps_ = STAGE(i) + rec_off[c_], d_ = lane_dev[lane_at(&lane_of, i)];                             \
+        long long ps_ = STAGE(i) + rec_off[c_], d_ = (d);                                                  \
         if (ps_ < 0 || ps_ >= S || route[ps_] == d_)                                                       \
             break;                                                                                         \
         long long r_ = recv_at[(recv_slot[rec_code[c_]] * S + STAGE(i)) * M + MB(i)];                      \
-        if (r_ >= 0 && r_ < i && lane_dev[lane_at(&lane_of, r_)] == d_)                                   \
+        if (r_ >= starts[d_] && r_ < i) /* on device d: the actions are device-major */                   \
             out[nout++] = (int32_t)r_;                                                                     \
     } while (0)
     r.partner = partner;
@@ -3716,7 +3717,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 rnum_t st = now;
                 int32_t deps[2];
                 int ndeps = 0;
-                RT_DEPS(i, deps, ndeps);
+                RT_DEPS(i, lane_dev[k], deps, ndeps);
                 for (int q = 0; q < ndeps; q++) {
                     long long j = deps[q];
                     if (!(r.state[j] & RT_HAS_FIN)) {
