@@ -2971,7 +2971,7 @@ typedef struct {
     lane_t *h;
 } lanes_t;
 
-static inline long long
+static HOT_INLINE long long
 lane_at(const lanes_t *l, long long i)
 {
     return l->b != NULL ? l->b[i] : l->h[i];
@@ -2991,7 +2991,7 @@ lane_set(lanes_t *l, long long i, Py_ssize_t k)
 #define RT_SCAN_LANES 8
 
 /* the first action of lane k at index i or after, below end (end: none) */
-static inline long long
+static HOT_INLINE long long
 lane_next(const lanes_t *lane_of, Py_ssize_t k, long long i, long long end)
 {
     if (lane_of->b != NULL) {
