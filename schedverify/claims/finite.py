@@ -100,6 +100,8 @@ class Result:
     laws: dict = field(default_factory=dict)
     #: a search given a time budget that ran out: the first size it did not judge, else ""
     stopped_at: str = ""
+    #: the finite range searched, as ``kind`` first names it ("p=2..8,m=1..24"), else ""
+    searched: str = ""
 
     def to_json(self) -> dict:
         c = self.claim
@@ -279,8 +281,9 @@ def prove_finite(claim: Claim, timeout_s: float, budget_s: float | None = None) 
     prep = _prepare(claim, timeout_s)
     res = Result(claim, PROVED, _domain_json(prep))
     res.conditions = list(prep.conditions)
-    res.kind = "finite range " + ",".join(
+    res.searched = ",".join(
         f"{k}={v[0]}..{v[1]}" if isinstance(v, list) else f"{k}={v}" for k, v in res.domain.items())
+    res.kind = "finite range " + res.searched
     unknown: list[str] = []
     dom = prep.domain
     vs = range(dom["v"][0], dom["v"][1] + 1) if prep.uses_v else (None,)

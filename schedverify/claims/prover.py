@@ -56,7 +56,7 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
     if all_sizes and res.verdict == REFUTED and ext is not None:
         # A counterexample in the grid is one of the unbounded domain too: the claim is false
         # for all sizes, whichever sizes have a certificate.
-        searched, first = res.kind[len("finite range "):], _first_row(res)
+        searched, first = res.searched, _first_row(res)
         res.kind = f"all sizes in {ext}" + "".join(f", {c}" for c, _ in res.conditions)
         _say_if_smallest(res, searched, first)
     res.seconds = time.perf_counter() - t0
@@ -77,7 +77,7 @@ def _searched(claim: Claim, unknown: Result, timeout_s: float, t0: float) -> Res
     if grid is None:
         return unknown
     res = prove_finite(grid, timeout_s, budget_s=timeout_s)
-    searched = res.kind[len("finite range "):]
+    searched = res.searched
     if res.verdict != REFUTED:
         unknown.reason += f"; the exact search found no counterexample on {searched}"
         if res.stopped_at:
