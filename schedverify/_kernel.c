@@ -2035,7 +2035,7 @@ read_small_ints(PyObject *seq, Py_ssize_t len, long long lo, long long hi, int32
 static PyObject *
 compile_core(PyObject *order, const columns_t *cols, long long S, long long M, PyObject *routes,
              PyObject *mroute, PyObject *needs_o, PyObject *match_o, PyObject *mixed_o, PyObject *kinds,
-             int allow_comm, const char *roles)
+             int allow_comm, const char *roles, int keep_wait)
 {
     int K = (int)PyTuple_GET_SIZE(kinds);
     if (K < 1 || K > MAX_CODES || PyTuple_GET_SIZE(needs_o) != K || PyTuple_GET_SIZE(match_o) != K ||
@@ -2272,12 +2272,18 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
     for (int c = 0; c < K; c++)
         slot[c] = counts[c] ? present++ : -1;
     Py_ssize_t table_size = (Py_ssize_t)(S * M * (present ? present : 1));
+    waitc = NULL;
     if (!(table = scratch_array(&sc, table_size, sizeof(int32_t), 0)) ||
-        !(waitc = bytes_column(&c_wait, n, sizeof(int32_t))))
+        (keep_wait && !(waitc = bytes_column(&c_wait, n, sizeof(int32_t)))))
         goto fail;
     memset(table, 0xff, sizeof(int32_t) * (size_t)table_size); /* -1: no action */
+    /* !keep_wait: an action other than a SEND/RECV waits on another device.  By deps.NEEDS
+     * never here (an input from another stage comes through a RECV, one of its own stage is
+     * on its own device): kept so that a change of the rules cannot make a run skip a wait */
+    int compute_waits = 0;
     for (i = 0; i < n; i++) {
-        waitc[i] = (int32_t)n;
+        if (waitc != NULL)
+            waitc[i] = (int32_t)n;
         if (code[i] < 0)
             continue; /* bookkeeping: no key */
         Py_ssize_t key = (Py_ssize_t)(((long long)st[i] * M + mb[i]) * present + slot[code[i]]);
@@ -2329,7 +2335,10 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
             }
             if (found++)
                 goto not_plain; /* a second wait on another device: graph.more_waits */
-            waitc[i] = (int32_t)j;
+            if (waitc != NULL)
+                waitc[i] = (int32_t)j;
+            else if (match_code[c] < 0)
+                compute_waits = 1;
         }
     }
 #undef LOOKUP
@@ -2355,7 +2364,8 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         }
         if (starts_l && counts_l && inv_l && uncoded_l && reduces_l && rwaits_l && swaits_l) {
             result = Py_BuildValue("(OOOOOOOOOOOOOOO)", acts ? acts : Py_None, c_dev ? c_dev : Py_None,
-                                   c_pos ? c_pos : Py_None, starts_l, c_wait, counts_l, inv_l, c_code,
+                                   c_pos ? c_pos : Py_None, starts_l,
+                                   c_wait ? c_wait : compute_waits ? Py_True : Py_None, counts_l, inv_l, c_code,
                                    cols ? cols->stages : c_stage, explicit ? Py_True : Py_False, uncoded_l,
                                    reduces_l, rwaits_l, swaits_l, cols ? cols->mbs : c_mb);
         }
@@ -2401,7 +2411,7 @@ k_compile_plain(PyObject *self, PyObject *args)
                           &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type, &match_o,
                           &PyTuple_Type, &mixed_o, &PyTuple_Type, &kinds, &allow_comm))
         return NULL;
-    return compile_core(order, NULL, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm, NULL);
+    return compile_core(order, NULL, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm, NULL, 1);
 }
 
 /* compile_columns(codes, stages, mbs, lengths, S, M, routes, mroute, needs, match, mixed,
@@ -2415,18 +2425,22 @@ k_compile_plain(PyObject *self, PyObject *args)
  * Graph.send_waits).  An entry whose stage is out of range or not held by its device, or a
  * send's wait off the device its stage and microbatch are placed on, declines (the reference
  * reports it).  The uncoded entries and the send waits come as int arrays (typecode i), the
- * REDUCE_GRADs and WAIT_REDUCE_GRADs (one or two per stage) as lists. */
+ * REDUCE_GRADs and WAIT_REDUCE_GRADs (one or two per stage) as lists.  With ``keep_wait``
+ * false (it is true by default) no wait column is made (4 bytes an action that a run of
+ * PyTorch's runtime does not read: runtime_plain takes its data through the RECVs): its slot
+ * is None, or True when an action other than a SEND/RECV waits on another device, which
+ * runtime_plain would need (the caller then compiles again, keeping it). */
 static PyObject *
 k_compile_columns(PyObject *self, PyObject *args)
 {
     PyObject *codes, *stages, *mbs, *lengths, *routes, *mroute, *needs_o, *match_o, *mixed_o, *kinds,
         *column_kinds, *roles;
     long long S, M;
-    int allow_comm;
-    if (!PyArg_ParseTuple(args, "OOOOLLO!OO!O!O!O!pO!S", &codes, &stages, &mbs, &lengths, &S, &M,
+    int allow_comm, keep_wait = 1;
+    if (!PyArg_ParseTuple(args, "OOOOLLO!OO!O!O!O!pO!S|p", &codes, &stages, &mbs, &lengths, &S, &M,
                           &PyTuple_Type, &routes, &mroute, &PyTuple_Type, &needs_o, &PyTuple_Type,
                           &match_o, &PyTuple_Type, &mixed_o, &PyTuple_Type, &kinds, &allow_comm,
-                          &PyTuple_Type, &column_kinds, &roles))
+                          &PyTuple_Type, &column_kinds, &roles, &keep_wait))
         return NULL;
     Py_ssize_t K = PyTuple_GET_SIZE(kinds), KC = PyTuple_GET_SIZE(column_kinds);
     const char *role = PyBytes_AS_STRING(roles);
@@ -2440,7 +2454,8 @@ k_compile_columns(PyObject *self, PyObject *args)
     columns_t cols;
     if (!read_columns(codes, stages, mbs, lengths, (int)KC, &cols, "compile_columns"))
         return NULL;
-    return compile_core(NULL, &cols, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm, role);
+    return compile_core(NULL, &cols, S, M, routes, mroute, needs_o, match_o, mixed_o, kinds, allow_comm, role,
+                        keep_wait);
 }
 
 /* ------------------------------------------------------------------ times */
@@ -2884,7 +2899,8 @@ done:
  * stream per communicator, or per peer for a lazily initialised shared group), on a graph of
  * single actions (``code`` -1 only for bookkeeping, which runs on the host or compute stream
  * for its duration), one route (``route``: S ints, the rank of each stage), no BATCH, no
- * second wait (the caller declines those); each WAIT_SEND of ``retired_waits`` waits for the
+ * second wait (the caller declines those), ``wait`` None when no action but a SEND/RECV
+ * waits on another device (a graph compiled without it); each WAIT_SEND of ``retired_waits`` waits for the
  * send of ``retired_sends`` at the same place, its only data (runtime.send_waits: PyTorch
  * 2.15's _PendingSendTracker).  ``durations``: a list, one number per action, or a tuple, one
  * per kind code and then the one for code -1 (graph.CodeDurations: no list of n).  ``received``: per code, (stage offset of the producer, RECV
@@ -3192,8 +3208,14 @@ k_runtime_plain(PyObject *self, PyObject *args)
     if (starts == NULL || !read_ints(&sc, code_o, &code_c, &n, "runtime_plain: code") ||
         !read_ints(&sc, stage_o, &stage_c, &n2, "runtime_plain: stage") ||
         !read_ints(&sc, mb_o, &mb_c, &n3, "runtime_plain: mb") ||
-        !read_ints(&sc, wait_o, &wait_c, &n4, "runtime_plain: wait") || !valid_starts(starts, D1, n, "runtime_plain"))
+        (wait_o != Py_None && !read_ints(&sc, wait_o, &wait_c, &n4, "runtime_plain: wait")) ||
+        !valid_starts(starts, D1, n, "runtime_plain"))
         goto done;
+    /* wait None: no action other than a SEND/RECV waits on another device (compile_columns
+     * without keep_wait), so none is read */
+    const int no_waits = wait_o == Py_None;
+    if (no_waits)
+        n4 = n;
     long long *route = index_array(&sc, route_o, &S, "runtime_plain: route");
     Py_ssize_t nret = 0, nret2 = 0;
     /* read where they lie (an int32 array each: 8 bytes a pair, not 16 copied) */
@@ -3272,7 +3294,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
 #define MB(i) int_at(&mb_c, (i))
     long long M = 1; /* the microbatches the coded entries name (mb -1: out of range) */
     for (Py_ssize_t i = 0; i < n; i++) {
-        long long c = CODE(i), w = int_at(&wait_c, i);
+        long long c = CODE(i), w = no_waits ? n : int_at(&wait_c, i);
         if (c < -1 || c >= K || w < 0 || w > n || (c >= 0 && (STAGE(i) < 0 || STAGE(i) >= S))) {
             PyErr_SetString(PyExc_ValueError, "runtime_plain: a code, stage or wait out of range");
             goto done;
@@ -3597,7 +3619,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
             out[nout++] = partner[i];                                                                      \
             break;                                                                                         \
         }                                                                                                  \
-        long long w_ = int_at(&wait_c, i), c_ = CODE(i);                                                   \
+        long long w_ = no_waits ? n : int_at(&wait_c, i), c_ = CODE(i);                                    \
         if (w_ != n)                                                                                       \
             out[nout++] = (int32_t)w_;                                                                     \
         if (c_ < 0 || rec_code[c_] < 0 || MB(i) < 0)                                                      \

@@ -145,7 +145,12 @@ class Graph(KernelColumns):
     mb: array[int] | memoryview[int]
     #: wait[i]: the first action on another device that action i needs, or n (none).  A
     #: need on the same device that comes earlier is implied by device order and not kept.
-    wait: array[int] | memoryview[int]
+    #: Made on first read for a graph compiled for a run of PyTorch's runtime, which reads
+    #: its data through the RECVs (:func:`compile_graph`'s ``wait_when_read``).
+    if TYPE_CHECKING:
+        wait: array[int] | memoryview[int]
+    else:
+        wait: LazyField[array[int] | memoryview[int]] = LazyField()
     #: further waits of the few actions that have more: i -> ((j, rendezvous?), ...).  A
     #: rendezvous wait (a SEND until its RECV is posted: until j ends on the peer) has no latency.
     more_waits: dict[int, tuple[tuple[int, bool], ...]]
@@ -301,10 +306,14 @@ class Graph(KernelColumns):
         return self.dev[i], self.pos[i], str(self.acts[i])
 
 
-def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bool = True) -> Graph:
+def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bool = True,
+                  wait_when_read: bool = False) -> Graph:
     """Compile ``schedule``: with the compiled kernel when it is built, ``fast`` and the
     schedule its case (see the module's docstring), else (or when it declines) with the
-    reference.  Both give the same Graph."""
+    reference.  Both give the same Graph.  ``wait_when_read``: a graph for a run of
+    PyTorch's runtime, whose ``wait`` column (4 bytes an action) the kernel's run does not
+    read when only SEND/RECVs wait on another device (it takes the data through the RECVs):
+    then the column is made when something first reads it, by compiling again."""
     kernel = _accel.kernel
     if fast and kernel is not None:
         pl = schedule.placement
@@ -313,15 +322,21 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
         rules_args = (schedule.stages, schedule.microbatches, tuple(pl.routes), pl.microbatch_route,
                       _NEEDS_BY_CODE, _MATCH_BY_CODE, _MIXED_BY_CODE, _KINDS_BY_CODE, comm_semantics == "eager")
         cols = schedule.columns
+        lazy_wait = wait_when_read and cols is not None and cols.has_comm
         columns = (kernel.compile_columns(cols.codes, cols.stages, cols.mbs, cols.lengths, *rules_args,
-                                          COLUMN_KINDS, _COLUMN_ROLES)
+                                          COLUMN_KINDS, _COLUMN_ROLES, not lazy_wait)
                    if cols is not None else kernel.compile_plain(schedule.order, *rules_args))
+        if cols is not None and columns is not None and columns[4] is True:  # another action waits: kept
+            columns = kernel.compile_columns(cols.codes, cols.stages, cols.mbs, cols.lengths, *rules_args,
+                                             COLUMN_KINDS, _COLUMN_ROLES)
         if columns is not None:  # it declined every schedule with a fact it leaves empty
             (acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit, uncoded, reduces, reduce_waits,
              waits, mb) = columns
             # the kernel's columns are bytes of int8 (code) and int32, read where they lie
             code = memoryview(code).cast("b")
-            stage, mb, wait = (memoryview(c).cast("i") for c in (stage, mb, wait))
+            stage, mb = (memoryview(c).cast("i") for c in (stage, mb))
+            # (made when first read: the recipe as Graph.acts's, dev's and pos's)
+            wait = cast(Any, _WaitOf(schedule, rules_args)) if wait is None else memoryview(wait).cast("i")
             if cols is not None:  # d and i - starts[d]: not held through the check, which reads
                 dev, pos = _ByDevice(starts, True), _ByDevice(starts, False)  # them to name a place
             else:
@@ -345,6 +360,23 @@ class _ByDevice(Later[array]):
         for d, (lo, hi) in enumerate(zip(self.starts, self.starts[1:])):
             out.extend(array("i", [d]) * (hi - lo) if self.device else range(hi - lo))
         return out
+
+
+class _WaitOf(Later[Any]):
+    """Graph.wait of a graph compiled without it (``compile_graph``'s ``wait_when_read``):
+    the kernel's column, from compiling the schedule's columns again."""
+
+    def __init__(self, schedule: Schedule, rules_args: tuple):
+        self.schedule, self.rules_args = schedule, rules_args
+
+    def make(self) -> Any:
+        kernel, cols = _accel.kernel, self.schedule.columns
+        got = (kernel.compile_columns(cols.codes, cols.stages, cols.mbs, cols.lengths, *self.rules_args,
+                                      COLUMN_KINDS, _COLUMN_ROLES) if kernel is not None and cols is not None else None)
+        if got is not None:
+            return memoryview(got[4]).cast("i")
+        # read back where no kernel is (a pickled graph): the reference's, the same column
+        return _reference(self.schedule, self.schedule.has_explicit_comm, False).wait
 
 
 class _ActsOf(Later[list[Action]]):

@@ -422,7 +422,10 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
     nccl = runtime.on_nccl
     layout = runtime.layout
     table = durations.table if isinstance(durations, CodeDurations) else durations
-    got = kernel.runtime_plain(g.starts, g.code, g.stage, g.mb, g.wait, table, comm,
+    # a graph compiled without its wait column (compile_graph's wait_when_read): only its
+    # SEND/RECVs wait on another device, and the run reads none
+    wait = None if isinstance(given(g, "wait"), Later) else g.wait
+    got = kernel.runtime_plain(g.starts, g.code, g.stage, g.mb, wait, table, comm,
                                tuple(g.schedule.placement.routes[0]), _RECEIVED_BY_CODE, _COMM_BY_CODE,
                                nccl, nccl and runtime.nccl.buffered_sends, layout.by_edge, layout.by_direction,
                                runtime.lazy, *retired, MAX_CYCLES)

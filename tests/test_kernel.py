@@ -1609,6 +1609,74 @@ def test_the_kernels_graph_and_run_pickle_with_their_columns(schedule, runtime):
     assert (again.verdict, again.violations) == (report.verdict, report.violations)
 
 
+def _lowered_columns(family: str, devices: int, microbatches: int, torch: str, defer: bool):
+    """``family`` lowered by PyTorch's passes (the kernel's: a schedule of columns), with
+    ``defer_pp_recv`` (which hangs on NCCL) or without."""
+    from schedverify.lowering import torch_lowering
+
+    s = schedverify.loads(schedverify.dumps(FAMILIES[family](devices, microbatches)))
+    return torch_lowering(s, torch=torch, defer_recv=defer)
+
+
+lowered_columns = st.builds(lambda f, d, k, torch, defer: _lowered_columns(f, d, k * d, torch, defer),
+                            st.sampled_from(["1f1b", "gpipe", "interleaved-1f1b", "zb-h1"]), st.integers(2, 4),
+                            st.integers(1, 3), st.sampled_from(["2.14", "2.15"]), st.booleans())
+
+
+@given(lowered_columns, runtimes())
+def test_a_runtime_runs_graph_makes_its_wait_column_only_when_it_is_read(schedule, runtime):
+    """A graph compiled for a run of PyTorch's runtime (wait_when_read) from a schedule's
+    columns holds no wait column: the kernel's run takes its data through the RECVs and
+    reads none, and gives the reference's run, whether it ends or hangs; read, the column is
+    the one a graph compiled with it holds."""
+    from schedverify.lazy import Later, given as given_field
+    from schedverify.runtime import simulate
+
+    g, full = compile_graph(schedule, wait_when_read=True), compile_graph(schedule)
+    assert schedule.columns is not None and "compile_columns" in _answered(schedule)
+    assert isinstance(given_field(g, "wait"), Later)
+    c = resolve_costs(schedule, None)
+    with spying() as spy:
+        run = simulate(g, durations_for(g, c), c.comm, runtime)
+    assert "_wait_made" not in vars(g)  # the run did not read it
+    with pure_python():
+        same_run(run, simulate(full, durations_for(full, c), c.comm, runtime))
+    with spying() as spy_full:
+        simulate(full, durations_for(full, c), c.comm, runtime)
+    assert ("runtime_plain" in spy.answered) == ("runtime_plain" in spy_full.answered)
+    assert list(g.wait) == list(full.wait)
+
+
+@pytest.mark.parametrize("torch", ["2.14", "2.15"])
+def test_a_checks_run_of_a_lowered_schedule_holds_no_wait_column(torch):
+    """``check`` of a lowered schedule under PyTorch's runtime compiles it without the wait
+    column and never makes it, and reports what it reported with it."""
+    import pickle
+
+    from schedverify.lazy import Later, given as given_field
+
+    s = _lowered_columns("1f1b", 4, 8, torch, False)
+    with spying() as spy:
+        report = schedverify.check(s, torch=torch)
+    g = report.timeline.graph
+    assert "runtime_plain" in spy.answered and isinstance(given_field(g, "wait"), Later)
+    assert "_wait_made" not in vars(g)
+    with pure_python():
+        slow = schedverify.check(s, torch=torch)
+        assert report.to_json() == slow.to_json()
+        # pickled with its recipe, read back where no kernel is: the reference makes the column
+        again = pickle.loads(pickle.dumps(report)).timeline.graph
+        assert list(again.wait) == list(slow.timeline.graph.wait)
+    assert list(g.wait) == list(slow.timeline.graph.wait)
+
+
+def _answered(schedule) -> set:
+    """The kernel functions that answered compiling ``schedule``."""
+    with spying() as spy:
+        compile_graph(schedule)
+    return set(spy.answered)
+
+
 @given(with_comm.flatmap(lambda s: mutations(s, kinds=("swap", "move", "drop", "duplicate"))), runtimes())
 def test_the_kernels_run_declines_or_equals_the_reference_on_mutated_schedules(mutation, runtime):
     """Crossed messages, surplus sends, hangs on a stream or on the host: the kernel declines

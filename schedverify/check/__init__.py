@@ -52,7 +52,8 @@ class _Run:
         # PyTorch's runtime (docs/spec.md 8, 9): the structure as under eager, the execution
         # by the runtime model when the schedule lists its communication
         self.schedule = schedule
-        self.graph = compile_graph(schedule, comm_semantics="eager" if self.rt is not None else self.semantics)
+        self.graph = compile_graph(schedule, comm_semantics="eager" if self.rt is not None else self.semantics,
+                                   wait_when_read=self.rt is not None)
         self.waits = send_waits(self.graph) if self.rt is not None else None
         self.runtime: RuntimeResult | None = None
         self._timed = False
