@@ -3230,7 +3230,11 @@ k_runtime_plain(PyObject *self, PyObject *args)
         goto done;
     }
     long long rec_off[MAX_CODES], rec_code[MAX_CODES], peer_off[MAX_CODES], for_code[MAX_CODES];
-    int is_comm_k[MAX_CODES], send_k[MAX_CODES], fwd_k[MAX_CODES], ok = 1;
+    int send_k[MAX_CODES], fwd_k[MAX_CODES], ok = 1;
+    /* whether action i is a SEND/RECV, read off its code (IS_COMM, below): per code + 1 (-1:
+     * bookkeeping, no message).  is_comm, the column the caller reads, is made at the end,
+     * when the sweep's scratch is given back (n bytes fewer at the peak) */
+    unsigned char comm_of[MAX_CODES + 1] = {0};
     for (Py_ssize_t c = 0; c < K; c++) {
         PyObject *rv = PyTuple_GET_ITEM(received_o, c), *kv = PyTuple_GET_ITEM(kinds_o, c);
         rec_code[c] = -1;
@@ -3243,7 +3247,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 ok &= rec_code[c] >= 0 && rec_code[c] < K && llabs(rec_off[c]) <= MAX_OFFSET;
             }
         }
-        is_comm_k[c] = kv != Py_None;
+        comm_of[c + 1] = kv != Py_None;
         send_k[c] = fwd_k[c] = 0;
         peer_off[c] = 0;
         for_code[c] = -1;
@@ -3386,12 +3390,6 @@ k_runtime_plain(PyObject *self, PyObject *args)
      * splits it) the k-th send posted meets the k-th receive posted */
     /* each message's peer rank: the matching's and the lanes' (every message has a partner
      * on that rank, so the caller derives the column from partner) */
-    /* whether action i is a SEND/RECV, read off its code: is_comm, the column the caller
-     * reads, is made at the end, when the sweep's scratch is given back (n bytes fewer at
-     * the peak) */
-    unsigned char comm_of[MAX_CODES + 1] = {0}; /* per code + 1 (-1: bookkeeping, no message) */
-    for (Py_ssize_t c = 0; c < K; c++)
-        comm_of[c + 1] = (unsigned char)is_comm_k[c];
     const signed char *code1 = code_c.i1; /* int8 codes (a graph's): read directly, the hot case */
 #define IS_COMM(i) comm_of[(code1 != NULL ? code1[i] : CODE(i)) + 1]
     int32_t *peer = scratch_array(&sc, n, sizeof(int32_t), 0);
@@ -3413,7 +3411,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
             partner[i] = -1;
             peer[i] = -1;
             long long c = CODE(i);
-            if (c < 0 || !is_comm_k[c])
+            if (c < 0 || !comm_of[c + 1])
                 continue;
             long long ps = STAGE(i) + peer_off[c];
             if (ps < 0 || ps >= S || MB(i) < 0)

@@ -323,12 +323,10 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
                       _NEEDS_BY_CODE, _MATCH_BY_CODE, _MIXED_BY_CODE, _KINDS_BY_CODE, comm_semantics == "eager")
         cols = schedule.columns
         lazy_wait = wait_when_read and cols is not None and cols.has_comm
-        columns = (kernel.compile_columns(cols.codes, cols.stages, cols.mbs, cols.lengths, *rules_args,
-                                          COLUMN_KINDS, _COLUMN_ROLES, not lazy_wait)
+        columns = (_compile_columns(kernel, cols, rules_args, keep_wait=not lazy_wait)
                    if cols is not None else kernel.compile_plain(schedule.order, *rules_args))
         if cols is not None and columns is not None and columns[4] is True:  # another action waits: kept
-            columns = kernel.compile_columns(cols.codes, cols.stages, cols.mbs, cols.lengths, *rules_args,
-                                             COLUMN_KINDS, _COLUMN_ROLES)
+            columns = _compile_columns(kernel, cols, rules_args)
         if columns is not None:  # it declined every schedule with a fact it leaves empty
             (acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit, uncoded, reduces, reduce_waits,
              waits, mb) = columns
@@ -362,6 +360,12 @@ class _ByDevice(Later[array]):
         return out
 
 
+def _compile_columns(kernel, cols: PlainRows, rules_args: tuple, keep_wait: bool = True):
+    """The kernel's ``compile_columns`` over a schedule's columns (None: it declined)."""
+    return kernel.compile_columns(cols.codes, cols.stages, cols.mbs, cols.lengths, *rules_args, COLUMN_KINDS,
+                                  _COLUMN_ROLES, keep_wait)
+
+
 class _WaitOf(Later[Any]):
     """Graph.wait of a graph compiled without it (``compile_graph``'s ``wait_when_read``):
     the kernel's column, from compiling the schedule's columns again."""
@@ -371,8 +375,7 @@ class _WaitOf(Later[Any]):
 
     def make(self) -> Any:
         kernel, cols = _accel.kernel, self.schedule.columns
-        got = (kernel.compile_columns(cols.codes, cols.stages, cols.mbs, cols.lengths, *self.rules_args,
-                                      COLUMN_KINDS, _COLUMN_ROLES) if kernel is not None and cols is not None else None)
+        got = _compile_columns(kernel, cols, self.rules_args) if kernel is not None and cols is not None else None
         if got is not None:
             return memoryview(got[4]).cast("i")
         # read back where no kernel is (a pickled graph): the reference's, the same column

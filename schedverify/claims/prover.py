@@ -56,9 +56,9 @@ def prove(claim: Claim, *, timeout_s: float = 20.0, all_sizes: bool = False,
     if all_sizes and res.verdict == REFUTED and ext is not None:
         # A counterexample in the grid is one of the unbounded domain too: the claim is false
         # for all sizes, whichever sizes have a certificate.
-        searched, first = res.searched, _first_row(res)
+        first = _first_row(res)
         res.kind = f"all sizes in {ext}" + "".join(f", {c}" for c, _ in res.conditions)
-        _say_if_smallest(res, searched, first)
+        _say_if_smallest(res, first)
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -77,9 +77,8 @@ def _searched(claim: Claim, unknown: Result, timeout_s: float, t0: float) -> Res
     if grid is None:
         return unknown
     res = prove_finite(grid, timeout_s, budget_s=timeout_s)
-    searched = res.searched
     if res.verdict != REFUTED:
-        unknown.reason += f"; the exact search found no counterexample on {searched}"
+        unknown.reason += f"; the exact search found no counterexample on {res.searched}"
         if res.stopped_at:
             unknown.reason += f" before {res.stopped_at}, where its budget (--timeout, {timeout_s:g} s) ran out"
         unknown.seconds = time.perf_counter() - t0
@@ -88,12 +87,12 @@ def _searched(claim: Claim, unknown: Result, timeout_s: float, t0: float) -> Res
     res.claim, res.domain = claim, unknown.domain
     res.kind, res.conditions = unknown.kind, unknown.conditions
     res.all_sizes_reason = unknown.reason
-    _say_if_smallest(res, searched, first)
+    _say_if_smallest(res, first)
     res.seconds = time.perf_counter() - t0
     return res
 
 
-def _say_if_smallest(res: Result, searched: str, first: bool) -> None:
+def _say_if_smallest(res: Result, first: bool) -> None:
     """A grid's counterexample, now one for all sizes: the smallest when ``first`` (the
     domain's smallest p, and v, after every smaller m there) and no smaller size was left
     undecided (``res.reason``), else said not to be shown the smallest."""
@@ -104,7 +103,7 @@ def _say_if_smallest(res: Result, searched: str, first: bool) -> None:
                        f"smallest p = {_refuted_sizes(res)['p']}")
     else:  # a smaller p has m beyond the grid, which was not searched
         res.reason = (f"not shown to be the smallest: the exact search met it first, by p and then m, "
-                      f"over {searched}; a smaller p with a larger m was not searched")
+                      f"over {res.searched}; a smaller p with a larger m was not searched")
 
 
 def _grid(claim: Claim, domain_text: str) -> Claim | None:
