@@ -2480,7 +2480,8 @@ number_object(double v, unsigned char is_float)
  * the critical path reads a few of a million. */
 typedef struct {
     Py_buffer view;
-    const double *v;
+    const double *v;   /* doubles, or NULL: then vi */
+    const int32_t *vi; /* int32 (runtime_plain's end times of a run of small ints): each an int */
     const unsigned char *f;
     Py_ssize_t n;
 } times_t;
@@ -2497,16 +2498,21 @@ read_times(PyObject *values, PyObject *floats, times_t *t, const char *what)
     const char *f = t->view.format ? t->view.format : "B";
     if (*f == '@')
         f++;
-    /* (an empty array's buffer is a placeholder that need not be aligned: nothing is read) */
-    if (strcmp(f, "d") != 0 || t->view.ndim != 1 || t->view.itemsize != sizeof(double) ||
-        (t->view.len > 0 && ((uintptr_t)t->view.buf) % sizeof(double))) {
+    /* doubles, or int32 ("i", 4 bytes on every platform CPython supports), each an int.  (An
+     * empty array's buffer is a placeholder that need not be aligned: nothing is read.) */
+    const int narrow = strcmp(f, "i") == 0;
+    const Py_ssize_t w = narrow ? (Py_ssize_t)sizeof(int32_t) : (Py_ssize_t)sizeof(double);
+    if ((!narrow && strcmp(f, "d") != 0) || t->view.ndim != 1 || t->view.itemsize != w ||
+        (t->view.len > 0 && ((uintptr_t)t->view.buf) % (uintptr_t)w)) {
         PyBuffer_Release(&t->view);
-        PyErr_Format(PyExc_TypeError, "%s: the values of a times column are an array of doubles", what);
+        PyErr_Format(PyExc_TypeError, "%s: the values of a times column are an array of doubles or of int32",
+                     what);
         return 0;
     }
-    t->v = (const double *)t->view.buf;
+    t->v = narrow ? NULL : (const double *)t->view.buf;
+    t->vi = narrow ? (const int32_t *)t->view.buf : NULL;
     t->f = (const unsigned char *)PyBytes_AS_STRING(floats);
-    t->n = t->view.len / (Py_ssize_t)sizeof(double);
+    t->n = t->view.len / w;
     if (PyBytes_GET_SIZE(floats) != t->n) {
         PyBuffer_Release(&t->view);
         PyErr_Format(PyExc_ValueError, "%s: a times column has one flag per value", what);
@@ -2518,15 +2524,22 @@ read_times(PyObject *values, PyObject *floats, times_t *t, const char *what)
 /* The time at i < t->n as a number: 1, or 0 with ValueError set when its flag is neither 1
  * (a float) nor 0 (an int: an integral double of magnitude at most 2^53, so that the cast
  * is exact). */
+/* the value at i < t->n, as a double (an int32's exactly) */
+static inline double
+time_value(const times_t *t, Py_ssize_t i)
+{
+    return t->vi != NULL ? (double)t->vi[i] : t->v[i];
+}
+
 static inline int
 time_at(const times_t *t, Py_ssize_t i, num_t *x)
 {
-    double v = t->v[i];
+    double v = time_value(t, i);
     x->f = v;
     x->i = 0;
     x->is_float = t->f[i];
     if (x->is_float == 1)
-        return 1;
+        return t->vi == NULL ? 1 : (PyErr_SetString(PyExc_ValueError, "an int32 times column holds no float"), 0);
     /* in range first, so that the cast is defined; then integral exactly when it round-trips */
     if (x->is_float == 0 && fabs(v) <= EXACT_INT_MAX && (double)(long long)v == v) {
         x->i = (long long)v;
@@ -2914,7 +2927,9 @@ done:
  * doubles (bound as in sweep_plain, with each message's two durations counted).  Otherwise
  * every column is what the reference's RuntimeResult holds, number for number and type for
  * type (times as graph.Times columns, their values bytes of native doubles, end_floats None
- * when no end is a float: the caller's flags are then all 0; the start
+ * when no end is a float: the caller's flags are then all 0; end_values are bytes of
+ * native int32 instead, 4 bytes an entry, when every duration and comm is an int and the
+ * bound fits in 31 bits, so the caller reads their width off their length; the start
  * times, a SEND/RECV's ready and a compute action's end - duration, are left for the caller
  * to make when it reads them; bind and partner are bytes of native int32, 4 bytes an entry,
  * so it declines 3n >= INT32_MAX (bind and done_by: the binders, RT_DONE_NONE), and lane_of
@@ -2962,10 +2977,13 @@ rn_object(rnum_t x)
  * SEND/RECV's READY (-1: time 0); and ``done_by``, one byte an action, what set a SEND/RECV's
  * DONE, which is always the READY of the message or of its partner (rt_finish): RT_DONE_SELF,
  * RT_DONE_PARTNER, or RT_DONE_NONE (-1 in the reference's list, as an event of the other kind
- * is).  Four bytes an action fewer than an int32 per event that has a binder. */
+ * is).  Four bytes an action fewer than an int32 per event that has a binder.  During the
+ * sweep done_by is the top bits of the action's state byte (RT_DONE_SHIFT: one byte an action
+ * fewer at the run's peak), and the state byte becomes the column when the sweep is over. */
 #define RT_DONE_NONE 0
 #define RT_DONE_SELF 1
 #define RT_DONE_PARTNER 2
+#define RT_DONE_SHIFT 4
 
 static int
 compare_ll(const void *a, const void *b)
@@ -3033,13 +3051,16 @@ typedef struct {
     rnum_t comm;
     int buffered;
     /* the times, in the result's columns: fin (a compute action's end, a SEND/RECV's done)
-     * and ready, each a value and its float flag; state: bit 0 fin known, bit 1 ready known.
-     * ready_v is NULL until the run hangs (rt_ready: a ready time is its binder's fin) */
+     * and ready, each a value and its float flag; state: bit 0 fin known, bit 1 ready known
+     * (RT_HAS_*), and done_by above RT_DONE_SHIFT.
+     * ready_v is NULL until the run hangs (rt_ready: a ready time is its binder's fin).
+     * fin_i, when every duration is an int and their sum fits: the fins as int32, 4 bytes an
+     * action instead of 8 (fin_v NULL; fin_f then never written) */
     double *fin_v, *ready_v;
+    int32_t *fin_i;
     unsigned char *fin_f, *ready_f, *state;
     int any_float; /* a fin was a float: until then fin_f is not written (it is all 0) */
     int32_t *bind;
-    unsigned char *done_by;
     /* the lanes waiting: waited[k], the action blocked lane k waits for; whead[l], the
      * first of the lanes that wait for an action of lane l, linked by wnext (the last to
      * begin waiting first).  A lane per action would be a column; a list per lane is L
@@ -3073,6 +3094,10 @@ rt_is_send(const rt_t *r, long long i)
 static inline rnum_t
 rt_fin(const rt_t *r, long long i)
 {
+    if (r->fin_i != NULL) {
+        rnum_t x = {(double)r->fin_i[i], 0};
+        return x;
+    }
     rnum_t x = {r->fin_v[i], r->fin_f[i]};
     return x;
 }
@@ -3102,10 +3127,14 @@ rt_ready(const rt_t *r, long long i)
 static inline void
 rt_set_fin(rt_t *r, long long i, rnum_t t)
 {
-    r->fin_v[i] = t.v;
-    if (t.f || r->any_float) { /* fin_f is zero until the first float (a zero mapping, unwritten) */
-        r->fin_f[i] = t.f;
-        r->any_float = 1;
+    if (r->fin_i != NULL) { /* an int within the bound the durations' sum gives (runtime_plain) */
+        r->fin_i[i] = (int32_t)t.v;
+    } else {
+        r->fin_v[i] = t.v;
+        if (t.f || r->any_float) { /* fin_f is zero until the first float (a zero mapping, unwritten) */
+            r->fin_f[i] = t.f;
+            r->any_float = 1;
+        }
     }
     r->state[i] |= RT_HAS_FIN;
     if (!(r->state[i] & RT_AWAITED))
@@ -3141,7 +3170,9 @@ rt_dur(const rt_t *r, long long i)
 static inline void
 rt_finish(rt_t *r, long long x, rnum_t t, long long via)
 {
-    r->done_by[x] = via == x ? RT_DONE_SELF : RT_DONE_PARTNER; /* via: x or its partner */
+    /* via: x or its partner (done_by, in the state byte's top bits; set once: a DONE is) */
+    r->state[x] = (unsigned char)((r->state[x] & ((1 << RT_DONE_SHIFT) - 1)) |
+                                  ((via == x ? RT_DONE_SELF : RT_DONE_PARTNER) << RT_DONE_SHIFT));
     rt_set_fin(r, x, t);
 }
 
@@ -3275,14 +3306,16 @@ k_runtime_plain(PyObject *self, PyObject *args)
     const double lane_bound = (double)D * (!nccl ? 1.0 : 1.0 + (by_edge ? 2.0 * (double)D : by_direction ? 2.0
                                                                : lazy ? (double)D : 1.0));
     const Py_ssize_t lane_w = lane_bound <= RT_LANE_BYTE ? 1 : (Py_ssize_t)sizeof(lane_t);
-    const Py_ssize_t col_len[5] = {8 * n, 0, 4 * n, 4 * n, lane_w * n}; /* ready: a hang's, below */
-    for (int q = 0; q < 5; q++)
-        if (q != 1 && !(cols[q] = new_bytes(col_len[q])))
+    /* fin: once the durations give its width, below; ready: a hang's, below */
+    const Py_ssize_t col_len[5] = {0, 0, 4 * n, 4 * n, lane_w * n};
+    for (int q = 2; q < 5; q++)
+        if (!(cols[q] = new_bytes(col_len[q])))
             goto done;
-    double *fv = (double *)PyBytes_AS_STRING(cols[0]), *rv = NULL;
+    double *rv = NULL;
     int32_t *bv = (int32_t *)PyBytes_AS_STRING(cols[2]), *partner = (int32_t *)PyBytes_AS_STRING(cols[3]);
     lanes_t lane_of = {lane_w == 1 ? (unsigned char *)PyBytes_AS_STRING(cols[4]) : NULL,
                        lane_w == 1 ? NULL : (lane_t *)PyBytes_AS_STRING(cols[4])};
+    /* done_by, the sweep's state bytes meanwhile (rt_t.state) */
     if (!(done_o = new_bytes(n)))
         goto done;
     unsigned char *done_by = (unsigned char *)PyBytes_AS_STRING(done_o);
@@ -3330,7 +3363,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
     if (!read_number(comm_o, &comm.v, &comm.f))
         goto not_plain;
     long long bound = 0;
-    int by_code = 1;
+    int by_code = 1, dur_float = 0; /* dur_float: an action's duration is a float */
     if (per_code) /* the table's own order: code 0 .. K - 1, then -1 */
         for (Py_ssize_t c = 0; c <= K; c++) {
             Py_ssize_t at = c == K ? 0 : c + 1;
@@ -3350,6 +3383,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                 goto not_plain;
             dobj[c] = o;
         }
+        dur_float |= dcode[c].f;
         if (!dcode[c].f && (bound += 2 * (long long)dcode[c].v) > EXACT_INT_MAX)
             goto not_plain; /* a message's delta is one of its two durations: counted twice */
     }
@@ -3359,7 +3393,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
     PyObject *seen[NUMBER_CACHE] = {NULL};
     int32_t seen_at[NUMBER_CACHE] = {0}, ntab = 0, next_seen = 0;
     if (!by_code)
-        bound = 0;
+        bound = 0, dur_float = 0;
     for (Py_ssize_t i = 0; i < n && !by_code; i++) {
         PyObject *o = PyList_GET_ITEM(dur_o, i);
         int k = 0;
@@ -3377,6 +3411,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
         }
         dix[i] = seen_at[k];
         rnum_t d = dtab[dix[i]];
+        dur_float |= d.f;
         if (!d.f && (bound += 2 * (long long)d.v) > EXACT_INT_MAX)
             goto not_plain; /* a message's delta is one of its two durations: counted twice */
     }
@@ -3384,7 +3419,18 @@ k_runtime_plain(PyObject *self, PyObject *args)
         long long c = (long long)fabs(comm.v);
         if ((long long)n > (EXACT_INT_MAX - bound) / c)
             goto not_plain;
+        bound += (long long)n * c;
     }
+    /* Every fin is at most bound: a time is 0 or an earlier one plus a delta (a duration, of
+     * which a message's is one of its two, or comm), and no action adds its own twice.  So
+     * when every duration and comm is an int and bound fits, the fins are an int32 column: 4
+     * bytes an action, not 8 (making a bytes object runs no Python code: bytes are not
+     * tracked by the collector, so the lists read above stay as they were read) */
+    const int narrow = !dur_float && !comm.f && bound <= INT32_MAX;
+    if (!(cols[0] = new_bytes((narrow ? 4 : 8) * n)))
+        goto done;
+    double *fv = narrow ? NULL : (double *)PyBytes_AS_STRING(cols[0]);
+    int32_t *fiv = narrow ? (int32_t *)PyBytes_AS_STRING(cols[0]) : NULL;
 
     /* (3) matching (runtime.match): per channel (sender, receiver, direction when the layout
      * splits it) the k-th send posted meets the k-th receive posted */
@@ -3637,13 +3683,13 @@ k_runtime_plain(PyObject *self, PyObject *args)
     r.comm = comm;
     r.buffered = nccl && buffered;
     r.fin_v = fv;
+    r.fin_i = fiv;
     r.fin_f = ffp;
     r.any_float = 0;
     r.ready_v = NULL;
     r.ready_f = NULL;
     r.bind = bv;
-    r.done_by = done_by;
-    r.state = scratch_array(&sc, n, 1, 1);
+    r.state = done_by; /* (zeroed below: RT_DONE_NONE, no flag) */
     r.lane_of = lane_of;
     r.whead = scratch_array(&sc, L, sizeof(int32_t), 0);
     r.wnext = scratch_array(&sc, L, sizeof(int32_t), 0);
@@ -3659,14 +3705,14 @@ k_runtime_plain(PyObject *self, PyObject *args)
     if (!r.state || !r.whead || !r.wnext || !r.stack || !ptr || !source || !scan || !posted || !clock || !blocked ||
         !waited)
         goto done;
+    if (n > 0)
+        memset(r.state, 0, (size_t)n);
     for (Py_ssize_t k = 0; k < nret; k++) { /* checked above; a wait given twice: the last send */
         r.state[int_at(&ret_w, k)] |= RT_RETIRED;
         partner[int_at(&ret_w, k)] = (int32_t)int_at(&ret_s, k);
     }
     for (Py_ssize_t k = 0; k < n; k++)
         bv[k] = -1;
-    if (n > 0)
-        memset(done_by, RT_DONE_NONE, (size_t)n);
     for (Py_ssize_t k = 0; k < L; k++)
         r.whead[k] = -1;
     r.top = 0;
@@ -3707,7 +3753,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                                 awaited = c;
                                 break;
                             }
-                            if (fv[c] > now.v) {
+                            if (rt_fin(&r, c).v > now.v) {
                                 now = rt_fin(&r, c);
                                 src = 3 * c + RT_END;
                             }
@@ -3720,7 +3766,7 @@ k_runtime_plain(PyObject *self, PyObject *args)
                             awaited = i;
                             break;
                         }
-                        if (fv[i] >= now.v) {
+                        if (rt_fin(&r, i).v >= now.v) {
                             now = rt_fin(&r, i);
                             src = 3 * i + RT_DONE;
                         }
@@ -3887,7 +3933,10 @@ k_runtime_plain(PyObject *self, PyObject *args)
             unsigned char st = r.state[i];
             never[i] = !(st & (IS_COMM(i) ? RT_HAS_READY : RT_HAS_FIN));
             if (!(st & RT_HAS_FIN)) {
-                fv[i] = 0;
+                if (fiv != NULL)
+                    fiv[i] = 0;
+                else
+                    fv[i] = 0;
                 if (r.any_float) /* (else 0 already, and unwritten) */
                     ffp[i] = 0;
             }
@@ -3975,8 +4024,10 @@ k_runtime_plain(PyObject *self, PyObject *args)
         cols[1] = (Py_INCREF(Py_None), Py_None);
         flags[1] = (Py_INCREF(Py_None), Py_None);
     }
-    /* the sweep's scratch is given back before the last column is made */
-    scratch_drop(&sc, r.state);
+    /* the sweep's scratch is given back before the last column is made; the state bytes
+     * become the done_by column (their top bits) */
+    for (Py_ssize_t i = 0; i < n; i++)
+        done_by[i] = (unsigned char)(r.state[i] >> RT_DONE_SHIFT);
     scratch_drop(&sc, recv_at);
     if (!(flags[2] = new_bytes(n)))
         goto done;
@@ -4305,7 +4356,7 @@ k_bound_ready(PyObject *self, PyObject *args)
         goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         int b = is_comm[i] ? bind[i] : -1;
-        rv[i] = b >= 0 ? e.v[b / 3] : 0;
+        rv[i] = b >= 0 ? time_value(&e, b / 3) : 0;
         rf[i] = b >= 0 ? e.f[b / 3] : 0;
     }
     out = PyTuple_Pack(2, values, floats);
@@ -4553,7 +4604,7 @@ k_critical_path_plain(PyObject *self, PyObject *args)
         goto not_plain;
     Py_ssize_t last = 0, D = D1 - 1, len = 0, cap = 0;
     for (Py_ssize_t i = 1; i < n; i++)
-        if (end.v[i] > end.v[last])
+        if (time_value(&end, i) > time_value(&end, last))
             last = i;
     long long i = last;
     /* the path is walked in C (its indices into a growing C array: nothing is made or

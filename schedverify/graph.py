@@ -689,12 +689,13 @@ def _unmatched_comm(schedule: Schedule, acts: list[Action], producer: dict[int, 
 @dataclass(frozen=True, eq=False)
 class Times(KernelColumns, Later[list]):
     """Times as the compiled sweep returns them: ``values``, doubles (an array, or a
-    memoryview of the kernel's bytes), and
+    memoryview of the kernel's bytes; int32 where every time is an int that fits, as
+    ``runtime_plain`` may give them), and
     ``floats``, 1 where the time is a float and 0 where it is an int (exactly its double: at
     most 2^53).  The list Python's sweep makes is made from them on its first read
     (:mod:`schedverify.lazy`); the critical path and the makespan read the columns."""
 
-    values: array | memoryview[float]
+    values: array | memoryview
     floats: bytes
 
     def make(self) -> list:

@@ -435,9 +435,13 @@ def _native(g: Graph, durations, comm, runtime: Runtime, matching: Matching | No
     # allocations, on huge pages where the system has them): read through typed views, not copied
     fv, ff, rv, rf, bind, done_by, partner, lane_of, lanes, makespan, last, is_comm, hang = got
     bind, partner = (memoryview(c).cast("i") for c in (bind, partner))
+    n = len(g.code)
     # a lane index in one byte (at most 256 lanes) or two (the kernel's lane_t)
-    lane_of = memoryview(lane_of).cast("B" if len(lane_of) == len(g.code) else "H")
-    finish_times = Times(memoryview(fv).cast("d"), ff) if ff is not None else _IntTimes(memoryview(fv).cast("d"))
+    lane_of = memoryview(lane_of).cast("B" if len(lane_of) == n else "H")
+    # the end times as int32 when every duration is an int and their sum fits (4 bytes an
+    # action), else doubles; no float flags when none is a float
+    fin = memoryview(fv).cast("i" if n and len(fv) == 4 * n else "d")
+    finish_times = Times(fin, ff) if ff is not None else _IntTimes(fin)
     # a run that ends gives no ready column: each ready time is its binder's end (_BoundReady)
     ready_times = Times(memoryview(rv).cast("d"), rf) if rv is not None else _BoundReady(finish_times, bind, is_comm)
     kinds, labels = [], []
@@ -522,10 +526,10 @@ class _Start(Later[list]):
 
 class _IntTimes(Times):
     """The end times of a compiled run none of which is a float, which the kernel hands back
-    without their float flags (``runtime_plain``: n bytes the run need not hold): ``floats``,
-    all 0, is made on its first read."""
+    without their float flags (``runtime_plain``: n bytes the run need not hold), as int32
+    when they fit (4 bytes an action) or doubles: ``floats``, all 0, is made on its first read."""
 
-    def __init__(self, values: memoryview[float]):
+    def __init__(self, values: memoryview):
         object.__setattr__(self, "values", values)
 
     @property

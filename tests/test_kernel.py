@@ -1778,6 +1778,61 @@ def test_the_kernels_run_of_ints_holds_no_float_flags(costs):
     same_run(run, slow)
 
 
+@pytest.mark.parametrize("defer", [False, True])
+@pytest.mark.parametrize("over", [0, 1])
+def test_the_kernels_run_holds_int_end_times_in_four_bytes_while_their_bound_fits(defer, over):
+    """The end times of a run of ints are an int32 column while their bound fits in 31 bits
+    (twice the durations' sum, plus comm for each action: every end is at most that), and
+    doubles from one step past it; either way, in a run that ends or hangs (``defer_pp_recv``),
+    the times and the start times are the reference's, and a pickled run read back without
+    the kernel gives the same."""
+    import pickle
+
+    from schedverify.lazy import given as given_field
+    from schedverify.lowering import torch_lowering
+    from schedverify.releases import resolve
+    from schedverify.runtime import simulate
+
+    s = torch_lowering(FAMILIES["1f1b"](3, 5), torch="2.15", defer_recv=defer)
+    rt = resolve("torch-nccl", torch="2.15")
+    g = compile_graph(s)
+    unit = durations_for(g, resolve_costs(s, None))
+    comm = 3
+    bound = 2 * sum(unit) + len(unit) * comm  # at scale k: 2 k sum + n comm
+    k = (2**31 - 1 - len(unit) * comm) // (2 * sum(unit)) + over
+    durations = [k * d for d in unit]
+    assert (2 * sum(durations) + len(unit) * comm <= 2**31 - 1) == (over == 0) and bound > 0
+    with spying() as spy:
+        run = simulate(g, durations, comm, rt)
+    assert "runtime_plain" in spy.answered and run.completed == (not defer)
+    end = given_field(run, "end")
+    assert end.values.format == ("i" if over == 0 else "d") and type(end).__name__ == "_IntTimes"
+    with pure_python():
+        slow = simulate(g, durations, comm, rt)
+    same_run(run, slow)
+    assert typed(list(run.start)) == typed(slow.start)
+    back = pickle.loads(pickle.dumps(run))
+    with pure_python():
+        same_run(back, slow)
+
+
+@pytest.mark.parametrize("F, width", [(1000, "i"), (10**9, "d")])
+def test_a_check_of_a_run_of_int32_end_times_reports_what_the_reference_does(F, width):
+    """A check under PyTorch's runtime reads its run's end times as int32 or doubles alike:
+    the report (the makespan, the critical path, the bubble) is the pure-Python check's."""
+    from schedverify.lazy import given as given_field
+
+    s = _lowered_columns(generated("1f1b", 4, 8), "2.15")
+    assert s is not None
+    with spying() as spy:
+        report = schedverify.check(s, torch="2.15", costs={"F": F, "B": 2 * F, "comm": 7})
+    assert "runtime_plain" in spy.answered
+    assert given_field(report.timeline._run, "end").values.format == width
+    with pure_python():
+        slow = schedverify.check(s, torch="2.15", costs={"F": F, "B": 2 * F, "comm": 7})
+    assert report.to_json() == slow.to_json() and report.metrics.makespan == slow.metrics.makespan
+
+
 @pytest.mark.parametrize("peers", [3, 4])
 @pytest.mark.parametrize("hang", [False, True])
 def test_the_kernels_run_steps_over_a_few_lanes_and_lists_many(peers, hang):
