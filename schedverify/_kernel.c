@@ -2521,9 +2521,6 @@ read_times(PyObject *values, PyObject *floats, times_t *t, const char *what)
     return 1;
 }
 
-/* The time at i < t->n as a number: 1, or 0 with ValueError set when its flag is neither 1
- * (a float) nor 0 (an int: an integral double of magnitude at most 2^53, so that the cast
- * is exact). */
 /* the value at i < t->n, as a double (an int32's exactly) */
 static inline double
 time_value(const times_t *t, Py_ssize_t i)
@@ -2531,6 +2528,9 @@ time_value(const times_t *t, Py_ssize_t i)
     return t->vi != NULL ? (double)t->vi[i] : t->v[i];
 }
 
+/* The time at i < t->n as a number: 1, or 0 with ValueError set when its flag is neither 1
+ * (a float) nor 0 (an int: an integral double of magnitude at most 2^53, so that the cast
+ * is exact), or is 1 in an int32 column. */
 static inline int
 time_at(const times_t *t, Py_ssize_t i, num_t *x)
 {
@@ -5229,7 +5229,8 @@ k_defer_recv_plain(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_ssize_t D = c.D, n = c.n;
-    if (S > 2 * n + 1024 || !lk_table_fits(S, M, 2, n))
+    /* the held RECVs' tables are int32 (their indices and keys: below 8n + 2^20 entries) */
+    if (S > 2 * n + 1024 || !lk_table_fits(S, M, 2, n) || n >= INT32_MAX / 16)
         return declined();
     for (Py_ssize_t i = 0; i < n; i++)
         if (c.code[i] >= LK_KINDS || c.stage[i] < 0 || c.stage[i] >= S || c.mb[i] >= M
@@ -5239,14 +5240,14 @@ k_defer_recv_plain(PyObject *self, PyObject *args)
     scratch_t sc = SCRATCH_INIT;
     PyObject *ocodes = NULL, *ostages = NULL, *ombs = NULL;
     int32_t *rank = scratch_array(&sc, S, sizeof(int32_t), 0);
-    Py_ssize_t *tab = scratch_array(&sc, cells, sizeof(Py_ssize_t), 0);
-    Py_ssize_t *e_i = scratch_array(&sc, n, sizeof(Py_ssize_t), 0);
-    Py_ssize_t *e_next = scratch_array(&sc, n, sizeof(Py_ssize_t), 0);
-    Py_ssize_t *e_key = scratch_array(&sc, n, sizeof(Py_ssize_t), 0);
+    int32_t *tab = scratch_array(&sc, cells, sizeof(int32_t), 0);
+    int32_t *e_i = scratch_array(&sc, n, sizeof(int32_t), 0);
+    int32_t *e_next = scratch_array(&sc, n, sizeof(int32_t), 0);
+    int32_t *e_key = scratch_array(&sc, n, sizeof(int32_t), 0);
     int32_t *e_peer = scratch_array(&sc, n, sizeof(int32_t), 0);
     unsigned char *alive = scratch_array(&sc, n, 1, 1);
-    Py_ssize_t *head = scratch_array(&sc, D, sizeof(Py_ssize_t), 0);
-    Py_ssize_t *tail = scratch_array(&sc, D, sizeof(Py_ssize_t), 0);
+    int32_t *head = scratch_array(&sc, D, sizeof(int32_t), 0);
+    int32_t *tail = scratch_array(&sc, D, sizeof(int32_t), 0);
     ocodes = new_bytes(n);
     ostages = new_bytes((Py_ssize_t)sizeof(pr_t) * n);
     ombs = new_bytes((Py_ssize_t)sizeof(pr_t) * n);
@@ -5289,17 +5290,17 @@ k_defer_recv_plain(PyObject *self, PyObject *args)
                     goto not_plain;
                 int32_t p = rank[ps];
                 Py_ssize_t e = ne++;
-                e_i[e] = i;
+                e_i[e] = (int32_t)i;
                 e_next[e] = -1;
-                e_key[e] = key;
+                e_key[e] = (int32_t)key;
                 e_peer[e] = p;
                 alive[e] = 1;
                 if (tail[p] < 0)
-                    head[p] = e;
+                    head[p] = (int32_t)e;
                 else
-                    e_next[tail[p]] = e;
-                tail[p] = e;
-                tab[key] = e;
+                    e_next[tail[p]] = (int32_t)e;
+                tail[p] = (int32_t)e;
+                tab[key] = (int32_t)e;
                 continue;
             }
             if (k == 4 || k == 6) { /* SEND_F, SEND_B: to a higher rank, what is held from it goes first */

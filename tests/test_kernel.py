@@ -760,6 +760,8 @@ BAD_CALLS = [
     ("times_list(array('d', [0.5]), b'\\x00')", "ValueError"),
     ("times_list(array('d', [0.5, 1.0]), b'\\x01')", "ValueError"),
     ("times_list(memoryview(bytes(16)).cast('d', (1, 2)), b'\\x01\\x01')", "TypeError"),  # 2-D
+    ("times_list(array('i', [3]), b'\\x01')", "ValueError"),  # an int32 column holds no float
+    ("times_list(array('q', [3]), b'\\x00')", "TypeError"),  # neither doubles nor int32
     ("durations_plain([0, 8], [0] * 9)", "ValueError"),  # a code beyond 7
     ("durations_plain([-2], [0] * 9)", "ValueError"),
     ("durations_plain([0], [0])", "ValueError"),  # a table of the codes and -1: at least one code
