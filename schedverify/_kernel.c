@@ -4957,7 +4957,7 @@ k_lower_keyed(PyObject *self, PyObject *args)
     int *nnext = scratch_array(&sc, n, sizeof(int), 0);
     double *endt = scratch_array(&sc, cells, sizeof(double), 0);
     unsigned char *has = scratch_array(&sc, cells, 1, 1);
-    Py_ssize_t *atp = scratch_array(&sc, cells, sizeof(Py_ssize_t), 0);
+    int32_t *atp = scratch_array(&sc, cells, sizeof(int32_t), 0); /* (positions: below n + ng, checked) */
     Py_ssize_t *cstart = scratch_array(&sc, D + 1, sizeof(Py_ssize_t), 1);
     mid = PyMem_Calloc((size_t)D, sizeof(lvec_t));
     out = PyMem_Calloc((size_t)D, sizeof(lvec_t));
@@ -5007,7 +5007,7 @@ k_lower_keyed(PyObject *self, PyObject *args)
                 ncomp++;
     }
     cstart[D] = ncomp;
-    Py_ssize_t *cpos = scratch_array(&sc, ncomp, sizeof(Py_ssize_t), 0);
+    int32_t *cpos = scratch_array(&sc, ncomp, sizeof(int32_t), 0);
     double *cend = scratch_array(&sc, ncomp, sizeof(double), 0);
     if (!cpos || !cend)
         goto nomem;
@@ -5020,16 +5020,16 @@ k_lower_keyed(PyObject *self, PyObject *args)
             Py_ssize_t key = (Py_ssize_t)LK_AT(s, m, code, M, 4);
             if (rank[s] != d || !has[key] || (j > cstart[d] && endt[key] < cend[j - 1]))
                 goto not_plain; /* a rank's ends in row order rise, as a timeline's do: the cursor below needs it */
-            cpos[j] = k;
+            cpos[j] = (int32_t)k;
             cend[j++] = endt[key];
-            atp[key] = k;
+            atp[key] = (int32_t)k;
             long long peer;
             nmsg += lower_comm(code, s, S, rank, &peer) != 0;
         }
     msg = PyMem_Malloc(sizeof(lk_msg_t) * ((size_t)nmsg + 1));
     ins = PyMem_Malloc(sizeof(lk_ins_t) * (2 * (size_t)nmsg + 1));
-    Py_ssize_t *producer = scratch_array(&sc, nmsg + 1, sizeof(Py_ssize_t), 0);
-    Py_ssize_t *user = scratch_array(&sc, nmsg + 1, sizeof(Py_ssize_t), 0);
+    int32_t *producer = scratch_array(&sc, nmsg + 1, sizeof(int32_t), 0);
+    int32_t *user = scratch_array(&sc, nmsg + 1, sizeof(int32_t), 0);
     if (msg == NULL || ins == NULL || producer == NULL || user == NULL)
         goto nomem;
     /* the messages, by key: (time the data is ready, sender, receiver, stage, label, microbatch) */
@@ -5059,7 +5059,7 @@ k_lower_keyed(PyObject *self, PyObject *args)
             e->mb = (int32_t)m;
             e->seq = (int32_t)q;
             producer[q] = atp[LK_AT(s, m, code, M, 4)];
-            user[q] = use;
+            user[q] = (int32_t)use;
             q++;
         }
     }
