@@ -695,7 +695,7 @@ class Times(KernelColumns, Later[list]):
     most 2^53).  The list Python's sweep makes is made from them on its first read
     (:mod:`schedverify.lazy`); the critical path and the makespan read the columns."""
 
-    values: array | memoryview
+    values: array | memoryview[float] | memoryview[int]
     floats: bytes
 
     def make(self) -> list:

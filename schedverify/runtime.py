@@ -529,7 +529,7 @@ class _IntTimes(Times):
     without their float flags (``runtime_plain``: n bytes the run need not hold), as int32
     when they fit (4 bytes an action) or doubles: ``floats``, all 0, is made on its first read."""
 
-    def __init__(self, values: memoryview):
+    def __init__(self, values: memoryview[float] | memoryview[int]):
         object.__setattr__(self, "values", values)
 
     @property
