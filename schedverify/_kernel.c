@@ -2277,10 +2277,6 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         (keep_wait && !(waitc = bytes_column(&c_wait, n, sizeof(int32_t)))))
         goto fail;
     memset(table, 0xff, sizeof(int32_t) * (size_t)table_size); /* -1: no action */
-    /* !keep_wait: an action other than a SEND/RECV waits on another device.  By deps.NEEDS
-     * never here (an input from another stage comes through a RECV, one of its own stage is
-     * on its own device): kept so that a change of the rules cannot make a run skip a wait */
-    int compute_waits = 0;
     for (i = 0; i < n; i++) {
         if (waitc != NULL)
             waitc[i] = (int32_t)n;
@@ -2337,8 +2333,13 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
                 goto not_plain; /* a second wait on another device: graph.more_waits */
             if (waitc != NULL)
                 waitc[i] = (int32_t)j;
-            else if (match_code[c] < 0)
-                compute_waits = 1;
+            else if (match_code[c] < 0) /* !keep_wait and an action other than a SEND/RECV
+                                         * waits on another device, which the run would read.
+                                         * By deps.NEEDS never (an input from another stage
+                                         * comes through a RECV, one of its own stage is on
+                                         * its own device): declined, so that a change of the
+                                         * rules cannot make a run skip a wait */
+                goto not_plain;
         }
     }
 #undef LOOKUP
@@ -2365,7 +2366,7 @@ compile_core(PyObject *order, const columns_t *cols, long long S, long long M, P
         if (starts_l && counts_l && inv_l && uncoded_l && reduces_l && rwaits_l && swaits_l) {
             result = Py_BuildValue("(OOOOOOOOOOOOOOO)", acts ? acts : Py_None, c_dev ? c_dev : Py_None,
                                    c_pos ? c_pos : Py_None, starts_l,
-                                   c_wait ? c_wait : compute_waits ? Py_True : Py_None, counts_l, inv_l, c_code,
+                                   c_wait ? c_wait : Py_None, counts_l, inv_l, c_code,
                                    cols ? cols->stages : c_stage, explicit ? Py_True : Py_False, uncoded_l,
                                    reduces_l, rwaits_l, swaits_l, cols ? cols->mbs : c_mb);
         }
@@ -2428,8 +2429,8 @@ k_compile_plain(PyObject *self, PyObject *args)
  * REDUCE_GRADs and WAIT_REDUCE_GRADs (one or two per stage) as lists.  With ``keep_wait``
  * false (it is true by default) no wait column is made (4 bytes an action that a run of
  * PyTorch's runtime does not read: runtime_plain takes its data through the RECVs): its slot
- * is None, or True when an action other than a SEND/RECV waits on another device, which
- * runtime_plain would need (the caller then compiles again, keeping it). */
+ * is None, and it declines when an action other than a SEND/RECV waits on another device,
+ * which runtime_plain would need (the reference then compiles, keeping the column). */
 static PyObject *
 k_compile_columns(PyObject *self, PyObject *args)
 {
@@ -3753,8 +3754,9 @@ k_runtime_plain(PyObject *self, PyObject *args)
                                 awaited = c;
                                 break;
                             }
-                            if (rt_fin(&r, c).v > now.v) {
-                                now = rt_fin(&r, c);
+                            rnum_t fc = rt_fin(&r, c);
+                            if (fc.v > now.v) {
+                                now = fc;
                                 src = 3 * c + RT_END;
                             }
                         }
@@ -3766,8 +3768,9 @@ k_runtime_plain(PyObject *self, PyObject *args)
                             awaited = i;
                             break;
                         }
-                        if (rt_fin(&r, i).v >= now.v) {
-                            now = rt_fin(&r, i);
+                        rnum_t fi = rt_fin(&r, i);
+                        if (fi.v >= now.v) {
+                            now = fi;
                             src = 3 * i + RT_DONE;
                         }
                         p = LANE_NEXT(k, p, stop);

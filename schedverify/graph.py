@@ -325,8 +325,6 @@ def compile_graph(schedule: Schedule, *, comm_semantics: str = "eager", fast: bo
         lazy_wait = wait_when_read and cols is not None and cols.has_comm
         columns = (_compile_columns(kernel, cols, rules_args, keep_wait=not lazy_wait)
                    if cols is not None else kernel.compile_plain(schedule.order, *rules_args))
-        if cols is not None and columns is not None and columns[4] is True:  # another action waits: kept
-            columns = _compile_columns(kernel, cols, rules_args)
         if columns is not None:  # it declined every schedule with a fact it leaves empty
             (acts, dev, pos, starts, wait, counts, inversions, code, stage, explicit, uncoded, reduces, reduce_waits,
              waits, mb) = columns
