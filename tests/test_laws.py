@@ -4,7 +4,8 @@ The optimum has no closed form, but lower bounds that hold for every schedule an
 schedules certified for every size that meet them pin it: the K-in-flight law (the round
 trip per K microbatches, met by ``1f1b --max-inflight K``), and at equal pass times the
 split-backward bound, met by ZB-H1; which gives the exact region where ZB-H2 is not optimal
-under its memory.  A law that is off is refuted at its smallest size, confirmed by the
+under its memory; and at F : I : W = 2 : 2 : 1 the bounds that read the memory limit, met by
+ZB-H1 under 1F1B's memory.  A law that is off is refuted at its smallest size, confirmed by the
 search's proven optimum there; where the bounds do not meet, the verdict is UNKNOWN."""
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import io
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from schedverify.claims import Claim, prove
 from schedverify.claims.allsizes import CertificateStore
@@ -20,6 +23,7 @@ from schedverify.cli import run
 
 LAW = "optimal_makespan(memory=k) == (t_F + t_B)*((m + p - 1) + (ceiling(m/k) - 1)*(p - k))"
 EQUAL = "t_F == 1, t_I == 1, t_W == 1, c == 0"
+TWO_TWO_ONE = "t_F == 2, t_I == 2, t_W == 1, c == 0"
 
 
 @pytest.fixture(scope="module")
@@ -73,12 +77,52 @@ def test_the_region_where_zb_h2_is_not_optimal_is_exactly_3_to_2p_minus_3(store)
     assert (res.counterexample["lhs"], res.counterexample["rhs"]) == ("12", "11")
 
 
+def test_zb_h1_is_optimal_under_1f1bs_memory_at_2_2_1_for_every_size(store):
+    """At the paper's profiled F : I : W = 2 : 2 : 1 the split-backward bound ignores memory
+    and stays p - 1 below ZB-H1; what device 0 must free before its last forward under memory
+    p (law (6)) meets ZB-H1 for m > p, the last device's last input-gradient (law (5)) for
+    m <= p, and the optimum has a closed form."""
+    res = prove(Claim("makespan == optimal_makespan(memory=p, split)", "zb-h1", TWO_TWO_ONE, "p >= 2, m >= 1"),
+                store=store)
+    assert res.verdict == "PROVED" and res.kind == "all sizes in p >= 2, m >= 1, v == 1", res.to_json()
+    laws = [b["law"] for b in res.laws["optimal_makespan(memory=p, split)"]]
+    assert "device 0's last forward under the memory limit" in laws
+    assert "the last device's last input-gradient" in laws
+    res = prove(Claim("optimal_makespan(memory=p, split) == (m + p - 1)*(t_F + t_I) + Max(1, m - p + 1)*t_W", "",
+                      TWO_TWO_ONE, "p >= 2, m >= 1"), store=store)
+    assert res.verdict == "PROVED", res.to_json()
+    # one t_W off, on either side of the breakpoint m = p: refuted, at its smallest size
+    for wrong, at in (("Max(1, m - p + 2)", {"p": 2, "m": 2}), ("Max(1, m - p)", {"p": 2, "m": 3})):
+        res = prove(Claim(f"optimal_makespan(memory=p, split) == (m + p - 1)*(t_F + t_I) + {wrong}*t_W", "",
+                          TWO_TWO_ONE, "p >= 2, m >= 1"), store=store)
+        assert res.verdict == "REFUTED" and res.counterexample["sizes"] == at | {"v": 1}, (wrong, res.to_json())
+
+
+@settings(max_examples=4)
+@given(t=st.tuples(*[st.integers(1, 3)] * 3), c=st.sampled_from([0, 1]), half=st.booleans())
+def test_the_split_backward_laws_never_exceed_the_searchs_proven_optimum(t, c, half):
+    """Laws (5) and (6) are lower bounds on every schedule: at every size of a small grid, for
+    costs and a memory limit drawn at random (a half-integer one too), the search's proven
+    optimum is at least each of them (judged on the finite range: the laws take no part)."""
+    tF, tI, tW = t
+    E = "k + 1/2" if half else "k"
+    assume = f"t_F == {tF}, t_I == {tI}, t_W == {tW}, c == {c}"
+    law6 = (f"Max(0, (p - k)*t_F + (p - 1)*t_I) + (m - 1)*t_F + (m - ({E}))*Min(t_I + t_W, 2*t_I)"
+            " + p*(t_F + t_I) + t_W")
+    for claim, extra, grid in (("optimal_makespan(split) >= (m + p - 1)*(t_F + t_I) + t_W", "", "p=2..3,m=1..4"),
+                               (f"optimal_makespan(memory={E}, split) >= {law6}", ", m >= k + 1",
+                                "p=2..3,m=1..4,k=1..2")):
+        res = prove(Claim(claim, "", assume + extra, grid), timeout_s=20)
+        assert res.verdict == "PROVED" and res.kind.startswith("finite range"), (claim, assume, res.to_json())
+
+
 def test_where_the_bounds_do_not_meet_the_verdict_is_unknown_and_says_why(store):
-    """At F : I : W = 2 : 2 : 1 the split-backward lower bound ignores memory and stays p - 1
-    below ZB-H1: no all-sizes verdict (the catalogue judges it on its finite range)."""
-    res = prove(Claim("makespan == optimal_makespan(memory=p, split)", "zb-h1", "t_F == 2, t_I == 2, t_W == 1, c == 0",
-                      "p >= 2, m >= 1"), store=store)
-    assert res.verdict == "UNKNOWN" and "bounds that do not meet" in res.reason
+    """Under memory p - 1 no certified schedule fits (ZB-H1 holds p): only lower bounds, so a
+    claim that bounds the optimum from above is decided by no law; the search finds no
+    counterexample within its budget, and the verdict is UNKNOWN with that reason."""
+    res = prove(Claim("optimal_makespan(memory=p - 1, split) <= 100*m*p", "", TWO_TWO_ONE, "p >= 2, m >= 1"),
+                timeout_s=2, store=store)
+    assert res.verdict == "UNKNOWN" and "bounds that do not meet" in res.reason, res.to_json()
 
 
 def test_the_cli_names_the_laws():

@@ -12,6 +12,11 @@ between bounds that are theorems:
   * ``fill and drain``: with F and B only, ``(m + p - 1)(t_F + t_B)``;
   * ``last device, first input-gradient``: with split backward,
     ``max((p-1) t_F + m (t_F + t_I + t_W), p t_F + (p-1) t_I + m (t_I + t_W))``;
+  * ``the last device's last input-gradient``: with split backward,
+    ``(m + p - 1)(t_F + t_I) + t_W``;
+  * ``device 0's last forward``: with split backward and memory E (K = floor(E) >= 1,
+    m > E), ``max(0, (p - K) t_F + (p - 1) t_I) + (m - 1) t_F + (m - E) min(t_I + t_W, 2 t_I)
+    + p (t_F + t_I) + t_W``;
 
 - upper bounds, each a schedule whose makespan is certified for every size and whose
   memory fits the limit: ``1f1b --max-inflight K`` (1F1B's certificate over the virtual
@@ -84,9 +89,17 @@ def bounds(env, ref, store) -> list[Bound]:
     out.append(Bound("lower", "last device; first input-gradient on device 0", z3.BoolVal(True),
                      _max(z3, R(p - 1) * tF + R(m) * (tF + tI + tW), R(p) * tF + R(p - 1) * tI + R(m) * (tI + tW)),
                      "docs/proofs.md, Laws (4)"))
+    out.append(Bound("lower", "the last device's last input-gradient", z3.BoolVal(True),
+                     R(m + p - 1) * (tF + tI) + tW, "docs/proofs.md, Laws (5)"))
     import sympy
 
     E = None if ref.memory is None else env.real(sympy.sympify(ref.memory))
+    if E is not None:
+        idle = _max(z3, R(p - K) * tF + R(p - 1) * tI, z3.RealVal(0))
+        freed = (R(m) - E) * z3.If(tW <= tI, tI + tW, 2 * tI)
+        out.append(Bound("lower", "device 0's last forward under the memory limit", z3.And(K >= 1, R(m) > E),
+                         idle + R(m - 1) * tF + freed + R(p) * (tF + tI) + tW,
+                         "docs/proofs.md, Laws (6): what device 0 must free before its last forward"))
     for fam in ("zb-h1", "zb-h2"):
         for cert in _timed(store, fam):
             peak = env.metric(fam, "peak_memory", None, cert=cert)
