@@ -125,6 +125,15 @@ def test_where_the_bounds_do_not_meet_the_verdict_is_unknown_and_says_why(store)
     assert res.verdict == "UNKNOWN" and "bounds that do not meet" in res.reason, res.to_json()
 
 
+def test_a_refuted_claim_about_the_optimum_says_the_search_confirmed_it():
+    """The smallest counterexample of a claim about the optimum is the search's proven optimum
+    at that size, not a simulated schedule."""
+    code, out, _ = _cli(["prove", "optimal_makespan(memory=p - 1, split) >= 5*m + 3*p + 3", "--assume",
+                         TWO_TWO_ONE + ", m >= p", "--domain", "p >= 2, m >= 1", "--timeout", "5"])
+    assert code == 1 and "counterexample: p=2, m=2" in out, out
+    assert "confirmed by the search's proven optimum there" in out and "simulating" not in out, out
+
+
 def test_the_cli_names_the_laws():
     code, out, _ = _cli(["prove", LAW, "--assume", "c == 0, k <= p", "--domain", "p >= 1, m >= 1, k >= 1"])
     assert code == 0 and "kind: all sizes in p >= 1, m >= 1, k >= 1" in out

@@ -548,7 +548,7 @@ def _optimum_counterexample(claim: Claim, prep: _Prepared, sizes: dict, info: di
     found: dict = info["optima"]
     apps = info["apps"]
     val = {apps[n]: o.lower for n, o in found.items()}  # a proven optimum: lower == upper
-    refuted_by = "the proven optimum"
+    refuted_by = "the search's proven optimum"
     unproven = [n for n, o in found.items() if not o.proven]
     if unproven:  # one optimum, decided by its interval: show the end that refutes
         o = found[unproven[0]]
