@@ -98,6 +98,26 @@ def test_zb_h1_is_optimal_under_1f1bs_memory_at_2_2_1_for_every_size(store):
         assert res.verdict == "REFUTED" and res.counterexample["sizes"] == at | {"v": 1}, (wrong, res.to_json())
 
 
+def test_zb_h1_is_optimal_under_1f1bs_memory_wherever_w_is_the_cheapest_pass(store, tmp_path):
+    """On the cone where t_W is the smallest cost (the paper's profiled ratio inside it) ZB-H1's
+    certified makespan meets laws (5) and (6) at every size and every such cost.  Outside it
+    the laws leave a gap, and the search, which needs costs pinned, cannot look: UNKNOWN,
+    saying so, never a usage error; a catalogue run on finite ranges says the same."""
+    claim = "makespan == optimal_makespan(memory=p, split)"
+    res = prove(Claim(claim, "zb-h1", "c == 0, t_W <= t_F, t_W <= t_I", "p >= 2, m >= 1"), store=store)
+    assert res.verdict == "PROVED" and res.kind == "all sizes in p >= 2, m >= 1, v == 1", res.to_json()
+    res = prove(Claim(claim, "zb-h1", "c == 0, t_W <= t_I", "p >= 2, m >= 1"), store=store)
+    assert res.verdict == "UNKNOWN" and "bounds that do not meet" in res.reason, res.to_json()
+    assert "did not look for a counterexample: it needs every cost pinned" in res.reason
+    cat = tmp_path / "free.toml"
+    cat.write_text(f'source = "a test"\n[[claim]]\nid = "free"\nfamily = "zb-h1"\ntext = "{claim}"\n'
+                   f'assume = "c == 0, t_W <= t_F, t_W <= t_I"\ndomain = "p=2..3,m=1..3,v=1..1"\n'
+                   f'verdict = "PROVED"\n')
+    assert _cli(["prove", str(cat)])[0] == 0
+    code, out, _ = _cli(["prove", str(cat), "--finite-only"])
+    assert code == 3 and "UNKNOWN" in out and "judged for all sizes only" in out, out
+
+
 @settings(max_examples=4)
 @given(t=st.tuples(*[st.integers(1, 3)] * 3), c=st.sampled_from([0, 1]), half=st.booleans())
 def test_the_split_backward_laws_never_exceed_the_searchs_proven_optimum(t, c, half):

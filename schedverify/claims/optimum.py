@@ -94,6 +94,11 @@ def _number(x) -> Any:
     return sympy.Rational(q.numerator, q.denominator)
 
 
+class UnpinnedCosts(UsageError):
+    """A claim about the optimum whose assumptions leave a cost free: the search, which
+    solves one size at given costs, cannot judge it (the laws of the all-sizes prover can)."""
+
+
 def problem_of(ref: OptimumRef, sizes: dict, costs: dict) -> dict:
     """The search arguments of ``ref`` at ``sizes`` (p, m, v, k, ...) and pinned ``costs``
     (claim symbol -> sympy number); UsageError names what is missing or not a number."""
@@ -101,7 +106,7 @@ def problem_of(ref: OptimumRef, sizes: dict, costs: dict) -> dict:
     names = SPLIT_COSTS if ref.split else FULL_COSTS
     missing = [n for n in list(names) + ["c"] if n not in costs]
     if missing:
-        raise UsageError(f"optimal_makespan needs numbers for its costs: the assumptions do not pin "
+        raise UnpinnedCosts(f"optimal_makespan needs numbers for its costs: the assumptions do not pin "
                          f"{', '.join(missing)} (e.g. assume = \"t_F == 1, "
                          f"{'t_I == 1, t_W == 1' if ref.split else 't_B == 2'}, c == 0\")")
     vals = {}

@@ -76,7 +76,14 @@ def _searched(claim: Claim, unknown: Result, timeout_s: float, t0: float) -> Res
     grid = _grid(claim, unknown.domain["all sizes"])
     if grid is None:
         return unknown
-    res = prove_finite(grid, timeout_s, budget_s=timeout_s)
+    from .optimum import UnpinnedCosts
+
+    try:
+        res = prove_finite(grid, timeout_s, budget_s=timeout_s)
+    except UnpinnedCosts as e:  # the laws did not decide it, and the search cannot try
+        unknown.reason += f"; the exact search did not look for a counterexample: it needs every cost pinned ({e})"
+        unknown.seconds = time.perf_counter() - t0
+        return unknown
     if res.verdict != REFUTED:
         unknown.reason += f"; the exact search found no counterexample on {res.searched}"
         if res.stopped_at:

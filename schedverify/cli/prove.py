@@ -95,7 +95,7 @@ def run(args, out, err) -> int:
     claims = load(args.args)
     store = CertificateStore(recheck=args.recheck)
     extend = not getattr(args, "finite_only", False)
-    results = [prove(c, timeout_s=args.timeout, all_sizes=extend, store=store) for c in claims]
+    results = [_judged(c, args.timeout, extend, store) for c in claims]
     if args.format == "json":
         print(json.dumps([r.to_json() for r in results], ensure_ascii=False, indent=1), file=out)
     else:
@@ -104,6 +104,20 @@ def run(args, out, err) -> int:
     if not changed:
         return EXIT_OK
     return EXIT_UNKNOWN if all(r.verdict == "UNKNOWN" for r in changed) else EXIT_INVALID
+
+
+def _judged(claim, timeout_s: float, all_sizes: bool, store):
+    """One catalogue claim's verdict; a claim about the optimum at free costs has none on a
+    finite range (the search solves one size at given costs): UNKNOWN there, saying so."""
+    from ..claims import prove
+    from ..claims.finite import UNKNOWN, Result
+    from ..claims.optimum import UnpinnedCosts
+
+    try:
+        return prove(claim, timeout_s=timeout_s, all_sizes=all_sizes, store=store)
+    except UnpinnedCosts as e:
+        return Result(claim, UNKNOWN, {"finite": claim.domain}, kind=f"finite range {claim.domain}",
+                      reason=f"{e}: judged for all sizes only (without --finite-only)")
 
 
 def _check_certificates(args, out, err) -> int:
