@@ -498,7 +498,7 @@ def _judge_optimum(prep: _Prepared, lhs, rhs, eqs: dict, cost_rels: list, sizes:
     if cost_rels:
         rel = " and ".join(f"{sympy.sstr(a)} {op} {sympy.sstr(b)}" for op, a, b in cost_rels)
         raise opt.UnpinnedCosts(f"a claim about the optimum needs every cost pinned to a number "
-                         f"(t_F == 1, ...); the assumptions also say {rel}")
+                                f"(t_F == 1, ...); the assumptions also say {rel}")
     found: dict[str, opt.Optimum] = {}
     apps = {a.func.__name__: a for a in (lhs - rhs).atoms(AppliedUndef)}
     for name in apps:

@@ -107,8 +107,8 @@ def problem_of(ref: OptimumRef, sizes: dict, costs: dict) -> dict:
     missing = [n for n in list(names) + ["c"] if n not in costs]
     if missing:
         raise UnpinnedCosts(f"optimal_makespan needs numbers for its costs: the assumptions do not pin "
-                         f"{', '.join(missing)} (e.g. assume = \"t_F == 1, "
-                         f"{'t_I == 1, t_W == 1' if ref.split else 't_B == 2'}, c == 0\")")
+                            f"{', '.join(missing)} (e.g. assume = \"t_F == 1, "
+                            f"{'t_I == 1, t_W == 1' if ref.split else 't_B == 2'}, c == 0\")")
     vals = {}
     for n in list(names) + ["c"]:
         x = sympy.sympify(costs[n]).xreplace(subs)

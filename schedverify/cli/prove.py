@@ -112,11 +112,13 @@ def _judged(claim, timeout_s: float, all_sizes: bool, store):
     from ..claims import prove
     from ..claims.finite import UNKNOWN, Result
     from ..claims.optimum import UnpinnedCosts
+    from ..claims.statement import parse_domain
 
     try:
         return prove(claim, timeout_s=timeout_s, all_sizes=all_sizes, store=store)
     except UnpinnedCosts as e:
-        return Result(claim, UNKNOWN, {"finite": claim.domain}, kind=f"finite range {claim.domain}",
+        grid = {k: list(range(lo, hi + 1)) for k, (lo, hi) in parse_domain(claim.domain).items()}
+        return Result(claim, UNKNOWN, grid, kind=f"finite range {claim.domain}",
                       reason=f"{e}: judged for all sizes only (without --finite-only)")
 
 
